@@ -1,0 +1,47 @@
+# batchgen — run `make help` for the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO          ?= go
+BIN         := bin
+FUNCTIONS   := splitter generator exporter api sweeper
+GOFLAGS_LAMBDA := -trimpath -tags lambda.norpc -ldflags='-s -w'
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: batchgen
+batchgen: ## build the single binary bin/batchgen
+	$(GO) build -o $(BIN)/batchgen ./cmd/batchgen
+
+.PHONY: run
+run: batchgen ## run a job on the bundled example sheet (embedded: no AWS, no API key)
+	$(BIN)/batchgen run --in examples/skus.xlsx --out examples/skus.result.xlsx --sim-latency 200ms --concurrency 16
+
+.PHONY: test
+test: ## the whole test suite: vet, gofmt, unit + race, fuzz smoke, emulator and template checks
+	./scripts/test.sh
+
+.PHONY: test-unit
+test-unit: ## unit and embedded integration tests only (no emulator)
+	$(GO) test -race -count=1 ./...
+
+.PHONY: bench
+bench: batchgen ## benchmarks: Go benchmarks and the quota-pacing load run, as ratios against same-run baselines
+	./scripts/bench.sh
+
+.PHONY: lint
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for 30s
+	$(GO) test ./internal/prompt -run '^$$' -fuzz FuzzRender -fuzztime 30s
+	$(GO) test ./internal/sheet -run '^$$' -fuzz FuzzReadCSV -fuzztime 30s
+	$(GO) test ./internal/sheet -run '^$$' -fuzz FuzzReadXLSX -fuzztime 30s
+
+.PHONY: clean
+clean: ## remove build outputs and local state
+	rm -rf $(BIN) .aws-sam examples/.batchgen examples/*.result.xlsx

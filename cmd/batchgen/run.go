@@ -1,0 +1,461 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/queue"
+	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// runOptions are the flags of `batchgen run`.
+type runOptions struct {
+	in, out          string
+	prompt, promptF  string
+	system           string
+	sheetName        string
+	dataDir          string
+	batchSize        int
+	maxRows          int
+	concurrency      int
+	rpm              int
+	noCache          bool
+	quiet            bool
+	logLevel         string
+	progressInterval time.Duration
+	provider         providerOptions
+	retry            retryOptions
+}
+
+// retryOptions tune retries; mostly for tests and impatient operators.
+type retryOptions struct {
+	callsPerRound int
+	rounds        int
+	delays        string
+	callTimeout   time.Duration
+	lease         time.Duration
+}
+
+func (o *runOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.in, "in", "", "input spreadsheet (.xlsx or .csv); required")
+	fs.StringVar(&o.out, "out", "", "result workbook (.xlsx); default <in>.result.xlsx beside the input")
+	fs.StringVar(&o.prompt, "prompt", "", "prompt template with {{column}} placeholders")
+	fs.StringVar(&o.promptF, "prompt-file", "", "file holding the prompt template")
+	fs.StringVar(&o.system, "system", "", "system prompt")
+	fs.StringVar(&o.sheetName, "sheet", "", "input sheet name; default the first visible sheet not named \"prompt\"")
+	fs.StringVar(&o.dataDir, "data", "", "state directory (SQLite database, result blobs); default .batchgen beside the input")
+	fs.IntVar(&o.batchSize, "batch-size", pipeline.DefaultBatchSize, "rows per batch")
+	fs.IntVar(&o.maxRows, "max-rows", 200_000, "reject inputs with more data rows than this")
+	fs.IntVar(&o.concurrency, "concurrency", 8, "model calls in flight at once")
+	fs.IntVar(&o.rpm, "rpm", 0, "provider quota in requests per minute across the job (0: unlimited)")
+	fs.BoolVar(&o.noCache, "no-cache", false, "call the model even for prompts answered before")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress output")
+	fs.StringVar(&o.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
+	fs.DurationVar(&o.progressInterval, "progress-interval", 5*time.Second, "interval of plain progress lines when stderr is not a terminal")
+	fs.IntVar(&o.retry.callsPerRound, "calls-per-round", 3, "model calls per row per attempt of its batch")
+	fs.IntVar(&o.retry.rounds, "rounds", 4, "attempts of a batch before rows still failing retryably are marked failed")
+	fs.StringVar(&o.retry.delays, "retry-delays", "10s,60s,300s", "graded delays before a released batch is tried again")
+	fs.DurationVar(&o.retry.callTimeout, "call-timeout", 60*time.Second, "timeout of one model call")
+	fs.DurationVar(&o.retry.lease, "lease", 2*time.Minute, "batch claim lease, renewed while the batch runs")
+	o.provider.register(fs)
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o runOptions
+	fs := flag.NewFlagSet("batchgen run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{code: exitRejected}
+	}
+	if fs.NArg() > 0 {
+		if o.in == "" && fs.NArg() == 1 {
+			o.in = fs.Arg(0)
+		} else {
+			return &exitError{code: exitRejected, err: fmt.Errorf("unexpected arguments %q", fs.Args())}
+		}
+	}
+	job, err := newRunJob(o, stderr)
+	if err != nil {
+		return err
+	}
+	defer job.close()
+	return job.run(ctx, stdout)
+}
+
+// runJob is one `batchgen run`: the wiring of embedded adapters around the
+// pipeline for one input.
+type runJob struct {
+	opts    runOptions
+	stderr  io.Writer
+	logger  *slog.Logger
+	spec    store.TaskSpec
+	delays  []time.Duration
+	data    *dataDir
+	started time.Time
+}
+
+func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
+	reject := func(format string, a ...any) error {
+		return &exitError{code: exitRejected, err: fmt.Errorf(format, a...)}
+	}
+	if o.in == "" {
+		return nil, reject("--in is required: the spreadsheet to process (.xlsx or .csv)")
+	}
+	if _, err := os.Stat(o.in); err != nil {
+		return nil, reject("input %s: %w", o.in, unwrapPathError(err))
+	}
+	if o.out == "" {
+		base := strings.TrimSuffix(o.in, filepath.Ext(o.in))
+		o.out = base + ".result.xlsx"
+	}
+	if !strings.EqualFold(filepath.Ext(o.out), ".xlsx") {
+		return nil, reject("--out %s: the result is an Excel workbook; use a name ending in .xlsx", o.out)
+	}
+	if o.prompt != "" && o.promptF != "" {
+		return nil, reject("--prompt and --prompt-file are both set; use one")
+	}
+	if o.promptF != "" {
+		b, err := os.ReadFile(o.promptF)
+		if err != nil {
+			return nil, reject("--prompt-file: %w", unwrapPathError(err))
+		}
+		o.prompt = strings.TrimRight(string(b), "\r\n")
+		if strings.TrimSpace(o.prompt) == "" {
+			return nil, reject("--prompt-file %s is empty", o.promptF)
+		}
+	}
+	if o.batchSize < 1 || o.batchSize > 1000 {
+		return nil, reject("--batch-size %d: must be between 1 and 1000", o.batchSize)
+	}
+	if o.concurrency < 1 {
+		return nil, reject("--concurrency %d: must be at least 1", o.concurrency)
+	}
+	if o.rpm < 0 {
+		return nil, reject("--rpm %d: must be 0 (unlimited) or more", o.rpm)
+	}
+	if o.maxRows < 1 {
+		return nil, reject("--max-rows %d: must be at least 1", o.maxRows)
+	}
+	delays, err := parseDelays(o.retry.delays)
+	if err != nil {
+		return nil, reject("--retry-delays: %w", err)
+	}
+	if err := o.provider.validate(); err != nil {
+		return nil, reject("%w", err)
+	}
+	level := new(slog.LevelVar)
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, reject("--log-level %q: use debug, info, warn or error", o.logLevel)
+	}
+	j := &runJob{
+		opts:   o,
+		stderr: stderr,
+		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		spec: store.TaskSpec{
+			Prompt: o.prompt, System: o.system, Provider: o.provider.name, Model: o.provider.modelName(),
+			Temperature: o.provider.temperaturePtr(), MaxTokens: o.provider.maxTokens, BatchSize: o.batchSize,
+		},
+		delays:  delays,
+		started: time.Now(),
+	}
+	return j, nil
+}
+
+func (j *runJob) close() {
+	if j.data != nil {
+		j.data.close()
+	}
+}
+
+func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
+	o := j.opts
+	identity, err := fileIdentity(o.in)
+	if err != nil {
+		return &exitError{code: exitRejected, err: fmt.Errorf("input %s: %w", o.in, err)}
+	}
+	taskID := pipeline.DeriveTaskID(identity+"|sheet="+o.sheetName+"|max-rows="+fmt.Sprint(o.maxRows), j.spec)
+
+	j.data, err = openDataDir(o.dataDir, o.in)
+	if err != nil {
+		return err
+	}
+	clk := clock.Real{}
+	q, err := sqlitequeue.New(j.data.store.DB(), sqlitequeue.Config{
+		Name: "batches-" + taskID, Visibility: 5 * time.Minute, MaxReceive: 10, Clock: clk,
+	})
+	if err != nil {
+		return fmt.Errorf("open queue in %s: %w", j.data.dir, err)
+	}
+
+	existed := false
+	if t, err := j.data.store.GetTask(ctx, taskID); err == nil {
+		existed = true
+		j.logger.Info("continuing task", "task", taskID, "state", t.State)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("read task %s: %w", taskID, err)
+	}
+
+	splitter := &pipeline.Splitter{Store: j.data.store, Queue: q, Clock: clk, Logger: j.logger}
+	task, err := splitter.Split(ctx, pipeline.SplitParams{
+		TaskID: taskID, Path: o.in, Source: filepath.Base(o.in), Spec: j.spec, Sheet: o.sheetName,
+		Limits: sheet.Limits{MaxRows: o.maxRows},
+	})
+	var rejected *pipeline.RejectedError
+	if errors.As(err, &rejected) {
+		return &exitError{code: exitRejected, err: rejected}
+	}
+	if err != nil {
+		return fmt.Errorf("split %s: %w", o.in, err)
+	}
+	if !o.quiet {
+		verb := "started"
+		if existed {
+			verb = "continuing"
+		}
+		fmt.Fprintf(j.stderr, "batchgen: %s task %s: %d rows in %d batches (data: %s)\n", verb, task.ID, task.RowsTotal, task.BatchesTotal, j.data.dir)
+	}
+	if existed && !task.State.Final() {
+		if err := j.recover(ctx, task, q); err != nil {
+			return err
+		}
+	}
+
+	stats := newRunStats()
+	provider, err := j.opts.provider.build(clk)
+	if err != nil {
+		return &exitError{code: exitRejected, err: err}
+	}
+	limiter := newLimiter(o.rpm)
+	signal := &pipeline.ExportSignal{}
+	gen := &pipeline.Generator{
+		Store: j.data.store, Provider: countingProvider{provider, stats}, Limiter: limiter, Exports: signal,
+		Clock: clk, Logger: j.logger, Observer: stats.observe, Owner: fmt.Sprintf("batchgen-run-%d", os.Getpid()),
+		Config: pipeline.GeneratorConfig{
+			Concurrency: o.concurrency, Lease: o.retry.lease, CallTimeout: o.retry.callTimeout,
+			CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
+		},
+	}
+	if !o.noCache {
+		gen.Cache = j.data.store
+	}
+	exporter := &pipeline.Exporter{Store: j.data.store, Blobs: j.data.blobs, Clock: clk, Logger: j.logger}
+
+	if !task.State.Final() {
+		if err := j.process(ctx, task, q, gen, signal, exporter, stats); err != nil {
+			return err
+		}
+	}
+	task, err = j.data.store.GetTask(ctx, taskID)
+	if err != nil {
+		return fmt.Errorf("read task %s: %w", taskID, err)
+	}
+	if err := j.writeOutput(ctx, task); err != nil {
+		return err
+	}
+	summary, err := summarize(ctx, j.data.store, task, stats, time.Since(j.started), o.out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, summary.String())
+	if summary.failed > 0 {
+		return &exitError{code: exitRowsFailed}
+	}
+	return nil
+}
+
+// recover makes a task whose previous run was killed runnable at once: this
+// process holds the data directory's lock, so every RUNNING lease belongs to
+// a dead process. Its batches are released and every unfinished batch gets a
+// fresh message (duplicates are harmless: claims are conditional).
+func (j *runJob) recover(ctx context.Context, task store.Task, q queue.Queue) error {
+	batches, err := j.data.store.ListBatches(ctx, store.ListBatchesParams{TaskID: task.ID, States: []store.BatchState{store.BatchPending, store.BatchRunning}})
+	if err != nil {
+		return fmt.Errorf("recover task %s: list batches: %w", task.ID, err)
+	}
+	msgs := make([]queue.Outgoing, 0, len(batches))
+	for _, b := range batches {
+		if b.State == store.BatchRunning {
+			err := j.data.store.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: task.ID, BatchNo: b.No, Attempt: b.Attempt, LastError: "previous run stopped", Now: time.Now()})
+			if err != nil && !errors.Is(err, store.ErrConflict) {
+				return fmt.Errorf("recover task %s: release batch %d: %w", task.ID, b.No, err)
+			}
+		}
+		msgs = append(msgs, queue.Outgoing{Body: pipeline.EncodeBatchMessage(task.ID, b.No)})
+	}
+	for start := 0; start < len(msgs); start += 10 {
+		if err := q.Send(ctx, msgs[start:min(start+10, len(msgs))]); err != nil {
+			return fmt.Errorf("recover task %s: enqueue: %w", task.ID, err)
+		}
+	}
+	if len(batches) > 0 {
+		j.logger.Info("recovered unfinished batches", "task", task.ID, "batches", len(batches))
+	}
+	return nil
+}
+
+// process runs the workers until the task's batches are all done, then
+// exports it. Interrupted runs return exit code 130 and can be continued.
+func (j *runJob) process(ctx context.Context, task store.Task, q queue.Queue, gen *pipeline.Generator,
+	signal *pipeline.ExportSignal, exporter *pipeline.Exporter, stats *runStats) error {
+	o := j.opts
+	done, err := countDone(ctx, j.data.store, task)
+	if err != nil {
+		return err
+	}
+	progress := newProgress(j.stderr, task.RowsTotal, done, stats, o.quiet, o.progressInterval)
+	defer progress.finish()
+
+	workerCtx, stopWorkers := context.WithCancel(ctx)
+	workers := &pipeline.LocalWorkers{
+		Queue: q, Generator: gen, Workers: 2 + o.concurrency/o.batchSize, Visibility: 5 * time.Minute, Logger: j.logger,
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = workers.Run(workerCtx)
+	}()
+	stop := func() {
+		stopWorkers()
+		wg.Wait()
+	}
+
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		t, err := j.data.store.GetTask(ctx, task.ID)
+		if err != nil && ctx.Err() == nil {
+			stop()
+			return fmt.Errorf("read task %s: %w", task.ID, err)
+		}
+		if err == nil && (t.BatchesDone >= t.BatchesTotal || t.State.Final()) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			progress.finish()
+			return &exitError{code: exitSignal, err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.dir)}
+		case <-signal.C():
+		case <-ticker.C:
+		}
+		progress.update()
+	}
+	stop()
+	progress.update()
+	progress.finish()
+	if _, err := exporter.Export(ctx, task.ID); err != nil {
+		return fmt.Errorf("%w; the rows are saved: fix the problem and run the same command again", err)
+	}
+	return nil
+}
+
+// writeOutput copies the exported result to --out atomically.
+func (j *runJob) writeOutput(ctx context.Context, task store.Task) error {
+	if task.ResultKey == "" {
+		return fmt.Errorf("task %s is %s and has no result file", task.ID, task.State)
+	}
+	src, err := j.data.blobs.Open(ctx, task.ResultKey)
+	if err != nil {
+		return fmt.Errorf("open result of task %s: %w", task.ID, err)
+	}
+	defer src.Close()
+	if err := writeFileAtomic(j.opts.out, src); err != nil {
+		return fmt.Errorf("write result %s: %w; the task is intact: fix the problem and run the same command again", j.opts.out, unwrapPathError(err))
+	}
+	return nil
+}
+
+// writeFileAtomic writes r to path through a temp file in the same directory
+// and a rename, so a failed write never leaves a truncated workbook behind.
+func writeFileAtomic(path string, r io.Reader) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, r); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	ok = true
+	return nil
+}
+
+// fileIdentity is the content hash of the input, so the same content run
+// again continues the same task wherever the file lives.
+func fileIdentity(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", unwrapPathError(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func parseDelays(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		d, err := time.ParseDuration(part)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%q is not a duration such as 10s or 5m", part)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("give at least one delay, e.g. 10s,60s,300s")
+	}
+	return out, nil
+}
+
+// unwrapPathError drops the *PathError's op so messages read "x.xlsx: no such
+// file or directory" rather than "open x.xlsx: ...".
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

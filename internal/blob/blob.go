@@ -1,0 +1,25 @@
+// Package blob is the object storage port: input copies and result files.
+// Adapters: fileblob (a directory) and s3blob (S3); both pass blobtest.
+package blob
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// ErrNotFound is returned when no object has the key.
+var ErrNotFound = errors.New("blob not found")
+
+// Store stores objects by key. Keys are slash-separated relative paths such
+// as "results/TASK.xlsx"; adapters reject keys that would escape their root.
+type Store interface {
+	// Put stores everything read from r under key, replacing any object
+	// there. It is atomic: readers see the old object or the whole new one,
+	// and a read error from r leaves the old object in place.
+	Put(ctx context.Context, key string, r io.Reader) error
+	// Open returns the object's content or ErrNotFound.
+	Open(ctx context.Context, key string) (io.ReadCloser, error)
+	// Delete removes an object; deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+}

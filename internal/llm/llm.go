@@ -1,0 +1,136 @@
+// Package llm is the model provider port: one chat-style call per row, with
+// typed errors that tell the pipeline whether to retry.
+//
+// Adapters: llm/sim (in-process simulator, the embedded default) and
+// llm/openai (any OpenAI-compatible chat completions server). The
+// mockserver sub-package is an OpenAI-compatible HTTP server for tests and
+// benchmarks.
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Request is one model call.
+type Request struct {
+	Model  string
+	System string
+	Prompt string
+	// Temperature and TopP are sent only when non-nil.
+	Temperature *float64
+	TopP        *float64
+	// MaxTokens caps the completion; 0 leaves the provider's default.
+	MaxTokens int
+}
+
+// Response is a successful model call.
+type Response struct {
+	Text         string
+	InputTokens  int
+	OutputTokens int
+}
+
+// Provider generates text. Implementations return *Error (possibly wrapped)
+// for failures they can classify; Classify handles the rest.
+type Provider interface {
+	Generate(ctx context.Context, req Request) (Response, error)
+}
+
+// ErrorClass says what kind of failure a call had. The string values are
+// written to result files and accepted by --error-class filters.
+type ErrorClass string
+
+// Error classes. The first group is retryable, the second permanent for the
+// row, and the last group permanent for the whole provider (every further
+// call would fail the same way, so the job should stop calling).
+const (
+	ClassRateLimited ErrorClass = "rate_limited"
+	ClassServer      ErrorClass = "server_error"
+	ClassTimeout     ErrorClass = "timeout"
+	ClassConnection  ErrorClass = "connection"
+
+	ClassBadRequest    ErrorClass = "bad_request"
+	ClassContentFilter ErrorClass = "content_filter"
+	ClassPromptTooLong ErrorClass = "prompt_too_long"
+
+	ClassQuotaExhausted ErrorClass = "insufficient_quota"
+	ClassAuth           ErrorClass = "auth"
+
+	// ClassRetryExhausted marks a row whose retryable failures outlasted
+	// every attempt; it is assigned by the pipeline, never by a provider.
+	ClassRetryExhausted ErrorClass = "retry_exhausted"
+)
+
+// Retryable reports whether a call failing with class c may succeed if tried
+// again later.
+func (c ErrorClass) Retryable() bool {
+	switch c {
+	case ClassRateLimited, ClassServer, ClassTimeout, ClassConnection:
+		return true
+	}
+	return false
+}
+
+// Fatal reports whether class c means no call to the provider can succeed
+// until an operator acts (billing, credentials).
+func (c ErrorClass) Fatal() bool { return c == ClassQuotaExhausted || c == ClassAuth }
+
+// Error is a classified provider failure.
+type Error struct {
+	Class ErrorClass
+	// StatusCode is the HTTP status, when there was one.
+	StatusCode int
+	// RetryAfter is the provider's requested wait (Retry-After), or 0.
+	RetryAfter time.Duration
+	// Message is the provider's explanation, safe to show to users.
+	Message string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *Error) Error() string {
+	msg := e.Message
+	if msg == "" && e.Err != nil {
+		msg = e.Err.Error()
+	}
+	if e.StatusCode != 0 {
+		return fmt.Sprintf("%s (HTTP %d): %s", e.Class, e.StatusCode, msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Class, msg)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Classify returns err as an *Error: the one inside it if there is one,
+// otherwise a class inferred from timeouts and network errors. Unknown
+// errors are treated as transient server errors, because a permanent
+// misclassification would fail rows that a retry would have saved, while
+// retries are bounded anyway. Classify(nil) is nil.
+func Classify(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Class: ClassTimeout, Message: "model call timed out", Err: err}
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		if netErr.Timeout() {
+			return &Error{Class: ClassTimeout, Message: "model call timed out", Err: err}
+		}
+		return &Error{Class: ClassConnection, Message: err.Error(), Err: err}
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return &Error{Class: ClassConnection, Message: err.Error(), Err: err}
+	}
+	return &Error{Class: ClassServer, Message: err.Error(), Err: err}
+}

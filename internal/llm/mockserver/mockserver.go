@@ -1,0 +1,739 @@
+// Package mockserver is an OpenAI-compatible chat completions server for
+// tests, demos and benchmarks (`batchgen mock-llm`). It enforces a request
+// quota over a sliding window the way a provider does, injects faults
+// deterministically (by seed and by markers in the prompt), and counts what it
+// answered per prompt, so a test can prove that a job stayed under the quota
+// and paid for every row exactly once.
+//
+// Markers (substrings anywhere in the request's messages) force an outcome:
+//
+//	[[filter]]         400 content_filter
+//	[[filter_output]]  200 with finish_reason "content_filter" and no text
+//	[[too_long]]       400 context_length_exceeded
+//	[[5xx]]            500 server_error, every time
+//	[[flaky]]          503 for the first FlakyFailures calls of that prompt, then success
+//	[[timeout]]        no answer until the client gives up (or HangTimeout passes: 504)
+//	[[quota]]          429 insufficient_quota (billing), not counted against the quota
+package mockserver
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/batchgen/batchgen/internal/clock"
+)
+
+// Defaults for Config.
+const (
+	DefaultQuotaWindow        = time.Minute
+	DefaultFilterMarker       = "[[filter]]"
+	DefaultOutputFilterMarker = "[[filter_output]]"
+	DefaultTooLongMarker      = "[[too_long]]"
+	DefaultServerErrorMarker  = "[[5xx]]"
+	DefaultFlakyMarker        = "[[flaky]]"
+	DefaultTimeoutMarker      = "[[timeout]]"
+	DefaultQuotaMarker        = "[[quota]]"
+	DefaultFlakyFailures      = 1
+	DefaultHangTimeout        = 5 * time.Minute
+	DefaultMaxBodyBytes       = 1 << 20
+	DefaultMaxTrackedPrompts  = 100_000
+)
+
+// Config configures a Server. The zero value is an always-succeeding server
+// with no latency and no quota.
+type Config struct {
+	// Latency is added to every request the quota accepts, after the quota
+	// decision. 0 answers at once.
+	Latency time.Duration
+	// Jitter spreads Latency over [Latency-Jitter, Latency+Jitter], by the
+	// same seeded hash as FailRate.
+	Jitter time.Duration
+	// Quota is the number of requests accepted per QuotaWindow; 0 means
+	// unlimited. Requests answered 429 do not count against it.
+	Quota int
+	// QuotaWindow is the sliding window of Quota. Defaults to 60 s.
+	QuotaWindow time.Duration
+	// FailRate is the fraction of accepted requests answered 500 or 503.
+	// Whether a call fails is a hash of Seed, the prompt and how many times
+	// that prompt was sent before, so the same job fails the same calls on
+	// every run however its workers interleave.
+	FailRate float64
+	// Seed varies the FailRate and Jitter choices.
+	Seed int64
+	// RequireAPIKey, when set, answers 401 to requests whose bearer token
+	// differs.
+	RequireAPIKey string
+
+	// Markers; each defaults to the Default...Marker constant.
+	FilterMarker       string
+	OutputFilterMarker string
+	TooLongMarker      string
+	ServerErrorMarker  string
+	FlakyMarker        string
+	TimeoutMarker      string
+	QuotaMarker        string
+
+	// FlakyFailures is how many calls of a FlakyMarker prompt fail before
+	// it succeeds. Defaults to 1.
+	FlakyFailures int
+	// HangTimeout bounds a TimeoutMarker request that the client never
+	// abandons. Defaults to 5 min.
+	HangTimeout time.Duration
+	// MaxBodyBytes caps a request body (413 beyond). Defaults to 1 MiB.
+	MaxBodyBytes int64
+	// MaxTrackedPrompts caps Stats.PerPrompt so a long-running server has
+	// bounded memory; later new prompts are counted in
+	// Stats.UntrackedPrompts only. Defaults to 100 000.
+	MaxTrackedPrompts int
+	// Clock times the quota window and waits out latency. Defaults to
+	// clock.Real.
+	Clock clock.Clock
+}
+
+// Stats is a snapshot of what the server answered since start or the last
+// reset.
+type Stats struct {
+	// Requests counts every chat completion request received.
+	Requests int64 `json:"requests"`
+	// Succeeded counts completions returned (finish_reason stop or length).
+	Succeeded int64 `json:"succeeded"`
+	// RateLimited counts 429 rate_limit_exceeded answers.
+	RateLimited int64 `json:"rate_limited"`
+	// QuotaExhausted counts 429 insufficient_quota answers.
+	QuotaExhausted int64 `json:"quota_exhausted"`
+	// ServerErrors counts 5xx answers.
+	ServerErrors int64 `json:"server_errors"`
+	// Filtered counts content filter answers (400 or 200).
+	Filtered int64 `json:"filtered"`
+	// BadRequests counts other 4xx answers (malformed, too long, auth).
+	BadRequests int64 `json:"bad_requests"`
+	// Canceled counts requests whose client went away before the answer.
+	Canceled int64 `json:"canceled"`
+	// InFlight is the number of requests being handled now, PeakInFlight
+	// the highest it has been.
+	InFlight     int64 `json:"in_flight"`
+	PeakInFlight int64 `json:"peak_in_flight"`
+	// PerPrompt is keyed by the last user message of the request.
+	PerPrompt map[string]PromptStats `json:"per_prompt,omitempty"`
+	// UntrackedPrompts counts requests for prompts not in PerPrompt
+	// because MaxTrackedPrompts was reached.
+	UntrackedPrompts int64 `json:"untracked_prompts"`
+}
+
+// PromptStats counts the calls for one prompt.
+type PromptStats struct {
+	// Calls counts every well-formed request with this prompt, whatever the
+	// answer.
+	Calls int64 `json:"calls"`
+	// Succeeded counts completions returned for it: more than one means
+	// the client paid twice for the same row.
+	Succeeded int64 `json:"succeeded"`
+}
+
+// Server is the mock. It is an http.Handler, safe for concurrent use.
+type Server struct {
+	cfg Config
+
+	mu sync.Mutex
+	// window holds the accept times of the last Quota accepted requests,
+	// oldest at head: a ring, so memory is bounded by Quota.
+	window []time.Time
+	head   int
+	n      int
+	stats  Stats
+	prompt map[string]*PromptStats
+	seq    int64
+}
+
+// New returns a server for cfg, filling defaults.
+func New(cfg Config) *Server {
+	if cfg.QuotaWindow <= 0 {
+		cfg.QuotaWindow = DefaultQuotaWindow
+	}
+	cfg.Quota = max(cfg.Quota, 0)
+	cfg.FailRate = min(max(cfg.FailRate, 0), 1)
+	cfg.Latency = max(cfg.Latency, 0)
+	cfg.Jitter = max(cfg.Jitter, 0)
+	defaultString(&cfg.FilterMarker, DefaultFilterMarker)
+	defaultString(&cfg.OutputFilterMarker, DefaultOutputFilterMarker)
+	defaultString(&cfg.TooLongMarker, DefaultTooLongMarker)
+	defaultString(&cfg.ServerErrorMarker, DefaultServerErrorMarker)
+	defaultString(&cfg.FlakyMarker, DefaultFlakyMarker)
+	defaultString(&cfg.TimeoutMarker, DefaultTimeoutMarker)
+	defaultString(&cfg.QuotaMarker, DefaultQuotaMarker)
+	if cfg.FlakyFailures <= 0 {
+		cfg.FlakyFailures = DefaultFlakyFailures
+	}
+	if cfg.HangTimeout <= 0 {
+		cfg.HangTimeout = DefaultHangTimeout
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxTrackedPrompts <= 0 {
+		cfg.MaxTrackedPrompts = DefaultMaxTrackedPrompts
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	return &Server{
+		cfg:    cfg,
+		window: make([]time.Time, cfg.Quota),
+		prompt: map[string]*PromptStats{},
+	}
+}
+
+func defaultString(s *string, def string) {
+	if *s == "" {
+		*s = def
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snapshotLocked(true)
+}
+
+func (s *Server) snapshotLocked(perPrompt bool) Stats {
+	st := s.stats
+	st.PerPrompt = nil
+	if perPrompt {
+		st.PerPrompt = make(map[string]PromptStats, len(s.prompt))
+		for k, v := range s.prompt {
+			st.PerPrompt[k] = *v
+		}
+	}
+	return st
+}
+
+// Reset clears the counters and the quota window, as if the server had just
+// started (completion IDs keep increasing).
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inFlight := s.stats.InFlight
+	s.stats = Stats{InFlight: inFlight, PeakInFlight: inFlight}
+	clear(s.prompt)
+	s.head, s.n = 0, 0
+}
+
+// ServeHTTP routes:
+//
+//	POST /v1/chat/completions (also /chat/completions)
+//	GET  /stats   (JSON Stats; ?summary=1 leaves out per_prompt)
+//	POST /reset
+//	GET  /healthz
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	route := func(method string, h func(http.ResponseWriter, *http.Request)) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			writeError(w, http.StatusMethodNotAllowed, apiError{Message: fmt.Sprintf("use %s for %s", method, r.URL.Path), Type: "invalid_request_error"})
+			return
+		}
+		h(w, r)
+	}
+	switch r.URL.Path {
+	case "/v1/chat/completions", "/chat/completions":
+		route(http.MethodPost, s.serveCompletion)
+	case "/stats":
+		route(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+			s.mu.Lock()
+			st := s.snapshotLocked(r.URL.Query().Get("summary") == "")
+			s.mu.Unlock()
+			writeJSON(w, http.StatusOK, st)
+		})
+	case "/reset":
+		route(http.MethodPost, func(w http.ResponseWriter, r *http.Request) {
+			s.Reset()
+			writeJSON(w, http.StatusOK, map[string]string{"status": "reset"})
+		})
+	case "/healthz":
+		route(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		})
+	default:
+		writeError(w, http.StatusNotFound, apiError{Message: fmt.Sprintf("unknown path %s", r.URL.Path), Type: "invalid_request_error", Code: "unknown_url"})
+	}
+}
+
+// outcome is what the server decided to answer an accepted request with.
+type outcome int
+
+const (
+	succeed outcome = iota
+	failServer
+	failUnavailable
+	failFilter
+	failOutputFilter
+	failTooLong
+	hang
+)
+
+func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.stats.Requests++
+	s.stats.InFlight++
+	s.stats.PeakInFlight = max(s.stats.PeakInFlight, s.stats.InFlight)
+	s.mu.Unlock()
+	defer s.count(func(st *Stats) { st.InFlight-- })
+
+	if key := s.cfg.RequireAPIKey; key != "" && r.Header.Get("Authorization") != "Bearer "+key {
+		s.count(func(st *Stats) { st.BadRequests++ })
+		// Never echo the presented key back.
+		writeError(w, http.StatusUnauthorized, apiError{Message: "Incorrect API key provided.", Type: "invalid_request_error", Code: "invalid_api_key"})
+		return
+	}
+	req, aerr, status := s.parse(w, r)
+	if aerr != nil {
+		s.count(func(st *Stats) { st.BadRequests++ })
+		writeError(w, status, *aerr)
+		return
+	}
+
+	s.mu.Lock()
+	calls := s.trackCallLocked(req.prompt)
+	now := s.cfg.Clock.Now()
+	if strings.Contains(req.text, s.cfg.QuotaMarker) {
+		s.stats.QuotaExhausted++
+		s.mu.Unlock()
+		writeError(w, http.StatusTooManyRequests, apiError{
+			Message: "You exceeded your current quota, please check your plan and billing details.",
+			Type:    "insufficient_quota", Code: "insufficient_quota",
+		})
+		return
+	}
+	if retryAfter, ok := s.admitLocked(now); !ok {
+		s.stats.RateLimited++
+		s.mu.Unlock()
+		secs := int(math.Ceil(retryAfter.Seconds()))
+		secs = max(secs, 1)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		w.Header().Set("X-Ratelimit-Limit-Requests", strconv.Itoa(s.cfg.Quota))
+		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		writeError(w, http.StatusTooManyRequests, apiError{
+			Message: fmt.Sprintf("Rate limit reached for requests: limit %d per %v. Please try again in %ds.", s.cfg.Quota, s.cfg.QuotaWindow, secs),
+			Type:    "rate_limit_exceeded", Code: "rate_limit_exceeded",
+		})
+		return
+	}
+	s.seq++
+	id := s.seq
+	roll := s.roll(req.prompt, calls)
+	out := s.decide(req.text, calls, roll)
+	s.mu.Unlock()
+
+	ctx := r.Context()
+	if d := s.latency(roll); d > 0 {
+		select {
+		case <-s.cfg.Clock.After(d):
+		case <-ctx.Done():
+			s.count(func(st *Stats) { st.Canceled++ })
+			return
+		}
+	}
+
+	switch out {
+	case hang:
+		select {
+		case <-s.cfg.Clock.After(s.cfg.HangTimeout):
+			s.count(func(st *Stats) { st.ServerErrors++ })
+			writeError(w, http.StatusGatewayTimeout, apiError{Message: "The server timed out generating a response.", Type: "timeout"})
+		case <-ctx.Done():
+			s.count(func(st *Stats) { st.Canceled++ })
+		}
+	case failServer:
+		s.count(func(st *Stats) { st.ServerErrors++ })
+		writeError(w, http.StatusInternalServerError, apiError{Message: "The server had an error while processing your request.", Type: "server_error"})
+	case failUnavailable:
+		s.count(func(st *Stats) { st.ServerErrors++ })
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, apiError{Message: "The engine is currently overloaded, please try again later.", Type: "server_error"})
+	case failFilter:
+		s.count(func(st *Stats) { st.Filtered++ })
+		param := "messages"
+		writeError(w, http.StatusBadRequest, apiError{
+			Message: "The response was filtered due to the prompt triggering content management policy.",
+			Type:    "invalid_request_error", Code: "content_filter", Param: &param,
+		})
+	case failTooLong:
+		s.count(func(st *Stats) { st.BadRequests++ })
+		param := "messages"
+		writeError(w, http.StatusBadRequest, apiError{
+			Message: "This model's maximum context length is 8192 tokens. However, your messages resulted in more tokens. Please reduce the length of the messages.",
+			Type:    "invalid_request_error", Code: "context_length_exceeded", Param: &param,
+		})
+	case failOutputFilter:
+		s.count(func(st *Stats) { st.Filtered++ })
+		writeJSON(w, http.StatusOK, s.completion(id, now, req, "", "content_filter"))
+	default:
+		text, finish := truncate("Copy for: "+req.prompt, req.maxTokens)
+		s.mu.Lock()
+		s.stats.Succeeded++
+		if p, ok := s.prompt[req.prompt]; ok {
+			p.Succeeded++
+		}
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, s.completion(id, now, req, text, finish))
+	}
+}
+
+func (s *Server) count(f func(*Stats)) {
+	s.mu.Lock()
+	f(&s.stats)
+	s.mu.Unlock()
+}
+
+// trackCallLocked counts a call for prompt and returns its 1-based number
+// (for untracked prompts, 1: they cannot be told apart any more).
+func (s *Server) trackCallLocked(prompt string) int64 {
+	p, ok := s.prompt[prompt]
+	if !ok {
+		if len(s.prompt) >= s.cfg.MaxTrackedPrompts {
+			s.stats.UntrackedPrompts++
+			return 1
+		}
+		p = &PromptStats{}
+		s.prompt[prompt] = p
+	}
+	p.Calls++
+	return p.Calls
+}
+
+// admitLocked applies the sliding-window quota at now. It records and
+// admits the request, or returns how long until the oldest counted request
+// leaves the window.
+func (s *Server) admitLocked(now time.Time) (time.Duration, bool) {
+	q := s.cfg.Quota
+	if q == 0 {
+		return 0, true
+	}
+	cutoff := now.Add(-s.cfg.QuotaWindow)
+	for s.n > 0 && !s.window[s.head].After(cutoff) {
+		s.head = (s.head + 1) % q
+		s.n--
+	}
+	if s.n == q {
+		return s.window[s.head].Sub(cutoff), false
+	}
+	s.window[(s.head+s.n)%q] = now
+	s.n++
+	return 0, true
+}
+
+// roll is the deterministic pseudo-random number in [0, 1) for the calls-th
+// call of prompt.
+func (s *Server) roll(prompt string, calls int64) float64 {
+	h := fnv.New64a()
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], uint64(s.cfg.Seed))
+	h.Write(buf[:])
+	binary.LittleEndian.PutUint64(buf[:], uint64(calls))
+	h.Write(buf[:])
+	h.Write([]byte(prompt))
+	x := h.Sum64()
+	// splitmix64 finaliser: FNV alone is poorly spread in the high bits.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(x>>11) / (1 << 53)
+}
+
+func (s *Server) decide(text string, calls int64, roll float64) outcome {
+	switch {
+	case strings.Contains(text, s.cfg.TimeoutMarker):
+		return hang
+	case strings.Contains(text, s.cfg.ServerErrorMarker):
+		return failServer
+	case strings.Contains(text, s.cfg.FlakyMarker) && calls <= int64(s.cfg.FlakyFailures):
+		return failUnavailable
+	case strings.Contains(text, s.cfg.FilterMarker):
+		return failFilter
+	case strings.Contains(text, s.cfg.OutputFilterMarker):
+		return failOutputFilter
+	case strings.Contains(text, s.cfg.TooLongMarker):
+		return failTooLong
+	case roll < s.cfg.FailRate:
+		// Reuse the roll's position within the failure band to split
+		// 500s from 503s, so both kinds occur.
+		if roll < s.cfg.FailRate/2 {
+			return failServer
+		}
+		return failUnavailable
+	}
+	return succeed
+}
+
+// latency derives the jitter from roll's low digits, independent enough of
+// the failure decision (which reads the high ones) for a mock.
+func (s *Server) latency(roll float64) time.Duration {
+	d := s.cfg.Latency
+	if j := s.cfg.Jitter; j > 0 {
+		frac := math.Mod(roll*1e6, 1) // in [0, 1)
+		d += time.Duration((2*frac - 1) * float64(j))
+	}
+	return max(d, 0)
+}
+
+// chatRequest is the part of the OpenAI request the mock reads.
+type chatRequest struct {
+	model     string
+	prompt    string // last user message
+	text      string // every message, for markers
+	maxTokens int
+	inTokens  int
+}
+
+type wireRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	MaxTokens           *int `json:"max_tokens"`
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
+	Stream              bool `json:"stream"`
+	N                   *int `json:"n"`
+}
+
+// parse reads and validates the request body. On failure it returns the
+// error body and status to answer with.
+func (s *Server) parse(w http.ResponseWriter, r *http.Request) (chatRequest, *apiError, int) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return chatRequest{}, &apiError{Message: fmt.Sprintf("request body larger than %d bytes", s.cfg.MaxBodyBytes), Type: "invalid_request_error", Code: "request_too_large"}, http.StatusRequestEntityTooLarge
+		}
+		return chatRequest{}, &apiError{Message: "could not read request body", Type: "invalid_request_error"}, http.StatusBadRequest
+	}
+	bad := func(param, format string, args ...any) (chatRequest, *apiError, int) {
+		var p *string
+		if param != "" {
+			p = &param
+		}
+		return chatRequest{}, &apiError{Message: fmt.Sprintf(format, args...), Type: "invalid_request_error", Param: p}, http.StatusBadRequest
+	}
+	var wr wireRequest
+	if err := json.Unmarshal(body, &wr); err != nil {
+		return bad("", "We could not parse the JSON body of your request: %v", err)
+	}
+	switch {
+	case wr.Model == "":
+		return bad("model", "you must provide a model parameter")
+	case len(wr.Messages) == 0:
+		return bad("messages", "messages must be a non-empty array")
+	case wr.Stream:
+		return bad("stream", "the mock server does not support streaming")
+	case wr.N != nil && *wr.N != 1:
+		return bad("n", "the mock server answers one choice only")
+	}
+	req := chatRequest{model: wr.Model}
+	var all strings.Builder
+	found := false
+	for i, m := range wr.Messages {
+		switch m.Role {
+		case "system", "developer", "user", "assistant", "tool":
+		default:
+			return bad(fmt.Sprintf("messages[%d].role", i), "invalid role %q", m.Role)
+		}
+		text, ok := contentText(m.Content)
+		if !ok {
+			return bad(fmt.Sprintf("messages[%d].content", i), "content must be a string or an array of text parts")
+		}
+		all.WriteString(text)
+		all.WriteByte('\n')
+		if m.Role == "user" {
+			req.prompt, found = text, true
+		}
+	}
+	if !found {
+		return bad("messages", "messages must contain a user message")
+	}
+	req.text = all.String()
+	req.inTokens = estimateTokens(req.text)
+	for _, mt := range []*int{wr.MaxCompletionTokens, wr.MaxTokens} {
+		if mt == nil {
+			continue
+		}
+		if *mt < 1 {
+			return bad("max_tokens", "max tokens must be at least 1, got %d", *mt)
+		}
+		req.maxTokens = *mt
+	}
+	return req, nil, 0
+}
+
+// contentText accepts a string or an array of {"type":"text","text":...}
+// parts, the two shapes the OpenAI API takes for message content.
+func contentText(raw json.RawMessage) (string, bool) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, true
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", false
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", false
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), true
+}
+
+// truncate cuts text to maxTokens (0 = no cap), reporting the finish reason.
+func truncate(text string, maxTokens int) (string, string) {
+	if maxTokens <= 0 || estimateTokens(text) <= maxTokens {
+		return text, "stop"
+	}
+	for i := range text {
+		if estimateTokens(text[:i]) > maxTokens {
+			_, size := utf8.DecodeLastRuneInString(text[:i])
+			return text[:i-size], "length"
+		}
+	}
+	return text, "stop"
+}
+
+// estimateTokens approximates a tokenizer: about four bytes per token for
+// Latin text and one per other character.
+func estimateTokens(s string) int {
+	if s == "" {
+		return 0
+	}
+	ascii, other := 0, 0
+	for _, r := range s {
+		if r < utf8.RuneSelf {
+			ascii++
+		} else {
+			other++
+		}
+	}
+	return (ascii+3)/4 + other
+}
+
+type completion struct {
+	ID                string   `json:"id"`
+	Object            string   `json:"object"`
+	Created           int64    `json:"created"`
+	Model             string   `json:"model"`
+	Choices           []choice `json:"choices"`
+	Usage             usage    `json:"usage"`
+	SystemFingerprint string   `json:"system_fingerprint"`
+}
+
+type choice struct {
+	Index   int `json:"index"`
+	Message struct {
+		Role    string  `json:"role"`
+		Content string  `json:"content"`
+		Refusal *string `json:"refusal"`
+	} `json:"message"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason string    `json:"finish_reason"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func (s *Server) completion(id int64, now time.Time, req chatRequest, text, finish string) completion {
+	c := choice{FinishReason: finish}
+	c.Message.Role = "assistant"
+	c.Message.Content = text
+	out := estimateTokens(text)
+	return completion{
+		ID:                fmt.Sprintf("chatcmpl-mock-%08d", id),
+		Object:            "chat.completion",
+		Created:           now.Unix(),
+		Model:             req.model,
+		Choices:           []choice{c},
+		Usage:             usage{PromptTokens: req.inTokens, CompletionTokens: out, TotalTokens: req.inTokens + out},
+		SystemFingerprint: "fp_mock",
+	}
+}
+
+// apiError is OpenAI's error object; it is sent as {"error": {...}}.
+type apiError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    any     `json:"code"`
+}
+
+func writeError(w http.ResponseWriter, status int, e apiError) {
+	if e.Code == "" {
+		e.Code = nil
+	}
+	writeJSON(w, status, map[string]apiError{"error": e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	// The client may be gone; there is nobody to tell.
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Serve answers HTTP requests on ln until ctx is done, then shuts down
+// gracefully (in-flight requests are cancelled, so hanging ones end too).
+// It returns nil after a shutdown caused by ctx.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Request contexts derive from ctx, so cancelling ctx ends latency
+		// waits and [[timeout]] hangs instead of stalling Shutdown.
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve mock LLM on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shut down mock LLM on %s: %w", ln.Addr(), err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve mock LLM on %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// ListenAndServe listens on addr (e.g. "127.0.0.1:8089") and calls Serve.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for mock LLM on %s: %w", addr, err)
+	}
+	return s.Serve(ctx, ln)
+}

@@ -1,0 +1,338 @@
+// Package openaillm is the llm.Provider for OpenAI and every server that
+// speaks its chat completions API (Azure OpenAI's v1 endpoint, vLLM, Ollama,
+// LiteLLM, the batchgen mock), through the official openai-go SDK.
+//
+// The SDK's own retries are off: the pipeline owns retries, because it must
+// account for them against the quota and the row's attempt budget. What this
+// adapter adds is the translation of every failure into an *llm.Error whose
+// class tells the pipeline whether to retry the row, fail it, or stop the job.
+package openaillm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/llm"
+)
+
+// DefaultBaseURL is OpenAI's API.
+const DefaultBaseURL = "https://api.openai.com/v1"
+
+// maxMessageRunes bounds the provider message kept in an error: a proxy's
+// HTML error page does not belong in a result sheet.
+const maxMessageRunes = 500
+
+// Config configures a Provider.
+type Config struct {
+	// BaseURL is the API root, up to and including the version segment
+	// (".../v1"). Defaults to DefaultBaseURL.
+	BaseURL string
+	// APIKey is sent as a bearer token. It never appears in errors. Empty
+	// sends no Authorization header (local servers).
+	APIKey string
+	// Model is used when a Request names none.
+	Model string
+	// Timeout bounds each call; 0 leaves only the caller's ctx. A call that
+	// runs out of it fails with ClassTimeout.
+	Timeout time.Duration
+	// HTTPClient sends the requests. Defaults to a client whose connection
+	// pool keeps up to 256 idle connections per host, because the default
+	// of 2 makes every concurrent worker beyond the second dial anew.
+	HTTPClient *http.Client
+	// LegacyMaxTokens sends Request.MaxTokens as max_tokens instead of
+	// max_completion_tokens, for servers that predate the latter. OpenAI's
+	// reasoning models reject max_tokens.
+	LegacyMaxTokens bool
+	// Clock turns an HTTP-date Retry-After into a duration. Defaults to
+	// clock.Real.
+	Clock clock.Clock
+}
+
+// Provider calls an OpenAI-compatible chat completions endpoint. It is safe
+// for concurrent use.
+type Provider struct {
+	cfg  Config
+	chat openai.ChatCompletionService
+}
+
+var _ llm.Provider = (*Provider)(nil)
+
+// New returns a Provider for cfg. It fails only on a BaseURL that is not an
+// absolute http(s) URL.
+func New(cfg Config) (*Provider, error) {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// The URL is shown without its query: it may carry a key.
+		return nil, fmt.Errorf("openai base URL %q: want an absolute http or https URL", redactURL(cfg.BaseURL))
+	}
+	if cfg.HTTPClient == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 256
+		t.MaxIdleConnsPerHost = 256
+		cfg.HTTPClient = &http.Client{Transport: t}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	// NewChatCompletionService rather than openai.NewClient: the client
+	// reads OPENAI_* environment variables, and only main reads the
+	// environment here.
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithMaxRetries(0),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	return &Provider{cfg: cfg, chat: openai.NewChatCompletionService(opts...)}, nil
+}
+
+// Generate sends req as one chat completion (an optional system message and
+// one user message) and returns the first choice. Failures are *llm.Error,
+// except a cancelled ctx, which is returned wrapped as is.
+func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
+	model := req.Model
+	if model == "" {
+		model = p.cfg.Model
+	}
+	if model == "" {
+		return llm.Response{}, &llm.Error{Class: llm.ClassBadRequest, Message: "no model configured for the OpenAI provider"}
+	}
+	params := openai.ChatCompletionNewParams{Model: model}
+	if req.System != "" {
+		params.Messages = append(params.Messages, openai.SystemMessage(req.System))
+	}
+	params.Messages = append(params.Messages, openai.UserMessage(req.Prompt))
+	if req.Temperature != nil {
+		params.Temperature = openai.Float(*req.Temperature)
+	}
+	if req.TopP != nil {
+		params.TopP = openai.Float(*req.TopP)
+	}
+	if req.MaxTokens > 0 {
+		if p.cfg.LegacyMaxTokens {
+			params.MaxTokens = openai.Int(int64(req.MaxTokens))
+		} else {
+			params.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
+		}
+	}
+
+	callCtx := ctx
+	if p.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, p.cfg.Timeout)
+		defer cancel()
+	}
+	var httpResp *http.Response
+	resp, err := p.chat.New(callCtx, params, option.WithResponseInto(&httpResp))
+	if err != nil {
+		return llm.Response{}, p.classify(ctx, callCtx, err, httpResp)
+	}
+	return p.response(resp)
+}
+
+func (p *Provider) response(resp *openai.ChatCompletion) (llm.Response, error) {
+	if resp == nil || len(resp.Choices) == 0 {
+		return llm.Response{}, &llm.Error{Class: llm.ClassServer, StatusCode: http.StatusOK, Message: "completion had no choices"}
+	}
+	c := resp.Choices[0]
+	if c.FinishReason == "content_filter" {
+		return llm.Response{}, &llm.Error{Class: llm.ClassContentFilter, StatusCode: http.StatusOK, Message: "completion stopped by the provider's content filter"}
+	}
+	if c.Message.Content == "" && c.Message.Refusal != "" {
+		return llm.Response{}, &llm.Error{Class: llm.ClassContentFilter, StatusCode: http.StatusOK, Message: p.clean("model refused: " + c.Message.Refusal)}
+	}
+	return llm.Response{
+		Text:         c.Message.Content,
+		InputTokens:  int(resp.Usage.PromptTokens),
+		OutputTokens: int(resp.Usage.CompletionTokens),
+	}, nil
+}
+
+// classify turns a failed call into an *llm.Error. ctx is the caller's,
+// callCtx the one with this call's timeout.
+func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *http.Response) error {
+	var apiErr *openai.Error
+	switch {
+	case errors.As(err, &apiErr):
+		var h http.Header
+		if apiErr.Response != nil {
+			h = apiErr.Response.Header
+		}
+		return p.fromStatus(apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, h)
+	case httpResp != nil && httpResp.StatusCode >= 400:
+		// An error body the SDK could not decode (a proxy's HTML page):
+		// the status still says what happened.
+		return p.fromStatus(httpResp.StatusCode, "", "", "", httpResp.Header)
+	case errors.Is(ctx.Err(), context.Canceled):
+		return fmt.Errorf("chat completion: %w", ctx.Err())
+	case errors.Is(callCtx.Err(), context.DeadlineExceeded):
+		msg := "model call timed out"
+		if ctx.Err() == nil {
+			msg = fmt.Sprintf("model call timed out after %v", p.cfg.Timeout)
+		}
+		return &llm.Error{Class: llm.ClassTimeout, Message: msg, Err: callCtx.Err()}
+	}
+	err = &redacted{err: err, key: p.cfg.APIKey}
+	if isConnectionError(err) {
+		return &llm.Error{Class: llm.ClassConnection, Message: err.Error(), Err: err}
+	}
+	return llm.Classify(fmt.Errorf("chat completion: %w", err))
+}
+
+// isConnectionError reports failures of the connection itself, including
+// those surfacing while the body is read, which are not net.Errors.
+func isConnectionError(err error) bool {
+	for _, target := range []error{io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ECONNABORTED, syscall.EPIPE} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromStatus classifies an HTTP error answer from its status and OpenAI's
+// error code and type.
+func (p *Provider) fromStatus(status int, code, typ, message string, h http.Header) *llm.Error {
+	e := &llm.Error{StatusCode: status, Message: p.describe(status, code, message)}
+	lowerMsg := strings.ToLower(message)
+	switch {
+	case status == http.StatusTooManyRequests && (code == "insufficient_quota" || typ == "insufficient_quota"):
+		e.Class = llm.ClassQuotaExhausted
+	case status == http.StatusTooManyRequests:
+		e.Class = llm.ClassRateLimited
+		e.RetryAfter = retryAfter(h, p.cfg.Clock.Now())
+	case status == http.StatusRequestTimeout:
+		e.Class = llm.ClassTimeout
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		e.Class = llm.ClassAuth
+	case status == http.StatusRequestEntityTooLarge,
+		status >= 400 && status < 500 && (code == "context_length_exceeded" || code == "string_above_max_length" ||
+			strings.Contains(lowerMsg, "maximum context length") || strings.Contains(lowerMsg, "context_length_exceeded")):
+		e.Class = llm.ClassPromptTooLong
+	case status >= 400 && status < 500 && (code == "content_filter" || code == "content_policy_violation" ||
+		typ == "content_filter" || typ == "content_policy_violation"):
+		e.Class = llm.ClassContentFilter
+	case status >= 400 && status < 500:
+		e.Class = llm.ClassBadRequest
+	default:
+		// 5xx, and anything else unexpected: transient until proven
+		// otherwise (see llm.Classify).
+		e.Class = llm.ClassServer
+		e.RetryAfter = retryAfter(h, p.cfg.Clock.Now())
+	}
+	return e
+}
+
+// describe builds the user-facing message: the provider's, or the status
+// text, with the error code appended for searching provider docs.
+func (p *Provider) describe(status int, code, message string) string {
+	msg := strings.TrimSpace(message)
+	if msg == "" {
+		msg = strings.TrimSpace(fmt.Sprintf("%d %s", status, http.StatusText(status)))
+	}
+	if code != "" && !strings.Contains(msg, code) {
+		msg += " (" + code + ")"
+	}
+	return p.clean(msg)
+}
+
+// clean removes the API key and bounds the length of a provider message.
+func (p *Provider) clean(msg string) string {
+	msg = redact(msg, p.cfg.APIKey)
+	if r := []rune(msg); len(r) > maxMessageRunes {
+		msg = string(r[:maxMessageRunes]) + "…"
+	}
+	return msg
+}
+
+// retryAfter reads how long the provider asked us to wait: retry-after-ms
+// (OpenAI, Azure: the most precise), then Retry-After (seconds or an HTTP
+// date), then, when a limit is spent, its x-ratelimit-reset-* hint. 0 when
+// none is usable.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if h == nil {
+		return 0
+	}
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && !math.IsInf(ms, 0) {
+			return capDuration(ms * float64(time.Millisecond))
+		}
+	}
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		if secs, err := strconv.ParseFloat(v, 64); err == nil {
+			if secs > 0 && !math.IsInf(secs, 0) {
+				return capDuration(secs * float64(time.Second))
+			}
+			return 0
+		}
+		if at, err := http.ParseTime(v); err == nil {
+			return max(at.Sub(now), 0)
+		}
+	}
+	var d time.Duration
+	for _, kind := range []string{"requests", "tokens"} {
+		if strings.TrimSpace(h.Get("X-Ratelimit-Remaining-"+kind)) != "0" {
+			continue
+		}
+		if reset, err := time.ParseDuration(strings.TrimSpace(h.Get("X-Ratelimit-Reset-" + kind))); err == nil {
+			d = max(d, reset)
+		}
+	}
+	return d
+}
+
+// capDuration converts nanoseconds to a Duration without overflowing.
+func capDuration(ns float64) time.Duration {
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
+
+// redacted hides the API key in a transport error's text (a base URL may
+// carry it as a query parameter) while keeping the chain for errors.Is/As.
+type redacted struct {
+	err error
+	key string
+}
+
+func (r *redacted) Error() string { return redact(r.err.Error(), r.key) }
+func (r *redacted) Unwrap() error { return r.err }
+
+func redact(s, key string) string {
+	if key == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, key, "[redacted]")
+}
+
+// redactURL drops the query and user info, where credentials live.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if i := strings.IndexAny(raw, "?@"); i >= 0 {
+			return raw[:i] + "…"
+		}
+		return raw
+	}
+	u.RawQuery, u.User = "", nil
+	return u.String()
+}

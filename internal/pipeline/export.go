@@ -1,0 +1,199 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/batchgen/batchgen/internal/blob"
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// ErrNotReady is returned by Export for a task whose batches are not all done.
+var ErrNotReady = errors.New("task is not ready for export")
+
+// ResultColumns are the columns the export adds after the input columns.
+var ResultColumns = []string{"output", "status", "error", "error_class", "cached", "attempts", "latency_ms"}
+
+// exportPage is how many rows are read from the store at a time; the
+// export's memory is bounded by one page plus the writer's buffer.
+const exportPage = 500
+
+// Exporter writes a task's result workbook.
+type Exporter struct {
+	Store  store.Store
+	Blobs  blob.Store
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// Export writes the result workbook of a task whose batches are all done to
+// ResultKey(task) and moves the task to SUCCEEDED or PARTIAL. It is
+// idempotent: a task already exported is returned as is, and an export that
+// died halfway is simply written again.
+func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error) {
+	task, err := e.Store.GetTask(ctx, taskID)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("export %s: load task: %w", taskID, err)
+	}
+	if task.State.Final() {
+		return task, nil
+	}
+	if task.BatchesDone < task.BatchesTotal {
+		return task, fmt.Errorf("export %s: %d of %d batches done: %w", taskID, task.BatchesDone, task.BatchesTotal, ErrNotReady)
+	}
+	if task.State != store.TaskExporting {
+		task, err = e.Store.TransitionTask(ctx, store.TransitionTaskParams{
+			ID: taskID, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskExporting, Now: e.Clock.Now(),
+		})
+		if isConflict(err) {
+			if task, err = e.Store.GetTask(ctx, taskID); err == nil && task.State.Final() {
+				return task, nil
+			}
+		}
+		if err != nil {
+			return store.Task{}, fmt.Errorf("export %s: mark exporting: %w", taskID, err)
+		}
+	}
+
+	key := ResultKey(taskID)
+	pr, pw := io.Pipe()
+	written := make(chan exportCounts, 1)
+	go func() {
+		c, err := e.WriteResult(ctx, task, pw)
+		pw.CloseWithError(err)
+		written <- c
+	}()
+	if err := e.Blobs.Put(ctx, key, pr); err != nil {
+		pr.CloseWithError(err)
+		<-written
+		return task, fmt.Errorf("export %s: write %s: %w", taskID, key, err)
+	}
+	counts := <-written
+	final := store.TaskSucceeded
+	if counts.failed > 0 {
+		final = store.TaskPartial
+	}
+	done, err := e.Store.TransitionTask(ctx, store.TransitionTaskParams{
+		ID: taskID, From: []store.TaskState{store.TaskExporting}, To: final, ResultKey: key, Now: e.Clock.Now(),
+	})
+	if isConflict(err) {
+		return e.Store.GetTask(ctx, taskID)
+	}
+	if err != nil {
+		return task, fmt.Errorf("export %s: mark %s: %w", taskID, final, err)
+	}
+	e.logger().Info("task exported", "task", taskID, "state", done.State, "rows", counts.rows, "failed", counts.failed, "key", key)
+	return done, nil
+}
+
+type exportCounts struct{ rows, failed int }
+
+// WriteResult streams the result workbook of task to w: every input column
+// in input order, then ResultColumns, one row per input row in row order.
+func (e *Exporter) WriteResult(ctx context.Context, task store.Task, w io.Writer) (exportCounts, error) {
+	var counts exportCounts
+	header := append(slices.Clone(task.Header), resultColumnNames(task.Header)...)
+	sw, err := sheet.NewWriter(resultSheetName(task), header)
+	if err != nil {
+		return counts, fmt.Errorf("start workbook: %w", err)
+	}
+	defer sw.Close()
+	next := 1
+	for {
+		rows, err := e.Store.ListRows(ctx, store.ListRowsParams{TaskID: task.ID, FromNo: next, Limit: exportPage})
+		if err != nil {
+			return counts, fmt.Errorf("read rows from %d: %w", next, err)
+		}
+		for _, r := range rows {
+			if r.No != next {
+				return counts, fmt.Errorf("row %d is missing from the store (found %d)", next, r.No)
+			}
+			if err := sw.WriteRow(resultRow(task, r)); err != nil {
+				return counts, fmt.Errorf("write row %d: %w", r.No, err)
+			}
+			counts.rows++
+			if r.State != store.RowSucceeded && r.State != store.RowSkipped {
+				counts.failed++
+			}
+			next++
+		}
+		if len(rows) < exportPage {
+			break
+		}
+	}
+	if counts.rows != task.RowsTotal {
+		return counts, fmt.Errorf("found %d rows, the task has %d", counts.rows, task.RowsTotal)
+	}
+	if _, err := sw.WriteTo(w); err != nil {
+		return counts, fmt.Errorf("write workbook: %w", err)
+	}
+	return counts, nil
+}
+
+func resultRow(task store.Task, r store.Row) []string {
+	values := make([]string, 0, len(task.Header)+len(ResultColumns))
+	values = append(values, r.Values...)
+	for len(values) < len(task.Header) {
+		values = append(values, "")
+	}
+	status, errText, class := "failed", r.Error, r.ErrorClass
+	switch r.State {
+	case store.RowSucceeded:
+		status, errText, class = "succeeded", "", ""
+	case store.RowSkipped:
+		status, errText, class = "skipped", "blank row: not sent to the model", ""
+	case store.RowPending:
+		// Only reachable for a cancelled task: the row never ran.
+		status = "not_started"
+	}
+	cached := ""
+	if r.State == store.RowSucceeded {
+		cached = strconv.FormatBool(r.Cached)
+	}
+	latency := ""
+	if r.LatencyMS > 0 {
+		latency = strconv.FormatInt(r.LatencyMS, 10)
+	}
+	return append(values, r.Output, status, errText, class, cached, strconv.Itoa(r.Attempts), latency)
+}
+
+// resultColumnNames returns ResultColumns, prefixed with "batchgen_" where
+// the input already has a column of that name, so no header is duplicated.
+func resultColumnNames(header []string) []string {
+	taken := map[string]bool{}
+	for _, h := range header {
+		taken[strings.TrimSpace(h)] = true
+	}
+	names := make([]string, len(ResultColumns))
+	for i, c := range ResultColumns {
+		name := c
+		for taken[name] {
+			name = "batchgen_" + name
+		}
+		taken[name] = true
+		names[i] = name
+	}
+	return names
+}
+
+func resultSheetName(task store.Task) string {
+	if task.Sheet != "" {
+		return task.Sheet
+	}
+	return "result"
+}
+
+func (e *Exporter) logger() *slog.Logger {
+	if e.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return e.Logger
+}

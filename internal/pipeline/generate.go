@@ -1,0 +1,532 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/prompt"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// Limiter paces model calls to the provider's quota. quota.Local implements
+// it for one process; a DynamoDB-backed limiter shares it across Lambdas.
+type Limiter interface {
+	// Wait blocks until one request may start, or ctx ends.
+	Wait(ctx context.Context) error
+	// Penalize reports a 429: nobody should start a request before
+	// retryAfter has passed, and the rate should back off.
+	Penalize(retryAfter time.Duration)
+}
+
+// GeneratorConfig tunes the generator. Zero fields take the defaults.
+type GeneratorConfig struct {
+	// Concurrency bounds in-flight model calls across all batches of this
+	// generator. Defaults to 8.
+	Concurrency int
+	// Lease is how long a claim lasts without renewal; it is renewed every
+	// Lease/3 while the batch runs. Defaults to 2 minutes.
+	Lease time.Duration
+	// CallTimeout bounds one model call. Defaults to 60 seconds.
+	CallTimeout time.Duration
+	// CallsPerRound is how many calls a row gets within one claim of its
+	// batch before the batch is released for later redelivery. Defaults to 3.
+	CallsPerRound int
+	// Rounds is how many claims' worth of calls a row gets in all; a row
+	// still failing retryably after CallsPerRound*Rounds calls is FAILED with
+	// class retry_exhausted. Defaults to 4.
+	Rounds int
+	// RetryDelays are the graded redelivery delays after round 1, 2, 3...;
+	// the last repeats. Defaults to 10s, 60s, 300s.
+	RetryDelays []time.Duration
+	// BackoffBase and BackoffMax shape the in-round backoff between calls
+	// (exponential with jitter). Default to 500ms and 20s.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+}
+
+func (c GeneratorConfig) withDefaults() GeneratorConfig {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.Lease <= 0 {
+		c.Lease = 2 * time.Minute
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 60 * time.Second
+	}
+	if c.CallsPerRound <= 0 {
+		c.CallsPerRound = 3
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 4
+	}
+	if c.RetryDelays == nil {
+		c.RetryDelays = []time.Duration{10 * time.Second, 60 * time.Second, 300 * time.Second}
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = 500 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 20 * time.Second
+	}
+	return c
+}
+
+// Generator processes batch messages: claim, generate, persist, finish.
+// One Generator is shared by all workers of a process; its concurrency limit
+// and its memory of fatal provider errors are process-wide.
+type Generator struct {
+	Store store.Store
+	// Cache, when non-nil, short-circuits prompts answered before.
+	Cache    store.Cache
+	Provider llm.Provider
+	// Limiter, when non-nil, paces calls to the provider's quota.
+	Limiter Limiter
+	Exports ExportStarter
+	Clock   clock.Clock
+	Logger  *slog.Logger
+	// Observer, when non-nil, receives row events.
+	Observer Observer
+	// Owner names this worker in claims, for operators.
+	Owner  string
+	Config GeneratorConfig
+
+	once  sync.Once
+	cfg   GeneratorConfig
+	sem   chan struct{}
+	fatal atomic.Pointer[llm.Error]
+}
+
+// Delivery is one queue message handed to the generator.
+type Delivery struct {
+	Body         []byte
+	ReceiveCount int
+	// KeepAlive, when non-nil, is called whenever the batch's lease is
+	// renewed so the caller can extend the message's visibility too.
+	KeepAlive func(ctx context.Context) error
+}
+
+// Outcome tells the caller what to do with the message.
+type Outcome struct {
+	// Ack means delete the message: the batch is done, or someone else owns
+	// it.
+	Ack bool
+	// RetryAfter, when Ack is false and Err is nil, is the delay after which
+	// the message should be delivered again (the graded backoff).
+	RetryAfter time.Duration
+	// Err is a failure to handle the message at all. A *PoisonError will
+	// never succeed; other errors are transient. Either way the message is
+	// left for the queue to redeliver and, eventually, dead-letter.
+	Err error
+}
+
+func (g *Generator) init() {
+	g.once.Do(func() {
+		g.cfg = g.Config.withDefaults()
+		g.sem = make(chan struct{}, g.cfg.Concurrency)
+		if g.Clock == nil {
+			g.Clock = clock.Real{}
+		}
+		if g.Logger == nil {
+			g.Logger = slog.New(slog.DiscardHandler)
+		}
+	})
+}
+
+// Process handles one batch message.
+func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
+	g.init()
+	msg, err := DecodeBatchMessage(d.Body)
+	if err != nil {
+		return Outcome{Err: &PoisonError{Err: err}}
+	}
+	task, err := g.Store.GetTask(ctx, msg.TaskID)
+	if errors.Is(err, store.ErrNotFound) {
+		return Outcome{Err: &PoisonError{Err: fmt.Errorf("task %s does not exist", msg.TaskID)}}
+	}
+	if err != nil {
+		return Outcome{Err: fmt.Errorf("batch %s/%d: load task: %w", msg.TaskID, msg.BatchNo, err)}
+	}
+	if task.State.Final() || task.State == store.TaskExporting {
+		return Outcome{Ack: true}
+	}
+	if msg.BatchNo > task.BatchesTotal {
+		return Outcome{Err: &PoisonError{Err: fmt.Errorf("task %s has %d batches, not %d", task.ID, task.BatchesTotal, msg.BatchNo)}}
+	}
+	now := g.Clock.Now()
+	b, err := g.Store.ClaimBatch(ctx, store.ClaimBatchParams{
+		TaskID: task.ID, BatchNo: msg.BatchNo, Owner: g.Owner, Now: now, LeaseUntil: now.Add(g.cfg.Lease),
+	})
+	switch {
+	case isConflict(err):
+		// Someone else owns the batch or it is done. If it is done, make
+		// sure its task's export was started: the worker that finished the
+		// last batch may have died between finishing and starting it.
+		if err := g.ensureExport(ctx, task.ID, msg.BatchNo); err != nil {
+			return Outcome{Err: err}
+		}
+		return Outcome{Ack: true}
+	case errors.Is(err, store.ErrNotFound):
+		return Outcome{Err: &PoisonError{Err: fmt.Errorf("batch %s/%d does not exist", task.ID, msg.BatchNo)}}
+	case err != nil:
+		return Outcome{Err: fmt.Errorf("claim batch %s/%d: %w", task.ID, msg.BatchNo, err)}
+	}
+	return g.runBatch(ctx, task, b, d.KeepAlive)
+}
+
+func (g *Generator) ensureExport(ctx context.Context, taskID string, batchNo int) error {
+	b, err := g.Store.GetBatch(ctx, taskID, batchNo)
+	if err != nil {
+		return fmt.Errorf("batch %s/%d: check state: %w", taskID, batchNo, err)
+	}
+	if b.State != store.BatchDone {
+		return nil
+	}
+	task, err := g.Store.GetTask(ctx, taskID)
+	if err != nil {
+		return fmt.Errorf("task %s: check state: %w", taskID, err)
+	}
+	return g.maybeExport(ctx, task)
+}
+
+func (g *Generator) maybeExport(ctx context.Context, task store.Task) error {
+	if task.BatchesDone < task.BatchesTotal || task.State.Final() {
+		return nil
+	}
+	if err := g.Exports.StartExport(ctx, task.ID); err != nil {
+		return fmt.Errorf("task %s: start export: %w", task.ID, err)
+	}
+	return nil
+}
+
+// rowOutcome is what generating one row came to.
+type rowOutcome struct {
+	result store.RowResult
+	// fenced means the write was refused: the batch has a newer owner.
+	fenced bool
+	// aborted means the row was not finished because the batch context
+	// ended (shutdown or lost lease); it stays as it was.
+	aborted bool
+}
+
+func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch, keepAlive func(context.Context) error) Outcome {
+	log := g.Logger.With("task", task.ID, "batch", b.No, "attempt", b.Attempt)
+	batchCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost atomic.Bool
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		g.heartbeat(batchCtx, b, keepAlive, func() { lost.Store(true); cancel() }, log)
+	}()
+	finish := func(o Outcome) Outcome {
+		cancel()
+		<-hbDone
+		return o
+	}
+
+	tpl, err := prompt.Parse(task.Spec.Prompt)
+	var bound *prompt.Bound
+	if err == nil {
+		bound, err = tpl.Bind(task.Header)
+	}
+	if err != nil {
+		// Validated at split time; reaching this means the task record is
+		// damaged. Leave the message to be dead-lettered.
+		return finish(Outcome{Err: &PoisonError{Err: fmt.Errorf("task %s: prompt: %w", task.ID, err)}})
+	}
+
+	rows, err := g.Store.ListRows(batchCtx, store.ListRowsParams{TaskID: task.ID, FromNo: b.FirstRow, ToNo: b.FirstRow + b.RowCount - 1})
+	if err != nil {
+		g.release(ctx, b, err.Error(), log)
+		return finish(Outcome{Err: fmt.Errorf("batch %s/%d: load rows: %w", task.ID, b.No, err)})
+	}
+
+	outcomes := make([]rowOutcome, len(rows))
+	var wg sync.WaitGroup
+	for i := range rows {
+		if rows[i].State.Final() {
+			outcomes[i] = rowOutcome{result: rows[i].RowResult}
+			continue
+		}
+		select {
+		case g.sem <- struct{}{}:
+		case <-batchCtx.Done():
+			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
+			continue
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-g.sem }()
+			outcomes[i] = g.generateRow(batchCtx, task, b, rows[i], bound)
+			if outcomes[i].fenced {
+				lost.Store(true)
+				cancel()
+			}
+		}(i)
+	}
+	wg.Wait()
+
+	if lost.Load() {
+		log.Warn("batch taken over by a newer claim; leaving it to the new owner")
+		return finish(Outcome{Ack: true})
+	}
+	var succeeded, failed, skipped, pending, maxAttempts int
+	var lastErr string
+	aborted := false
+	for _, o := range outcomes {
+		switch o.result.State {
+		case store.RowSucceeded:
+			succeeded++
+		case store.RowFailed:
+			failed++
+		case store.RowSkipped:
+			skipped++
+		default:
+			pending++
+			maxAttempts = max(maxAttempts, o.result.Attempts)
+			if o.result.Error != "" {
+				lastErr = o.result.Error
+			}
+		}
+		aborted = aborted || o.aborted
+	}
+	if pending > 0 {
+		delay := time.Duration(0)
+		if !aborted {
+			round := (maxAttempts + g.cfg.CallsPerRound - 1) / g.cfg.CallsPerRound
+			delay = retryDelay(g.cfg.RetryDelays, round)
+		}
+		g.release(ctx, b, lastErr, log)
+		log.Info("batch released for a later attempt", "pending_rows", pending, "delay", delay, "last_error", lastErr)
+		return finish(Outcome{RetryAfter: delay})
+	}
+	t, err := g.Store.FinishBatch(ctx, store.FinishBatchParams{
+		TaskID: task.ID, BatchNo: b.No, Attempt: b.Attempt,
+		Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: g.Clock.Now(),
+	})
+	if isConflict(err) {
+		log.Warn("batch finished by someone else")
+		return finish(Outcome{Ack: true})
+	}
+	if err != nil {
+		return finish(Outcome{Err: fmt.Errorf("finish batch %s/%d: %w", task.ID, b.No, err)})
+	}
+	log.Debug("batch done", "succeeded", succeeded, "failed", failed, "batches_done", t.BatchesDone, "batches_total", t.BatchesTotal)
+	if err := g.maybeExport(ctx, t); err != nil {
+		// The batch is done; a redelivery of this message will find it DONE
+		// and retry the export start (see ensureExport).
+		return finish(Outcome{Err: err})
+	}
+	return finish(Outcome{Ack: true})
+}
+
+// heartbeat renews the lease every Lease/3 until ctx ends. If the lease is
+// lost to a newer claim it calls onLost.
+func (g *Generator) heartbeat(ctx context.Context, b store.Batch, keepAlive func(context.Context) error, onLost func(), log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.Clock.After(g.cfg.Lease / 3):
+		}
+		now := g.Clock.Now()
+		err := g.Store.RenewLease(ctx, store.RenewLeaseParams{
+			TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LeaseUntil: now.Add(g.cfg.Lease), Now: now,
+		})
+		if isConflict(err) {
+			log.Warn("lease lost to a newer claim")
+			onLost()
+			return
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("renew lease failed; will try again", "error", err)
+			}
+			continue
+		}
+		if keepAlive != nil {
+			if err := keepAlive(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("extend message visibility failed", "error", err)
+			}
+		}
+	}
+}
+
+func (g *Generator) release(ctx context.Context, b store.Batch, lastErr string, log *slog.Logger) {
+	// Use a context that survives shutdown so the release itself is not
+	// cancelled; if it still fails, the lease expires and the batch is
+	// claimable anyway.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := g.Store.ReleaseBatch(rctx, store.ReleaseBatchParams{
+		TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LastError: truncate(lastErr, 1000), Now: g.Clock.Now(),
+	})
+	if err != nil && !isConflict(err) {
+		log.Warn("release batch failed; its lease will expire instead", "error", err)
+	}
+}
+
+// CacheKey hashes everything that changes a model's output.
+func CacheKey(provider string, req llm.Request) string {
+	b, _ := json.Marshal(struct {
+		Provider    string   `json:"p"`
+		Model       string   `json:"m"`
+		System      string   `json:"s"`
+		Prompt      string   `json:"u"`
+		Temperature *float64 `json:"t,omitempty"`
+		TopP        *float64 `json:"tp,omitempty"`
+		MaxTokens   int      `json:"mt,omitempty"`
+	}{provider, req.Model, req.System, req.Prompt, req.Temperature, req.TopP, req.MaxTokens})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func (g *Generator) generateRow(ctx context.Context, task store.Task, b store.Batch, row store.Row, bound *prompt.Bound) rowOutcome {
+	spec := task.Spec
+	req := llm.Request{
+		Model: spec.Model, System: spec.System, Prompt: bound.Render(row.Values),
+		Temperature: spec.Temperature, TopP: spec.TopP, MaxTokens: spec.MaxTokens,
+	}
+	key := CacheKey(spec.Provider, req)
+	prior := row.RowResult
+	if g.Cache != nil {
+		out, ok, err := g.Cache.GetCached(ctx, key)
+		if err != nil {
+			g.Logger.Warn("cache lookup failed; calling the model", "task", task.ID, "row", row.No, "error", err)
+		}
+		if ok {
+			return g.save(ctx, b, row.No, store.RowResult{State: store.RowSucceeded, Output: out, Cached: true, Attempts: prior.Attempts}, 0, "")
+		}
+	}
+	attempts := prior.Attempts
+	maxAttempts := g.cfg.CallsPerRound * g.cfg.Rounds
+	var last *llm.Error
+	for i := 0; i < g.cfg.CallsPerRound && attempts < maxAttempts; i++ {
+		if f := g.fatal.Load(); f != nil {
+			return g.save(ctx, b, row.No, store.RowResult{
+				State: store.RowFailed, ErrorClass: string(f.Class), Attempts: attempts,
+				Error: "not sent: the provider refused an earlier call in this run: " + f.Error(),
+			}, 0, string(f.Class))
+		}
+		if g.Limiter != nil {
+			if err := g.Limiter.Wait(ctx); err != nil {
+				return rowOutcome{result: prior, aborted: true}
+			}
+		}
+		callCtx, cancelCall := context.WithTimeout(ctx, g.cfg.CallTimeout)
+		start := time.Now()
+		resp, err := g.Provider.Generate(callCtx, req)
+		latency := time.Since(start)
+		cancelCall()
+		if err == nil {
+			attempts++
+			if g.Cache != nil {
+				if err := g.Cache.PutCached(context.WithoutCancel(ctx), key, resp.Text); err != nil {
+					g.Logger.Warn("cache store failed", "task", task.ID, "row", row.No, "error", err)
+				}
+			}
+			return g.save(ctx, b, row.No, store.RowResult{
+				State: store.RowSucceeded, Output: resp.Text, Attempts: attempts, LatencyMS: latency.Milliseconds(),
+			}, 1, "")
+		}
+		if ctx.Err() != nil {
+			// Shutdown or lost lease, not the call's own timeout: the call
+			// did not count and the row stays as it was.
+			return rowOutcome{result: prior, aborted: true}
+		}
+		attempts++
+		e := llm.Classify(err)
+		last = e
+		if e.Class.Fatal() {
+			g.fatal.CompareAndSwap(nil, e)
+		}
+		if !e.Class.Retryable() {
+			return g.save(ctx, b, row.No, store.RowResult{
+				State: store.RowFailed, Error: e.Error(), ErrorClass: string(e.Class), Attempts: attempts, LatencyMS: latency.Milliseconds(),
+			}, 1, string(e.Class))
+		}
+		g.observe(Event{TaskID: task.ID, RowNo: row.No, State: store.RowPending, Calls: 1, ErrorClass: string(e.Class)})
+		if e.Class == llm.ClassRateLimited && g.Limiter != nil {
+			g.Limiter.Penalize(e.RetryAfter)
+		}
+		if i == g.cfg.CallsPerRound-1 || attempts >= maxAttempts {
+			break
+		}
+		wait := g.backoff(i, e)
+		select {
+		case <-ctx.Done():
+			return rowOutcome{result: store.RowResult{State: store.RowPending, Attempts: attempts, Error: e.Error(), ErrorClass: string(e.Class)}, aborted: true}
+		case <-g.Clock.After(wait):
+		}
+	}
+	res := store.RowResult{State: store.RowPending, Attempts: attempts}
+	if last != nil {
+		res.Error, res.ErrorClass = last.Error(), string(last.Class)
+	}
+	if attempts >= maxAttempts {
+		res.State = store.RowFailed
+		res.ErrorClass = string(llm.ClassRetryExhausted)
+		res.Error = fmt.Sprintf("gave up after %d attempts; last error: %s", attempts, res.Error)
+		return g.save(ctx, b, row.No, res, 0, res.ErrorClass)
+	}
+	return g.save(ctx, b, row.No, res, 0, "")
+}
+
+// backoff is exponential with equal jitter, at least the provider's
+// Retry-After (the limiter also holds every worker back for that long).
+func (g *Generator) backoff(i int, e *llm.Error) time.Duration {
+	d := g.cfg.BackoffBase << i
+	if d > g.cfg.BackoffMax || d <= 0 {
+		d = g.cfg.BackoffMax
+	}
+	d = d/2 + rand.N(d/2+1)
+	if e.RetryAfter > d {
+		d = min(e.RetryAfter, g.cfg.BackoffMax)
+	}
+	return d
+}
+
+func (g *Generator) save(ctx context.Context, b store.Batch, rowNo int, res store.RowResult, calls int, class string) rowOutcome {
+	// Persist even if the batch context was just cancelled (shutdown): the
+	// call was made and paid for, so its result must not be lost.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	err := g.Store.SaveRowResult(sctx, store.SaveRowResultParams{
+		TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, RowNo: rowNo, Result: res, Now: g.Clock.Now(),
+	})
+	if isConflict(err) {
+		return rowOutcome{result: res, fenced: true}
+	}
+	if err != nil {
+		g.Logger.Error("save row result failed; the row will be retried", "task", b.TaskID, "row", rowNo, "error", err)
+		return rowOutcome{result: store.RowResult{State: store.RowPending, Attempts: res.Attempts, Error: "could not save result: " + err.Error()}, aborted: true}
+	}
+	g.observe(Event{TaskID: b.TaskID, RowNo: rowNo, State: res.State, Cached: res.Cached, Calls: calls, ErrorClass: class})
+	return rowOutcome{result: res}
+}
+
+func (g *Generator) observe(e Event) {
+	if g.Observer != nil {
+		g.Observer(e)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

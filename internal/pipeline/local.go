@@ -1,0 +1,161 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/queue"
+)
+
+// LocalWorkers is the embedded runtime's stand-in for the SQS event source
+// mapping: goroutines that poll the queue, hand each message to the
+// generator and apply its outcome to the message.
+type LocalWorkers struct {
+	Queue     queue.Queue
+	Generator *Generator
+	// Workers is the number of batches processed at once. Defaults to 2.
+	Workers int
+	// Visibility is the queue's visibility timeout; the message is kept
+	// invisible this long past each lease renewal. Defaults to 5 minutes.
+	Visibility time.Duration
+	// PollInterval is the wait after an empty receive. Defaults to 100ms.
+	PollInterval time.Duration
+	// ErrorDelay is how long a message that failed to process stays
+	// invisible before it is retried. Defaults to 5s.
+	ErrorDelay time.Duration
+	Clock      clock.Clock
+	Logger     *slog.Logger
+}
+
+// Run processes messages until ctx ends. It returns nil on cancellation;
+// per-message failures are logged and left to the queue's redelivery.
+func (w *LocalWorkers) Run(ctx context.Context) error {
+	workers := w.Workers
+	if workers <= 0 {
+		workers = 2
+	}
+	if w.Visibility <= 0 {
+		w.Visibility = 5 * time.Minute
+	}
+	if w.PollInterval <= 0 {
+		w.PollInterval = 100 * time.Millisecond
+	}
+	if w.ErrorDelay <= 0 {
+		w.ErrorDelay = 5 * time.Second
+	}
+	if w.Clock == nil {
+		w.Clock = clock.Real{}
+	}
+	if w.Logger == nil {
+		w.Logger = slog.New(slog.DiscardHandler)
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (w *LocalWorkers) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		ds, err := w.Queue.Receive(ctx, 1)
+		if err != nil && ctx.Err() == nil {
+			w.Logger.Warn("receive from queue failed", "error", err)
+		}
+		if len(ds) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.Clock.After(w.PollInterval):
+			}
+			continue
+		}
+		for _, d := range ds {
+			w.handle(ctx, d)
+		}
+	}
+}
+
+func (w *LocalWorkers) handle(ctx context.Context, d queue.Delivery) {
+	out := w.Generator.Process(ctx, Delivery{
+		Body:         d.Body,
+		ReceiveCount: d.ReceiveCount,
+		KeepAlive: func(ctx context.Context) error {
+			return w.Queue.ChangeVisibility(ctx, d.Receipt, w.Visibility)
+		},
+	})
+	// Acknowledge even when shutting down: the outcome is already persisted.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	switch {
+	case out.Ack:
+		if err := w.Queue.Delete(actx, d.Receipt); err != nil {
+			w.Logger.Warn("delete message failed; it will be redelivered and acknowledged then", "error", err)
+		}
+	case out.Err != nil:
+		var poison *PoisonError
+		if errors.As(out.Err, &poison) {
+			// Leave it invisible for the whole visibility timeout; after the
+			// queue's maximum receive count it moves to the dead-letter queue.
+			w.Logger.Error("poison message; it will be dead-lettered", "message_id", d.ID, "receive_count", d.ReceiveCount, "error", out.Err)
+			return
+		}
+		w.Logger.Warn("message failed; will retry", "message_id", d.ID, "error", out.Err)
+		w.redeliverAfter(actx, d, w.ErrorDelay)
+	default:
+		w.redeliverAfter(actx, d, out.RetryAfter)
+	}
+}
+
+// redeliverAfter makes the message visible again after delay. If its receipt
+// went stale (the visibility expired meanwhile), a fresh message is sent
+// instead so the batch is never left without one.
+func (w *LocalWorkers) redeliverAfter(ctx context.Context, d queue.Delivery, delay time.Duration) {
+	err := w.Queue.ChangeVisibility(ctx, d.Receipt, delay)
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, queue.ErrNotFound) {
+		w.Logger.Warn("change visibility failed; sending a fresh message", "error", err)
+	}
+	if err := w.Queue.Send(ctx, []queue.Outgoing{{Body: d.Body, Delay: delay}}); err != nil {
+		w.Logger.Error("re-send message failed; the sweeper will re-enqueue the batch", "error", err)
+		return
+	}
+	_ = w.Queue.Delete(ctx, d.Receipt)
+}
+
+// ExportSignal is the embedded ExportStarter: it tells the run loop which
+// tasks are ready, and the run loop calls Exporter.Export itself so export
+// errors reach the user directly.
+type ExportSignal struct {
+	once sync.Once
+	ch   chan string
+}
+
+// C returns the channel of task ids ready for export.
+func (s *ExportSignal) C() <-chan string { return s.channel() }
+
+func (s *ExportSignal) channel() chan string {
+	s.once.Do(func() { s.ch = make(chan string, 16) })
+	return s.ch
+}
+
+// StartExport signals that taskID is ready. It never blocks: if the run
+// loop is behind, it will find the task ready when it looks.
+func (s *ExportSignal) StartExport(_ context.Context, taskID string) error {
+	select {
+	case s.channel() <- taskID:
+	default:
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+// Package pipeline holds the use cases of batchgen, written once against the
+// ports (store, queue, blob, llm, clock) and run unchanged by the embedded
+// runtime (cmd/batchgen) and the AWS runtime (functions/*):
+//
+//   - Splitter: validate a sheet, create the task, write rows and batches,
+//     enqueue one small message per batch.
+//   - Generator: claim a batch with a conditional write, generate its rows
+//     under a quota and a concurrency limit, persist each result at once,
+//     classify failures, finish the batch atomically and trigger the export.
+//   - Exporter: stream the results in row order into the result workbook.
+package pipeline
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// BatchMessage is the body of a queue message: a reference to a batch,
+// never the rows themselves.
+type BatchMessage struct {
+	TaskID  string `json:"task_id"`
+	BatchNo int    `json:"batch_no"`
+}
+
+// EncodeBatchMessage returns the queue body for a batch.
+func EncodeBatchMessage(taskID string, batchNo int) []byte {
+	b, _ := json.Marshal(BatchMessage{TaskID: taskID, BatchNo: batchNo}) // cannot fail: strings and ints
+	return b
+}
+
+// DecodeBatchMessage parses a queue body, rejecting anything that is not a
+// well-formed batch reference.
+func DecodeBatchMessage(body []byte) (BatchMessage, error) {
+	var m BatchMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return m, fmt.Errorf("decode batch message %.80q: %w", body, err)
+	}
+	if m.TaskID == "" || m.BatchNo < 1 {
+		return m, fmt.Errorf("decode batch message %.80q: task_id and batch_no >= 1 are required", body)
+	}
+	return m, nil
+}
+
+// RejectedError is an input that was refused before anything was written:
+// a bad sheet, a bad template or a placeholder naming no column. Its message
+// is meant for the user as is.
+type RejectedError struct{ Err error }
+
+func (e *RejectedError) Error() string { return e.Err.Error() }
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// PoisonError is a queue message that can never be processed (malformed, or
+// naming a task or batch that does not exist). It is left for the queue to
+// dead-letter.
+type PoisonError struct{ Err error }
+
+func (e *PoisonError) Error() string { return "poison message: " + e.Err.Error() }
+func (e *PoisonError) Unwrap() error { return e.Err }
+
+// DeriveTaskID returns the task id for an input and a spec: the same input
+// content (or the same object version) with the same settings always gives
+// the same id, so running a job again continues it instead of paying twice.
+// sourceIdentity is a content hash, or an object key plus its ETag/version.
+func DeriveTaskID(sourceIdentity string, spec store.TaskSpec) string {
+	specJSON, _ := json.Marshal(spec) // cannot fail: plain struct
+	h := sha256.New()
+	h.Write([]byte(sourceIdentity))
+	h.Write([]byte{0})
+	h.Write(specJSON)
+	return hex.EncodeToString(h.Sum(nil))[:20]
+}
+
+// ResultKey is the blob key of a task's result workbook.
+func ResultKey(taskID string) string { return "results/" + taskID + ".xlsx" }
+
+// Event is a progress notification from the generator, for progress bars and
+// metrics. It is informational; nothing depends on receiving it.
+type Event struct {
+	TaskID string
+	RowNo  int
+	State  store.RowState
+	Cached bool
+	// Calls is the number of model calls this event accounts for.
+	Calls int
+	// ErrorClass is set for failed calls, retryable or not.
+	ErrorClass string
+}
+
+// Observer receives events; it must be fast and safe for concurrent use.
+type Observer func(Event)
+
+// ExportStarter starts the export of a task whose batches are all done. It
+// must be idempotent: a second start for the same task is a no-op (on AWS the
+// Step Functions execution is named after the task).
+type ExportStarter interface {
+	StartExport(ctx context.Context, taskID string) error
+}
+
+// isConflict reports whether err is the store's ErrConflict.
+func isConflict(err error) bool { return errors.Is(err, store.ErrConflict) }
+
+// retryDelay picks the graded redelivery delay for a batch whose rows have
+// used `round` invocations' worth of attempts (1-based).
+func retryDelay(delays []time.Duration, round int) time.Duration {
+	if len(delays) == 0 {
+		return 0
+	}
+	if round < 1 {
+		round = 1
+	}
+	if round > len(delays) {
+		round = len(delays)
+	}
+	return delays[round-1]
+}

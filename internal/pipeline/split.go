@@ -1,0 +1,228 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/prompt"
+	"github.com/batchgen/batchgen/internal/queue"
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// DefaultBatchSize is the number of rows per batch when the spec sets none.
+const DefaultBatchSize = 100
+
+// maxBatchSize bounds a batch so one claim never holds an unreasonable
+// amount of work under one lease.
+const maxBatchSize = 1000
+
+// sendChunk is how many messages go in one Send call (SQS's batch limit).
+const sendChunk = 10
+
+// rowChunk is how many rows go in one PutRows call.
+const rowChunk = 500
+
+// Splitter turns an input sheet into a task, its rows and batches, and the
+// queue messages that reference the batches.
+type Splitter struct {
+	Store  store.Store
+	Queue  queue.Queue
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// SplitParams describes one input to split.
+type SplitParams struct {
+	// TaskID is the derived id (see DeriveTaskID).
+	TaskID string
+	// Path is a local file holding the input.
+	Path string
+	// Source names the input for people (file name or object key).
+	Source string
+	// Spec is what to run. An empty Spec.Prompt takes the workbook's
+	// "prompt" sheet (cell A1); with neither, the input is rejected.
+	Spec store.TaskSpec
+	// Sheet selects the input sheet; empty takes the first visible one.
+	Sheet string
+	// Limits bound the input; zero fields take sheet's defaults.
+	Limits sheet.Limits
+}
+
+// Split validates the input completely, then creates the task and writes
+// its rows, batches and messages. It is idempotent and resumable: when the
+// task exists and is still PENDING (a split died halfway) it writes what is
+// missing; when it is past PENDING it returns the task unchanged.
+// Bad input returns *RejectedError and writes nothing.
+func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error) {
+	if existing, err := s.Store.GetTask(ctx, p.TaskID); err == nil && existing.State != store.TaskPending {
+		return existing, nil
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return store.Task{}, fmt.Errorf("split %s: look up task: %w", p.TaskID, err)
+	}
+
+	opts := sheet.Options{Sheet: p.Sheet, Limits: p.Limits, DisplayName: p.Source}
+	summary, err := sheet.Validate(p.Path, opts)
+	if err != nil {
+		return store.Task{}, rejectIfInput(err)
+	}
+	spec := p.Spec
+	if strings.TrimSpace(spec.Prompt) == "" {
+		if !summary.HasPrompt {
+			return store.Task{}, &RejectedError{Err: fmt.Errorf("%s: no prompt: pass --prompt or --prompt-file, or add a sheet named \"prompt\" with the template in cell A1", p.Source)}
+		}
+		spec.Prompt = summary.Prompt
+	}
+	tpl, err := prompt.Parse(spec.Prompt)
+	if err != nil {
+		return store.Task{}, &RejectedError{Err: err}
+	}
+	if _, err := tpl.Bind(summary.Header); err != nil {
+		return store.Task{}, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
+	}
+	if spec.BatchSize <= 0 {
+		spec.BatchSize = DefaultBatchSize
+	}
+	if spec.BatchSize > maxBatchSize {
+		spec.BatchSize = maxBatchSize
+	}
+
+	now := s.Clock.Now()
+	batches := (summary.Rows + spec.BatchSize - 1) / spec.BatchSize
+	task := store.Task{
+		ID:           p.TaskID,
+		State:        store.TaskPending,
+		Spec:         spec,
+		Source:       p.Source,
+		Sheet:        summary.Sheet,
+		Header:       summary.Header,
+		RowsTotal:    summary.Rows,
+		BatchesTotal: batches,
+		CreatedAt:    now,
+		UpdatedAt:    now,
+	}
+	if err := s.Store.CreateTask(ctx, task); err != nil && !isConflict(err) {
+		return store.Task{}, fmt.Errorf("split %s: create task: %w", p.TaskID, err)
+	}
+
+	if err := s.writeRows(ctx, p, opts, task); err != nil {
+		return store.Task{}, err
+	}
+	if err := s.enqueue(ctx, task.ID, batches); err != nil {
+		return store.Task{}, err
+	}
+	t, err := s.Store.TransitionTask(ctx, store.TransitionTaskParams{
+		ID: task.ID, From: []store.TaskState{store.TaskPending}, To: store.TaskRunning, Now: s.Clock.Now(),
+	})
+	if isConflict(err) {
+		return s.Store.GetTask(ctx, task.ID)
+	}
+	if err != nil {
+		return store.Task{}, fmt.Errorf("split %s: start task: %w", task.ID, err)
+	}
+	s.logger().Info("task split", "task", t.ID, "source", t.Source, "rows", t.RowsTotal, "batches", t.BatchesTotal)
+	return t, nil
+}
+
+func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Options, task store.Task) error {
+	r, err := sheet.Open(p.Path, opts)
+	if err != nil {
+		return rejectIfInput(err)
+	}
+	defer r.Close()
+
+	size := task.Spec.BatchSize
+	rows := make([]store.Row, 0, rowChunk)
+	var batches []store.Batch
+	no := 0
+	flush := func() error {
+		if len(rows) == 0 {
+			return nil
+		}
+		if err := s.Store.PutRows(ctx, rows); err != nil {
+			return fmt.Errorf("split %s: write rows %d-%d: %w", task.ID, rows[0].No, rows[len(rows)-1].No, err)
+		}
+		rows = rows[:0]
+		return nil
+	}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return rejectIfInput(err)
+		}
+		no++
+		row := store.Row{TaskID: task.ID, No: no, SheetRow: rec.SheetRow, Values: rec.Values}
+		if rec.Blank {
+			row.State = store.RowSkipped
+		}
+		rows = append(rows, row)
+		if len(rows) == cap(rows) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if no != task.RowsTotal {
+		return fmt.Errorf("split %s: input changed while reading: %d rows, validated %d", task.ID, no, task.RowsTotal)
+	}
+	now := s.Clock.Now()
+	for b := 1; b <= task.BatchesTotal; b++ {
+		first := (b-1)*size + 1
+		count := size
+		if first+count-1 > no {
+			count = no - first + 1
+		}
+		batches = append(batches, store.Batch{
+			TaskID: task.ID, No: b, FirstRow: first, RowCount: count, State: store.BatchPending, CreatedAt: now, UpdatedAt: now,
+		})
+	}
+	for start := 0; start < len(batches); start += rowChunk {
+		end := min(start+rowChunk, len(batches))
+		if err := s.Store.PutBatches(ctx, batches[start:end]); err != nil {
+			return fmt.Errorf("split %s: write batches %d-%d: %w", task.ID, start+1, end, err)
+		}
+	}
+	return nil
+}
+
+func (s *Splitter) enqueue(ctx context.Context, taskID string, batches int) error {
+	msgs := make([]queue.Outgoing, 0, sendChunk)
+	for b := 1; b <= batches; b++ {
+		msgs = append(msgs, queue.Outgoing{Body: EncodeBatchMessage(taskID, b)})
+		if len(msgs) == sendChunk || b == batches {
+			if err := s.Queue.Send(ctx, msgs); err != nil {
+				return fmt.Errorf("split %s: enqueue batches up to %d: %w", taskID, b, err)
+			}
+			msgs = msgs[:0]
+		}
+	}
+	return nil
+}
+
+func (s *Splitter) logger() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger
+}
+
+// rejectIfInput wraps sheet input errors as *RejectedError and passes other
+// errors (I/O) through.
+func rejectIfInput(err error) error {
+	var ie *sheet.InputError
+	if errors.As(err, &ie) {
+		return &RejectedError{Err: err}
+	}
+	return err
+}

@@ -1,0 +1,62 @@
+// Package queue is the work queue port: at-least-once delivery of small
+// messages with a visibility timeout, a receive count and a dead-letter
+// destination. Adapters: sqlitequeue (embedded) and sqsqueue (AWS); both pass
+// the conformance suite in queuetest.
+package queue
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned when a receipt no longer names an in-flight
+// message (it was deleted, or its visibility expired and it was received
+// again under a new receipt).
+var ErrNotFound = errors.New("message not found")
+
+// Outgoing is a message to send.
+type Outgoing struct {
+	Body []byte
+	// Delay keeps the message invisible for this long after sending.
+	Delay time.Duration
+}
+
+// Delivery is a received message.
+type Delivery struct {
+	// ID identifies the message across deliveries.
+	ID string
+	// Receipt identifies this delivery; Delete and ChangeVisibility take it.
+	Receipt string
+	Body    []byte
+	// ReceiveCount is how many times the message has been received, this
+	// delivery included.
+	ReceiveCount int
+}
+
+// Queue is an at-least-once queue. A received message stays invisible for the
+// queue's visibility timeout and is then delivered again unless deleted. A
+// message received more than the queue's maximum receive count moves to the
+// dead-letter queue instead of being delivered.
+type Queue interface {
+	// Send enqueues messages. It may split them into several calls; on error
+	// some may have been sent (duplicates are harmless to the pipeline).
+	Send(ctx context.Context, msgs []Outgoing) error
+	// Receive returns up to max visible messages, possibly none, without
+	// blocking for long.
+	Receive(ctx context.Context, max int) ([]Delivery, error)
+	// Delete acknowledges a delivery. Deleting twice is not an error.
+	Delete(ctx context.Context, receipt string) error
+	// ChangeVisibility makes a delivered message visible again after d
+	// (0: at once).
+	ChangeVisibility(ctx context.Context, receipt string, d time.Duration) error
+}
+
+// DeadLetters lists and redrives messages in the dead-letter queue.
+type DeadLetters interface {
+	// ListDead returns up to max dead-lettered messages without removing them.
+	ListDead(ctx context.Context, max int) ([]Delivery, error)
+	// Redrive moves every dead-lettered message back to the work queue with a
+	// fresh receive count and returns how many moved.
+	Redrive(ctx context.Context) (int, error)
+}

@@ -1,0 +1,381 @@
+// Package sqlitequeue is a small at-least-once queue in a SQLite database,
+// for the embedded runtime. It shares the task store's file (pass
+// sqlitestore's (*Store).DB()), so one data directory holds everything.
+//
+// Its semantics are those of SQS, so that the pipeline behaves the same on
+// both runtimes and both adapters pass queuetest: every delivery gets a new
+// random receipt (a stale receipt makes ChangeVisibility return
+// queue.ErrNotFound and Delete do nothing), a receive count, a visibility
+// timeout, delayed sends, and a dead-letter state that a message enters,
+// instead of being delivered, once it has been received MaxReceive times.
+//
+// Why not maragu.dev/goqite: v0.4 exposes neither the receive count (the
+// pipeline grades its retry delays by it) nor a dead-letter queue, and it
+// reads the wall clock directly, so visibility and delays cannot be tested
+// with a fake clock. This package is about as small and takes a clock.Clock.
+package sqlitequeue
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/queue"
+)
+
+var (
+	_ queue.Queue       = (*Queue)(nil)
+	_ queue.DeadLetters = (*Queue)(nil)
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// component names this package's row in the schema_version table it shares
+// with the task store.
+const component = "sqlitequeue"
+
+// messagesPerStatement keeps one multi-row INSERT under SQLite's
+// bound-variable limit.
+const messagesPerStatement = 500
+
+// Config configures a Queue.
+type Config struct {
+	// Name tells apart queues on one database. Defaults to "default".
+	Name string
+	// Visibility is how long a received message stays hidden before it is
+	// delivered again. Defaults to 30s.
+	Visibility time.Duration
+	// MaxReceive is how many times a message is delivered; when it would
+	// become visible after that, it is dead-lettered instead. Defaults to 5.
+	MaxReceive int
+	// Clock tells the time for visibility and delays. Defaults to clock.Real{}.
+	Clock clock.Clock
+}
+
+// Queue is a SQLite-backed queue. Its methods are safe for concurrent use,
+// also by several processes on one database file.
+type Queue struct {
+	db         *sql.DB
+	name       string
+	visibility time.Duration
+	maxReceive int
+	clock      clock.Clock
+}
+
+// New creates the queue's table in db if needed and returns the queue named
+// cfg.Name. db should serialise writes (sqlitestore's DB() is a one-connection
+// pool with IMMEDIATE transactions); the Queue does not close it.
+func New(db *sql.DB, cfg Config) (*Queue, error) {
+	if cfg.Visibility < 0 || cfg.MaxReceive < 0 {
+		return nil, fmt.Errorf("new queue %q: negative Visibility or MaxReceive", cfg.Name)
+	}
+	if cfg.Name == "" {
+		cfg.Name = "default"
+	}
+	if cfg.Visibility == 0 {
+		cfg.Visibility = 30 * time.Second
+	}
+	if cfg.MaxReceive == 0 {
+		cfg.MaxReceive = 5
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if err := migrate(context.Background(), db); err != nil {
+		return nil, fmt.Errorf("new queue %q: %w", cfg.Name, err)
+	}
+	return &Queue{db: db, name: cfg.Name, visibility: cfg.Visibility, maxReceive: cfg.MaxReceive, clock: cfg.Clock}, nil
+}
+
+// migrate applies this package's migrations that db has not seen yet, in
+// one transaction, and records the version in the shared schema_version table.
+func migrate(ctx context.Context, db *sql.DB) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("list migrations: %w", err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: begin: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+		component TEXT PRIMARY KEY,
+		version   INTEGER NOT NULL
+	) STRICT`); err != nil {
+		return fmt.Errorf("migrate: create schema_version: %w", err)
+	}
+	var current int
+	err = tx.QueryRowContext(ctx, `SELECT version FROM schema_version WHERE component = ?`, component).Scan(&current)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("migrate: read schema version: %w", err)
+	}
+	latest := 0
+	for _, name := range names {
+		prefix, _, _ := strings.Cut(path.Base(name), "_")
+		version, err := strconv.Atoi(prefix)
+		if err != nil {
+			return fmt.Errorf("migrate: migration %s: name must start with its version number", name)
+		}
+		latest = max(latest, version)
+		if version <= current {
+			continue
+		}
+		script, err := fs.ReadFile(migrations, name)
+		if err != nil {
+			return fmt.Errorf("migrate: read %s: %w", name, err)
+		}
+		if _, err := tx.ExecContext(ctx, string(script)); err != nil {
+			return fmt.Errorf("migrate: apply %s: %w", name, err)
+		}
+	}
+	if current > latest {
+		return fmt.Errorf("migrate: database schema version %d of %s is newer than this binary's %d", current, component, latest)
+	}
+	if current == latest {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (component, version) VALUES (?, ?)
+		ON CONFLICT (component) DO UPDATE SET version = excluded.version`, component, latest); err != nil {
+		return fmt.Errorf("migrate: record schema version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// Send enqueues msgs in one transaction, so either all or none are sent.
+func (q *Queue) Send(ctx context.Context, msgs []queue.Outgoing) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	what := fmt.Sprintf("send %d messages to queue %s", len(msgs), q.name)
+	for i, m := range msgs {
+		if m.Delay < 0 {
+			return fmt.Errorf("%s: message %d: negative delay %v", what, i, m.Delay)
+		}
+	}
+	now := q.clock.Now().UnixMilli()
+	tx, err := q.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", what, err)
+	}
+	defer tx.Rollback()
+	for start := 0; start < len(msgs); start += messagesPerStatement {
+		part := msgs[start:min(start+messagesPerStatement, len(msgs))]
+		args := make([]any, 0, 4*len(part))
+		for _, m := range part {
+			body := m.Body
+			if body == nil {
+				body = []byte{} // nil binds as NULL
+			}
+			args = append(args, q.name, body, now+m.Delay.Milliseconds(), now)
+		}
+		tuple := "(?, ?, ?, NULL, 0, 0, ?)"
+		if _, err := tx.ExecContext(ctx, `INSERT INTO queue_messages
+			(queue, body, visible_at, receipt, receive_count, dead, created_at) VALUES `+
+			strings.TrimSuffix(strings.Repeat(tuple+", ", len(part)), ", "), args...); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: commit: %w", what, err)
+	}
+	return nil
+}
+
+// buryExhausted dead-letters the visible messages that have been received
+// MaxReceive times already, so they are never delivered again.
+func (q *Queue) buryExhausted(ctx context.Context, tx *sql.Tx, now int64) error {
+	_, err := tx.ExecContext(ctx, `UPDATE queue_messages SET dead = 1, receipt = NULL
+		WHERE queue = ? AND dead = 0 AND visible_at <= ? AND receive_count >= ?`, q.name, now, q.maxReceive)
+	if err != nil {
+		return fmt.Errorf("dead-letter exhausted messages: %w", err)
+	}
+	return nil
+}
+
+// Receive delivers up to max visible messages, oldest first, hiding them for
+// the visibility timeout. It never waits for messages to arrive.
+func (q *Queue) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	what := "receive from queue " + q.name
+	if max < 1 {
+		return nil, fmt.Errorf("%s: max %d, want at least 1", what, max)
+	}
+	now := q.clock.Now().UnixMilli()
+	tx, err := q.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: begin: %w", what, err)
+	}
+	defer tx.Rollback()
+	if err := q.buryExhausted(ctx, tx, now); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	rows, err := tx.QueryContext(ctx, `UPDATE queue_messages SET
+			receive_count = receive_count + 1,
+			receipt = lower(hex(randomblob(16))),
+			visible_at = ?
+		WHERE id IN (SELECT id FROM queue_messages
+			WHERE queue = ? AND dead = 0 AND visible_at <= ?
+			ORDER BY visible_at, id LIMIT ?)
+		RETURNING id, receipt, body, receive_count`,
+		now+q.visibility.Milliseconds(), q.name, now, max)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	ds, err := scanDeliveries(rows)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("%s: commit: %w", what, err)
+	}
+	return ds, nil
+}
+
+// scanDeliveries reads id, receipt token, body, receive count rows, closes
+// them and returns the deliveries ordered by message ID.
+func scanDeliveries(rows *sql.Rows) ([]queue.Delivery, error) {
+	defer rows.Close()
+	type delivery struct {
+		id int64
+		d  queue.Delivery
+	}
+	var out []delivery
+	for rows.Next() {
+		var (
+			id    int64
+			token sql.NullString
+			d     queue.Delivery
+		)
+		if err := rows.Scan(&id, &token, &d.Body, &d.ReceiveCount); err != nil {
+			return nil, err
+		}
+		d.ID = strconv.FormatInt(id, 10)
+		if token.Valid {
+			d.Receipt = d.ID + "." + token.String
+		}
+		out = append(out, delivery{id, d})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b delivery) int { return cmp.Compare(a.id, b.id) })
+	ds := make([]queue.Delivery, len(out))
+	for i, o := range out {
+		ds[i] = o.d
+	}
+	return ds, nil
+}
+
+// parseReceipt splits a receipt into the message ID and delivery token.
+func parseReceipt(receipt string) (int64, string, error) {
+	idText, token, ok := strings.Cut(receipt, ".")
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if !ok || err != nil || token == "" {
+		return 0, "", fmt.Errorf("malformed receipt %q", receipt)
+	}
+	return id, token, nil
+}
+
+// Delete removes the message if receipt is its current delivery. A stale
+// receipt (deleted, or redelivered since) changes nothing and is not an error.
+func (q *Queue) Delete(ctx context.Context, receipt string) error {
+	id, token, err := parseReceipt(receipt)
+	if err != nil {
+		return fmt.Errorf("delete from queue %s: %w", q.name, err)
+	}
+	if _, err := q.db.ExecContext(ctx, `DELETE FROM queue_messages WHERE id = ? AND queue = ? AND receipt = ?`,
+		id, q.name, token); err != nil {
+		return fmt.Errorf("delete message %d from queue %s: %w", id, q.name, err)
+	}
+	return nil
+}
+
+// ChangeVisibility makes the message of receipt visible again after d (0: at
+// once). It returns queue.ErrNotFound when receipt is not the message's
+// current delivery.
+func (q *Queue) ChangeVisibility(ctx context.Context, receipt string, d time.Duration) error {
+	id, token, err := parseReceipt(receipt)
+	if err != nil {
+		return fmt.Errorf("change visibility in queue %s: %w", q.name, err)
+	}
+	what := fmt.Sprintf("change visibility of message %d in queue %s to %v", id, q.name, d)
+	if d < 0 {
+		return fmt.Errorf("%s: negative duration", what)
+	}
+	res, err := q.db.ExecContext(ctx, `UPDATE queue_messages SET visible_at = ?
+		WHERE id = ? AND queue = ? AND receipt = ? AND dead = 0`,
+		q.clock.Now().Add(d).UnixMilli(), id, q.name, token)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: receipt is not the current delivery: %w", what, queue.ErrNotFound)
+	}
+	return nil
+}
+
+// ListDead returns up to max dead-lettered messages, oldest first, without
+// removing them. It first dead-letters exhausted messages that are due, so
+// the list does not depend on whether anyone has called Receive since.
+// The deliveries carry no receipt.
+func (q *Queue) ListDead(ctx context.Context, max int) ([]queue.Delivery, error) {
+	what := "list dead letters of queue " + q.name
+	if max < 1 {
+		return nil, fmt.Errorf("%s: max %d, want at least 1", what, max)
+	}
+	tx, err := q.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: begin: %w", what, err)
+	}
+	defer tx.Rollback()
+	if err := q.buryExhausted(ctx, tx, q.clock.Now().UnixMilli()); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id, NULL, body, receive_count FROM queue_messages
+		WHERE queue = ? AND dead = 1 ORDER BY id LIMIT ?`, q.name, max)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	ds, err := scanDeliveries(rows)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("%s: commit: %w", what, err)
+	}
+	return ds, nil
+}
+
+// Redrive makes every dead-lettered message visible again with a receive
+// count of zero and returns how many it moved.
+func (q *Queue) Redrive(ctx context.Context) (int, error) {
+	res, err := q.db.ExecContext(ctx, `UPDATE queue_messages
+		SET dead = 0, receive_count = 0, receipt = NULL, visible_at = ?
+		WHERE queue = ? AND dead = 1`, q.clock.Now().UnixMilli(), q.name)
+	if err != nil {
+		return 0, fmt.Errorf("redrive queue %s: %w", q.name, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("redrive queue %s: %w", q.name, err)
+	}
+	return int(n), nil
+}

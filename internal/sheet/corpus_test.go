@@ -1,0 +1,249 @@
+package sheet
+
+import (
+	"archive/zip"
+	"bytes"
+	"compress/flate"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/bad from the generator in badCorpus")
+
+const badDir = "testdata/bad"
+
+// deflate compresses data the way a zip entry stores it.
+func deflate(t testing.TB, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := flate.NewWriter(&buf, flate.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// oleHeader is the signature of an OLE2 compound file (legacy .xls, and the wrapper of encrypted .xlsx).
+const oleHeader = "\xD0\xCF\x11\xE0\xA1\xB1\x1A\xE1"
+
+// badCorpus generates every file under testdata/bad. The files are committed so they can be opened by hand; the
+// generator is the source of truth and TestGenerateCorpus keeps the two in sync.
+func badCorpus(t testing.TB) map[string][]byte {
+	t.Helper()
+	goods := row(1, "名称", "价格") + row(2, "苹果", "3")
+	ole := func(names ...string) []byte {
+		b := []byte(oleHeader)
+		b = append(b, make([]byte, 1024)...)
+		for _, n := range names {
+			b = append(b, utf16LE(n)...)
+			b = append(b, make([]byte, 64)...)
+		}
+		return b
+	}
+	valid := buildXLSX(t, testSheet{name: "Sheet1", rows: goods})
+
+	// Zip bombs. claims: the directory says 4 GiB (tiny on disk); zeros: a real 100 KiB entry of zeros against a
+	// small test limit; ratio: a real 8 MiB worksheet (padding) that deflates about 1000:1; lying: the directory
+	// says 200 bytes but the entry inflates to 1 MiB.
+	claimed := append(workbookEntries(testSheet{name: "Sheet1", rows: goods}), zipEntry{
+		name: "xl/media/big.bin", raw: true, data: deflate(t, []byte("x")),
+		header: zipHeader(4<<30, 1),
+	})
+	zeros := append(workbookEntries(testSheet{name: "Sheet1", rows: goods}),
+		zipEntry{name: "xl/media/zeros.bin", data: make([]byte, 100<<10)})
+	ratio := workbookEntries(testSheet{name: "Sheet1", rows: goods + strings.Repeat(" ", 8<<20)})
+	lyingEntries := workbookEntries(testSheet{name: "Sheet1", rows: goods})
+	bigSheet := append([]byte(nil), lyingEntries[len(lyingEntries)-1].data...)
+	bigSheet = bytes.Replace(bigSheet, []byte("</sheetData>"), append(bytes.Repeat([]byte(" "), 1<<20), "</sheetData>"...), 1)
+	lyingEntries[len(lyingEntries)-1] = zipEntry{name: "xl/worksheets/sheet1.xml", raw: true, data: deflate(t, bigSheet),
+		header: zipHeader(200, 0)}
+
+	// bad_crc: an entry whose data does not match its checksum (bit rot, a broken upload).
+	crcEntries := workbookEntries(testSheet{name: "Sheet1", rows: goods})
+	sheetXML := crcEntries[len(crcEntries)-1].data
+	crcEntries[len(crcEntries)-1] = zipEntry{name: "xl/worksheets/sheet1.xml", raw: true, data: deflate(t, sheetXML),
+		header: zipHeader(uint64(len(sheetXML)), 0xDEADBEEF)}
+
+	longCell := strings.Repeat("价", 40000)
+	return map[string][]byte{
+		// Not a spreadsheet, or not one we read.
+		"empty.csv":       {},
+		"pdf.xlsx":        []byte("%PDF-1.7\n1 0 obj\n<< /Type /Catalog >>\nendobj\n"),
+		"corrupt.xlsx":    append([]byte("PK\x03\x04"), bytes.Repeat([]byte{0x5A}, 100)...),
+		"truncated.xlsx":  valid[:len(valid)/2],
+		"legacy.xls":      ole("Root Entry", "Workbook", "SummaryInformation"),
+		"encrypted.xlsx":  ole("Root Entry", "EncryptionInfo", "EncryptedPackage"),
+		"docx.xlsx":       buildZip(t, zipEntry{name: "[Content_Types].xml", data: []byte("<Types/>")}, zipEntry{name: "word/document.xml", data: []byte("<w:document/>")}),
+		"plain.zip":       buildZip(t, zipEntry{name: "readme.txt", data: []byte("hello")}),
+		"sheet.ods":       buildZip(t, zipEntry{name: "mimetype", data: []byte("application/vnd.oasis.opendocument.spreadsheet")}, zipEntry{name: "content.xml", data: []byte("<office:document-content/>")}),
+		"html.xls":        []byte("\r\n<html><body><table><tr><td>名称</td></tr></table></body></html>"),
+		"xml2003.xml":     []byte(`<?xml version="1.0"?>` + "\n" + `<?mso-application progid="Excel.Sheet"?>` + "\n<Workbook/>"),
+		"image.csv":       []byte("\x89PNG\r\n\x1A\n\x00\x00\x00\x0DIHDR"),
+		"too_big.csv":     bytes.Repeat([]byte("a,b\n"), 512),
+		"bom_invalid.csv": []byte("\xEF\xBB\xBFa,b\n\xFF,1\n"),
+		"latin1.csv":      []byte("name,city\nJos\xE9,Z\xFCrich\n"),
+
+		// Zip bombs.
+		"zipbomb_claims.xlsx": buildZip(t, claimed...),
+		"zipbomb_zeros.xlsx":  buildZip(t, zeros...),
+		"zipbomb_ratio.xlsx":  buildZip(t, ratio...),
+		"zipbomb_lying.xlsx":  buildZip(t, lyingEntries...),
+		"bad_crc.xlsx":        buildZip(t, crcEntries...),
+
+		// Readable, but the content breaks a rule.
+		"no_header.csv":        []byte(",,\r\n  ,\r\n\r\n"),
+		"no_header.xlsx":       buildXLSX(t, testSheet{name: "Sheet1", rows: `<row r="1"/><row r="2"><c r="A2" t="inlineStr"><is><t> </t></is></c></row>`}),
+		"blank_header.xlsx":    buildXLSX(t, testSheet{name: "Sheet1", rows: row(1, "名称", "", "价格") + row(2, "苹果", "红", "3")}),
+		"dup_header.csv":       []byte("名称,价格,类目,库存,价格\n苹果,3,水果,10,4\n"),
+		"dup_header.xlsx":      buildXLSX(t, testSheet{name: "商品", rows: row(2, "名称", " 价格", "类目", "库存", "价格 ") + row(3, "苹果", "3", "水果", "10", "4")}),
+		"header_only.csv":      []byte("名称,价格\r\n\r\n,\r\n"),
+		"header_only.xlsx":     buildXLSX(t, testSheet{name: "Sheet1", rows: row(1, "名称", "价格") + row(2, " ", "")}),
+		"too_many_rows.csv":    []byte("n\n1\n2\n3\n4\n5\n"),
+		"too_many_columns.csv": []byte("a,b,c,d\n1,2,3,4\n"),
+		"long_cell.csv":        []byte("名称,描述\n苹果,这是一段超过十个字符的描述文字\n"),
+		"long_cell.xlsx": buildXLSX(t, testSheet{name: "商品", rows: row(1, "名称", "类目", "价格") +
+			row(2, "苹果", "水果", "3") + row(3, "香蕉", "水果", "2") + row(4, "梨", "水果", "4") + row(5, "西瓜", "水果", longCell)}),
+		"orphan.csv":         []byte("a,b\n1,2\n3,4,5\n"),
+		"orphan.xlsx":        buildXLSX(t, testSheet{name: "Sheet1", rows: row(1, "名称", "类目", "价格") + row(2, "苹果", "水果", "3") + row(7, "梨", "", "", "", "", "", "", "备注")}),
+		"nul.csv":            []byte("名称,描述\n苹果,红色\n香蕉,黄\x00色\n"),
+		"bad_quote.csv":      []byte("a,b\n1,\"x\"y\n"),
+		"missing_sheet.xlsx": buildXLSX(t, testSheet{name: "Sheet1", rows: goods}, testSheet{name: "prompt", rows: row(1, "写文案")}),
+		"prompt_only.xlsx":   buildXLSX(t, testSheet{name: "Prompt", rows: row(1, "写文案")}, testSheet{name: "Data", state: "hidden", rows: goods}),
+		"bad_row_ref.xlsx":   buildXLSX(t, testSheet{name: "Sheet1", rows: row(1, "a") + `<row r="2"><c r="A0"><v>1</v></c></row>`}),
+	}
+}
+
+// zipHeader declares sizes for a raw zip entry.
+func zipHeader(uncompressed uint64, crc uint32) zip.FileHeader {
+	return zip.FileHeader{UncompressedSize64: uncompressed, CRC32: crc}
+}
+
+// badCases are the expected rejections, one per corpus file (TestGenerateCorpus checks none is missing).
+var badCases = []struct {
+	file string
+	opts Options
+	want string
+}{
+	{"empty.csv", Options{}, "empty.csv: file is empty (0 bytes)"},
+	{"pdf.xlsx", Options{}, "pdf.xlsx: looks like a PDF, not a spreadsheet"},
+	{"corrupt.xlsx", Options{}, "corrupt.xlsx: the file is a damaged zip archive and cannot be read as .xlsx (zip: not a valid zip file)"},
+	{"truncated.xlsx", Options{}, "truncated.xlsx: the file is a damaged zip archive and cannot be read as .xlsx (zip: not a valid zip file)"},
+	{"legacy.xls", Options{}, "legacy.xls: legacy .xls (Excel 97-2003) is not supported; save it as .xlsx"},
+	{"encrypted.xlsx", Options{}, "encrypted.xlsx: the workbook is password-protected; remove the password and save again"},
+	{"docx.xlsx", Options{}, "docx.xlsx: looks like a Word document (.docx), not a spreadsheet"},
+	{"plain.zip", Options{}, "plain.zip: looks like a zip archive, not an Excel workbook"},
+	{"sheet.ods", Options{}, "sheet.ods: OpenDocument spreadsheets (.ods) are not supported; save it as .xlsx"},
+	{"html.xls", Options{}, "html.xls: looks like an HTML page, not a spreadsheet (some systems export HTML tables named .xls); open it in Excel and save it as .xlsx"},
+	{"xml2003.xml", Options{}, "xml2003.xml: XML Spreadsheet 2003 is not supported; open it in Excel and save it as .xlsx"},
+	{"image.csv", Options{}, "image.csv: looks like a PNG image, not a spreadsheet"},
+	{"too_big.csv", Options{Limits: Limits{MaxFileBytes: 1024}}, "too_big.csv: file is 2 KiB; the limit is 1 KiB (configurable)"},
+	{"bom_invalid.csv", Options{}, "bom_invalid.csv: not UTF-8 text (despite its UTF-8 byte-order mark): invalid byte 0xFF at offset 7"},
+	{"latin1.csv", Options{}, "latin1.csv: not UTF-8 or GB18030 text: invalid byte 0xE9 at offset 13"},
+
+	{"zipbomb_claims.xlsx", Options{}, "zipbomb_claims.xlsx: the workbook expands to 4 GiB when unzipped; the limit is 1 GiB (zip-bomb guard, configurable)"},
+	{"zipbomb_zeros.xlsx", Options{Limits: Limits{MaxUnzippedBytes: 64 << 10}}, "zipbomb_zeros.xlsx: the workbook expands to 101.9 KiB when unzipped; the limit is 64 KiB (zip-bomb guard, configurable)"},
+	{"zipbomb_ratio.xlsx", Options{Limits: Limits{MaxUnzippedBytes: 1 << 20}}, "zipbomb_ratio.xlsx: the workbook expands to 8 MiB when unzipped; the limit is 1 MiB (zip-bomb guard, configurable)"},
+	{"zipbomb_lying.xlsx", Options{}, "zipbomb_lying.xlsx: the workbook is damaged and cannot be read (xl/worksheets/sheet1.xml: zip: not a valid zip file)"},
+
+	{"bad_crc.xlsx", Options{}, "bad_crc.xlsx: the workbook is damaged and cannot be read (xl/worksheets/sheet1.xml: zip: checksum error)"},
+
+	{"no_header.csv", Options{}, "no_header.csv: the file has no header row (every row is blank)"},
+	{"no_header.xlsx", Options{}, `no_header.xlsx: sheet "Sheet1": the sheet has no header row (every row is blank)`},
+	{"blank_header.xlsx", Options{}, `blank_header.xlsx: sheet "Sheet1" row 1 column B: header cell is blank but a column to its right has a header; give every column a name`},
+	{"dup_header.csv", Options{}, `dup_header.csv: row 1: columns B and E are both named "价格"`},
+	{"dup_header.xlsx", Options{}, `dup_header.xlsx: sheet "商品" row 2: columns B and E are both named "价格"`},
+	{"header_only.csv", Options{}, "header_only.csv: the header row (row 1) has no data rows below it"},
+	{"header_only.xlsx", Options{}, `header_only.xlsx: sheet "Sheet1": the header row (row 1) has no data rows below it`},
+	{"too_many_rows.csv", Options{Limits: Limits{MaxRows: 3}}, "too_many_rows.csv: row 5: too many data rows: the limit is 3 (configurable)"},
+	{"too_many_columns.csv", Options{Limits: Limits{MaxColumns: 3}}, "too_many_columns.csv: row 1: the header has 4 columns; the limit is 3"},
+	{"long_cell.csv", Options{Limits: Limits{MaxCellChars: 10}}, `long_cell.csv: row 2 column B ("描述"): cell has 15 characters; the limit is 10`},
+	{"long_cell.xlsx", Options{}, `long_cell.xlsx: sheet "商品" row 5 column C ("价格"): cell has 40000 characters; Excel's limit is 32767`},
+	{"orphan.csv", Options{}, "orphan.csv: row 3 column C: cell has a value but its column has no header (the header is row 1)"},
+	{"orphan.xlsx", Options{}, `orphan.xlsx: sheet "Sheet1" row 7 column H: cell has a value but its column has no header (the header is row 1)`},
+	{"nul.csv", Options{}, `nul.csv: row 3 column B ("描述"): cell contains a NUL byte (0x00); the file may be binary, damaged, or UTF-16 text without a byte-order mark`},
+	{"bad_quote.csv", Options{}, `bad_quote.csv: row 2: invalid CSV at line 2: extraneous or missing " in quoted-field`},
+	{"missing_sheet.xlsx", Options{Sheet: "Nope"}, `missing_sheet.xlsx: sheet "Nope" not found; the workbook has sheets "Sheet1", "prompt"`},
+	{"prompt_only.xlsx", Options{}, `prompt_only.xlsx: the workbook has no visible sheet to read (other than "prompt")`},
+	{"bad_row_ref.xlsx", Options{}, `bad_row_ref.xlsx: sheet "Sheet1" row 2: the row is damaged and cannot be read (cannot convert cell "A0" to coordinates: invalid cell name "A0")`},
+}
+
+// TestGenerateCorpus rewrites testdata/bad with -update; without it, it fails when the committed files drift from
+// the generator or a file has no expected rejection.
+func TestGenerateCorpus(t *testing.T) {
+	corpus := badCorpus(t)
+	if *update {
+		if err := os.RemoveAll(badDir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(badDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range corpus {
+			if err := os.WriteFile(filepath.Join(badDir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	entries, err := os.ReadDir(badDir)
+	if err != nil {
+		t.Fatalf("read corpus (run go test -run TestGenerateCorpus -update): %v", err)
+	}
+	var onDisk, generated, cased []string
+	for _, e := range entries {
+		onDisk = append(onDisk, e.Name())
+	}
+	for name, data := range corpus {
+		generated = append(generated, name)
+		got, err := os.ReadFile(filepath.Join(badDir, name))
+		if err == nil && !bytes.Equal(got, data) {
+			t.Errorf("%s differs from the generator; run go test -run TestGenerateCorpus -update", name)
+		}
+	}
+	for _, c := range badCases {
+		cased = append(cased, c.file)
+	}
+	sort.Strings(generated)
+	sort.Strings(cased)
+	if diff := cmp.Diff(generated, onDisk); diff != "" {
+		t.Errorf("corpus files on disk (-generated +on disk):\n%s", diff)
+	}
+	if diff := cmp.Diff(generated, cased); diff != "" {
+		t.Errorf("corpus files without a case (-generated +cases):\n%s", diff)
+	}
+}
+
+// TestBadInputs checks that every bad file is rejected with an *InputError and exactly the expected message, both
+// by Validate and by Open followed by Next.
+func TestBadInputs(t *testing.T) {
+	t.Parallel()
+	for _, c := range badCases {
+		t.Run(c.file, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(badDir, c.file)
+			_, err := Validate(path, c.opts)
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("Validate error = %v (%T), want *InputError", err, err)
+			}
+			if diff := cmp.Diff(c.want, err.Error()); diff != "" {
+				t.Errorf("message (-want +got):\n%s", diff)
+			}
+			if ie.File != c.file {
+				t.Errorf("InputError.File = %q, want %q", ie.File, c.file)
+			}
+		})
+	}
+}

@@ -1,0 +1,86 @@
+package sheet
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// InputError is a rejected input: the file itself is wrong (format, encoding, limits, header, a cell), so retrying
+// cannot help and the message is meant for the person who uploaded it. Its message names the file, and where
+// relevant the sheet, the row (1-based sheet row), the column (letter and header text) and the limit broken, e.g.
+//
+//	skus.xlsx: sheet "商品" row 5 column C ("价格"): cell has 40000 characters; Excel's limit is 32767
+type InputError struct {
+	// File is the display name of the input (Options.DisplayName).
+	File string
+	// Sheet is the worksheet name; empty for CSV/TSV and for problems with the file as a whole.
+	Sheet string
+	// Row is the 1-based row number in the sheet or CSV file as Excel would show it; 0 when no row is involved.
+	Row int
+	// Column is the column letter ("C"); empty when no single column is involved.
+	Column string
+	// Header is the header text of Column, when the column has one.
+	Header string
+	// Reason says what is wrong and, for limits, what the limit is.
+	Reason string
+}
+
+// Error renders the location parts that are set, then the reason.
+func (e *InputError) Error() string {
+	var loc []string
+	if e.Sheet != "" {
+		loc = append(loc, "sheet "+strconv.Quote(e.Sheet))
+	}
+	if e.Row > 0 {
+		loc = append(loc, "row "+strconv.Itoa(e.Row))
+	}
+	if e.Column != "" {
+		col := "column " + e.Column
+		if e.Header != "" {
+			col += " (" + strconv.Quote(e.Header) + ")"
+		}
+		loc = append(loc, col)
+	}
+	var b strings.Builder
+	b.WriteString(e.File)
+	b.WriteString(": ")
+	if len(loc) > 0 {
+		b.WriteString(strings.Join(loc, " "))
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// ColumnName returns the spreadsheet column letters for a 1-based column number (1 -> "A", 27 -> "AA"). It also
+// works past Excel's last column (XFD) so that messages about over-wide CSV rows can still name the column; n < 1
+// gives "".
+func ColumnName(n int) string {
+	var buf [16]byte
+	i := len(buf)
+	for n > 0 && i > 0 {
+		n--
+		i--
+		buf[i] = byte('A' + n%26)
+		n /= 26
+	}
+	return string(buf[i:])
+}
+
+// formatBytes renders a byte count the way people read file sizes: "512 bytes", "64 KiB", "1.5 MiB".
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	v := float64(n) / float64(div)
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	s = strings.TrimSuffix(s, ".0")
+	return s + " " + string("KMGTPE"[exp]) + "iB"
+}

@@ -1,0 +1,114 @@
+package sheet
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// checkReads opens and drains a file, asserting the Reader's contract on whatever the bytes are: no panic, every
+// error an *InputError (the file exists, so there is no I/O error to expect), records shaped like the header,
+// row numbers strictly increasing.
+func checkReads(t *testing.T, path string, opts Options) {
+	r, err := Open(path, opts)
+	if err != nil {
+		var ie *InputError
+		if !errors.As(err, &ie) {
+			t.Fatalf("Open error is %T, want *InputError: %v", err, err)
+		}
+		if ie.Reason == "" || !strings.HasPrefix(err.Error(), ie.File+": ") {
+			t.Fatalf("malformed InputError: %#v", ie)
+		}
+		return
+	}
+	defer func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	header := r.Header()
+	if len(header) == 0 {
+		t.Fatal("Open succeeded with an empty header")
+	}
+	seen := map[string]bool{}
+	for _, h := range header {
+		if h == "" || h != strings.TrimSpace(h) || seen[h] {
+			t.Fatalf("bad header %q", header)
+		}
+		seen[h] = true
+	}
+	last := 0
+	for n := 0; ; n++ {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			if n == 0 {
+				t.Fatal("Open succeeded but there are no data rows")
+			}
+			return
+		}
+		if err != nil {
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("Next error is %T, want *InputError: %v", err, err)
+			}
+			return
+		}
+		if len(rec.Values) != len(header) {
+			t.Fatalf("row %d has %d values for %d columns", rec.SheetRow, len(rec.Values), len(header))
+		}
+		if rec.SheetRow <= last {
+			t.Fatalf("row %d after row %d", rec.SheetRow, last)
+		}
+		last = rec.SheetRow
+	}
+}
+
+func FuzzReadCSV(f *testing.F) {
+	for _, s := range []string{
+		"a,b\n1,2\n",
+		"\xEF\xBB\xBF名称,价格\r\n苹果,\"3\r\n4\"\r\n\r\n,\r\n",
+		"\xFF\xFEa\x00,\x00b\x00\n\x001\x00,\x002\x00\n\x00",
+		"\xFE\xFF\x00a\x00\t\x00b\x00\n\x00x\x00\ty",
+		"\xC3\xFB\xB3\xC6,\xBC\xDB\xB8\xF1\n\xC6\xBB\xB9\xFB,3\n", // GB18030
+		"a\tb\n1\t2\n",
+		"a,\"b\n1,2\n",
+		"a,a\n1,2\n",
+		"a,,b\n",
+		"a\n\x00\n",
+		"\n\n\na\n\n\n1\n\n",
+		"a,b\n1,2,3\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "fuzz.csv")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		checkReads(t, path, Options{Limits: Limits{MaxRows: 1000, MaxColumns: 100, MaxCellChars: 1000}})
+	})
+}
+
+func FuzzReadXLSX(f *testing.F) {
+	f.Add(buildXLSX(f, testSheet{name: "Sheet1", rows: row(1, "a", "b") + row(2, "1", "2")}))
+	f.Add(buildXLSX(f,
+		testSheet{name: "prompt", rows: row(1, "写{{a}}")},
+		testSheet{name: "h", state: "hidden", rows: row(1, "x")},
+		testSheet{name: "数据", rows: row(2, "a", "b") + row(3, "1") + row(5, "", "2") +
+			`<row r="6"><c r="A6"><f>1+1</f><v>2</v></c><c r="B6" t="s"><v>0</v></c></row>`}))
+	f.Add(writeWorkbook(f, "out", []string{"名称", "output"}, [][]string{{"苹果", "=1+1"}, {"", ""}, {"梨", "多行\n文本"}}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "fuzz.xlsx")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if d := os.Getenv("ZZCUR"); d != "" {
+			_ = os.WriteFile(filepath.Join(d, strconv.Itoa(os.Getpid())), data, 0o600)
+		}
+		checkReads(t, path, Options{Limits: Limits{MaxUnzippedBytes: 8 << 20, MaxRows: 1000, MaxColumns: 100, MaxCellChars: 1000}})
+	})
+}

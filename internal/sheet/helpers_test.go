@@ -1,0 +1,158 @@
+package sheet
+
+import (
+	"archive/zip"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"html"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// zipEntry is one file of a hand-built zip. Raw entries are stored exactly as given (already deflated), with the
+// declared uncompressed size and CRC taken from the header, which is how the tests build lying directories.
+type zipEntry struct {
+	name   string
+	data   []byte
+	raw    bool
+	header zip.FileHeader
+}
+
+// fixedTime keeps generated zips byte-for-byte reproducible, so the committed corpus can be checked against the
+// generator.
+var fixedTime = time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func buildZip(t testing.TB, entries ...zipEntry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, e := range entries {
+		if e.raw {
+			h := e.header
+			h.Name, h.Method, h.Modified = e.name, zip.Deflate, fixedTime
+			h.CompressedSize64 = uint64(len(e.data))
+			w, err := zw.CreateRaw(&h)
+			if err != nil {
+				t.Fatalf("zip raw %s: %v", e.name, err)
+			}
+			if _, err := w.Write(e.data); err != nil {
+				t.Fatalf("zip raw %s: %v", e.name, err)
+			}
+			continue
+		}
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: e.name, Method: zip.Deflate, Modified: fixedTime})
+		if err != nil {
+			t.Fatalf("zip %s: %v", e.name, err)
+		}
+		if _, err := w.Write(e.data); err != nil {
+			t.Fatalf("zip %s: %v", e.name, err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatalf("zip close: %v", err)
+	}
+	return buf.Bytes()
+}
+
+// testSheet is one worksheet of a hand-built workbook: rows is the inner XML of <sheetData>.
+type testSheet struct {
+	name  string
+	state string // "", "hidden" or "veryHidden"
+	rows  string
+}
+
+// workbookEntries returns the parts of a minimal xlsx, the way Excel lays them out, so tests can add, drop or
+// replace parts.
+func workbookEntries(sheets ...testSheet) []zipEntry {
+	var ct, wb, rels strings.Builder
+	ct.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
+		`<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">` +
+		`<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>` +
+		`<Default Extension="xml" ContentType="application/xml"/>` +
+		`<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>`)
+	wb.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
+		`<workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" ` +
+		`xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets>`)
+	rels.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
+		`<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">`)
+	var parts []zipEntry
+	for i, s := range sheets {
+		n := i + 1
+		fmt.Fprintf(&ct, `<Override PartName="/xl/worksheets/sheet%d.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>`, n)
+		state := ""
+		if s.state != "" {
+			state = ` state="` + s.state + `"`
+		}
+		fmt.Fprintf(&wb, `<sheet name="%s" sheetId="%d"%s r:id="rId%d"/>`, html.EscapeString(s.name), n, state, n)
+		fmt.Fprintf(&rels, `<Relationship Id="rId%d" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet%d.xml"/>`, n, n)
+		parts = append(parts, zipEntry{
+			name: fmt.Sprintf("xl/worksheets/sheet%d.xml", n),
+			data: []byte(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
+				`<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>` +
+				s.rows + `</sheetData></worksheet>`),
+		})
+	}
+	ct.WriteString(`</Types>`)
+	wb.WriteString(`</sheets></workbook>`)
+	rels.WriteString(`</Relationships>`)
+	return append([]zipEntry{
+		{name: "[Content_Types].xml", data: []byte(ct.String())},
+		{name: "_rels/.rels", data: []byte(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
+			`<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">` +
+			`<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/>` +
+			`</Relationships>`)},
+		{name: "xl/workbook.xml", data: []byte(wb.String())},
+		{name: "xl/_rels/workbook.xml.rels", data: []byte(rels.String())},
+	}, parts...)
+}
+
+// buildXLSX builds a minimal workbook with the given sheets.
+func buildXLSX(t testing.TB, sheets ...testSheet) []byte {
+	t.Helper()
+	return buildZip(t, workbookEntries(sheets...)...)
+}
+
+// row renders one <row> with inline-string cells from column A; "" leaves the cell out.
+func row(n int, vals ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `<row r="%d">`, n)
+	for i, v := range vals {
+		if v == "" {
+			continue
+		}
+		fmt.Fprintf(&b, `<c r="%s%d" t="inlineStr"><is><t xml:space="preserve">%s</t></is></c>`, ColumnName(i+1), n, html.EscapeString(v))
+	}
+	b.WriteString(`</row>`)
+	return b.String()
+}
+
+// writeFile writes data under dir and returns the path.
+func writeFile(t testing.TB, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatalf("write %s: %v", p, err)
+	}
+	return p
+}
+
+// readAll drains a Reader, failing the test on any error.
+func readAll(t testing.TB, r *Reader) []Record {
+	t.Helper()
+	var recs []Record
+	for {
+		rec, err := r.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return recs
+			}
+			t.Fatalf("Next: %v", err)
+		}
+		recs = append(recs, rec)
+	}
+}

@@ -1,0 +1,431 @@
+// Package sheet reads spreadsheets (xlsx/xlsm and CSV/TSV) as a validated stream of rows and writes the result
+// workbook as a stream, so that neither side holds a whole sheet in memory.
+//
+// Every problem with the input itself is reported as an *InputError whose message names the file, sheet, row,
+// column and limit, because those messages go straight back to the person who uploaded the file.
+package sheet
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Default limits. They are generous for the motivating workload (a few thousand product rows) and small enough that
+// one bad upload cannot exhaust a Lambda's memory or disk.
+const (
+	DefaultMaxFileBytes     int64 = 100 << 20
+	DefaultMaxUnzippedBytes int64 = 1 << 30
+	DefaultMaxRows                = 200_000
+	DefaultMaxColumns             = 16_384
+	DefaultMaxCellChars           = 32_767
+)
+
+// Limits bounds what an input may be. Zero (or negative) fields take the defaults.
+type Limits struct {
+	// MaxFileBytes is the largest on-disk size accepted. Defaults to 100 MiB.
+	MaxFileBytes int64
+	// MaxUnzippedBytes caps the sum of the uncompressed sizes of an xlsx's zip entries, the zip-bomb guard.
+	// Defaults to 1 GiB.
+	MaxUnzippedBytes int64
+	// MaxRows caps the data rows (header excluded, blank rows in the middle included). Defaults to 200,000.
+	MaxRows int
+	// MaxColumns caps the header's columns. Defaults to 16,384 (Excel's limit).
+	MaxColumns int
+	// MaxCellChars caps one cell, counted in characters (runes), not bytes. Defaults to 32,767 (Excel's limit).
+	MaxCellChars int
+}
+
+// withDefaults fills unset fields so the rest of the package never has to think about zero limits.
+func (l Limits) withDefaults() Limits {
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if l.MaxUnzippedBytes <= 0 {
+		l.MaxUnzippedBytes = DefaultMaxUnzippedBytes
+	}
+	if l.MaxRows <= 0 {
+		l.MaxRows = DefaultMaxRows
+	}
+	if l.MaxColumns <= 0 {
+		l.MaxColumns = DefaultMaxColumns
+	}
+	if l.MaxCellChars <= 0 {
+		l.MaxCellChars = DefaultMaxCellChars
+	}
+	return l
+}
+
+// Options tells Open what to read and how strictly.
+type Options struct {
+	// Sheet is the worksheet to read. "" picks the first visible sheet whose name is not "prompt"
+	// (case-insensitive). An exact name match wins; otherwise a unique case-insensitive match is used.
+	// Ignored for CSV/TSV, which have no sheets.
+	Sheet string
+	// Limits bounds the input; zero fields take the defaults.
+	Limits Limits
+	// DisplayName is how the file is named in error messages, e.g. the original upload name when path is a
+	// temporary file. Defaults to the base name of the path. Its extension ".tsv" also selects tab-separated input.
+	DisplayName string
+}
+
+// Record is one data row.
+type Record struct {
+	// SheetRow is the 1-based row number in the sheet or CSV file, as Excel shows it (for messages).
+	SheetRow int
+	// Values holds exactly len(Header()) values, "" for missing cells. Values are not trimmed.
+	Values []string
+	// Blank is true when every cell is empty or white space; the pipeline keeps such rows in place without
+	// calling the model. A blank record's Values are all "" (white space is not kept).
+	Blank bool
+}
+
+// Summary describes a whole input that passed validation.
+type Summary struct {
+	// Sheet is the worksheet read ("" for CSV/TSV).
+	Sheet string
+	// Header is the trimmed header texts.
+	Header []string
+	// Rows counts the data rows Next returns, blank rows in the middle included, trailing blank rows excluded.
+	Rows int
+	// Prompt is cell A1 of the "prompt" sheet; meaningful only when HasPrompt is true.
+	Prompt string
+	// HasPrompt reports whether the workbook has a non-blank prompt sheet cell A1.
+	HasPrompt bool
+}
+
+// rowSource yields the physical rows of one sheet or CSV file. Row numbers strictly increase; rows it skips are
+// blank. Errors about the content are *InputError with only Row and Reason set: the Reader fills in the rest.
+type rowSource interface {
+	next() (row int, cells []string, err error)
+	close() error
+}
+
+// Reader streams the validated data rows of one sheet. It is not safe for concurrent use.
+type Reader struct {
+	file      string // display name
+	sheet     string
+	lim       Limits
+	src       rowSource
+	header    []string
+	headerRow int
+	prompt    string
+	hasPrompt bool
+
+	lastRow   int     // sheet row of the last non-blank row read from src (header or data)
+	blankNext int     // next blank row to return before held, when blankNext < held.SheetRow
+	held      *Record // non-blank record read ahead, returned after the blank rows before it
+	returned  int     // data records returned so far
+	err       error   // sticky: once Next fails it keeps failing the same way
+	closed    bool
+}
+
+// Open opens path, detects its format from its content, reads and validates the header and looks ahead to the
+// first data row, so that a file with no header or no data rows is rejected here. Errors are *InputError for bad
+// input and wrapped I/O errors otherwise. The caller must Close the Reader.
+func Open(path string, opts Options) (*Reader, error) {
+	name := opts.DisplayName
+	if name == "" {
+		name = filepath.Base(path)
+	}
+	lim := opts.Limits.withDefaults()
+	r := &Reader{file: name, lim: lim}
+
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open spreadsheet %q: %w", name, err)
+	}
+	src, err := r.openSource(f, opts)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	r.src = src
+	if err := r.readHeader(); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	if err := r.fill(); err != nil {
+		_ = r.Close()
+		if errors.Is(err, io.EOF) {
+			return nil, r.inputErr(0, -1, fmt.Sprintf("the header row (row %d) has no data rows below it", r.headerRow))
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+// openSource sniffs the content and builds the matching row source. It owns f from here on: the source closes it,
+// or it is closed on error by the caller.
+func (r *Reader) openSource(f *os.File, opts Options) (rowSource, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat spreadsheet %q: %w", r.file, err)
+	}
+	size := fi.Size()
+	if size == 0 {
+		return nil, r.fileErr("file is empty (0 bytes)")
+	}
+	if size > r.lim.MaxFileBytes {
+		return nil, r.fileErr(fmt.Sprintf("file is %s; the limit is %s (configurable)", formatBytes(size), formatBytes(r.lim.MaxFileBytes)))
+	}
+	head := make([]byte, 512)
+	n, err := f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read spreadsheet %q: %w", r.file, err)
+	}
+	head = head[:n]
+	switch kind := sniff(head); kind {
+	case kindZip:
+		return r.openXLSX(f, size, opts.Sheet)
+	case kindOLE2:
+		return nil, r.ole2Error(f)
+	case kindText:
+		tsv := strings.EqualFold(filepath.Ext(r.file), ".tsv")
+		return r.openCSV(f, head, tsv)
+	default:
+		return nil, r.fileErr(kind.reason())
+	}
+}
+
+// readHeader consumes rows up to the first non-blank one and validates it as the header.
+func (r *Reader) readHeader() error {
+	for {
+		row, cells, err := r.src.next()
+		if errors.Is(err, io.EOF) {
+			what := "sheet"
+			if r.sheet == "" {
+				what = "file"
+			}
+			return r.inputErr(0, -1, "the "+what+" has no header row (every row is blank)")
+		}
+		if err != nil {
+			return r.fixErr(err)
+		}
+		if isBlank(cells) {
+			continue
+		}
+		r.headerRow, r.lastRow = row, row
+		return r.setHeader(row, cells)
+	}
+}
+
+// setHeader trims and checks the header: trailing blank cells are dropped, every other cell needs a unique name.
+func (r *Reader) setHeader(row int, cells []string) error {
+	h := make([]string, len(cells))
+	last := -1
+	for i, c := range cells {
+		h[i] = strings.TrimSpace(c)
+		if h[i] != "" {
+			last = i
+		}
+	}
+	h = h[:last+1]
+	if len(h) > r.lim.MaxColumns {
+		return r.inputErr(row, -1, fmt.Sprintf("the header has %d columns; the limit is %d", len(h), r.lim.MaxColumns))
+	}
+	seen := make(map[string]int, len(h))
+	for i, name := range h {
+		if err := r.checkCell(row, i, cells[i]); err != nil {
+			return err
+		}
+		if name == "" {
+			return &InputError{File: r.file, Sheet: r.sheet, Row: row, Column: ColumnName(i + 1),
+				Reason: "header cell is blank but a column to its right has a header; give every column a name"}
+		}
+		if j, dup := seen[name]; dup {
+			return r.inputErr(row, -1, fmt.Sprintf("columns %s and %s are both named %q", ColumnName(j+1), ColumnName(i+1), name))
+		}
+		seen[name] = i
+	}
+	r.header = h
+	return nil
+}
+
+// Sheet returns the worksheet being read, or "" for CSV/TSV input (which has no sheets; callers that need a name
+// for the result sheet should derive one from the file name).
+func (r *Reader) Sheet() string { return r.sheet }
+
+// Header returns the trimmed header texts: none blank, none duplicate. The slice must not be modified.
+func (r *Reader) Header() []string { return r.header }
+
+// Prompt returns cell A1 of a sheet named "prompt" (case-insensitive), trimmed, when the workbook has one and the
+// cell is not blank. CSV/TSV input never has a prompt.
+func (r *Reader) Prompt() (string, bool) { return r.prompt, r.hasPrompt }
+
+// Next returns the next data row, io.EOF after the last one, or an *InputError for a bad row (after which every
+// call returns the same error). Blank rows in the middle are returned with Blank set; blank rows at the end are
+// dropped.
+func (r *Reader) Next() (Record, error) {
+	if r.err != nil {
+		return Record{}, r.err
+	}
+	if r.closed {
+		return Record{}, fmt.Errorf("read %q: reader is closed", r.file)
+	}
+	if r.held == nil {
+		if err := r.fill(); err != nil {
+			r.err = err
+			return Record{}, err
+		}
+	}
+	var rec Record
+	if r.blankNext < r.held.SheetRow {
+		rec = Record{SheetRow: r.blankNext, Values: make([]string, len(r.header)), Blank: true}
+		r.blankNext++
+	} else {
+		rec, r.held = *r.held, nil
+	}
+	r.returned++
+	if r.returned > r.lim.MaxRows {
+		r.err = r.inputErr(rec.SheetRow, -1, fmt.Sprintf("too many data rows: the limit is %d (configurable)", r.lim.MaxRows))
+		return Record{}, r.err
+	}
+	return rec, nil
+}
+
+// fill reads ahead to the next non-blank row and holds it, remembering the blank rows before it. It returns io.EOF
+// when only blank rows (or nothing) remain, which is how trailing blank rows are dropped.
+func (r *Reader) fill() error {
+	for {
+		row, cells, err := r.src.next()
+		if err != nil {
+			return r.fixErr(err)
+		}
+		rec, err := r.record(row, cells)
+		if err != nil {
+			return err
+		}
+		if rec.Blank {
+			continue
+		}
+		r.blankNext = r.lastRow + 1
+		r.lastRow = row
+		r.held = &rec
+		return nil
+	}
+}
+
+// record validates one physical data row and shapes it to the header.
+func (r *Reader) record(row int, cells []string) (Record, error) {
+	for i := len(r.header); i < len(cells); i++ {
+		if strings.TrimSpace(cells[i]) != "" {
+			return Record{}, &InputError{File: r.file, Sheet: r.sheet, Row: row, Column: ColumnName(i + 1),
+				Reason: fmt.Sprintf("cell has a value but its column has no header (the header is row %d)", r.headerRow)}
+		}
+	}
+	vals := make([]string, len(r.header))
+	blank := true
+	for i := range vals {
+		if i >= len(cells) {
+			break
+		}
+		if err := r.checkCell(row, i, cells[i]); err != nil {
+			return Record{}, err
+		}
+		vals[i] = cells[i]
+		if blank && strings.TrimSpace(cells[i]) != "" {
+			blank = false
+		}
+	}
+	return Record{SheetRow: row, Values: vals, Blank: blank}, nil
+}
+
+// checkCell enforces the per-cell limits. NUL bytes only reach here from CSV (XML cannot carry them) and mean the
+// file is not really text.
+func (r *Reader) checkCell(row, col int, v string) error {
+	if len(v) > r.lim.MaxCellChars {
+		if n := utf8.RuneCountInString(v); n > r.lim.MaxCellChars {
+			limit := "the limit is " + strconv.Itoa(r.lim.MaxCellChars)
+			if r.lim.MaxCellChars == DefaultMaxCellChars {
+				limit = "Excel's limit is " + strconv.Itoa(DefaultMaxCellChars)
+			}
+			return r.inputErr(row, col, fmt.Sprintf("cell has %d characters; %s", n, limit))
+		}
+	}
+	if strings.IndexByte(v, 0) >= 0 {
+		return r.inputErr(row, col, "cell contains a NUL byte (0x00); the file may be binary, damaged, or UTF-16 text without a byte-order mark")
+	}
+	return nil
+}
+
+// isBlank reports whether every cell is empty or white space.
+func isBlank(cells []string) bool {
+	for _, c := range cells {
+		if strings.TrimSpace(c) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// inputErr builds an *InputError at row (0 = none) and 0-based column col (-1 = none), naming the header when the
+// column has one.
+func (r *Reader) inputErr(row, col int, reason string) *InputError {
+	e := &InputError{File: r.file, Sheet: r.sheet, Row: row, Reason: reason}
+	if col >= 0 {
+		e.Column = ColumnName(col + 1)
+		if col < len(r.header) {
+			e.Header = r.header[col]
+		}
+	}
+	return e
+}
+
+// fileErr builds an *InputError about the file as a whole.
+func (r *Reader) fileErr(reason string) *InputError {
+	return &InputError{File: r.file, Reason: reason}
+}
+
+// fixErr completes a source's partial *InputError with the file and sheet; other errors pass through.
+func (r *Reader) fixErr(err error) error {
+	var ie *InputError
+	if errors.As(err, &ie) {
+		ie.File, ie.Sheet = r.file, r.sheet
+	}
+	return err
+}
+
+// Close releases the file and any temporary files. It is safe to call more than once.
+func (r *Reader) Close() error {
+	if r.closed || r.src == nil {
+		r.closed = true
+		return nil
+	}
+	r.closed = true
+	if err := r.src.close(); err != nil {
+		return fmt.Errorf("close spreadsheet %q: %w", r.file, err)
+	}
+	return nil
+}
+
+// Validate reads the whole input once (streaming) and returns its summary or the first *InputError, so that a bad
+// file is rejected before anything is written.
+func Validate(path string, opts Options) (Summary, error) {
+	r, err := Open(path, opts)
+	if err != nil {
+		return Summary{}, err
+	}
+	sum := Summary{Sheet: r.Sheet(), Header: r.Header()}
+	sum.Prompt, sum.HasPrompt = r.Prompt()
+	for {
+		_, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			_ = r.Close()
+			return Summary{}, err
+		}
+		sum.Rows++
+	}
+	if err := r.Close(); err != nil {
+		return Summary{}, err
+	}
+	return sum, nil
+}

@@ -1,0 +1,303 @@
+package sheet
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/xuri/excelize/v2"
+	"golang.org/x/text/width"
+)
+
+// Column widths are estimated from the header and the first rows, because a stream writer must set them before
+// the first row is written. The cap keeps one long answer from making a column screens wide.
+const (
+	widthSampleRows = 100
+	minColumnWidth  = 8
+	maxColumnWidth  = 60
+)
+
+// Writer streams a result workbook: one sheet, a bold frozen header row, then rows, every cell written as a text
+// string. Rows go to excelize's StreamWriter, which spills to a temporary file, so memory does not grow with the row
+// count (excelize does hold the final compressed .xlsx in memory while WriteTo runs).
+//
+// Text is stored as inline strings, never as formulas or numbers: "=SUM(A1)", "+1", "-2" and "@x" read back as
+// exactly that text. Characters XML 1.0 cannot hold (control characters other than tab, newline and carriage
+// return; U+FFFE; U+FFFF) are stripped, invalid UTF-8 becomes U+FFFD, and excelize truncates a value beyond Excel's
+// 32,767-character cell limit. A Writer is not safe for concurrent use.
+type Writer struct {
+	f       *excelize.File
+	sw      *excelize.StreamWriter
+	header  []string
+	bold    int
+	pending [][]string // first rows, held until widths are known
+	started bool
+	row     int // last sheet row written
+	done    bool
+}
+
+// ErrWriterDone is returned by WriteRow and WriteTo after WriteTo has finished the workbook.
+var ErrWriterDone = errors.New("result workbook already written")
+
+// NewWriter starts a result workbook with one sheet named sheetName (sanitized with SanitizeSheetName) and the
+// given header. The caller must Close the Writer to release its temporary files.
+func NewWriter(sheetName string, header []string) (*Writer, error) {
+	if len(header) == 0 {
+		return nil, errors.New("new result workbook: header has no columns")
+	}
+	if len(header) > excelize.MaxColumns {
+		return nil, fmt.Errorf("new result workbook: header has %d columns; Excel's limit is %d", len(header), excelize.MaxColumns)
+	}
+	name := SanitizeSheetName(sheetName)
+	f := excelize.NewFile()
+	w := &Writer{f: f}
+	if name != f.GetSheetName(0) {
+		if err := f.SetSheetName(f.GetSheetName(0), name); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("new result workbook: name sheet %q: %w", name, err)
+		}
+	}
+	bold, err := f.NewStyle(&excelize.Style{Font: &excelize.Font{Bold: true}})
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("new result workbook: header style: %w", err)
+	}
+	sw, err := f.NewStreamWriter(name)
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("new result workbook: stream sheet %q: %w", name, err)
+	}
+	w.sw, w.bold = sw, bold
+	w.header = make([]string, len(header))
+	for i, h := range header {
+		w.header[i] = cleanText(h)
+	}
+	return w, nil
+}
+
+// WriteRow appends one row. Rows are written in call order; values may be fewer than the header (the rest stay
+// empty) but not more.
+func (w *Writer) WriteRow(values []string) error {
+	if w.done {
+		return ErrWriterDone
+	}
+	if len(values) > len(w.header) {
+		return fmt.Errorf("write result row %d: %d values for %d columns", w.row+len(w.pending)+1, len(values), len(w.header))
+	}
+	clean := make([]string, len(values))
+	for i, v := range values {
+		clean[i] = cleanText(v)
+	}
+	if !w.started {
+		w.pending = append(w.pending, clean)
+		if len(w.pending) < widthSampleRows {
+			return nil
+		}
+		return w.start()
+	}
+	return w.writeRow(clean, nil)
+}
+
+// start fixes column widths and the frozen header, then writes the header and the held rows.
+func (w *Writer) start() error {
+	w.started = true
+	widths := make([]int, len(w.header))
+	for i, h := range w.header {
+		widths[i] = displayWidth(h) + 1 // bold text is a little wider
+	}
+	for _, row := range w.pending {
+		for i, v := range row {
+			widths[i] = max(widths[i], displayWidth(v))
+		}
+	}
+	for i, wd := range widths {
+		wd = min(max(wd+2, minColumnWidth), maxColumnWidth)
+		if err := w.sw.SetColWidth(i+1, i+1, float64(wd)); err != nil {
+			return fmt.Errorf("write result header: width of column %s: %w", ColumnName(i+1), err)
+		}
+	}
+	if err := w.sw.SetPanes(&excelize.Panes{
+		Freeze: true, YSplit: 1, TopLeftCell: "A2", ActivePane: "bottomLeft",
+		Selection: []excelize.Selection{{SQRef: "A2", ActiveCell: "A2", Pane: "bottomLeft"}},
+	}); err != nil {
+		return fmt.Errorf("write result header: freeze: %w", err)
+	}
+	if err := w.writeRow(w.header, &w.bold); err != nil {
+		return err
+	}
+	for _, row := range w.pending {
+		if err := w.writeRow(row, nil); err != nil {
+			return err
+		}
+	}
+	w.pending = nil
+	return nil
+}
+
+// writeRow writes the next sheet row; empty values get no cell at all, which keeps the file small.
+func (w *Writer) writeRow(values []string, style *int) error {
+	if w.row >= excelize.TotalRows {
+		return fmt.Errorf("write result row %d: Excel's limit is %d rows", w.row+1, excelize.TotalRows)
+	}
+	w.row++
+	cells := make([]any, len(values))
+	for i, v := range values {
+		switch {
+		case v == "":
+		case style != nil:
+			cells[i] = excelize.Cell{StyleID: *style, Value: v}
+		default:
+			cells[i] = v
+		}
+	}
+	cell, err := excelize.CoordinatesToCellName(1, w.row)
+	if err != nil {
+		return fmt.Errorf("write result row %d: %w", w.row, err)
+	}
+	if err := w.sw.SetRow(cell, cells); err != nil {
+		return fmt.Errorf("write result row %d: %w", w.row, err)
+	}
+	return nil
+}
+
+// WriteTo finishes the workbook and writes the .xlsx bytes to out. It can be called once; the Writer still needs
+// Close afterwards.
+func (w *Writer) WriteTo(out io.Writer) (int64, error) {
+	if w.done {
+		return 0, ErrWriterDone
+	}
+	w.done = true
+	if !w.started {
+		if err := w.start(); err != nil {
+			return 0, err
+		}
+	}
+	if err := w.sw.Flush(); err != nil {
+		return 0, fmt.Errorf("finish result workbook: %w", err)
+	}
+	n, err := w.f.WriteTo(out)
+	if err != nil {
+		return n, fmt.Errorf("write result workbook: %w", err)
+	}
+	return n, nil
+}
+
+// Close releases the temporary files excelize streamed the rows to. It is safe to call more than once.
+func (w *Writer) Close() error {
+	w.done = true
+	if err := w.f.Close(); err != nil {
+		return fmt.Errorf("close result workbook: %w", err)
+	}
+	return nil
+}
+
+// SanitizeSheetName turns any text into a name Excel accepts: the characters []:*?/\ become "_", characters XML
+// cannot hold are dropped, leading and trailing apostrophes are removed, the name is cut to 31 UTF-16 units (at a
+// character boundary), "History" (reserved by Excel) gets a "_" suffix and an empty result becomes "Sheet1".
+func SanitizeSheetName(name string) string {
+	name = cleanText(name)
+	name = strings.Map(func(r rune) rune {
+		switch r {
+		case '[', ']', ':', '*', '?', '/', '\\':
+			return '_'
+		case '\t', '\n', '\r':
+			return ' '
+		}
+		return r
+	}, name)
+	name = strings.Trim(name, "'")
+	units := 0
+	for i, r := range name {
+		units += utf16.RuneLen(r)
+		if units > excelize.MaxSheetNameLength {
+			name = name[:i]
+			break
+		}
+	}
+	name = strings.Trim(name, "'")
+	switch {
+	case strings.TrimSpace(name) == "":
+		return "Sheet1"
+	case strings.EqualFold(name, "History"):
+		return name + "_"
+	}
+	return name
+}
+
+// cleanText drops what XML 1.0 cannot hold so the workbook can never be corrupt, and replaces invalid UTF-8 with
+// U+FFFD. The common case (clean text) returns s without allocating.
+func cleanText(s string) string {
+	clean := true
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
+				clean = false
+				break
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !xmlChar(r) || (r == utf8.RuneError && size == 1) {
+			clean = false
+			break
+		}
+		i += size
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s { // invalid UTF-8 arrives here as U+FFFD, which XML allows
+		if xmlChar(r) {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// xmlChar reports whether r is allowed in XML 1.0 character data.
+func xmlChar(r rune) bool {
+	switch {
+	case r == '\t', r == '\n', r == '\r':
+		return true
+	case r < 0x20:
+		return false
+	case r <= 0xD7FF:
+		return true
+	case r < 0xE000:
+		return false
+	case r <= 0xFFFD:
+		return true
+	case r < 0x10000:
+		return false
+	default:
+		return r <= 0x10FFFF
+	}
+}
+
+// displayWidth is the widest line of s in Excel width units: East Asian wide characters take two.
+func displayWidth(s string) int {
+	widest, cur := 0, 0
+	for _, r := range s {
+		if r == '\n' {
+			widest, cur = max(widest, cur), 0
+			continue
+		}
+		switch width.LookupRune(r).Kind() {
+		case width.EastAsianWide, width.EastAsianFullwidth:
+			cur += 2
+		default:
+			cur++
+		}
+		if cur > maxColumnWidth { // wide enough to hit the cap; no need to measure the rest
+			return cur
+		}
+	}
+	return max(widest, cur)
+}

@@ -1,0 +1,261 @@
+package sheet
+
+import (
+	"archive/zip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/xuri/excelize/v2"
+)
+
+// promptSheet is the name (case-insensitive) of the optional sheet whose A1 holds the prompt template.
+const promptSheet = "prompt"
+
+// openXLSX checks the zip's central directory (format and zip-bomb guard) before excelize sees the file, opens the
+// workbook, picks the sheet and reads the prompt. It closes f: excelize reopens the file by path.
+func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error) {
+	defer f.Close()
+	zr, err := zip.NewReader(f, size)
+	if err != nil {
+		return nil, r.fileErr(fmt.Sprintf("the file is a damaged zip archive and cannot be read as .xlsx (%v)", err))
+	}
+	names := make(map[string]bool, len(zr.File))
+	var total uint64
+	limit := uint64(r.lim.MaxUnzippedBytes)
+	over := false
+	for _, zf := range zr.File {
+		names[strings.ToLower(zf.Name)] = true
+		if zf.UncompressedSize64 > limit-total {
+			over = true
+		} else {
+			total += zf.UncompressedSize64
+		}
+	}
+	if !names["[content_types].xml"] || !names["xl/workbook.xml"] {
+		return nil, r.fileErr(zipKindReason(zr, names))
+	}
+	if over {
+		var claimed uint64
+		for _, zf := range zr.File {
+			claimed += zf.UncompressedSize64 // may wrap on absurd directories; only used in the message
+		}
+		return nil, r.fileErr(fmt.Sprintf("the workbook expands to %s when unzipped; the limit is %s (zip-bomb guard, configurable)",
+			formatBytes(int64(min(claimed, 1<<62))), formatBytes(r.lim.MaxUnzippedBytes)))
+	}
+
+	if err := verifyEntries(zr); err != nil {
+		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
+	}
+
+	// The directory has been checked; these limits are excelize's own second line of defence.
+	xf, err := excelize.OpenFile(f.Name(), excelize.Options{
+		UnzipSizeLimit:    r.lim.MaxUnzippedBytes,
+		UnzipXMLSizeLimit: min(r.lim.MaxUnzippedBytes, excelize.StreamChunkSize),
+	})
+	if err != nil {
+		if xf != nil {
+			_ = xf.Close()
+		}
+		// Only failing to open the file is I/O; everything else excelize reports is about the content (for
+		// example a ReadAt at a negative offset computed from a damaged header).
+		var pe *fs.PathError
+		if errors.As(err, &pe) && pe.Op == "open" {
+			return nil, fmt.Errorf("open workbook %q: %w", r.file, err)
+		}
+		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
+	}
+	src, err := r.pickSheet(xf, want)
+	if err != nil {
+		_ = xf.Close()
+		return nil, err
+	}
+	return src, nil
+}
+
+// verifyEntries inflates every entry once into a small reusable buffer. excelize ignores read errors while
+// unzipping (a damaged or lying entry silently becomes a truncated part, i.e. lost rows), whereas archive/zip
+// reports both a CRC mismatch and an entry inflating past its declared size, which the size check above relied
+// on. Memory stays constant; the cost is one extra decompression pass.
+func verifyEntries(zr *zip.Reader) error {
+	buf := make([]byte, 64<<10)
+	for _, zf := range zr.File {
+		if zf.FileInfo().IsDir() {
+			continue
+		}
+		rc, err := zf.Open()
+		if err != nil {
+			return fmt.Errorf("%s: %w", zf.Name, err)
+		}
+		_, err = io.CopyBuffer(io.Discard, struct{ io.Reader }{rc}, buf)
+		_ = rc.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", zf.Name, err)
+		}
+	}
+	return nil
+}
+
+// zipKindReason names what a zip that is not an xlsx appears to be.
+func zipKindReason(zr *zip.Reader, names map[string]bool) string {
+	switch {
+	case names["xl/workbook.bin"]:
+		return "binary workbooks (.xlsb) are not supported; save it as .xlsx"
+	case names["word/document.xml"]:
+		return "looks like a Word document (.docx), not a spreadsheet"
+	case names["ppt/presentation.xml"]:
+		return "looks like a PowerPoint presentation (.pptx), not a spreadsheet"
+	case names["mimetype"] && names["content.xml"]:
+		if mimetypeOf(zr) == "application/vnd.oasis.opendocument.spreadsheet" {
+			return "OpenDocument spreadsheets (.ods) are not supported; save it as .xlsx"
+		}
+		return "looks like an OpenDocument file, not a spreadsheet"
+	case names["xl/workbook.xml"] || names["[content_types].xml"]:
+		return "the workbook is damaged: the zip archive lacks [Content_Types].xml or xl/workbook.xml"
+	default:
+		return "looks like a zip archive, not an Excel workbook"
+	}
+}
+
+// mimetypeOf reads the small "mimetype" entry of an OpenDocument package.
+func mimetypeOf(zr *zip.Reader) string {
+	for _, zf := range zr.File {
+		if zf.Name != "mimetype" || zf.UncompressedSize64 > 256 {
+			continue
+		}
+		rc, err := zf.Open()
+		if err != nil {
+			return ""
+		}
+		b, _ := io.ReadAll(io.LimitReader(rc, 256))
+		_ = rc.Close()
+		return strings.TrimSpace(string(b))
+	}
+	return ""
+}
+
+// pickSheet chooses the sheet to read, reads the prompt sheet's A1 and starts the row iterator.
+func (r *Reader) pickSheet(xf *excelize.File, want string) (rowSource, error) {
+	list := xf.GetSheetList()
+	var sheet string
+	if want != "" {
+		for _, name := range list {
+			if name == want {
+				sheet = name
+			}
+		}
+		if sheet == "" {
+			var folded []string
+			for _, name := range list {
+				if strings.EqualFold(name, want) {
+					folded = append(folded, name)
+				}
+			}
+			if len(folded) == 1 {
+				sheet = folded[0]
+			}
+		}
+		if sheet == "" {
+			quoted := make([]string, len(list))
+			for i, name := range list {
+				quoted[i] = strconv.Quote(name)
+			}
+			return nil, r.fileErr(fmt.Sprintf("sheet %q not found; the workbook has sheets %s", want, strings.Join(quoted, ", ")))
+		}
+	} else {
+		for _, name := range list {
+			if strings.EqualFold(name, promptSheet) {
+				continue
+			}
+			if visible, err := xf.GetSheetVisible(name); err == nil && visible {
+				sheet = name
+				break
+			}
+		}
+		if sheet == "" {
+			return nil, r.fileErr(`the workbook has no visible sheet to read (other than "prompt")`)
+		}
+	}
+	r.sheet = sheet
+
+	for _, name := range list {
+		if strings.EqualFold(name, promptSheet) {
+			if err := r.readPrompt(xf, name); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+
+	rows, err := xf.Rows(sheet)
+	if err != nil {
+		return nil, r.inputErr(0, -1, fmt.Sprintf("the sheet is damaged and cannot be read (%v)", err))
+	}
+	return &xlsxSource{xf: xf, rows: rows}, nil
+}
+
+// readPrompt reads cell A1 of the prompt sheet by streaming only its first row.
+func (r *Reader) readPrompt(xf *excelize.File, name string) error {
+	fail := func(reason string) error {
+		return &InputError{File: r.file, Sheet: name, Row: 1, Column: "A", Reason: reason}
+	}
+	rows, err := xf.Rows(name)
+	if err != nil {
+		return fail(fmt.Sprintf("the prompt sheet is damaged and cannot be read (%v)", err))
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Error(); err != nil {
+			return fail(fmt.Sprintf("the prompt sheet is damaged and cannot be read (%v)", err))
+		}
+		return nil
+	}
+	cells, err := rows.Columns()
+	if err != nil {
+		return fail(fmt.Sprintf("the prompt sheet is damaged and cannot be read (%v)", err))
+	}
+	if len(cells) == 0 {
+		return nil
+	}
+	p := strings.TrimSpace(cells[0])
+	if n := utf8.RuneCountInString(p); n > r.lim.MaxCellChars {
+		return fail(fmt.Sprintf("prompt has %d characters; the limit is %d", n, r.lim.MaxCellChars))
+	}
+	r.prompt, r.hasPrompt = p, p != ""
+	return nil
+}
+
+// xlsxSource walks a worksheet with excelize's streaming iterator. Its Next visits every row number, including
+// rows absent from the XML, so counting calls gives the sheet row number.
+type xlsxSource struct {
+	xf   *excelize.File
+	rows *excelize.Rows
+	row  int
+}
+
+func (s *xlsxSource) next() (int, []string, error) {
+	if !s.rows.Next() {
+		if err := s.rows.Error(); err != nil {
+			return 0, nil, &InputError{Row: s.row + 1, Reason: fmt.Sprintf("the sheet is damaged and cannot be read (%v)", err)}
+		}
+		return 0, nil, io.EOF
+	}
+	s.row++
+	cells, err := s.rows.Columns()
+	if err != nil {
+		return 0, nil, &InputError{Row: s.row, Reason: fmt.Sprintf("the row is damaged and cannot be read (%v)", err)}
+	}
+	return s.row, cells, nil
+}
+
+// close releases the iterator and excelize's temporary files. The iterator's own error was already reported by
+// next, so only the file's cleanup error matters here.
+func (s *xlsxSource) close() error {
+	_ = s.rows.Close()
+	return s.xf.Close()
+}

@@ -1,0 +1,144 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+const taskColumns = `id, state, spec, source, sheet, header, rows_total, batches_total, batches_done,
+	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at`
+
+// scanTask reads one row of taskColumns.
+func scanTask(sc scanner) (store.Task, error) {
+	var (
+		t                          store.Task
+		spec, header               string
+		created, updated, finished sql.NullInt64
+	)
+	err := sc.Scan(&t.ID, &t.State, &spec, &t.Source, &t.Sheet, &header, &t.RowsTotal, &t.BatchesTotal,
+		&t.BatchesDone, &t.RowsSucceeded, &t.RowsFailed, &t.RowsSkipped, &t.ResultKey, &t.Error,
+		&created, &updated, &finished)
+	if err != nil {
+		return store.Task{}, err
+	}
+	if err := json.Unmarshal([]byte(spec), &t.Spec); err != nil {
+		return store.Task{}, fmt.Errorf("decode spec of task %s: %w", t.ID, err)
+	}
+	if err := json.Unmarshal([]byte(header), &t.Header); err != nil {
+		return store.Task{}, fmt.Errorf("decode header of task %s: %w", t.ID, err)
+	}
+	t.CreatedAt, t.UpdatedAt, t.FinishedAt = fromMillis(created), fromMillis(updated), fromMillis(finished)
+	return t, nil
+}
+
+// CreateTask inserts t, or returns ErrConflict if its ID exists. An empty
+// State is stored as PENDING.
+func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
+	if t.ID == "" {
+		return errors.New("create task: empty ID")
+	}
+	if t.State == "" {
+		t.State = store.TaskPending
+	}
+	spec, err := json.Marshal(t.Spec)
+	if err != nil {
+		return fmt.Errorf("create task %s: encode spec: %w", t.ID, err)
+	}
+	header, err := json.Marshal(t.Header)
+	if err != nil {
+		return fmt.Errorf("create task %s: encode header: %w", t.ID, err)
+	}
+	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO NOTHING`,
+		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
+		t.BatchesDone, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped, t.ResultKey, t.Error,
+		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt))
+	if err != nil {
+		return fmt.Errorf("create task %s: %w", t.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("create task %s: %w", t.ID, err)
+	} else if n == 0 {
+		return fmt.Errorf("create task %s: %w", t.ID, store.ErrConflict)
+	}
+	return nil
+}
+
+// GetTask returns the task or ErrNotFound.
+func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+	t, err := scanTask(s.read.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Task{}, fmt.Errorf("get task %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Task{}, fmt.Errorf("get task %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// ListTasks returns tasks newest first, at most limit (0: all).
+func (s *Store) ListTasks(ctx context.Context, limit int) ([]store.Task, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT `+taskColumns+` FROM tasks
+		ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	defer rows.Close()
+	var tasks []store.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list tasks: %w", err)
+		}
+		tasks = append(tasks, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return tasks, nil
+}
+
+// TransitionTask changes the task's state if it is in one of p.From, in one
+// conditional UPDATE, and returns the updated task.
+func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams) (store.Task, error) {
+	what := fmt.Sprintf("transition task %s to %s", p.ID, p.To)
+	if p.To == "" {
+		return store.Task{}, fmt.Errorf("%s: empty target state", what)
+	}
+	if len(p.From) > 0 {
+		args := []any{p.To, millis(p.Now), p.Error, p.ResultKey, p.To.Final(), millis(p.Now), p.ID}
+		for _, st := range p.From {
+			args = append(args, st)
+		}
+		t, err := scanTask(s.write.QueryRowContext(ctx, `UPDATE tasks SET
+				state = ?,
+				updated_at = ?,
+				error = coalesce(nullif(?, ''), error),
+				result_key = coalesce(nullif(?, ''), result_key),
+				finished_at = CASE WHEN ? THEN ? ELSE finished_at END
+			WHERE id = ? AND state IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(p.From)), ", ")+`)
+			RETURNING `+taskColumns, args...))
+		if err == nil {
+			return t, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return store.Task{}, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	// Nothing changed: tell a missing task from one in another state.
+	cur, err := s.GetTask(ctx, p.ID)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return store.Task{}, fmt.Errorf("%s: task is %s, not one of %v: %w", what, cur.State, p.From, store.ErrConflict)
+}

@@ -1,0 +1,314 @@
+// Package store is the task store port: tasks, their batches and their rows.
+//
+// The pipeline is written against Store; adapters live in sub-packages
+// (sqlitestore for the embedded runtime, dynamostore for AWS) and all pass the
+// conformance suite in storetest. Every state change that two workers could
+// race on is a single conditional write in the adapter, never read-then-write
+// in the caller.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned when the task, batch or row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned when a conditional write did not apply: the task
+// already exists, the batch is owned by someone else, or the caller's attempt
+// was fenced out by a newer one.
+var ErrConflict = errors.New("conflict")
+
+// TaskState is the lifecycle state of a task.
+type TaskState string
+
+// Task states. PENDING while splitting, RUNNING while batches are generated,
+// EXPORTING while the result file is written, then one of the final states.
+const (
+	TaskPending   TaskState = "PENDING"
+	TaskRunning   TaskState = "RUNNING"
+	TaskExporting TaskState = "EXPORTING"
+	TaskSucceeded TaskState = "SUCCEEDED"
+	TaskPartial   TaskState = "PARTIAL"
+	TaskFailed    TaskState = "FAILED"
+	TaskCancelled TaskState = "CANCELLED"
+)
+
+// Final reports whether no further work will happen on a task in state s.
+func (s TaskState) Final() bool {
+	switch s {
+	case TaskSucceeded, TaskPartial, TaskFailed, TaskCancelled:
+		return true
+	}
+	return false
+}
+
+// BatchState is the lifecycle state of a batch.
+type BatchState string
+
+// Batch states.
+const (
+	BatchPending BatchState = "PENDING"
+	BatchRunning BatchState = "RUNNING"
+	BatchDone    BatchState = "DONE"
+)
+
+// RowState is the state of one row's result.
+type RowState string
+
+// Row states. SKIPPED marks a blank input row that is kept in place in the
+// result but never sent to the model.
+const (
+	RowPending   RowState = "PENDING"
+	RowSucceeded RowState = "SUCCEEDED"
+	RowFailed    RowState = "FAILED"
+	RowSkipped   RowState = "SKIPPED"
+)
+
+// Final reports whether a row in state s has its result.
+func (s RowState) Final() bool { return s == RowSucceeded || s == RowFailed || s == RowSkipped }
+
+// TaskSpec is what a task runs: the prompt and the model settings. It is part
+// of the task id, so changing any of it starts a new task.
+type TaskSpec struct {
+	// Prompt is the row template with {{column}} placeholders.
+	Prompt string `json:"prompt"`
+	// System is the system prompt; empty for none.
+	System string `json:"system,omitempty"`
+	// Provider names the model provider ("sim", "openai").
+	Provider string `json:"provider"`
+	// Model is the provider's model name.
+	Model string `json:"model,omitempty"`
+	// Temperature, when non-nil, is sent to the model.
+	Temperature *float64 `json:"temperature,omitempty"`
+	// TopP, when non-nil, is sent to the model.
+	TopP *float64 `json:"top_p,omitempty"`
+	// MaxTokens caps the completion length; 0 means the provider's default.
+	MaxTokens int `json:"max_tokens,omitempty"`
+	// BatchSize is the number of rows per batch.
+	BatchSize int `json:"batch_size"`
+}
+
+// Task is one spreadsheet job.
+type Task struct {
+	ID    string
+	State TaskState
+	Spec  TaskSpec
+	// Source names the input for people: a file name or an object key.
+	Source string
+	// Sheet is the name of the input sheet the rows came from.
+	Sheet string
+	// Header holds the input column names in input order.
+	Header []string
+
+	RowsTotal     int
+	BatchesTotal  int
+	BatchesDone   int
+	RowsSucceeded int
+	RowsFailed    int
+	RowsSkipped   int
+
+	// ResultKey is the blob key of the exported result, once exported.
+	ResultKey string
+	// Error says why the task FAILED, or the first export error.
+	Error string
+
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	FinishedAt time.Time
+}
+
+// Batch is a contiguous range of rows claimed and processed as one unit.
+type Batch struct {
+	TaskID string
+	No     int
+	// FirstRow is the No of the batch's first row; rows FirstRow..FirstRow+RowCount-1 belong to it.
+	FirstRow int
+	RowCount int
+	State    BatchState
+	// Attempt counts claims; it is the fencing token for writes by the claim's owner.
+	Attempt int
+	// LeaseUntil is when a RUNNING batch's claim expires and another worker may take it.
+	LeaseUntil time.Time
+	// Owner identifies the worker holding the claim, for operators.
+	Owner string
+	// LastError is the last retryable error that made the batch be released.
+	LastError string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Row is one input row and, once known, its result.
+type Row struct {
+	TaskID string
+	// No numbers data rows from 1 in input order.
+	No int
+	// SheetRow is the 1-based row number in the input sheet, for messages.
+	SheetRow int
+	// Values are the input cells, one per header column.
+	Values []string
+	RowResult
+}
+
+// RowResult is what generating one row produced.
+type RowResult struct {
+	State  RowState
+	Output string
+	// Error is a human-readable reason for a FAILED row.
+	Error string
+	// ErrorClass is the machine-readable failure class (see package llm).
+	ErrorClass string
+	// Attempts counts model calls made for the row.
+	Attempts int
+	// LatencyMS is the latency of the call that produced the result.
+	LatencyMS int64
+	// Cached is true when the output came from the result cache.
+	Cached bool
+}
+
+// TransitionTaskParams moves a task between states.
+type TransitionTaskParams struct {
+	ID string
+	// From lists the states the task may be in; otherwise ErrConflict.
+	From []TaskState
+	To   TaskState
+	// Error, when non-empty, is recorded on the task.
+	Error string
+	// ResultKey, when non-empty, is recorded on the task.
+	ResultKey string
+	Now       time.Time
+}
+
+// ListRowsParams selects rows of a task in row order.
+type ListRowsParams struct {
+	TaskID string
+	// FromNo is the first row number, inclusive.
+	FromNo int
+	// ToNo is the last row number, inclusive; 0 means no upper bound.
+	ToNo int
+	// Limit caps the number of rows returned; 0 means no limit.
+	Limit int
+}
+
+// ClaimBatchParams claims a batch for a worker.
+type ClaimBatchParams struct {
+	TaskID  string
+	BatchNo int
+	Owner   string
+	Now     time.Time
+	// LeaseUntil is when the claim expires unless renewed.
+	LeaseUntil time.Time
+}
+
+// RenewLeaseParams extends the lease of a claimed batch.
+type RenewLeaseParams struct {
+	TaskID     string
+	BatchNo    int
+	Attempt    int
+	LeaseUntil time.Time
+	Now        time.Time
+}
+
+// ReleaseBatchParams hands a claimed batch back for a later attempt.
+type ReleaseBatchParams struct {
+	TaskID    string
+	BatchNo   int
+	Attempt   int
+	LastError string
+	Now       time.Time
+}
+
+// SaveRowResultParams records one row's result under a claim.
+type SaveRowResultParams struct {
+	TaskID  string
+	BatchNo int
+	// Attempt is the claim's attempt; the write is fenced on it.
+	Attempt int
+	RowNo   int
+	Result  RowResult
+	Now     time.Time
+}
+
+// FinishBatchParams completes a claimed batch and counts it into its task.
+type FinishBatchParams struct {
+	TaskID    string
+	BatchNo   int
+	Attempt   int
+	Succeeded int
+	Failed    int
+	Skipped   int
+	Now       time.Time
+}
+
+// ListBatchesParams selects batches of a task.
+type ListBatchesParams struct {
+	TaskID string
+	// States, when non-empty, keeps only batches in these states.
+	States []BatchState
+}
+
+// Store persists tasks, batches and rows.
+//
+// All methods are safe for concurrent use. Conditional methods return
+// ErrConflict when their condition does not hold and change nothing then.
+type Store interface {
+	// CreateTask inserts a new task. It returns ErrConflict if a task with the
+	// same ID exists (the caller then continues that task).
+	CreateTask(ctx context.Context, t Task) error
+	// GetTask returns a task or ErrNotFound.
+	GetTask(ctx context.Context, id string) (Task, error)
+	// ListTasks returns tasks, newest first, at most limit (0: all).
+	ListTasks(ctx context.Context, limit int) ([]Task, error)
+	// TransitionTask changes a task's state if it is in one of p.From, and
+	// returns the updated task. Idempotent callers treat ErrConflict by
+	// re-reading the task.
+	TransitionTask(ctx context.Context, p TransitionTaskParams) (Task, error)
+
+	// PutRows stores input rows. Rows that already exist are left unchanged,
+	// so a resumed split never overwrites a result. A row whose State is
+	// empty is stored as PENDING.
+	PutRows(ctx context.Context, rows []Row) error
+	// ListRows returns rows of a task in row order.
+	ListRows(ctx context.Context, p ListRowsParams) ([]Row, error)
+
+	// PutBatches stores batches in state PENDING. Batches that already exist
+	// are left unchanged (idempotent for a resumed split).
+	PutBatches(ctx context.Context, batches []Batch) error
+	// GetBatch returns a batch or ErrNotFound.
+	GetBatch(ctx context.Context, taskID string, no int) (Batch, error)
+	// ListBatches returns batches of a task in batch order.
+	ListBatches(ctx context.Context, p ListBatchesParams) ([]Batch, error)
+	// ClaimBatch moves a batch that is PENDING, or RUNNING with a lease that
+	// expired before p.Now, to RUNNING with a new lease, an incremented
+	// Attempt and p.Owner, in one conditional write. It returns the claimed
+	// batch, ErrConflict when the batch is DONE or leased by someone else, or
+	// ErrNotFound.
+	ClaimBatch(ctx context.Context, p ClaimBatchParams) (Batch, error)
+	// RenewLease extends the lease of a RUNNING batch whose Attempt is still
+	// p.Attempt; otherwise ErrConflict (the caller lost the batch).
+	RenewLease(ctx context.Context, p RenewLeaseParams) error
+	// ReleaseBatch moves a RUNNING batch whose Attempt is p.Attempt back to
+	// PENDING so a later delivery can claim it; otherwise ErrConflict.
+	ReleaseBatch(ctx context.Context, p ReleaseBatchParams) error
+	// SaveRowResult records a row's result if the batch is RUNNING with
+	// Attempt p.Attempt and the row is not already SUCCEEDED or SKIPPED;
+	// otherwise ErrConflict. A late write from a fenced-out worker therefore
+	// never overwrites a newer owner's result.
+	SaveRowResult(ctx context.Context, p SaveRowResultParams) error
+	// FinishBatch atomically marks a RUNNING batch with Attempt p.Attempt
+	// DONE and adds it and its row counts to the task's counters, returning
+	// the updated task. ErrConflict if the batch is not so (already done or
+	// fenced): its counts were, or will be, added by someone else.
+	FinishBatch(ctx context.Context, p FinishBatchParams) (Task, error)
+}
+
+// Cache maps a hash of everything that determines a model's output to that
+// output, so identical prompts are not billed twice.
+type Cache interface {
+	// GetCached returns the cached output for key and whether there was one.
+	GetCached(ctx context.Context, key string) (string, bool, error)
+	// PutCached stores output under key; an existing entry is kept.
+	PutCached(ctx context.Context, key, output string) error
+}

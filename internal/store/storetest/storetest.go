@@ -1,0 +1,1069 @@
+// Package storetest is the conformance suite for store.Store and store.Cache
+// adapters. Every adapter's tests call Run (and RunCache) so that the
+// pipeline can rely on one set of semantics whichever backend it runs on.
+//
+// What the suite asks of an adapter beyond the doc comments in package store:
+//   - newStore returns an empty store that no other test writes to (a fresh
+//     database file, table or key prefix); subtests run in parallel.
+//   - Times keep at least millisecond precision and may come back in any
+//     location: the suite compares instants with time.Time.Equal, uses
+//     millisecond-aligned times wherever a comparison decides an outcome
+//     (lease expiry), and allows 1 ms of rounding in the round-trip tests.
+//   - Every write that takes a Now sets UpdatedAt to it; TransitionTask to a
+//     final state also sets FinishedAt to it.
+//   - Nil and empty slices are interchangeable (Header, Values).
+//   - Reads of a task that has no rows or batches return none, not an error.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// base is the suite's reference time: millisecond-aligned so that adapters
+// that keep milliseconds compare exactly.
+var base = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// runPrefix keeps IDs unique across runs against a persistent backend
+// (an emulator table that outlives one go test invocation).
+var runPrefix = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+var idSeq atomic.Int64
+
+// newID returns an ID unique within this process and, via runPrefix, across runs.
+func newID(kind string) string {
+	return fmt.Sprintf("%s-%s-%d", kind, runPrefix, idSeq.Add(1))
+}
+
+// ptr returns a pointer to v, for the optional spec fields.
+func ptr[T any](v T) *T { return &v }
+
+// exactOpts compare stored values exactly, treating nil and empty slices alike.
+var exactOpts = []cmp.Option{cmpopts.EquateEmpty()}
+
+// roundTripOpts additionally allow the millisecond rounding adapters may do.
+var roundTripOpts = []cmp.Option{cmpopts.EquateEmpty(), cmpopts.EquateApproxTime(time.Millisecond)}
+
+// Run runs the store conformance suite. newStore must return a new, empty
+// store for each call; it should register its own cleanup with t.Cleanup.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"TaskRoundTrip", testTaskRoundTrip},
+		{"CreateTaskConflict", testCreateTaskConflict},
+		{"GetTaskNotFound", testGetTaskNotFound},
+		{"ListTasks", testListTasks},
+		{"TransitionTask", testTransitionTask},
+		{"PutRowsRoundTrip", testPutRowsRoundTrip},
+		{"PutRowsIdempotent", testPutRowsIdempotent},
+		{"PutRowsMany", testPutRowsMany},
+		{"ListRows", testListRows},
+		{"PutBatchesIdempotent", testPutBatchesIdempotent},
+		{"GetBatchNotFound", testGetBatchNotFound},
+		{"ListBatches", testListBatches},
+		{"ClaimBatch", testClaimBatch},
+		{"ClaimBatchRefused", testClaimBatchRefused},
+		{"RenewLease", testRenewLease},
+		{"ReleaseBatch", testReleaseBatch},
+		{"SaveRowResult", testSaveRowResult},
+		{"SaveRowResultFenced", testSaveRowResultFenced},
+		{"FinishBatch", testFinishBatch},
+		{"FinishBatchFenced", testFinishBatchFenced},
+		{"ConcurrentClaim", testConcurrentClaim},
+		{"ConcurrentFinish", testConcurrentFinish},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, newStore(t))
+		})
+	}
+}
+
+// wantErr fails the test unless err matches target (errors.Is).
+func wantErr(t *testing.T, err, target error, what string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: error = %v, want %v", what, err, target)
+	}
+}
+
+// noErr fails the test on a non-nil err.
+func noErr(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// sampleTask returns a task with every field set, as a split would create it.
+func sampleTask() store.Task {
+	return store.Task{
+		ID:    newID("task"),
+		State: store.TaskRunning,
+		Spec: store.TaskSpec{
+			Prompt:    "为商品{{商品名称}}（类目：{{类目}}）写一段 50 字以内的营销文案",
+			Provider:  "sim",
+			BatchSize: 100,
+		},
+		Source:    "incoming/products.xlsx",
+		Sheet:     "Sheet1",
+		Header:    []string{"商品名称", "类目"},
+		CreatedAt: base,
+		UpdatedAt: base,
+	}
+}
+
+// seed creates a RUNNING task with nBatches batches numbered from 1 of size
+// rows each, rows numbered from 1, and returns the task as stored.
+func seed(t *testing.T, s store.Store, nBatches, size int) store.Task {
+	t.Helper()
+	ctx := t.Context()
+	task := sampleTask()
+	task.RowsTotal = nBatches * size
+	task.BatchesTotal = nBatches
+	noErr(t, s.CreateTask(ctx, task), "seed: create task")
+	rows := make([]store.Row, 0, nBatches*size)
+	for no := 1; no <= nBatches*size; no++ {
+		rows = append(rows, store.Row{
+			TaskID:   task.ID,
+			No:       no,
+			SheetRow: no + 1,
+			Values:   []string{fmt.Sprintf("item %d", no), "toys"},
+		})
+	}
+	noErr(t, s.PutRows(ctx, rows), "seed: put rows")
+	batches := make([]store.Batch, 0, nBatches)
+	for no := 1; no <= nBatches; no++ {
+		batches = append(batches, store.Batch{
+			TaskID:    task.ID,
+			No:        no,
+			FirstRow:  (no-1)*size + 1,
+			RowCount:  size,
+			CreatedAt: base,
+			UpdatedAt: base,
+		})
+	}
+	noErr(t, s.PutBatches(ctx, batches), "seed: put batches")
+	return task
+}
+
+// claim claims a batch at now with a one-minute lease and fails the test
+// if it cannot.
+func claim(t *testing.T, s store.Store, taskID string, no int, owner string, now time.Time) store.Batch {
+	t.Helper()
+	b, err := s.ClaimBatch(t.Context(), store.ClaimBatchParams{
+		TaskID: taskID, BatchNo: no, Owner: owner, Now: now, LeaseUntil: now.Add(time.Minute),
+	})
+	noErr(t, err, fmt.Sprintf("claim batch %s/%d by %s", taskID, no, owner))
+	return b
+}
+
+// getTask reads a task and fails the test if it cannot.
+func getTask(t *testing.T, s store.Store, id string) store.Task {
+	t.Helper()
+	got, err := s.GetTask(t.Context(), id)
+	noErr(t, err, "get task "+id)
+	return got
+}
+
+// getBatch reads a batch and fails the test if it cannot.
+func getBatch(t *testing.T, s store.Store, taskID string, no int) store.Batch {
+	t.Helper()
+	got, err := s.GetBatch(t.Context(), taskID, no)
+	noErr(t, err, fmt.Sprintf("get batch %s/%d", taskID, no))
+	return got
+}
+
+// listRows reads all rows of a task and fails the test if it cannot.
+func listRows(t *testing.T, s store.Store, taskID string) []store.Row {
+	t.Helper()
+	got, err := s.ListRows(t.Context(), store.ListRowsParams{TaskID: taskID})
+	noErr(t, err, "list rows of "+taskID)
+	return got
+}
+
+// diff fails the test when want and got differ.
+func diff(t *testing.T, what string, want, got any, opts ...cmp.Option) {
+	t.Helper()
+	if opts == nil {
+		opts = exactOpts
+	}
+	if d := cmp.Diff(want, got, opts...); d != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", what, d)
+	}
+}
+
+func testTaskRoundTrip(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	// Sub-millisecond parts check that adapters keep at least milliseconds.
+	created := base.Add(123456789 * time.Nanosecond)
+	tests := []struct {
+		name string
+		task store.Task
+	}{
+		{
+			name: "every field",
+			task: store.Task{
+				ID:    newID("task"),
+				State: store.TaskPartial,
+				Spec: store.TaskSpec{
+					Prompt:      "Write copy for {{name}} in {{category}}",
+					System:      "You are a copywriter.",
+					Provider:    "openai",
+					Model:       "gpt-4o-mini",
+					Temperature: ptr(0.7),
+					TopP:        ptr(0.0),
+					MaxTokens:   256,
+					BatchSize:   50,
+				},
+				Source:        "incoming/商品.xlsx",
+				Sheet:         "Products",
+				Header:        []string{"name", "category", "价格", ""},
+				RowsTotal:     5000,
+				BatchesTotal:  100,
+				BatchesDone:   99,
+				RowsSucceeded: 4900,
+				RowsFailed:    90,
+				RowsSkipped:   10,
+				ResultKey:     "results/task.xlsx",
+				Error:         "row 17: content filter",
+				CreatedAt:     created,
+				UpdatedAt:     created.Add(150 * time.Second),
+				FinishedAt:    created.Add(151 * time.Second).In(time.FixedZone("CST", 8*3600)),
+			},
+		},
+		{
+			name: "minimal",
+			task: store.Task{
+				ID:        newID("task"),
+				State:     store.TaskPending,
+				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 100},
+				CreatedAt: base,
+				UpdatedAt: base,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			noErr(t, s.CreateTask(ctx, tt.task), "create task")
+			got := getTask(t, s, tt.task.ID)
+			diff(t, "task", tt.task, got, roundTripOpts...)
+			if tt.task.FinishedAt.IsZero() && !got.FinishedAt.IsZero() {
+				t.Errorf("FinishedAt = %v, want zero", got.FinishedAt)
+			}
+		})
+	}
+}
+
+func testCreateTaskConflict(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := sampleTask()
+	noErr(t, s.CreateTask(ctx, first), "first create")
+	second := first
+	second.State = store.TaskFailed
+	second.Source = "other.csv"
+	second.RowsTotal = 7
+	wantErr(t, s.CreateTask(ctx, second), store.ErrConflict, "second create")
+	diff(t, "task after conflicting create", first, getTask(t, s, first.ID))
+}
+
+func testGetTaskNotFound(t *testing.T, s store.Store) {
+	_, err := s.GetTask(t.Context(), newID("missing"))
+	wantErr(t, err, store.ErrNotFound, "get unknown task")
+}
+
+func testListTasks(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var ids []string
+	// Created out of order so that insertion order cannot pass for age order.
+	for _, offset := range []time.Duration{2 * time.Second, 0, 3 * time.Second, time.Second} {
+		task := sampleTask()
+		task.CreatedAt = base.Add(offset)
+		task.UpdatedAt = task.CreatedAt
+		noErr(t, s.CreateTask(ctx, task), "create task")
+		ids = append(ids, task.ID)
+	}
+	newestFirst := []string{ids[2], ids[0], ids[3], ids[1]}
+	tests := []struct {
+		name  string
+		limit int
+		want  []string
+	}{
+		{"all", 0, newestFirst},
+		{"limit 2", 2, newestFirst[:2]},
+		{"limit 1", 1, newestFirst[:1]},
+		{"limit above count", 10, newestFirst},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tasks, err := s.ListTasks(ctx, tt.limit)
+			noErr(t, err, "list tasks")
+			var got []string
+			for _, task := range tasks {
+				got = append(got, task.ID)
+			}
+			diff(t, "task IDs", tt.want, got)
+		})
+	}
+}
+
+func testTransitionTask(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	now := base.Add(time.Hour)
+	tests := []struct {
+		name    string
+		initial store.Task // ID is filled in
+		p       store.TransitionTaskParams
+		wantErr error
+		want    func(store.Task) store.Task // from initial; nil when an error is expected
+	}{
+		{
+			name:    "allowed",
+			initial: store.Task{State: store.TaskPending},
+			p:       store.TransitionTaskParams{From: []store.TaskState{store.TaskPending}, To: store.TaskRunning},
+			want: func(w store.Task) store.Task {
+				w.State, w.UpdatedAt = store.TaskRunning, now
+				return w
+			},
+		},
+		{
+			name:    "allowed from one of several, final records result key",
+			initial: store.Task{State: store.TaskExporting},
+			p: store.TransitionTaskParams{
+				From:      []store.TaskState{store.TaskRunning, store.TaskExporting},
+				To:        store.TaskSucceeded,
+				ResultKey: "results/out.xlsx",
+			},
+			want: func(w store.Task) store.Task {
+				w.State, w.UpdatedAt, w.FinishedAt, w.ResultKey = store.TaskSucceeded, now, now, "results/out.xlsx"
+				return w
+			},
+		},
+		{
+			name:    "final records error",
+			initial: store.Task{State: store.TaskRunning},
+			p: store.TransitionTaskParams{
+				From: []store.TaskState{store.TaskRunning}, To: store.TaskFailed, Error: "export: disk full",
+			},
+			want: func(w store.Task) store.Task {
+				w.State, w.UpdatedAt, w.FinishedAt, w.Error = store.TaskFailed, now, now, "export: disk full"
+				return w
+			},
+		},
+		{
+			name:    "empty error keeps the recorded one",
+			initial: store.Task{State: store.TaskExporting, Error: "first export attempt failed"},
+			p:       store.TransitionTaskParams{From: []store.TaskState{store.TaskExporting}, To: store.TaskPartial},
+			want: func(w store.Task) store.Task {
+				w.State, w.UpdatedAt, w.FinishedAt = store.TaskPartial, now, now
+				return w
+			},
+		},
+		{
+			name:    "denied",
+			initial: store.Task{State: store.TaskPending},
+			p: store.TransitionTaskParams{
+				From: []store.TaskState{store.TaskRunning, store.TaskExporting}, To: store.TaskCancelled, Error: "x",
+			},
+			wantErr: store.ErrConflict,
+		},
+		{
+			name:    "denied from final",
+			initial: store.Task{State: store.TaskSucceeded, FinishedAt: base},
+			p:       store.TransitionTaskParams{From: []store.TaskState{store.TaskRunning}, To: store.TaskRunning},
+			wantErr: store.ErrConflict,
+		},
+		{
+			name:    "empty From allows nothing",
+			initial: store.Task{State: store.TaskPending},
+			p:       store.TransitionTaskParams{To: store.TaskRunning},
+			wantErr: store.ErrConflict,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			initial := sampleTask()
+			initial.State, initial.Error, initial.FinishedAt = tt.initial.State, tt.initial.Error, tt.initial.FinishedAt
+			noErr(t, s.CreateTask(ctx, initial), "create task")
+			p := tt.p
+			p.ID, p.Now = initial.ID, now
+			got, err := s.TransitionTask(ctx, p)
+			if tt.wantErr != nil {
+				wantErr(t, err, tt.wantErr, "transition")
+				diff(t, "task after refused transition", initial, getTask(t, s, initial.ID))
+				return
+			}
+			noErr(t, err, "transition")
+			want := tt.want(initial)
+			diff(t, "returned task", want, got)
+			diff(t, "stored task", want, getTask(t, s, initial.ID))
+		})
+	}
+	t.Run("unknown task", func(t *testing.T) {
+		_, err := s.TransitionTask(ctx, store.TransitionTaskParams{
+			ID: newID("missing"), From: []store.TaskState{store.TaskPending}, To: store.TaskRunning, Now: now,
+		})
+		wantErr(t, err, store.ErrNotFound, "transition unknown task")
+	})
+}
+
+func testPutRowsRoundTrip(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := sampleTask()
+	noErr(t, s.CreateTask(ctx, task), "create task")
+	rows := []store.Row{
+		{TaskID: task.ID, No: 1, SheetRow: 2, Values: []string{"积木", "玩具"}},
+		{TaskID: task.ID, No: 2, SheetRow: 4, Values: []string{"", ""}, RowResult: store.RowResult{State: store.RowSkipped}},
+		{TaskID: task.ID, No: 3, SheetRow: 5, Values: []string{"kite", ""}, RowResult: store.RowResult{State: store.RowPending}},
+		{TaskID: task.ID, No: 4, SheetRow: 6, Values: []string{"a \"quoted\"\nline", "x,y"}},
+	}
+	noErr(t, s.PutRows(ctx, rows), "put rows")
+	want := append([]store.Row(nil), rows...)
+	// A row put without a state is stored as PENDING.
+	want[0].State = store.RowPending
+	want[3].State = store.RowPending
+	diff(t, "rows", want, listRows(t, s, task.ID))
+	noErr(t, s.PutRows(ctx, nil), "put no rows")
+}
+
+func testPutRowsIdempotent(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 1, 3)
+	before := listRows(t, s, task.ID)
+	b := claim(t, s, task.ID, 1, "w1", base.Add(time.Minute))
+	result := store.RowResult{State: store.RowSucceeded, Output: "Bright kites", Attempts: 1, LatencyMS: 290}
+	noErr(t, s.SaveRowResult(ctx, store.SaveRowResultParams{
+		TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, RowNo: 2, Result: result, Now: base.Add(time.Minute),
+	}), "save row 2")
+
+	// A resumed split puts the same rows again, possibly with changed
+	// values; nothing already stored changes.
+	again := make([]store.Row, len(before))
+	for i, r := range before {
+		again[i] = store.Row{TaskID: r.TaskID, No: r.No, SheetRow: r.SheetRow + 10, Values: []string{"changed"}}
+	}
+	noErr(t, s.PutRows(ctx, again), "put rows again")
+	want := append([]store.Row(nil), before...)
+	want[1].RowResult = result
+	diff(t, "rows after second put", want, listRows(t, s, task.ID))
+}
+
+func testPutRowsMany(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := sampleTask()
+	noErr(t, s.CreateTask(ctx, task), "create task")
+	// More than any backend's single-request limit (DynamoDB: 25 items,
+	// SQLite: 32766 variables) so that adapters must chunk.
+	const n = 3001
+	rows := make([]store.Row, n)
+	for i := range rows {
+		rows[i] = store.Row{TaskID: task.ID, No: i + 1, SheetRow: i + 2, Values: []string{strconv.Itoa(i + 1), "v"}}
+	}
+	noErr(t, s.PutRows(ctx, rows), "put rows")
+	got := listRows(t, s, task.ID)
+	if len(got) != n {
+		t.Fatalf("listed %d rows, want %d", len(got), n)
+	}
+	for i, r := range got {
+		if r.No != i+1 || r.SheetRow != i+2 || r.Values[0] != strconv.Itoa(i+1) || r.State != store.RowPending {
+			t.Fatalf("row %d = %+v, want No %d in order and PENDING", i, r, i+1)
+		}
+	}
+}
+
+func testListRows(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 2, 5)
+	seed(t, s, 1, 3) // rows of another task must not leak in
+	seq := func(from, to int) []int {
+		var out []int
+		for i := from; i <= to; i++ {
+			out = append(out, i)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		p    store.ListRowsParams
+		want []int
+	}{
+		{"all", store.ListRowsParams{}, seq(1, 10)},
+		{"from", store.ListRowsParams{FromNo: 4}, seq(4, 10)},
+		{"from to", store.ListRowsParams{FromNo: 3, ToNo: 5}, seq(3, 5)},
+		{"single", store.ListRowsParams{FromNo: 7, ToNo: 7}, seq(7, 7)},
+		{"limit", store.ListRowsParams{Limit: 4}, seq(1, 4)},
+		{"from limit past end", store.ListRowsParams{FromNo: 8, Limit: 10}, seq(8, 10)},
+		{"from to limit", store.ListRowsParams{FromNo: 3, ToNo: 9, Limit: 2}, seq(3, 4)},
+		{"to past end", store.ListRowsParams{ToNo: 99}, seq(1, 10)},
+		{"from past end", store.ListRowsParams{FromNo: 11}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.p
+			p.TaskID = task.ID
+			rows, err := s.ListRows(ctx, p)
+			noErr(t, err, "list rows")
+			var got []int
+			for _, r := range rows {
+				if r.TaskID != task.ID {
+					t.Errorf("row %d has task %q, want %q", r.No, r.TaskID, task.ID)
+				}
+				got = append(got, r.No)
+			}
+			diff(t, "row numbers", tt.want, got)
+		})
+	}
+	t.Run("unknown task", func(t *testing.T) {
+		rows, err := s.ListRows(ctx, store.ListRowsParams{TaskID: newID("missing")})
+		noErr(t, err, "list rows of unknown task")
+		if len(rows) != 0 {
+			t.Errorf("listed %d rows of an unknown task, want none", len(rows))
+		}
+	})
+}
+
+func testPutBatchesIdempotent(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := sampleTask()
+	noErr(t, s.CreateTask(ctx, task), "create task")
+	batches := []store.Batch{
+		{TaskID: task.ID, No: 0, FirstRow: 1, RowCount: 100, CreatedAt: base, UpdatedAt: base},
+		{TaskID: task.ID, No: 1, FirstRow: 101, RowCount: 100, CreatedAt: base, UpdatedAt: base},
+		{TaskID: task.ID, No: 2, FirstRow: 201, RowCount: 7, CreatedAt: base, UpdatedAt: base},
+	}
+	noErr(t, s.PutBatches(ctx, batches), "put batches")
+	want := make([]store.Batch, len(batches))
+	for i, b := range batches {
+		b.State = store.BatchPending
+		want[i] = b
+		diff(t, fmt.Sprintf("batch %d", b.No), b, getBatch(t, s, task.ID, b.No))
+	}
+
+	now := base.Add(time.Minute)
+	want[1] = claim(t, s, task.ID, 1, "w1", now)
+	again := append([]store.Batch(nil), batches...)
+	again[2].RowCount = 99
+	noErr(t, s.PutBatches(ctx, again), "put batches again")
+	got, err := s.ListBatches(ctx, store.ListBatchesParams{TaskID: task.ID})
+	noErr(t, err, "list batches")
+	diff(t, "batches after second put", want, got)
+	noErr(t, s.PutBatches(ctx, nil), "put no batches")
+}
+
+func testGetBatchNotFound(t *testing.T, s store.Store) {
+	task := seed(t, s, 1, 1)
+	tests := []struct {
+		name   string
+		taskID string
+		no     int
+	}{
+		{"unknown batch", task.ID, 2},
+		{"unknown task", newID("missing"), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.GetBatch(t.Context(), tt.taskID, tt.no)
+			wantErr(t, err, store.ErrNotFound, "get batch")
+		})
+	}
+}
+
+func testListBatches(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 4, 2)
+	seed(t, s, 2, 2) // batches of another task must not leak in
+	now := base.Add(time.Minute)
+	b2 := claim(t, s, task.ID, 2, "w", now)
+	b3 := claim(t, s, task.ID, 3, "w", now)
+	_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 3, Attempt: b3.Attempt, Succeeded: 2, Now: now})
+	noErr(t, err, "finish batch 3")
+	tests := []struct {
+		name   string
+		states []store.BatchState
+		want   []int
+	}{
+		{"all", nil, []int{1, 2, 3, 4}},
+		{"pending", []store.BatchState{store.BatchPending}, []int{1, 4}},
+		{"running", []store.BatchState{store.BatchRunning}, []int{2}},
+		{"open", []store.BatchState{store.BatchRunning, store.BatchPending}, []int{1, 2, 4}},
+		{"done", []store.BatchState{store.BatchDone}, []int{3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			batches, err := s.ListBatches(ctx, store.ListBatchesParams{TaskID: task.ID, States: tt.states})
+			noErr(t, err, "list batches")
+			var got []int
+			for _, b := range batches {
+				got = append(got, b.No)
+				if b.No == 2 {
+					diff(t, "running batch", b2, b)
+				}
+			}
+			diff(t, "batch numbers", tt.want, got)
+		})
+	}
+	t.Run("unknown task", func(t *testing.T) {
+		batches, err := s.ListBatches(ctx, store.ListBatchesParams{TaskID: newID("missing")})
+		noErr(t, err, "list batches of unknown task")
+		if len(batches) != 0 {
+			t.Errorf("listed %d batches of an unknown task, want none", len(batches))
+		}
+	})
+}
+
+func testClaimBatch(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 2, 3)
+	t1 := base.Add(time.Hour)
+	lease := t1.Add(time.Minute)
+	got, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 2, Owner: "w1", Now: t1, LeaseUntil: lease})
+	noErr(t, err, "first claim")
+	want := store.Batch{
+		TaskID: task.ID, No: 2, FirstRow: 4, RowCount: 3, State: store.BatchRunning,
+		Attempt: 1, LeaseUntil: lease, Owner: "w1", CreatedAt: base, UpdatedAt: t1,
+	}
+	diff(t, "claimed batch", want, got)
+	diff(t, "stored batch", want, getBatch(t, s, task.ID, 2))
+
+	// While the lease holds, and at its very end, nobody else gets the batch.
+	for _, now := range []time.Time{t1, t1.Add(30 * time.Second), lease} {
+		_, err = s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 2, Owner: "w2", Now: now, LeaseUntil: now.Add(time.Minute)})
+		wantErr(t, err, store.ErrConflict, "claim at "+now.Sub(t1).String()+" into the lease")
+	}
+	diff(t, "batch after refused claims", want, getBatch(t, s, task.ID, 2))
+
+	// Once the lease has expired, another worker takes over.
+	t2 := lease.Add(time.Millisecond)
+	got, err = s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 2, Owner: "w2", Now: t2, LeaseUntil: t2.Add(time.Minute)})
+	noErr(t, err, "claim after lease expiry")
+	want.Attempt, want.Owner, want.LeaseUntil, want.UpdatedAt = 2, "w2", t2.Add(time.Minute), t2
+	diff(t, "batch after takeover", want, got)
+	diff(t, "other batch untouched", store.BatchPending, getBatch(t, s, task.ID, 1).State)
+}
+
+func testClaimBatchRefused(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 1, 2)
+	now := base.Add(time.Hour)
+	b := claim(t, s, task.ID, 1, "w1", now)
+	_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 2, Now: now})
+	noErr(t, err, "finish batch")
+	done := getBatch(t, s, task.ID, 1)
+	tests := []struct {
+		name    string
+		taskID  string
+		no      int
+		now     time.Time
+		wantErr error
+	}{
+		{"done", task.ID, 1, now.Add(time.Minute), store.ErrConflict},
+		{"done long after its lease", task.ID, 1, now.Add(24 * time.Hour), store.ErrConflict},
+		{"unknown batch", task.ID, 2, now, store.ErrNotFound},
+		{"unknown task", newID("missing"), 1, now, store.ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: tt.taskID, BatchNo: tt.no, Owner: "w2", Now: tt.now, LeaseUntil: tt.now.Add(time.Minute)})
+			wantErr(t, err, tt.wantErr, "claim")
+		})
+	}
+	diff(t, "done batch after refused claims", done, getBatch(t, s, task.ID, 1))
+}
+
+func testRenewLease(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 2, 2)
+	t1 := base.Add(time.Hour)
+	b := claim(t, s, task.ID, 1, "w1", t1)
+
+	t2 := t1.Add(30 * time.Second)
+	noErr(t, s.RenewLease(ctx, store.RenewLeaseParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, LeaseUntil: t2.Add(2 * time.Minute), Now: t2}), "renew")
+	b.LeaseUntil, b.UpdatedAt = t2.Add(2*time.Minute), t2
+	diff(t, "renewed batch", b, getBatch(t, s, task.ID, 1))
+	// The renewed lease holds past the original one.
+	_, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 1, Owner: "w2", Now: t1.Add(90 * time.Second), LeaseUntil: t2.Add(time.Hour)})
+	wantErr(t, err, store.ErrConflict, "claim within the renewed lease")
+
+	tests := []struct {
+		name    string
+		no      int
+		attempt int
+	}{
+		{"wrong attempt", 1, b.Attempt + 1},
+		{"stale attempt", 1, b.Attempt - 1},
+		{"batch not claimed", 2, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := getBatch(t, s, task.ID, tt.no)
+			err := s.RenewLease(ctx, store.RenewLeaseParams{TaskID: task.ID, BatchNo: tt.no, Attempt: tt.attempt, LeaseUntil: t2.Add(time.Hour), Now: t2})
+			wantErr(t, err, store.ErrConflict, "renew")
+			diff(t, "batch after refused renewal", before, getBatch(t, s, task.ID, tt.no))
+		})
+	}
+
+	t.Run("after takeover", func(t *testing.T) {
+		t3 := b.LeaseUntil.Add(time.Second)
+		b2 := claim(t, s, task.ID, 1, "w2", t3)
+		err := s.RenewLease(ctx, store.RenewLeaseParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, LeaseUntil: t3.Add(time.Hour), Now: t3})
+		wantErr(t, err, store.ErrConflict, "renew by the fenced-out owner")
+		diff(t, "batch of the new owner", b2, getBatch(t, s, task.ID, 1))
+	})
+}
+
+func testReleaseBatch(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 1, 2)
+	t1 := base.Add(time.Hour)
+	b := claim(t, s, task.ID, 1, "w1", t1)
+
+	t2 := t1.Add(10 * time.Second)
+	noErr(t, s.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, LastError: "429 rate limited", Now: t2}), "release")
+	got := getBatch(t, s, task.ID, 1)
+	if got.State != store.BatchPending || got.LastError != "429 rate limited" || got.Attempt != 1 || !got.UpdatedAt.Equal(t2) {
+		t.Errorf("released batch = %+v, want PENDING, LastError recorded, Attempt 1, UpdatedAt %v", got, t2)
+	}
+	wantErr(t, s.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Now: t2}),
+		store.ErrConflict, "second release")
+
+	// Claimable again at once, although the old lease has not expired.
+	b2 := claim(t, s, task.ID, 1, "w2", t2)
+	if b2.Attempt != 2 || b2.Owner != "w2" {
+		t.Errorf("claim after release = %+v, want Attempt 2 by w2", b2)
+	}
+	wantErr(t, s.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, LastError: "late", Now: t2}),
+		store.ErrConflict, "release by the fenced-out owner")
+	diff(t, "batch of the new owner", b2, getBatch(t, s, task.ID, 1))
+}
+
+func testSaveRowResult(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := sampleTask()
+	noErr(t, s.CreateTask(ctx, task), "create task")
+	rows := []store.Row{
+		{TaskID: task.ID, No: 1, SheetRow: 2, Values: []string{"a"}},
+		{TaskID: task.ID, No: 2, SheetRow: 3, Values: []string{"b"}},
+		{TaskID: task.ID, No: 3, SheetRow: 4, Values: []string{"c"}},
+		{TaskID: task.ID, No: 4, SheetRow: 5, Values: []string{""}, RowResult: store.RowResult{State: store.RowSkipped}},
+	}
+	noErr(t, s.PutRows(ctx, rows), "put rows")
+	noErr(t, s.PutBatches(ctx, []store.Batch{{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 4, CreatedAt: base, UpdatedAt: base}}), "put batch")
+	now := base.Add(time.Hour)
+	b := claim(t, s, task.ID, 1, "w1", now)
+
+	succeeded := store.RowResult{State: store.RowSucceeded, Output: "文案一", Attempts: 1, LatencyMS: 290}
+	failed := store.RowResult{State: store.RowFailed, Error: "request timed out", ErrorClass: "transient", Attempts: 3, LatencyMS: 30000}
+	retried := store.RowResult{State: store.RowSucceeded, Output: "second time lucky", Attempts: 4, LatencyMS: 310, Cached: true}
+	permanent := store.RowResult{State: store.RowFailed, Error: "content filter", ErrorClass: "permanent", Attempts: 1}
+	steps := []struct {
+		name    string
+		row     int
+		attempt int
+		result  store.RowResult
+		wantErr error
+	}{
+		{"pending to succeeded", 1, b.Attempt, succeeded, nil},
+		{"succeeded is never overwritten", 1, b.Attempt, failed, store.ErrConflict},
+		{"pending to failed", 2, b.Attempt, failed, nil},
+		{"failed may be overwritten", 2, b.Attempt, retried, nil},
+		{"pending to permanent failure", 3, b.Attempt, permanent, nil},
+		{"skipped is never overwritten", 4, b.Attempt, succeeded, store.ErrConflict},
+		{"attempt that never claimed", 3, b.Attempt + 1, succeeded, store.ErrConflict},
+	}
+	for _, st := range steps {
+		err := s.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: task.ID, BatchNo: 1, Attempt: st.attempt, RowNo: st.row, Result: st.result, Now: now})
+		if st.wantErr != nil {
+			wantErr(t, err, st.wantErr, st.name)
+		} else {
+			noErr(t, err, st.name)
+		}
+	}
+	want := append([]store.Row(nil), rows...)
+	want[0].RowResult = succeeded
+	want[1].RowResult = retried
+	want[2].RowResult = permanent
+	diff(t, "rows", want, listRows(t, s, task.ID))
+}
+
+func testSaveRowResultFenced(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 2, 3)
+	t1 := base.Add(time.Hour)
+	save := func(batch, attempt, row int, r store.RowResult, now time.Time) error {
+		return s.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: task.ID, BatchNo: batch, Attempt: attempt, RowNo: row, Result: r, Now: now})
+	}
+	old := store.RowResult{State: store.RowFailed, Error: "late", ErrorClass: "transient", Attempts: 1}
+	newer := store.RowResult{State: store.RowSucceeded, Output: "new owner's text", Attempts: 1, LatencyMS: 250}
+
+	wantErr(t, save(1, 0, 1, newer, t1), store.ErrConflict, "save into an unclaimed batch")
+
+	b1 := claim(t, s, task.ID, 1, "w1", t1)
+	t2 := b1.LeaseUntil.Add(time.Second)
+	b2 := claim(t, s, task.ID, 1, "w2", t2)
+	noErr(t, save(1, b2.Attempt, 1, newer, t2), "save by the new owner")
+	wantErr(t, save(1, b1.Attempt, 1, old, t2), store.ErrConflict, "late save over the new owner's result")
+	wantErr(t, save(1, b1.Attempt, 2, old, t2), store.ErrConflict, "late save into a pending row")
+
+	_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b2.Attempt, Succeeded: 1, Failed: 2, Now: t2})
+	noErr(t, err, "finish")
+	wantErr(t, save(1, b2.Attempt, 3, old, t2), store.ErrConflict, "save into a done batch")
+
+	rows := listRows(t, s, task.ID)
+	want := []store.RowResult{newer, {State: store.RowPending}, {State: store.RowPending}}
+	var got []store.RowResult
+	for _, r := range rows[:3] {
+		got = append(got, r.RowResult)
+	}
+	diff(t, "row results", want, got)
+}
+
+func testFinishBatch(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 2, 3)
+	t1 := base.Add(time.Hour)
+	b := claim(t, s, task.ID, 1, "w1", t1)
+	t2 := t1.Add(20 * time.Second)
+	got, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1, Now: t2})
+	noErr(t, err, "finish")
+	want := task
+	want.BatchesDone, want.RowsSucceeded, want.RowsFailed, want.RowsSkipped, want.UpdatedAt = 1, 1, 1, 1, t2
+	diff(t, "returned task", want, got)
+	diff(t, "stored task", want, getTask(t, s, task.ID))
+	gotBatch := getBatch(t, s, task.ID, 1)
+	if gotBatch.State != store.BatchDone || !gotBatch.UpdatedAt.Equal(t2) {
+		t.Errorf("finished batch = %+v, want DONE updated at %v", gotBatch, t2)
+	}
+
+	_, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1, Now: t2})
+	wantErr(t, err, store.ErrConflict, "second finish")
+	diff(t, "task after second finish", want, getTask(t, s, task.ID))
+
+	b2 := claim(t, s, task.ID, 2, "w2", t2)
+	t3 := t2.Add(time.Second)
+	got, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 2, Attempt: b2.Attempt, Succeeded: 3, Now: t3})
+	noErr(t, err, "finish last batch")
+	want.BatchesDone, want.RowsSucceeded, want.UpdatedAt = 2, 4, t3
+	diff(t, "task after last batch", want, got)
+}
+
+func testFinishBatchFenced(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 2, 3)
+	t1 := base.Add(time.Hour)
+	finish := func(no, attempt int, now time.Time) (store.Task, error) {
+		return s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: no, Attempt: attempt, Succeeded: 3, Now: now})
+	}
+	_, err := finish(2, 0, t1)
+	wantErr(t, err, store.ErrConflict, "finish an unclaimed batch")
+
+	b1 := claim(t, s, task.ID, 1, "w1", t1)
+	t2 := b1.LeaseUntil.Add(time.Second)
+	b2 := claim(t, s, task.ID, 1, "w2", t2)
+	_, err = finish(1, b1.Attempt, t2)
+	wantErr(t, err, store.ErrConflict, "finish by the fenced-out owner")
+	diff(t, "task after fenced finish", task, getTask(t, s, task.ID))
+	diff(t, "batch after fenced finish", b2, getBatch(t, s, task.ID, 1))
+
+	got, err := finish(1, b2.Attempt, t2)
+	noErr(t, err, "finish by the owner")
+	if got.BatchesDone != 1 || got.RowsSucceeded != 3 {
+		t.Errorf("task after finish: BatchesDone %d RowsSucceeded %d, want 1 and 3", got.BatchesDone, got.RowsSucceeded)
+	}
+	_, err = finish(1, b1.Attempt, t2)
+	wantErr(t, err, store.ErrConflict, "finish a done batch by the fenced-out owner")
+	diff(t, "task after all finishes", got, getTask(t, s, task.ID))
+}
+
+// workers is the number of goroutines racing in the concurrency tests.
+const workers = 8
+
+func testConcurrentClaim(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 1, 2)
+	now := base.Add(time.Hour)
+	start := make(chan struct{})
+	errs := make([]error, workers)
+	claimed := make([]store.Batch, workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			<-start
+			claimed[i], errs[i] = s.ClaimBatch(ctx, store.ClaimBatchParams{
+				TaskID: task.ID, BatchNo: 1, Owner: fmt.Sprintf("w%d", i), Now: now, LeaseUntil: now.Add(time.Minute),
+			})
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Errorf("workers %d and %d both claimed the batch", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, store.ErrConflict):
+			t.Errorf("worker %d: error = %v, want %v", i, err, store.ErrConflict)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no worker claimed the batch")
+	}
+	got := getBatch(t, s, task.ID, 1)
+	if got.Attempt != 1 || got.Owner != fmt.Sprintf("w%d", winner) {
+		t.Errorf("batch = Attempt %d Owner %q, want Attempt 1 Owner w%d", got.Attempt, got.Owner, winner)
+	}
+	diff(t, "winner's claim", claimed[winner], got)
+}
+
+// finishCounts gives worker i's batch of 3 rows its own mix of outcomes, so
+// that a lost or doubled counter update shows in the sums.
+func finishCounts(i int) (succeeded, failed, skipped int) {
+	failed, skipped = i%2, i/2%2
+	return 3 - failed - skipped, failed, skipped
+}
+
+func testConcurrentFinish(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, workers, 3)
+	now := base.Add(time.Hour)
+	start := make(chan struct{})
+	errs := make([]error, workers)
+	done := make([]int, workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		no := i + 1
+		wg.Go(func() {
+			<-start
+			b, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: no, Owner: "w", Now: now, LeaseUntil: now.Add(time.Minute)})
+			if err != nil {
+				errs[i] = fmt.Errorf("claim: %w", err)
+				return
+			}
+			succeeded, failed, skipped := finishCounts(i)
+			got, err := s.FinishBatch(ctx, store.FinishBatchParams{
+				TaskID: task.ID, BatchNo: no, Attempt: b.Attempt, Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: now,
+			})
+			if err != nil {
+				errs[i] = fmt.Errorf("finish: %w", err)
+				return
+			}
+			done[i] = got.BatchesDone
+		})
+	}
+	close(start)
+	wg.Wait()
+	wantSucceeded, wantFailed, wantSkipped := 0, 0, 0
+	for i, err := range errs {
+		noErr(t, err, fmt.Sprintf("worker %d", i))
+		succeeded, failed, skipped := finishCounts(i)
+		wantSucceeded += succeeded
+		wantFailed += failed
+		wantSkipped += skipped
+	}
+	got := getTask(t, s, task.ID)
+	want := task
+	want.BatchesDone, want.RowsSucceeded, want.RowsFailed, want.RowsSkipped, want.UpdatedAt = workers, wantSucceeded, wantFailed, wantSkipped, now
+	diff(t, "task counters", want, got)
+
+	// Whoever finishes last must see every batch done: that worker starts
+	// the export. Adapters may read the task back after their atomic
+	// update (DynamoDB transactions return nothing), so others may see
+	// later increments too; starting the export is idempotent.
+	sawLast := false
+	for i, n := range done {
+		if n < 1 || n > workers {
+			t.Errorf("worker %d: FinishBatch returned BatchesDone %d, want 1..%d", i, n, workers)
+		}
+		sawLast = sawLast || n == workers
+	}
+	if !sawLast {
+		t.Errorf("no FinishBatch returned BatchesDone %d; returned %v", workers, done)
+	}
+}
+
+// RunCache runs the cache conformance suite. newCache must return a new,
+// empty cache for each call.
+func RunCache(t *testing.T, newCache func(t *testing.T) store.Cache) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, ctx context.Context, c store.Cache)
+	}{
+		{"Miss", func(t *testing.T, ctx context.Context, c store.Cache) {
+			got, ok, err := c.GetCached(ctx, newID("key"))
+			noErr(t, err, "get")
+			if ok || got != "" {
+				t.Errorf("GetCached of a missing key = %q, %v; want \"\", false", got, ok)
+			}
+		}},
+		{"RoundTrip", func(t *testing.T, ctx context.Context, c store.Cache) {
+			key := newID("key")
+			outputs := map[string]string{
+				key + "-ascii":   "Bright kites for windy days.",
+				key + "-unicode": "为孩子们准备的彩色积木，安全环保。🧱",
+				key + "-empty":   "",
+				key + "-large":   strings.Repeat("长文案 long copy ", 4000),
+			}
+			for k, out := range outputs {
+				noErr(t, c.PutCached(ctx, k, out), "put "+k)
+			}
+			for k, want := range outputs {
+				got, ok, err := c.GetCached(ctx, k)
+				noErr(t, err, "get "+k)
+				if !ok || got != want {
+					t.Errorf("GetCached(%s) = %d bytes, %v; want %d bytes, true", k, len(got), ok, len(want))
+				}
+			}
+		}},
+		{"KeepsFirst", func(t *testing.T, ctx context.Context, c store.Cache) {
+			key := newID("key")
+			noErr(t, c.PutCached(ctx, key, "first"), "first put")
+			noErr(t, c.PutCached(ctx, key, "second"), "second put")
+			got, ok, err := c.GetCached(ctx, key)
+			noErr(t, err, "get")
+			if !ok || got != "first" {
+				t.Errorf("GetCached = %q, %v; want \"first\", true", got, ok)
+			}
+		}},
+		{"Concurrent", func(t *testing.T, ctx context.Context, c store.Cache) {
+			key := newID("key")
+			var wg sync.WaitGroup
+			errs := make([]error, workers)
+			for i := range workers {
+				wg.Go(func() { errs[i] = c.PutCached(ctx, key, fmt.Sprintf("out %d", i)) })
+			}
+			wg.Wait()
+			for i, err := range errs {
+				noErr(t, err, fmt.Sprintf("put %d", i))
+			}
+			got, ok, err := c.GetCached(ctx, key)
+			noErr(t, err, "get")
+			if !ok || len(got) < len("out 0") || got[:4] != "out " {
+				t.Errorf("GetCached = %q, %v; want one of the outputs put", got, ok)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, t.Context(), newCache(t))
+		})
+	}
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The whole test suite, as `make test` and CI run it. Installs what it needs
+# (the Python virtualenv with moto and cfn-lint) through the project's own
+# scripts, starts the AWS emulator, and fails — never skips — when a part
+# cannot run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
+if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
+
+step "go vet"
+go vet ./...
+go vet -tags emulator ./...
+
+step "unit and embedded integration tests (-race)"
+go test -race -count=1 -timeout 20m ./...
+
+step "fuzz smoke (10s per target)"
+go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 10s
+go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 10s
+go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 10s
+
+if [ -x infra/emulator/start.sh ]; then
+  step "AWS emulator (moto server) tests"
+  eval "$(infra/emulator/start.sh)"
+  trap 'infra/emulator/stop.sh >/dev/null 2>&1 || true' EXIT
+  export AWS_ENDPOINT_URL
+  go test -race -count=1 -timeout 20m -tags emulator ./...
+
+  step "template lint (cfn-lint)"
+  infra/lint.sh
+fi
+
+echo
+echo "all tests passed"
