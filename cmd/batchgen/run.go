@@ -194,6 +194,22 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	}
 	taskID := pipeline.DeriveTaskID(identity+"|sheet="+o.sheetName+"|max-rows="+fmt.Sprint(o.maxRows), j.spec)
 
+	params := pipeline.SplitParams{
+		TaskID: taskID, Path: o.in, Source: filepath.Base(o.in), Spec: j.spec, Sheet: o.sheetName,
+		Limits: sheet.Limits{MaxRows: o.maxRows},
+	}
+	// Validate before touching the data directory: rejected input writes
+	// nothing but the error.
+	validated, err := pipeline.Validate(params)
+	var rejected *pipeline.RejectedError
+	if errors.As(err, &rejected) {
+		return &exitError{code: exitRejected, err: rejected}
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", o.in, err)
+	}
+	params.Validated = &validated
+
 	j.data, err = openDataDir(o.dataDir, o.in)
 	if err != nil {
 		return err
@@ -215,11 +231,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	}
 
 	splitter := &pipeline.Splitter{Store: j.data.store, Queue: q, Clock: clk, Logger: j.logger}
-	task, err := splitter.Split(ctx, pipeline.SplitParams{
-		TaskID: taskID, Path: o.in, Source: filepath.Base(o.in), Spec: j.spec, Sheet: o.sheetName,
-		Limits: sheet.Limits{MaxRows: o.maxRows},
-	})
-	var rejected *pipeline.RejectedError
+	task, err := splitter.Split(ctx, params)
 	if errors.As(err, &rejected) {
 		return &exitError{code: exitRejected, err: rejected}
 	}

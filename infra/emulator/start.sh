@@ -22,10 +22,11 @@ envfile=$state/env
 log=$state/moto.log
 
 say() { echo "emulator: $*" >&2; }
-started=""
+started=""  # pid of the server this run launched and still owns
+launched="" # set once this run has launched a server, so its log is worth showing
 die() {
   say "$*"
-  if [ -s "$log" ]; then
+  if [ -n "$launched" ] && [ -s "$log" ]; then
     say "last lines of $log:"
     tail -n 40 "$log" >&2
   fi
@@ -55,6 +56,12 @@ free_port() {
   "$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# port_free PORT: nothing listens there. Checked before starting because another server on the
+# port would answer the readiness probe in place of ours.
+port_free() {
+  "$VENV/bin/python" -c 'import socket, sys; socket.socket().bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
+}
+
 announce() {
   echo "AWS_ENDPOINT_URL=$1" >"$envfile"
   say "moto server at $1 (pid $(cat "$pidfile"), log $log)"
@@ -82,10 +89,12 @@ deadline_s=${EMULATOR_START_TIMEOUT:-60}
 for try in 1 2 3; do
   port=${EMULATOR_PORT:-$(free_port)}
   url=http://127.0.0.1:$port
+  port_free "$port" || die "port $port on 127.0.0.1 is already in use"
   # setsid: the server outlives this script and is not hit by the caller's Ctrl-C.
   setsid "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" >"$log" 2>&1 </dev/null &
   pid=$!
   started=$pid
+  launched=1
   echo "$pid" >"$pidfile"
   deadline=$((SECONDS + deadline_s))
   while ! answers "$url"; do

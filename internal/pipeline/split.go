@@ -52,6 +52,50 @@ type SplitParams struct {
 	Sheet string
 	// Limits bound the input; zero fields take sheet's defaults.
 	Limits sheet.Limits
+	// Validated, when non-nil, is the result of Validate(p) run just
+	// before, so Split does not read the input an extra time.
+	Validated *Validated
+}
+
+// Validated is an input that passed Validate.
+type Validated struct {
+	Summary sheet.Summary
+	// Spec is the request's spec completed with defaults and, when the
+	// request had no prompt, the workbook's prompt sheet.
+	Spec store.TaskSpec
+}
+
+// Validate reads the whole input once and checks everything Split would
+// reject, writing nothing: the sheet's limits and header, the template's
+// syntax and that every placeholder names a column. Bad input returns
+// *RejectedError.
+func Validate(p SplitParams) (Validated, error) {
+	opts := sheet.Options{Sheet: p.Sheet, Limits: p.Limits, DisplayName: p.Source}
+	summary, err := sheet.Validate(p.Path, opts)
+	if err != nil {
+		return Validated{}, rejectIfInput(err)
+	}
+	spec := p.Spec
+	if strings.TrimSpace(spec.Prompt) == "" {
+		if !summary.HasPrompt {
+			return Validated{}, &RejectedError{Err: fmt.Errorf("%s: no prompt: pass --prompt or --prompt-file, or add a sheet named \"prompt\" with the template in cell A1", p.Source)}
+		}
+		spec.Prompt = summary.Prompt
+	}
+	tpl, err := prompt.Parse(spec.Prompt)
+	if err != nil {
+		return Validated{}, &RejectedError{Err: err}
+	}
+	if _, err := tpl.Bind(summary.Header); err != nil {
+		return Validated{}, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
+	}
+	if spec.BatchSize <= 0 {
+		spec.BatchSize = DefaultBatchSize
+	}
+	if spec.BatchSize > maxBatchSize {
+		spec.BatchSize = maxBatchSize
+	}
+	return Validated{Summary: summary, Spec: spec}, nil
 }
 
 // Split validates the input completely, then creates the task and writes
@@ -67,30 +111,15 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	}
 
 	opts := sheet.Options{Sheet: p.Sheet, Limits: p.Limits, DisplayName: p.Source}
-	summary, err := sheet.Validate(p.Path, opts)
-	if err != nil {
-		return store.Task{}, rejectIfInput(err)
-	}
-	spec := p.Spec
-	if strings.TrimSpace(spec.Prompt) == "" {
-		if !summary.HasPrompt {
-			return store.Task{}, &RejectedError{Err: fmt.Errorf("%s: no prompt: pass --prompt or --prompt-file, or add a sheet named \"prompt\" with the template in cell A1", p.Source)}
+	v := p.Validated
+	if v == nil {
+		checked, err := Validate(p)
+		if err != nil {
+			return store.Task{}, err
 		}
-		spec.Prompt = summary.Prompt
+		v = &checked
 	}
-	tpl, err := prompt.Parse(spec.Prompt)
-	if err != nil {
-		return store.Task{}, &RejectedError{Err: err}
-	}
-	if _, err := tpl.Bind(summary.Header); err != nil {
-		return store.Task{}, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
-	}
-	if spec.BatchSize <= 0 {
-		spec.BatchSize = DefaultBatchSize
-	}
-	if spec.BatchSize > maxBatchSize {
-		spec.BatchSize = maxBatchSize
-	}
+	summary, spec := v.Summary, v.Spec
 
 	now := s.Clock.Now()
 	batches := (summary.Rows + spec.BatchSize - 1) / spec.BatchSize

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xuri/excelize/v2"
+
+	"github.com/batchgen/batchgen/internal/llm/mockserver"
+)
+
+// binary is batchgen built once for the tests that run it as a process:
+// they kill it, read its exit codes and its stderr as a user would.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "batchgen-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "batchgen")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build batchgen:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runBinary(t *testing.T, ctx context.Context, args ...string) result {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run batchgen: %v", err)
+	}
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+func writeFile(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// productsCSV writes n rows whose prompts are all distinct, so per-prompt
+// counts on the mock server are per-row counts.
+func productsCSV(t *testing.T, dir string, n int, marker func(i int) string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("sku,商品名称\n")
+	for i := 1; i <= n; i++ {
+		m := ""
+		if marker != nil {
+			m = marker(i)
+		}
+		fmt.Fprintf(&b, "SKU-%05d,商品%d%s\n", i, i, m)
+	}
+	return writeFile(t, filepath.Join(dir, "skus.csv"), b.String())
+}
+
+func readResult(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := excelize.OpenFile(path)
+	if err != nil {
+		t.Fatalf("open result: %v", err)
+	}
+	defer f.Close()
+	rows, err := f.GetRows(f.GetSheetName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func TestRunWritesResultInInputOrder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in := productsCSV(t, dir, 150, nil)
+	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "为{{商品名称}}（{{sku}}）写文案", "--sim-latency", "1ms", "--batch-size", "20")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	rows := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
+	if len(rows) != 151 {
+		t.Fatalf("%d rows, want 151", len(rows))
+	}
+	if got := strings.Join(rows[0], ","); got != "sku,商品名称,output,status,error,error_class,cached,attempts,latency_ms" {
+		t.Errorf("header = %s", got)
+	}
+	for i, row := range rows[1:] {
+		if row[0] != fmt.Sprintf("SKU-%05d", i+1) || row[3] != "succeeded" {
+			t.Fatalf("row %d = %q", i+1, row)
+		}
+	}
+	for _, want := range []string{"rows      150  (succeeded 150, failed 0", "requests  150 this run"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// The same command again continues the same (finished) task: no calls.
+	again := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "为{{商品名称}}（{{sku}}）写文案", "--sim-latency", "1ms", "--batch-size", "20")
+	if again.code != 0 || !strings.Contains(again.stdout, "requests  0 this run") {
+		t.Errorf("rerun: exit %d, stdout:\n%s\nstderr:\n%s", again.code, again.stdout, again.stderr)
+	}
+}
+
+func TestRunRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	bad := func(name string) string { return filepath.Join("..", "..", "internal", "sheet", "testdata", "bad", name) }
+	tests := []struct {
+		name string
+		in   string
+		args []string
+		want string
+	}{
+		{"pdf renamed xlsx", bad("pdf.xlsx"), nil, "PDF"},
+		{"corrupt zip", bad("corrupt.xlsx"), nil, "corrupt.xlsx"},
+		{"zip bomb", bad("zipbomb_ratio.xlsx"), nil, "zipbomb_ratio.xlsx"},
+		{"legacy xls", bad("legacy.xls"), nil, ".xls"},
+		{"password protected", bad("encrypted.xlsx"), nil, "password"},
+		{"empty file", bad("empty.csv"), nil, "empty"},
+		{"no header", bad("no_header.xlsx"), nil, "header"},
+		{"duplicate header", bad("dup_header.xlsx"), nil, "both named"},
+		{"blank header", bad("blank_header.xlsx"), nil, "blank_header.xlsx"},
+		{"header only", bad("header_only.xlsx"), nil, "no data rows"},
+		{"long cell", bad("long_cell.xlsx"), nil, "32767"},
+		{"not utf8 nor gb18030", bad("latin1.csv"), nil, "latin1.csv"},
+		{"too many rows", "", []string{"--max-rows", "3"}, "3"},
+		{"unknown placeholder", "", []string{"--prompt", "写{{商品}}"}, `the columns are "sku", "商品名称"`},
+		{"unclosed placeholder", "", []string{"--prompt", "写{{商品名称"}, "never closed"},
+		{"bad batch size", "", []string{"--batch-size", "0"}, "--batch-size"},
+		{"missing input", "/nonexistent/x.xlsx", nil, "no such file"},
+		{"csv output", "", []string{"--out", "x.csv"}, ".xlsx"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			in := tt.in
+			if in == "" {
+				in = productsCSV(t, dir, 5, nil)
+			} else if !strings.HasPrefix(in, "/") {
+				// Copy so the data dir default (beside the input) is ours.
+				b, err := os.ReadFile(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				in = writeFile(t, filepath.Join(dir, filepath.Base(in)), string(b))
+			}
+			args := []string{"run", "--in", in, "--prompt", "{{商品名称}}"}
+			r := runBinary(t, context.Background(), append(args, tt.args...)...)
+			if r.code != 2 {
+				t.Fatalf("exit %d, want 2; stderr:\n%s", r.code, r.stderr)
+			}
+			if !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("stderr lacks %q:\n%s", tt.want, r.stderr)
+			}
+			if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
+				t.Errorf("stderr shows a panic:\n%s", r.stderr)
+			}
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				if e.Name() != filepath.Base(in) {
+					t.Errorf("rejected input left %s behind", e.Name())
+				}
+			}
+		})
+	}
+}
+
+func TestRunExitCode3WhenRowsFail(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(mockserver.New(mockserver.Config{}))
+	defer srv.Close()
+	dir := t.TempDir()
+	in := productsCSV(t, dir, 30, func(i int) string {
+		if i%10 == 0 {
+			return " [[filter]]"
+		}
+		return ""
+	})
+	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "{{商品名称}}", "--provider", "openai", "--base-url", srv.URL+"/v1")
+	if r.code != 3 {
+		t.Fatalf("exit %d, want 3; stderr:\n%s", r.code, r.stderr)
+	}
+	rows := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
+	failed := 0
+	for _, row := range rows[1:] {
+		if row[3] == "failed" {
+			failed++
+			if row[5] != "content_filter" || !strings.Contains(row[1], "[[filter]]") {
+				t.Errorf("failed row %q: want content_filter on a marked prompt", row)
+			}
+		}
+	}
+	if failed != 3 {
+		t.Errorf("%d failed rows, want 3", failed)
+	}
+}
+
+// TestKillAndResume kills a running job with SIGKILL several times and then
+// lets it finish: every row ends with exactly one result, in order, and the
+// model saw no second successful call for a row that already had a result
+// (beyond the calls in flight at each kill).
+func TestKillAndResume(t *testing.T) {
+	t.Parallel()
+	mock := mockserver.New(mockserver.Config{Latency: 15 * time.Millisecond})
+	srv := httptest.NewServer(mock)
+	defer srv.Close()
+	dir := t.TempDir()
+	const rows, concurrency, kills = 300, 4, 3
+	in := productsCSV(t, dir, rows, nil)
+	args := []string{"run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", "openai", "--base-url", srv.URL + "/v1",
+		"--concurrency", fmt.Sprint(concurrency), "--batch-size", "25", "--quiet"}
+
+	for k := 1; k <= kills; k++ {
+		cmd := exec.Command(binary, args...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		target := int64(k * rows / (kills + 1))
+		deadline := time.Now().Add(60 * time.Second)
+		for mock.Stats().Succeeded < target {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("kill %d: only %d calls succeeded; stderr:\n%s", k, mock.Stats().Succeeded, errb.String())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+	}
+	r := runBinary(t, context.Background(), args...)
+	if r.code != 0 {
+		t.Fatalf("final run: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	out := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
+	if len(out) != rows+1 {
+		t.Fatalf("%d result rows, want %d", len(out)-1, rows)
+	}
+	for i, row := range out[1:] {
+		if row[0] != fmt.Sprintf("SKU-%05d", i+1) || row[3] != "succeeded" {
+			t.Fatalf("row %d = %q", i+1, row)
+		}
+	}
+	st := mock.Stats()
+	if len(st.PerPrompt) != rows {
+		t.Errorf("%d distinct prompts reached the model, want %d", len(st.PerPrompt), rows)
+	}
+	twice := 0
+	for p, s := range st.PerPrompt {
+		if s.Succeeded == 0 {
+			t.Errorf("prompt %q never succeeded", p)
+		}
+		if s.Succeeded > 1 {
+			twice++
+		}
+	}
+	// Only calls in flight at a kill may be paid twice.
+	if twice > kills*concurrency {
+		t.Errorf("%d rows paid twice, more than the %d calls that can be in flight at %d kills", twice, kills*concurrency, kills)
+	}
+}
+
+// TestRPMPacingAvoids429 runs a job against a mock server whose quota
+// matches --rpm, enforced per second: paced evenly, the job gets no 429.
+func TestRPMPacingAvoids429(t *testing.T) {
+	t.Parallel()
+	const rpm = 2400 // 40 per second
+	mock := mockserver.New(mockserver.Config{Latency: 20 * time.Millisecond, Quota: rpm/60 + 1, QuotaWindow: time.Second})
+	srv := httptest.NewServer(mock)
+	defer srv.Close()
+	dir := t.TempDir()
+	in := productsCSV(t, dir, 160, nil)
+	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "{{sku}}", "--provider", "openai", "--base-url", srv.URL+"/v1",
+		"--rpm", fmt.Sprint(rpm), "--concurrency", "16", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	st := mock.Stats()
+	if st.RateLimited != 0 {
+		t.Errorf("%d requests got 429 although paced at the quota", st.RateLimited)
+	}
+	if st.Succeeded != 160 {
+		t.Errorf("%d calls succeeded, want 160", st.Succeeded)
+	}
+}
