@@ -137,7 +137,9 @@ func TestRunWritesResultInInputOrder(t *testing.T) {
 
 func TestRunRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	bad := func(name string) string { return filepath.Join("..", "..", "internal", "sheet", "testdata", "bad", name) }
+	bad := func(name string) string {
+		return filepath.Join("..", "..", "internal", "sheet", "testdata", "bad", name)
+	}
 	tests := []struct {
 		name string
 		in   string

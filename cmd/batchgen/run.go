@@ -38,6 +38,7 @@ type runOptions struct {
 	quiet            bool
 	logLevel         string
 	progressInterval time.Duration
+	sweepAfter       time.Duration
 	provider         providerOptions
 	retry            retryOptions
 }
@@ -72,6 +73,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.retry.delays, "retry-delays", "10s,60s,300s", "graded delays before a released batch is tried again")
 	fs.DurationVar(&o.retry.callTimeout, "call-timeout", 60*time.Second, "timeout of one model call")
 	fs.DurationVar(&o.retry.lease, "lease", 2*time.Minute, "batch claim lease, renewed while the batch runs")
+	fs.DurationVar(&o.sweepAfter, "sweep-after", 5*time.Minute, "re-enqueue batches left unclaimed this long (lost messages, stuck workers)")
 	o.provider.register(fs)
 }
 
@@ -154,6 +156,9 @@ func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	}
 	if o.maxRows < 1 {
 		return nil, reject("--max-rows %d: must be at least 1", o.maxRows)
+	}
+	if o.sweepAfter < time.Second {
+		return nil, reject("--sweep-after %s: must be at least 1s", o.sweepAfter)
 	}
 	delays, err := parseDelays(o.retry.delays)
 	if err != nil {
@@ -351,6 +356,13 @@ func (j *runJob) process(ctx context.Context, task store.Task, q queue.Queue, ge
 		wg.Wait()
 	}
 
+	// The sweeper covers what the workers cannot: a batch whose message was
+	// lost (a failed re-send) or whose lease outlived a stuck worker.
+	sweeper := &pipeline.Sweeper{Store: j.data.store, Queue: q, Exports: signal, Logger: j.logger,
+		Config: pipeline.SweeperConfig{TaskID: task.ID, PendingAfter: o.sweepAfter}}
+	sweepTicker := time.NewTicker(max(o.sweepAfter/5, time.Second))
+	defer sweepTicker.Stop()
+
 	ticker := time.NewTicker(500 * time.Millisecond)
 	defer ticker.Stop()
 	for {
@@ -369,6 +381,12 @@ func (j *runJob) process(ctx context.Context, task store.Task, q queue.Queue, ge
 			return &exitError{code: exitSignal, err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.dir)}
 		case <-signal.C():
 		case <-ticker.C:
+		case <-sweepTicker.C:
+			if report, err := sweeper.Sweep(ctx); err != nil {
+				j.logger.Warn("sweep failed", "error", err)
+			} else if report != (pipeline.SweepReport{}) {
+				j.logger.Info("sweep", "requeued", report.Requeued, "leases_reset", report.LeasesReset, "exports_started", report.ExportsStarted)
+			}
 		}
 		progress.update()
 	}

@@ -457,9 +457,13 @@ func TestProvisionFailureLeavesNothing(t *testing.T) {
 		t.Errorf("Provision error = %v, want it to name ${Undeclared}", err)
 	}
 	ctx := t.Context()
-	tables, err := dynamodb.NewFromConfig(cfg).ListTables(ctx, &dynamodb.ListTablesInput{})
-	if err != nil {
-		t.Fatal(err)
+	var tableNames []string
+	for pages := dynamodb.NewListTablesPaginator(dynamodb.NewFromConfig(cfg), &dynamodb.ListTablesInput{}); pages.HasMorePages(); {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tableNames = append(tableNames, page.TableNames...)
 	}
 	queues, err := sqs.NewFromConfig(cfg).ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String(prefix)})
 	if err != nil {
@@ -470,7 +474,7 @@ func TestProvisionFailureLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var left []string
-	for _, name := range tables.TableNames {
+	for _, name := range tableNames {
 		if strings.HasPrefix(name, prefix) {
 			left = append(left, name)
 		}

@@ -231,6 +231,15 @@ type SaveRowResultParams struct {
 	Now     time.Time
 }
 
+// TouchBatchParams records that the sweeper acted on a PENDING batch.
+type TouchBatchParams struct {
+	TaskID  string
+	BatchNo int
+	// Attempt is the attempt the sweeper saw; the touch is fenced on it.
+	Attempt int
+	Now     time.Time
+}
+
 // FinishBatchParams completes a claimed batch and counts it into its task.
 type FinishBatchParams struct {
 	TaskID    string
@@ -247,6 +256,15 @@ type ListBatchesParams struct {
 	TaskID string
 	// States, when non-empty, keeps only batches in these states.
 	States []BatchState
+}
+
+// ListOpenBatchesParams selects unfinished batches across all tasks.
+type ListOpenBatchesParams struct {
+	// UpdatedBefore keeps batches last changed (created, claimed, renewed or
+	// released) before this time.
+	UpdatedBefore time.Time
+	// Limit caps the result; 0 means no limit.
+	Limit int
 }
 
 // Store persists tasks, batches and rows.
@@ -280,6 +298,11 @@ type Store interface {
 	GetBatch(ctx context.Context, taskID string, no int) (Batch, error)
 	// ListBatches returns batches of a task in batch order.
 	ListBatches(ctx context.Context, p ListBatchesParams) ([]Batch, error)
+	// ListOpenBatches returns batches of any task that are not DONE and were
+	// last changed before p.UpdatedBefore, oldest change first. Adapters
+	// answer it from an index that holds only open batches (a sparse index),
+	// never by scanning finished work; it is the sweeper's query.
+	ListOpenBatches(ctx context.Context, p ListOpenBatchesParams) ([]Batch, error)
 	// ClaimBatch moves a batch that is PENDING, or RUNNING with a lease that
 	// expired before p.Now, to RUNNING with a new lease, an incremented
 	// Attempt and p.Owner, in one conditional write. It returns the claimed
@@ -292,6 +315,10 @@ type Store interface {
 	// ReleaseBatch moves a RUNNING batch whose Attempt is p.Attempt back to
 	// PENDING so a later delivery can claim it; otherwise ErrConflict.
 	ReleaseBatch(ctx context.Context, p ReleaseBatchParams) error
+	// TouchBatch sets UpdatedAt of a batch that is still PENDING at
+	// p.Attempt to p.Now, so a sweeper that re-enqueued it does not do so
+	// again on its next pass; otherwise ErrConflict.
+	TouchBatch(ctx context.Context, p TouchBatchParams) error
 	// SaveRowResult records a row's result if the batch is RUNNING with
 	// Attempt p.Attempt and the row is not already SUCCEEDED or SKIPPED;
 	// otherwise ErrConflict. A late write from a fenced-out worker therefore

@@ -116,6 +116,35 @@ func (s *Store) ListBatches(ctx context.Context, p store.ListBatchesParams) ([]s
 	return out, nil
 }
 
+// ListOpenBatches returns unfinished batches of every task last changed
+// before p.UpdatedBefore, through the partial index batches_open_updated.
+func (s *Store) ListOpenBatches(ctx context.Context, p store.ListOpenBatchesParams) ([]store.Batch, error) {
+	query := `SELECT ` + batchColumns + ` FROM batches INDEXED BY batches_open_updated
+		WHERE state <> 'DONE' AND updated_at < ? ORDER BY updated_at, task_id, no`
+	args := []any{p.UpdatedBefore.UnixMilli()}
+	if p.Limit > 0 {
+		query += ` LIMIT ?`
+		args = append(args, p.Limit)
+	}
+	rows, err := s.read.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list open batches: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Batch
+	for rows.Next() {
+		b, err := scanBatch(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list open batches: %w", err)
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list open batches: %w", err)
+	}
+	return out, nil
+}
+
 // ClaimBatch takes a PENDING batch, or a RUNNING one whose lease expired
 // before p.Now, in one conditional UPDATE ... RETURNING.
 func (s *Store) ClaimBatch(ctx context.Context, p store.ClaimBatchParams) (store.Batch, error) {
@@ -158,6 +187,14 @@ func (s *Store) ReleaseBatch(ctx context.Context, p store.ReleaseBatchParams) er
 			state = 'PENDING', lease_until = NULL, last_error = coalesce(nullif(?, ''), last_error), updated_at = ?
 		WHERE task_id = ? AND no = ? AND state = 'RUNNING' AND attempt = ?`,
 		p.LastError, millis(p.Now), p.TaskID, p.BatchNo, p.Attempt)
+}
+
+// TouchBatch bumps updated_at of a batch still PENDING at p.Attempt.
+func (s *Store) TouchBatch(ctx context.Context, p store.TouchBatchParams) error {
+	what := fmt.Sprintf("touch batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
+	return s.fencedBatchUpdate(ctx, what, `UPDATE batches SET updated_at = ?
+		WHERE task_id = ? AND no = ? AND state = 'PENDING' AND attempt = ?`,
+		millis(p.Now), p.TaskID, p.BatchNo, p.Attempt)
 }
 
 // fencedBatchUpdate runs a single conditional UPDATE and turns "no row

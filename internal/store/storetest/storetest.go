@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,6 +77,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"PutBatchesIdempotent", testPutBatchesIdempotent},
 		{"GetBatchNotFound", testGetBatchNotFound},
 		{"ListBatches", testListBatches},
+		{"ListOpenBatches", testListOpenBatches},
+		{"TouchBatch", testTouchBatch},
 		{"ClaimBatch", testClaimBatch},
 		{"ClaimBatchRefused", testClaimBatchRefused},
 		{"RenewLease", testRenewLease},
@@ -625,6 +628,70 @@ func testListBatches(t *testing.T, s store.Store) {
 			t.Errorf("listed %d batches of an unknown task, want none", len(batches))
 		}
 	})
+}
+
+// testListOpenBatches checks the sweeper's cross-task query. Other tests may
+// share the backend (one DynamoDB table), so results are filtered to this
+// test's tasks.
+func testListOpenBatches(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a := seed(t, s, 3, 2)
+	b := seed(t, s, 2, 2)
+	later := base.Add(time.Minute)
+	claim(t, s, a.ID, 2, "w", later)
+	a3 := claim(t, s, a.ID, 3, "w", later)
+	_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: a.ID, BatchNo: 3, Attempt: a3.Attempt, Succeeded: 2, Now: later})
+	noErr(t, err, "finish batch 3")
+
+	ours := func(before time.Time) []string {
+		t.Helper()
+		batches, err := s.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: before})
+		noErr(t, err, "list open batches")
+		var got []string
+		var last time.Time
+		for _, x := range batches {
+			if x.UpdatedAt.Before(last) {
+				t.Errorf("open batches not oldest first: %v after %v", x.UpdatedAt, last)
+			}
+			last = x.UpdatedAt
+			if x.State == store.BatchDone {
+				t.Errorf("done batch %s/%d listed as open", x.TaskID, x.No)
+			}
+			switch x.TaskID {
+			case a.ID:
+				got = append(got, fmt.Sprintf("a%d", x.No))
+			case b.ID:
+				got = append(got, fmt.Sprintf("b%d", x.No))
+			}
+		}
+		slices.Sort(got)
+		return got
+	}
+	diff(t, "open before the claims", []string{"a1", "b1", "b2"}, ours(base.Add(30*time.Second)))
+	diff(t, "open after the claims", []string{"a1", "a2", "b1", "b2"}, ours(base.Add(2*time.Minute)))
+	diff(t, "nothing changed before base", []string(nil), ours(base))
+
+	limited, err := s.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: base.Add(2 * time.Minute), Limit: 1})
+	noErr(t, err, "list open batches with limit")
+	if len(limited) != 1 {
+		t.Errorf("limit 1 returned %d batches", len(limited))
+	}
+}
+
+func testTouchBatch(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 2, 2)
+	later := base.Add(time.Hour)
+	noErr(t, s.TouchBatch(ctx, store.TouchBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: 0, Now: later}), "touch pending batch")
+	got := getBatch(t, s, task.ID, 1)
+	if !got.UpdatedAt.Equal(later) || got.State != store.BatchPending || got.Attempt != 0 {
+		t.Errorf("touched batch = %+v, want PENDING attempt 0 updated at %v", got, later)
+	}
+	// A claimed batch, or a stale attempt, is not the sweeper's to touch.
+	claimed := claim(t, s, task.ID, 2, "w", later)
+	wantErr(t, s.TouchBatch(ctx, store.TouchBatchParams{TaskID: task.ID, BatchNo: 2, Attempt: claimed.Attempt, Now: later.Add(time.Minute)}), store.ErrConflict, "touch running batch")
+	wantErr(t, s.TouchBatch(ctx, store.TouchBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: 5, Now: later}), store.ErrConflict, "touch at a stale attempt")
+	diff(t, "running batch untouched", claimed, getBatch(t, s, task.ID, 2))
 }
 
 func testClaimBatch(t *testing.T, s store.Store) {

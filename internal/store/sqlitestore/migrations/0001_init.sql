@@ -44,6 +44,7 @@ CREATE TABLE batches (
 -- time, are not in it, so finding stale PENDING batches and expired leases
 -- never scans finished work.
 CREATE INDEX batches_open ON batches (state, lease_until, updated_at) WHERE state <> 'DONE';
+CREATE INDEX batches_open_updated ON batches (updated_at) WHERE state <> 'DONE';
 
 CREATE TABLE rows (
     task_id     TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,

@@ -1,0 +1,152 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/queue"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// SweeperConfig tunes the sweeper. Zero fields take the defaults.
+type SweeperConfig struct {
+	// PendingAfter is how long a batch may sit unchanged (PENDING and never
+	// claimed, or RUNNING without a lease renewal) before the sweeper acts.
+	// Defaults to 5 minutes.
+	PendingAfter time.Duration
+	// Limit caps the batches handled in one sweep. Defaults to 500.
+	Limit int
+	// TaskID, when set, restricts the sweep to one task: `batchgen run`
+	// sweeps only its own task, whose queue it owns.
+	TaskID string
+	// RecentTasks is how many of the newest tasks are checked for a missing
+	// export start. Defaults to 200.
+	RecentTasks int
+}
+
+func (c SweeperConfig) withDefaults() SweeperConfig {
+	if c.PendingAfter <= 0 {
+		c.PendingAfter = 5 * time.Minute
+	}
+	if c.Limit <= 0 {
+		c.Limit = 500
+	}
+	if c.RecentTasks <= 0 {
+		c.RecentTasks = 200
+	}
+	return c
+}
+
+// SweepReport counts what one sweep did.
+type SweepReport struct {
+	// Requeued counts PENDING batches that waited too long and got a fresh
+	// message.
+	Requeued int `json:"requeued"`
+	// LeasesReset counts RUNNING batches whose lease had expired, set back
+	// to PENDING and re-enqueued.
+	LeasesReset int `json:"leases_reset"`
+	// ExportsStarted counts tasks whose batches were all done but whose
+	// export had not been started.
+	ExportsStarted int `json:"exports_started"`
+}
+
+// Sweeper compensates for lost messages and dead workers: it re-enqueues
+// batches that waited too long, resets expired leases and starts exports
+// that never started. Every action is idempotent, so sweeping twice, or
+// alongside live workers, is safe.
+type Sweeper struct {
+	Store   store.Store
+	Queue   queue.Queue
+	Exports ExportStarter
+	Clock   clock.Clock
+	Logger  *slog.Logger
+	Config  SweeperConfig
+}
+
+// Sweep runs one pass. It carries on past per-item failures and returns them
+// joined, with the report of what did succeed.
+func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
+	cfg := s.Config.withDefaults()
+	clk := s.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var report SweepReport
+	var errs []error
+	now := clk.Now()
+	batches, err := s.Store.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: now.Add(-cfg.PendingAfter), Limit: cfg.Limit})
+	if err != nil {
+		return report, fmt.Errorf("sweep: list open batches: %w", err)
+	}
+	var msgs []queue.Outgoing
+	for _, b := range batches {
+		if cfg.TaskID != "" && b.TaskID != cfg.TaskID {
+			continue
+		}
+		switch {
+		case b.State == store.BatchPending:
+			err := s.Store.TouchBatch(ctx, store.TouchBatchParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, Now: now})
+			if isConflict(err) {
+				continue // claimed meanwhile
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("touch batch %s/%d: %w", b.TaskID, b.No, err))
+				continue
+			}
+			report.Requeued++
+			log.Info("sweeper re-enqueued a batch that waited too long", "task", b.TaskID, "batch", b.No, "waiting_since", b.UpdatedAt)
+		case b.State == store.BatchRunning && b.LeaseUntil.Before(now):
+			err := s.Store.ReleaseBatch(ctx, store.ReleaseBatchParams{
+				TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LastError: "lease expired: worker " + b.Owner + " stopped renewing", Now: now,
+			})
+			if isConflict(err) {
+				continue // renewed or finished meanwhile
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("reset batch %s/%d: %w", b.TaskID, b.No, err))
+				continue
+			}
+			report.LeasesReset++
+			log.Warn("sweeper reset an expired lease", "task", b.TaskID, "batch", b.No, "owner", b.Owner, "lease_until", b.LeaseUntil)
+		default:
+			continue
+		}
+		msgs = append(msgs, queue.Outgoing{Body: EncodeBatchMessage(b.TaskID, b.No)})
+	}
+	for start := 0; start < len(msgs); start += sendChunk {
+		if err := s.Queue.Send(ctx, msgs[start:min(start+sendChunk, len(msgs))]); err != nil {
+			errs = append(errs, fmt.Errorf("re-enqueue: %w", err))
+		}
+	}
+
+	if s.Exports == nil {
+		return report, errors.Join(errs...)
+	}
+	tasks, err := s.Store.ListTasks(ctx, cfg.RecentTasks)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list recent tasks: %w", err))
+	}
+	for _, t := range tasks {
+		if cfg.TaskID != "" && t.ID != cfg.TaskID {
+			continue
+		}
+		if t.State.Final() || t.BatchesTotal == 0 || t.BatchesDone < t.BatchesTotal || !t.UpdatedAt.Before(now.Add(-cfg.PendingAfter)) {
+			continue
+		}
+		if err := s.Exports.StartExport(ctx, t.ID); err != nil {
+			errs = append(errs, fmt.Errorf("start export of %s: %w", t.ID, err))
+			continue
+		}
+		report.ExportsStarted++
+		log.Warn("sweeper started an export that never started", "task", t.ID, "state", t.State)
+	}
+	return report, errors.Join(errs...)
+}

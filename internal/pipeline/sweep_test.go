@@ -1,0 +1,128 @@
+package pipeline_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/llm/sim"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+type recordingStarter struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (r *recordingStarter) StartExport(_ context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ids = append(r.ids, id)
+	return nil
+}
+
+func TestSweeper(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	e.splitter.Clock = clk
+	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(30))
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 10}
+	id := pipeline.DeriveTaskID("sweep", spec)
+	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	// Lose every message, as if the queue had dropped them.
+	for {
+		ds, err := e.queue.Receive(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 0 {
+			break
+		}
+		for _, d := range ds {
+			if err := e.queue.Delete(ctx, d.Receipt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A worker claims batch 2 and dies without renewing.
+	if _, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: 2, Owner: "dead", Now: clk.Now(), LeaseUntil: clk.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	starter := &recordingStarter{}
+	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Exports: starter, Clock: clk}
+
+	report, err := sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(pipeline.SweepReport{}, report); diff != "" {
+		t.Errorf("sweep before the threshold acted (-want +got):\n%s", diff)
+	}
+
+	clk.Advance(6 * time.Minute)
+	report, err = sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(pipeline.SweepReport{Requeued: 2, LeasesReset: 1}, report); diff != "" {
+		t.Errorf("sweep report (-want +got):\n%s", diff)
+	}
+	got := map[int]int{}
+	for {
+		ds, err := e.queue.Receive(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 0 {
+			break
+		}
+		for _, d := range ds {
+			m, err := pipeline.DecodeBatchMessage(d.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[m.BatchNo]++
+			_ = e.queue.Delete(ctx, d.Receipt)
+		}
+	}
+	if diff := cmp.Diff(map[int]int{1: 1, 2: 1, 3: 1}, got); diff != "" {
+		t.Errorf("re-enqueued batches (-want +got):\n%s", diff)
+	}
+
+	// Right after, nothing is due again: the sweeper touched what it re-enqueued.
+	report, err = sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(pipeline.SweepReport{}, report); diff != "" {
+		t.Errorf("second sweep acted again (-want +got):\n%s", diff)
+	}
+
+	// All batches finish but the export start is lost: the sweeper starts it.
+	for no := 1; no <= 3; no++ {
+		b, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: no, Owner: "w", Now: clk.Now(), LeaseUntil: clk.Now().Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.FinishBatch(ctx, store.FinishBatchParams{TaskID: id, BatchNo: no, Attempt: b.Attempt, Succeeded: 10, Now: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(6 * time.Minute)
+	report, err = sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.ExportsStarted != 1 || len(starter.ids) != 1 || starter.ids[0] != id {
+		t.Errorf("exports started = %d %v, want task %s once", report.ExportsStarted, starter.ids, id)
+	}
+}
