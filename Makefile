@@ -31,6 +31,25 @@ test-unit: ## unit and embedded integration tests only (no emulator)
 bench: batchgen ## benchmarks: Go benchmarks and the quota-pacing load run, as ratios against same-run baselines
 	./scripts/bench.sh
 
+.PHONY: build
+build: ## build the Lambda artifacts bin/<function>/bootstrap (linux/arm64, static, lambda.norpc)
+	@for f in $(FUNCTIONS); do \
+	  echo "build $$f"; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(GOFLAGS_LAMBDA) -o $(BIN)/$$f/bootstrap ./functions/$$f || exit 1; \
+	done
+
+.PHONY: deploy
+deploy: build ## sam build && sam deploy (SAM CLI from the project's .venv; pass SAM_FLAGS="--config-env prod")
+	. infra/venv.sh && batchgen_venv && GOFLAGS=-tags=lambda.norpc "$$VENV/bin/sam" build && "$$VENV/bin/sam" deploy $(SAM_FLAGS)
+
+.PHONY: emulator
+emulator: ## start the local AWS emulator (moto) and print AWS_ENDPOINT_URL
+	@infra/emulator/start.sh
+
+.PHONY: emulator-stop
+emulator-stop: ## stop the local AWS emulator
+	@infra/emulator/stop.sh
+
 .PHONY: lint
 lint: ## go vet and gofmt
 	$(GO) vet ./...
