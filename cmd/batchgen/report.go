@@ -130,7 +130,6 @@ func newProgress(w io.Writer, total, done int, stats *runStats, quiet bool, inte
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionThrottle(200*time.Millisecond),
 			progressbar.OptionSetWidth(30),
-			progressbar.OptionFullWidth(),
 		)
 		_ = p.bar.Set(done)
 	}

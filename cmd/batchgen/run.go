@@ -433,6 +433,10 @@ func writeFileAtomic(path string, r io.Reader) error {
 	if _, err := io.Copy(tmp, r); err != nil {
 		return err
 	}
+	// CreateTemp makes the file 0600; a result is an ordinary document.
+	if err := tmp.Chmod(0o644); err != nil {
+		return err
+	}
 	if err := tmp.Sync(); err != nil {
 		return err
 	}

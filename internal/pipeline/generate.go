@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
@@ -404,6 +405,9 @@ func (g *Generator) generateRow(ctx context.Context, task store.Task, b store.Ba
 	prior := row.RowResult
 	if g.Cache != nil {
 		out, ok, err := g.Cache.GetCached(ctx, key)
+		if err != nil && ctx.Err() != nil {
+			return rowOutcome{result: prior, aborted: true}
+		}
 		if err != nil {
 			g.Logger.Warn("cache lookup failed; calling the model", "task", task.ID, "row", row.No, "error", err)
 		}
@@ -524,9 +528,13 @@ func (g *Generator) observe(e Event) {
 	}
 }
 
+// truncate cuts s to at most n bytes without splitting a UTF-8 character.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

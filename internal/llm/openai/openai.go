@@ -191,10 +191,17 @@ func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *h
 		return &llm.Error{Class: llm.ClassTimeout, Message: msg, Err: callCtx.Err()}
 	}
 	err = &redacted{err: err, key: p.cfg.APIKey}
+	var e *llm.Error
 	if isConnectionError(err) {
-		return &llm.Error{Class: llm.ClassConnection, Message: err.Error(), Err: err}
+		e = &llm.Error{Class: llm.ClassConnection, Message: err.Error(), Err: err}
+	} else {
+		e = llm.Classify(fmt.Errorf("chat completion: %w", err))
 	}
-	return llm.Classify(fmt.Errorf("chat completion: %w", err))
+	if httpResp != nil && e.StatusCode == 0 {
+		// The answer arrived but could not be read or decoded.
+		e.StatusCode = httpResp.StatusCode
+	}
+	return e
 }
 
 // isConnectionError reports failures of the connection itself, including

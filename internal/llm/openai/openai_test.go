@@ -214,6 +214,8 @@ func TestGenerateTimeouts(t *testing.T) {
 	t.Parallel()
 	// The server answers only when the client gives up.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The server notices a client hang-up only once the body is read.
+		io.Copy(io.Discard, r.Body)
 		<-r.Context().Done()
 	}))
 	t.Cleanup(srv.Close)
