@@ -29,7 +29,7 @@ import (
 // env is the embedded runtime wired as `batchgen run` wires it, with a
 // provider chosen by the test.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	store    *sqlitestore.Store
 	queue    *sqlitequeue.Queue
@@ -40,7 +40,7 @@ type env struct {
 	splitter *pipeline.Splitter
 }
 
-func newEnv(t *testing.T, provider llm.Provider, cfg pipeline.GeneratorConfig) *env {
+func newEnv(t testing.TB, provider llm.Provider, cfg pipeline.GeneratorConfig) *env {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlitestore.Open(filepath.Join(dir, "db.sqlite"), sqlitestore.Options{})
