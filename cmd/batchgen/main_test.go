@@ -304,7 +304,7 @@ func TestKillAndResume(t *testing.T) {
 func TestRPMPacingAvoids429(t *testing.T) {
 	t.Parallel()
 	const rpm = 2400 // 40 per second
-	mock := mockserver.New(mockserver.Config{Latency: 20 * time.Millisecond, Quota: rpm/60 + 1, QuotaWindow: time.Second})
+	mock := mockserver.New(mockserver.Config{Latency: 20 * time.Millisecond, Quota: rpm/60 + 3, QuotaWindow: time.Second})
 	srv := httptest.NewServer(mock)
 	defer srv.Close()
 	dir := t.TempDir()

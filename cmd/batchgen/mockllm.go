@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
@@ -39,16 +38,9 @@ func cmdMockLLM(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return &exitError{code: exitFailure, err: fmt.Errorf("listen on %s: %w", *addr, err)}
 	}
-	srv := &http.Server{Handler: mockserver.New(cfg), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stdout, "mock-llm listening on http://%s/v1 (stats: http://%s/stats)\n", ln.Addr(), ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
+	if err := mockserver.New(cfg).Serve(ctx, ln); err != nil {
 		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
 	}
+	return nil
 }

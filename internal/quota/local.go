@@ -93,6 +93,9 @@ type Local struct {
 	limit float64
 	// pausedUntil: nobody starts before it.
 	pausedUntil time.Time
+	// lastStart is the latest start granted (possibly a slot in the near
+	// future), for spacing actual starts at 1/limit.
+	lastStart time.Time
 	// After a cut the rate is base + slope*(t - recoverFrom), capped at
 	// ceiling; recovering is false once it reached the ceiling.
 	recovering  bool
@@ -185,24 +188,45 @@ func (l *Local) Wait(ctx context.Context) error {
 		l.refreshLocked(now)
 		r := l.lim.ReserveN(now, 1)
 		l.mu.Unlock()
-		d := r.DelayFrom(now)
-		if d <= 0 {
-			return nil
-		}
-		select {
-		case <-l.clk.After(d):
+		if d := r.DelayFrom(now); d > 0 {
 			select {
+			case <-l.clk.After(d):
 			case <-changed:
 				// A 429 arrived while we waited: our slot was scheduled
 				// by a limiter that no longer applies.
 				continue
-			default:
-				return nil
+			case <-ctx.Done():
+				r.CancelAt(l.clk.Now())
+				return ctx.Err()
 			}
+		}
+
+		// The limiter spaced the scheduled times; a stall (GC, CPU
+		// contention) can still wake many waiters late and together. Space
+		// the actual starts too, so a stall never becomes a burst at the
+		// provider. Without stalls this adds no delay.
+		l.mu.Lock()
+		select {
+		case <-changed:
+			l.mu.Unlock()
+			continue
+		default:
+		}
+		now = l.clk.Now()
+		slot := l.lastStart.Add(time.Duration(float64(time.Second) / l.limit))
+		if !slot.After(now) {
+			l.lastStart = now
+			l.mu.Unlock()
+			return nil
+		}
+		l.lastStart = slot
+		l.mu.Unlock()
+		select {
+		case <-l.clk.After(slot.Sub(now)):
+			return nil
 		case <-changed:
 			continue
 		case <-ctx.Done():
-			r.CancelAt(l.clk.Now())
 			return ctx.Err()
 		}
 	}

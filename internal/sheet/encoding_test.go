@@ -2,8 +2,8 @@ package sheet
 
 import (
 	"bytes"
+	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,54 +85,63 @@ func TestMostlyUTF8ReportsTheUTF8Offset(t *testing.T) {
 	}
 }
 
-// TestLargeSheetGoesThroughTempFilesAndCleansUp writes a worksheet bigger than excelize's 16 MiB in-memory
-// threshold, so both the Writer and the Reader stream through temporary files, and checks every temporary file is
-// gone after Close.
-func TestLargeSheetGoesThroughTempFilesAndCleansUp(t *testing.T) {
+// TestReaderStreamsBigSheetFromTempFileAndCleansUp uses a small unzip budget so that the worksheet exceeds the
+// in-memory threshold (an eighth of the budget) and is streamed from a temporary file, then checks every temporary
+// file is gone after Close.
+func TestReaderStreamsBigSheetFromTempFileAndCleansUp(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	const n = 9000
-	long := strings.Repeat("长文本", 700) // ~2 KiB of XML per row
+	const n = 2000
+	long := strings.Repeat("长文本", 100)
+	var rows strings.Builder
+	rows.WriteString(row(1, "id", "text"))
+	for i := range n {
+		rows.WriteString(row(i+2, strconv.Itoa(i), long))
+	}
+	path := writeFile(t, t.TempDir(), "big.xlsx", buildXLSX(t, testSheet{name: "big", rows: rows.String()}))
+
+	r, err := Open(path, Options{Limits: Limits{MaxUnzippedBytes: 4 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) == 0 {
+		t.Errorf("the reader made no temporary file; the sheet did not exceed the in-memory threshold")
+	}
+	recs := readAll(t, r)
+	if len(recs) != n || recs[n-1].Values[0] != strconv.Itoa(n-1) || recs[n-1].Values[1] != long {
+		t.Errorf("read %d records, want %d ending with %d", len(recs), n, n-1)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertEmptyDir(t, tmp, "after Reader.Close")
+}
+
+// TestWriterSpillsToTempFileAndCleansUp writes more than excelize's 16 MiB stream buffer, so rows go to a temporary
+// file instead of memory, and checks Close removes it.
+func TestWriterSpillsToTempFileAndCleansUp(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	long := strings.Repeat("长文本", 700) // ~6 KiB of UTF-8 per row
 	w, err := NewWriter("big", []string{"id", "text"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range n {
+	for i := range 3000 {
 		if err := w.WriteRow([]string{strconv.Itoa(i), long}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	out := filepath.Join(t.TempDir(), "big.xlsx")
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
+	if left, _ := os.ReadDir(tmp); len(left) == 0 {
+		t.Errorf("the writer made no temporary file; rows are being held in memory")
 	}
-	if _, err := w.WriteTo(f); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if _, err := w.WriteTo(io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	assertEmptyDir(t, tmp, "after Writer.Close")
-
-	r, err := Open(out, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if left, _ := os.ReadDir(tmp); len(left) == 0 {
-		t.Errorf("reader made no temporary file; the sheet did not exceed excelize's in-memory threshold")
-	}
-	recs := readAll(t, r)
-	if len(recs) != n || recs[n-1].Values[0] != strconv.Itoa(n-1) || recs[n-1].Values[1] != long {
-		t.Errorf("read %d records, last %v", len(recs), recs[len(recs)-1].SheetRow)
-	}
-	if err := r.Close(); err != nil {
-		t.Fatal(err)
-	}
-	assertEmptyDir(t, tmp, "after Reader.Close")
 }
 
 func assertEmptyDir(t *testing.T, dir, when string) {

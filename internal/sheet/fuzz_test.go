@@ -109,3 +109,23 @@ func FuzzReadXLSX(f *testing.F) {
 		checkReads(t, path, Options{Limits: Limits{MaxUnzippedBytes: 8 << 20, MaxRows: 1000, MaxColumns: 100, MaxCellChars: 1000}})
 	})
 }
+
+// FuzzReadXLSXParts fuzzes the XML inside a well-formed zip: mutating zip bytes mostly trips the CRC check, so this
+// is the target that reaches excelize's worksheet, shared-string and workbook parsing.
+func FuzzReadXLSXParts(f *testing.F) {
+	f.Add(row(1, "a", "b")+row(2, "1", "2"), `<sst><si><t>x</t></si></sst>`, "")
+	f.Add(row(1, "名称")+`<row r="3"><c r="A3" t="s"><v>0</v></c></row>`, `<sst count="1"><si><r><t>富</t></r><r><t>文本</t></r></si></sst>`, "hidden")
+	f.Add(`<row><c><f>1+1</f><v>2</v></c><c t="b"><v>1</v></c></row><row><c t="e"><v>#N/A</v></c></row>`, "", "")
+	f.Add(`<row r="1048576"><c r="XFD1048576" t="inlineStr"><is><t>z</t></is></c></row>`, "", "veryHidden")
+	f.Fuzz(func(t *testing.T, rows, sst, state string) {
+		entries := workbookEntries(testSheet{name: "数据", state: state, rows: rows})
+		if sst != "" {
+			entries = append(entries, zipEntry{name: "xl/sharedStrings.xml", data: []byte(sst)})
+		}
+		path := filepath.Join(t.TempDir(), "fuzz.xlsx")
+		if err := os.WriteFile(path, buildZip(t, entries...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		checkReads(t, path, Options{Limits: Limits{MaxUnzippedBytes: 8 << 20, MaxRows: 1000, MaxColumns: 100, MaxCellChars: 1000}})
+	})
+}

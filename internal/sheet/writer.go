@@ -1,6 +1,7 @@
 package sheet
 
 import (
+	"archive/zip"
 	"errors"
 	"fmt"
 	"io"
@@ -178,11 +179,28 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	if err := w.sw.Flush(); err != nil {
 		return 0, fmt.Errorf("finish result workbook: %w", err)
 	}
-	n, err := w.f.WriteTo(out)
-	if err != nil {
-		return n, fmt.Errorf("write result workbook: %w", err)
+	// excelize's WriteTo assembles the whole zip in a bytes.Buffer. Handing
+	// it a zip writer over out instead makes it stream the workbook: the
+	// buffer it is given stays empty, and memory stays flat whatever the row
+	// count (the rows themselves come from the StreamWriter's temp file).
+	cw := &countingWriter{w: out}
+	w.f.SetZipWriter(func(io.Writer) excelize.ZipWriter { return zip.NewWriter(cw) })
+	if _, err := w.f.WriteTo(io.Discard); err != nil {
+		return cw.n, fmt.Errorf("write result workbook: %w", err)
 	}
-	return n, nil
+	return cw.n, nil
+}
+
+// countingWriter counts what passes through to w.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Close releases the temporary files excelize streamed the rows to. It is safe to call more than once.

@@ -3,9 +3,11 @@ package sheet
 import (
 	"archive/zip"
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
@@ -280,5 +282,53 @@ func TestWriterHeaderOnly(t *testing.T) {
 	want := `empty.xlsx: sheet "Sheet1": the header row (row 1) has no data rows below it`
 	if err == nil || err.Error() != want {
 		t.Errorf("Validate = %v, want %q", err, want)
+	}
+}
+
+// maxWriteRecorder records the largest single Write it receives.
+type maxWriteRecorder struct {
+	total, largest int
+}
+
+func (m *maxWriteRecorder) Write(p []byte) (int, error) {
+	m.total += len(p)
+	m.largest = max(m.largest, len(p))
+	return len(p), nil
+}
+
+// TestWriterStreamsTheWorkbook checks that WriteTo streams the zip to its
+// writer in small pieces instead of assembling the whole file in memory
+// first, so export memory does not grow with the row count.
+func TestWriterStreamsTheWorkbook(t *testing.T) {
+	t.Parallel()
+	w, err := NewWriter("result", []string{"id", "text"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// Random text, so the zip really is large.
+	rng := rand.New(rand.NewPCG(1, 2))
+	raw := make([]byte, 192)
+	for i := 0; i < 30000; i++ {
+		for j := range raw {
+			raw[j] = byte(rng.Uint32())
+		}
+		if err := w.WriteRow([]string{fmt.Sprint(i), base64.StdEncoding.EncodeToString(raw)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rec maxWriteRecorder
+	n, err := w.WriteTo(&rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(n) != rec.total {
+		t.Errorf("WriteTo reported %d bytes, wrote %d", n, rec.total)
+	}
+	if rec.total < 4<<20 {
+		t.Fatalf("workbook is only %d bytes; the test needs a large one", rec.total)
+	}
+	if rec.largest > 1<<20 {
+		t.Errorf("largest single write %d bytes of %d: the workbook was buffered, not streamed", rec.largest, rec.total)
 	}
 }

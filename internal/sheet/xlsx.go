@@ -53,10 +53,12 @@ func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error
 		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
 	}
 
-	// The directory has been checked; these limits are excelize's own second line of defence.
+	// The directory has been checked; UnzipSizeLimit is excelize's own second line of defence. Worksheets and
+	// shared strings bigger than an eighth of the budget (at most excelize's 16 MiB default) are unzipped to
+	// temporary files and streamed from there, so the parts held in memory stay a fraction of the budget.
 	xf, err := excelize.OpenFile(f.Name(), excelize.Options{
 		UnzipSizeLimit:    r.lim.MaxUnzippedBytes,
-		UnzipXMLSizeLimit: min(r.lim.MaxUnzippedBytes, excelize.StreamChunkSize),
+		UnzipXMLSizeLimit: max(1, min(r.lim.MaxUnzippedBytes/8, excelize.StreamChunkSize)),
 	})
 	if err != nil {
 		if xf != nil {

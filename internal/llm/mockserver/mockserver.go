@@ -138,8 +138,8 @@ type PromptStats struct {
 	// Calls counts every well-formed request with this prompt, whatever the
 	// answer.
 	Calls int64 `json:"calls"`
-	// Succeeded counts completions returned for it: more than one means
-	// the client paid twice for the same row.
+	// Succeeded counts completions returned for it: more than one for a
+	// prompt that occurs once in a job means a row was paid for twice.
 	Succeeded int64 `json:"succeeded"`
 }
 
@@ -148,8 +148,8 @@ type Server struct {
 	cfg Config
 
 	mu sync.Mutex
-	// window holds the accept times of the last Quota accepted requests,
-	// oldest at head: a ring, so memory is bounded by Quota.
+	// window holds the accept times of the requests accepted within the
+	// last QuotaWindow, oldest at head: a ring of at most Quota entries.
 	window []time.Time
 	head   int
 	n      int
@@ -191,7 +191,6 @@ func New(cfg Config) *Server {
 	}
 	return &Server{
 		cfg:    cfg,
-		window: make([]time.Time, cfg.Quota),
 		prompt: map[string]*PromptStats{},
 	}
 }
@@ -424,13 +423,22 @@ func (s *Server) admitLocked(now time.Time) (time.Duration, bool) {
 	}
 	cutoff := now.Add(-s.cfg.QuotaWindow)
 	for s.n > 0 && !s.window[s.head].After(cutoff) {
-		s.head = (s.head + 1) % q
+		s.head = (s.head + 1) % len(s.window)
 		s.n--
 	}
 	if s.n == q {
 		return s.window[s.head].Sub(cutoff), false
 	}
-	s.window[(s.head+s.n)%q] = now
+	if s.n == len(s.window) {
+		// Grow on demand so that a huge Quota costs memory only when
+		// that many requests really arrive within one window.
+		grown := make([]time.Time, min(max(2*len(s.window), 64), q))
+		for i := range s.n {
+			grown[i] = s.window[(s.head+i)%len(s.window)]
+		}
+		s.window, s.head = grown, 0
+	}
+	s.window[(s.head+s.n)%len(s.window)] = now
 	s.n++
 	return 0, true
 }
