@@ -314,9 +314,14 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		log.Info("batch released for a later attempt", "pending_rows", pending, "delay", delay, "last_error", lastErr)
 		return finish(Outcome{RetryAfter: delay})
 	}
-	t, err := g.Store.FinishBatch(ctx, store.FinishBatchParams{
-		TaskID: task.ID, BatchNo: b.No, Attempt: b.Attempt,
-		Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: g.Clock.Now(),
+	var t store.Task
+	err = g.retryStore(ctx, func() error {
+		var err error
+		t, err = g.Store.FinishBatch(ctx, store.FinishBatchParams{
+			TaskID: task.ID, BatchNo: b.No, Attempt: b.Attempt,
+			Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: g.Clock.Now(),
+		})
+		return err
 	})
 	if isConflict(err) {
 		log.Warn("batch finished by someone else")
@@ -508,8 +513,10 @@ func (g *Generator) save(ctx context.Context, b store.Batch, rowNo int, res stor
 	// call was made and paid for, so its result must not be lost.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	err := g.Store.SaveRowResult(sctx, store.SaveRowResultParams{
-		TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, RowNo: rowNo, Result: res, Now: g.Clock.Now(),
+	err := g.retryStore(sctx, func() error {
+		return g.Store.SaveRowResult(sctx, store.SaveRowResultParams{
+			TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, RowNo: rowNo, Result: res, Now: g.Clock.Now(),
+		})
 	})
 	if isConflict(err) {
 		return rowOutcome{result: res, fenced: true}
@@ -520,6 +527,36 @@ func (g *Generator) save(ctx context.Context, b store.Batch, rowNo int, res stor
 	}
 	g.observe(Event{TaskID: b.TaskID, RowNo: rowNo, State: res.State, Cached: res.Cached, Calls: calls, ErrorClass: class})
 	return rowOutcome{result: res}
+}
+
+// storeAttempts bounds retries of a store write whose failure would waste
+// a paid model call (a save) or a whole batch (a finish).
+const storeAttempts = 6
+
+// retryStore runs fn until it succeeds, returns a store verdict
+// (ErrConflict, ErrNotFound) or storeAttempts tries have failed, backing off
+// exponentially from 50 ms: a database that is briefly locked, unavailable
+// or throttled must not lose a result the model was already paid for.
+func (g *Generator) retryStore(ctx context.Context, fn func() error) error {
+	delay := 50 * time.Millisecond
+	var err error
+	for i := 0; i < storeAttempts; i++ {
+		err = fn()
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if i == storeAttempts-1 {
+			break
+		}
+		g.Logger.Warn("store write failed; retrying", "attempt", i+1, "delay", delay, "error", err)
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-g.Clock.After(delay):
+		}
+		delay *= 2
+	}
+	return err
 }
 
 func (g *Generator) observe(e Event) {

@@ -84,7 +84,7 @@ func (e *env) runToCompletion(ctx context.Context, taskID string) store.Task {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	wctx, stop := context.WithCancel(ctx)
-	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 3, PollInterval: 5 * time.Millisecond}
+	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 3, PollInterval: 5 * time.Millisecond, ErrorDelay: 20 * time.Millisecond}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = workers.Run(wctx) }()
