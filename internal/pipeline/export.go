@@ -35,21 +35,24 @@ type Exporter struct {
 }
 
 // Export writes the result workbook of a task whose batches are all done to
-// ResultKey(task) and moves the task to SUCCEEDED or PARTIAL. It is
-// idempotent: a task already exported is returned as is, and an export that
-// died halfway is simply written again.
+// ResultKey(task) and moves the task to SUCCEEDED or PARTIAL. A CANCELLED
+// task gets a partial result (rows that never started are marked
+// not_started) and stays CANCELLED. It is idempotent: a task already
+// exported is returned as is, and an export that died halfway is simply
+// written again.
 func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error) {
 	task, err := e.Store.GetTask(ctx, taskID)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("export %s: load task: %w", taskID, err)
 	}
-	if task.State.Final() {
+	cancelled := task.State == store.TaskCancelled
+	if task.State.Final() && !(cancelled && task.ResultKey == "") {
 		return task, nil
 	}
-	if task.BatchesDone < task.BatchesTotal {
+	if !cancelled && task.BatchesDone < task.BatchesTotal {
 		return task, fmt.Errorf("export %s: %d of %d batches done: %w", taskID, task.BatchesDone, task.BatchesTotal, ErrNotReady)
 	}
-	if task.State != store.TaskExporting {
+	if !cancelled && task.State != store.TaskExporting {
 		task, err = e.Store.TransitionTask(ctx, store.TransitionTaskParams{
 			ID: taskID, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskExporting, Now: e.Clock.Now(),
 		})
@@ -77,12 +80,17 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 		return task, fmt.Errorf("export %s: write %s: %w", taskID, key, err)
 	}
 	counts := <-written
-	final := store.TaskSucceeded
-	if counts.failed > 0 {
+	from, final := store.TaskExporting, store.TaskSucceeded
+	switch {
+	case cancelled:
+		// A cancelled task keeps its state; the partial result marks the
+		// rows that never started.
+		from, final = store.TaskCancelled, store.TaskCancelled
+	case counts.failed > 0:
 		final = store.TaskPartial
 	}
 	done, err := e.Store.TransitionTask(ctx, store.TransitionTaskParams{
-		ID: taskID, From: []store.TaskState{store.TaskExporting}, To: final, ResultKey: key, Now: e.Clock.Now(),
+		ID: taskID, From: []store.TaskState{from}, To: final, ResultKey: key, Now: e.Clock.Now(),
 	})
 	if isConflict(err) {
 		return e.Store.GetTask(ctx, taskID)

@@ -54,6 +54,9 @@ type GeneratorConfig struct {
 	// (exponential with jitter). Default to 500ms and 20s.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// CancelCheck is how often a running batch looks for its task being
+	// cancelled; once it is, no new row starts. Defaults to 2 seconds.
+	CancelCheck time.Duration
 }
 
 func (c GeneratorConfig) withDefaults() GeneratorConfig {
@@ -80,6 +83,9 @@ func (c GeneratorConfig) withDefaults() GeneratorConfig {
 	}
 	if c.BackoffMax <= 0 {
 		c.BackoffMax = 20 * time.Second
+	}
+	if c.CancelCheck <= 0 {
+		c.CancelCheck = 2 * time.Second
 	}
 	return c
 }
@@ -231,9 +237,20 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		defer close(hbDone)
 		g.heartbeat(batchCtx, b, keepAlive, func() { lost.Store(true); cancel() }, log)
 	}()
+	// startCtx ends when no new row may start: the batch context ended, or
+	// the task was cancelled (rows already calling the model finish).
+	startCtx, stopStarting := context.WithCancel(batchCtx)
+	defer stopStarting()
+	var cancelled atomic.Bool
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		g.watchCancel(startCtx, task.ID, func() { cancelled.Store(true); stopStarting() })
+	}()
 	finish := func(o Outcome) Outcome {
 		cancel()
 		<-hbDone
+		<-watchDone
 		return o
 	}
 
@@ -263,7 +280,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		}
 		select {
 		case g.sem <- struct{}{}:
-		case <-batchCtx.Done():
+		case <-startCtx.Done():
 			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 			continue
 		}
@@ -271,7 +288,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-g.sem }()
-			outcomes[i] = g.generateRow(batchCtx, task, b, rows[i], bound)
+			outcomes[i] = g.generateRow(batchCtx, startCtx, task, b, rows[i], bound)
 			if outcomes[i].fenced {
 				lost.Store(true)
 				cancel()
@@ -282,6 +299,13 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 
 	if lost.Load() {
 		log.Warn("batch taken over by a newer claim; leaving it to the new owner")
+		return finish(Outcome{Ack: true})
+	}
+	if cancelled.Load() {
+		// Rows that had started are saved; the rest stay PENDING and are
+		// exported as not started.
+		g.release(ctx, b, "task cancelled", log)
+		log.Info("task cancelled; batch stopped")
 		return finish(Outcome{Ack: true})
 	}
 	var succeeded, failed, skipped, pending, maxAttempts int
@@ -337,6 +361,23 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		return finish(Outcome{Err: err})
 	}
 	return finish(Outcome{Ack: true})
+}
+
+// watchCancel polls the task's state every CancelCheck until ctx ends and
+// calls onCancel once if the task was cancelled.
+func (g *Generator) watchCancel(ctx context.Context, taskID string, onCancel func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.Clock.After(g.cfg.CancelCheck):
+		}
+		t, err := g.Store.GetTask(ctx, taskID)
+		if err == nil && t.State == store.TaskCancelled {
+			onCancel()
+			return
+		}
+	}
 }
 
 // heartbeat renews the lease every Lease/3 until ctx ends. If the lease is
@@ -400,7 +441,10 @@ func CacheKey(provider string, req llm.Request) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (g *Generator) generateRow(ctx context.Context, task store.Task, b store.Batch, row store.Row, bound *prompt.Bound) rowOutcome {
+// generateRow produces one row's result. Model calls run under ctx; waits
+// before a call (quota, backoff) end with startCtx, which ends when no new
+// call may start (shutdown, lost lease, task cancelled).
+func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, b store.Batch, row store.Row, bound *prompt.Bound) rowOutcome {
 	spec := task.Spec
 	req := llm.Request{
 		Model: spec.Model, System: spec.System, Prompt: bound.Render(row.Values),
@@ -430,9 +474,12 @@ func (g *Generator) generateRow(ctx context.Context, task store.Task, b store.Ba
 				Error: "not sent: the provider refused an earlier call in this run: " + f.Error(),
 			}, 0, string(f.Class))
 		}
+		if startCtx.Err() != nil {
+			return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
+		}
 		if g.Limiter != nil {
-			if err := g.Limiter.Wait(ctx); err != nil {
-				return rowOutcome{result: prior, aborted: true}
+			if err := g.Limiter.Wait(startCtx); err != nil {
+				return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
 			}
 		}
 		callCtx, cancelCall := context.WithTimeout(ctx, g.cfg.CallTimeout)
@@ -476,8 +523,8 @@ func (g *Generator) generateRow(ctx context.Context, task store.Task, b store.Ba
 		}
 		wait := g.backoff(i, e)
 		select {
-		case <-ctx.Done():
-			return rowOutcome{result: store.RowResult{State: store.RowPending, Attempts: attempts, Error: e.Error(), ErrorClass: string(e.Class)}, aborted: true}
+		case <-startCtx.Done():
+			return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
 		case <-g.Clock.After(wait):
 		}
 	}
@@ -492,6 +539,16 @@ func (g *Generator) generateRow(ctx context.Context, task store.Task, b store.Ba
 		return g.save(ctx, b, row.No, res, 0, res.ErrorClass)
 	}
 	return g.save(ctx, b, row.No, res, 0, "")
+}
+
+// pendingResult is a row left PENDING after attempts calls, the last of
+// which failed with last (nil if none failed in this round).
+func (g *Generator) pendingResult(prior store.RowResult, attempts int, last *llm.Error) store.RowResult {
+	res := store.RowResult{State: store.RowPending, Attempts: attempts, Error: prior.Error, ErrorClass: prior.ErrorClass}
+	if last != nil {
+		res.Error, res.ErrorClass = last.Error(), string(last.Class)
+	}
+	return res
 }
 
 // backoff is exponential with equal jitter, at least the provider's

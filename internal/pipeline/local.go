@@ -33,7 +33,12 @@ type LocalWorkers struct {
 
 // Run processes messages until ctx ends. It returns nil on cancellation;
 // per-message failures are logged and left to the queue's redelivery.
-func (w *LocalWorkers) Run(ctx context.Context) error {
+func (w *LocalWorkers) Run(ctx context.Context) error { return w.RunUntil(ctx, nil) }
+
+// RunUntil is Run that also stops taking new messages once drain is closed,
+// returning after the messages in hand are processed (under ctx, which may
+// still cut them short).
+func (w *LocalWorkers) RunUntil(ctx context.Context, drain <-chan struct{}) error {
 	workers := w.Workers
 	if workers <= 0 {
 		workers = 2
@@ -58,15 +63,20 @@ func (w *LocalWorkers) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.loop(ctx)
+			w.loop(ctx, drain)
 		}()
 	}
 	wg.Wait()
 	return nil
 }
 
-func (w *LocalWorkers) loop(ctx context.Context) {
+func (w *LocalWorkers) loop(ctx context.Context, drain <-chan struct{}) {
 	for ctx.Err() == nil {
+		select {
+		case <-drain:
+			return
+		default:
+		}
 		ds, err := w.Queue.Receive(ctx, 1)
 		if err != nil && ctx.Err() == nil {
 			w.Logger.Warn("receive from queue failed", "error", err)
@@ -74,6 +84,8 @@ func (w *LocalWorkers) loop(ctx context.Context) {
 		if len(ds) == 0 {
 			select {
 			case <-ctx.Done():
+				return
+			case <-drain:
 				return
 			case <-w.Clock.After(w.PollInterval):
 			}

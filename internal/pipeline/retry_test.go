@@ -1,0 +1,139 @@
+package pipeline_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// TestReopenRetriesOnlyFailedRows: rows that failed (two classes) are rerun
+// by class; succeeded rows are never billed again.
+func TestReopenRetriesOnlyFailedRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var healed atomic.Bool
+	var mu sync.Mutex
+	calls := map[string]int{}
+	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		mu.Lock()
+		calls[req.Prompt]++
+		mu.Unlock()
+		if !healed.Load() {
+			switch {
+			case strings.Contains(req.Prompt, "SKU-0003"), strings.Contains(req.Prompt, "SKU-0017"):
+				return llm.Response{}, &llm.Error{Class: llm.ClassContentFilter, StatusCode: 400, Message: "flagged"}
+			case strings.Contains(req.Prompt, "SKU-0009"):
+				return llm.Response{}, &llm.Error{Class: llm.ClassBadRequest, StatusCode: 400, Message: "bad"}
+			}
+		}
+		return llm.Response{Text: "ok " + req.Prompt}, nil
+	})
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2})
+	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(20))
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "x", BatchSize: 5}
+	id := pipeline.DeriveTaskID("retry", spec)
+	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.runToCompletion(ctx, id); got.State != store.TaskPartial || got.RowsFailed != 3 {
+		t.Fatalf("first run: %s with %d failed, want PARTIAL with 3", got.State, got.RowsFailed)
+	}
+	healed.Store(true)
+
+	task, n, err := pipeline.Reopen(ctx, e.store, e.queue, id, string(llm.ClassContentFilter), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.State != store.TaskRunning || n != 2 || task.ResultKey != "" {
+		t.Fatalf("reopened task %s with %d batches (result %q), want RUNNING with 2 batches and no result", task.State, n, task.ResultKey)
+	}
+	done := e.runToCompletion(ctx, id)
+	if done.State != store.TaskPartial || done.RowsFailed != 1 || done.RowsSucceeded != 19 {
+		t.Fatalf("after retrying content_filter: %s, %d ok, %d failed; want PARTIAL 19/1", done.State, done.RowsSucceeded, done.RowsFailed)
+	}
+	if _, n, err = pipeline.Reopen(ctx, e.store, e.queue, id, "", time.Now()); err != nil || n != 1 {
+		t.Fatalf("reopen all: %d batches, %v; want 1", n, err)
+	}
+	done = e.runToCompletion(ctx, id)
+	if done.State != store.TaskSucceeded || done.RowsSucceeded != 20 {
+		t.Fatalf("after retrying all: %s with %d succeeded", done.State, done.RowsSucceeded)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for prompt, n := range calls {
+		want := 1
+		if prompt == "SKU-0003" || prompt == "SKU-0017" || prompt == "SKU-0009" {
+			want = 2
+		}
+		if n != want {
+			t.Errorf("prompt %q called %d times, want %d", prompt, n, want)
+		}
+	}
+	// Nothing failed any more: a further retry has nothing to do.
+	if _, n, err := pipeline.Reopen(ctx, e.store, e.queue, id, "", time.Now()); err != nil || n != 0 {
+		t.Errorf("reopen of a clean task: %d batches, %v; want 0", n, err)
+	}
+}
+
+// TestCancelStopsNewRowsAndExportsPartial cancels a task mid-run: rows in
+// flight finish, no new row starts, and the partial result marks the rest.
+func TestCancelStopsNewRowsAndExportsPartial(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var started atomic.Int32
+	gate := make(chan struct{})
+	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		if started.Add(1) > 4 {
+			<-gate
+		}
+		return llm.Response{Text: "ok"}, nil
+	})
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2, CancelCheck: 10 * time.Millisecond})
+	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(40))
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "x", BatchSize: 10}
+	id := pipeline.DeriveTaskID("cancel", spec)
+	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	drain := make(chan struct{})
+	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 1, PollInterval: 5 * time.Millisecond}
+	finished := make(chan struct{})
+	go func() { _ = workers.RunUntil(wctx, drain); close(finished) }()
+	defer stop()
+	for started.Load() < 6 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the cancel watcher see it
+	close(gate)                       // the two calls in flight finish
+	close(drain)
+	<-finished
+	calls := started.Load()
+	task, err := e.exporter.Export(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.State != store.TaskCancelled || task.ResultKey == "" {
+		t.Fatalf("task %s with result %q, want CANCELLED with a result", task.State, task.ResultKey)
+	}
+	statuses := map[string]int{}
+	for _, r := range e.resultCells(task)[1:] {
+		statuses[r[3]]++
+	}
+	if statuses["succeeded"] != int(calls) || statuses["not_started"] != 40-int(calls) {
+		t.Errorf("statuses %v after %d calls: want every called row succeeded and the rest not_started", statuses, calls)
+	}
+	if calls > 8 {
+		t.Errorf("%d rows started; cancel should stop new rows within a few", calls)
+	}
+}
