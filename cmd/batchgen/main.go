@@ -46,7 +46,12 @@ func usage(w io.Writer) {
 
 Usage:
   batchgen run --in FILE [--out FILE] [--prompt TEXT | --prompt-file FILE] [flags]
-  batchgen mock-llm [--addr HOST:PORT] [flags]
+  batchgen tasks [--data DIR]                      list tasks, with what needs attention
+  batchgen cancel [--data DIR] TASK                stop a task; its partial result marks unstarted rows
+  batchgen retry [--data DIR] [--out FILE] [--error-class CLASS] [provider flags] TASK
+                                                   rerun the failed rows of a task
+  batchgen dlq list|redrive [--data DIR]           dead-lettered messages
+  batchgen mock-llm [--addr HOST:PORT] [flags]     OpenAI-compatible test server
   batchgen help [command]
 
 Run "batchgen <command> -h" for a command's flags.
@@ -72,6 +77,14 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdRun(ctx, args[1:], stdout, stderr)
 	case "mock-llm":
 		err = cmdMockLLM(ctx, args[1:], stdout, stderr)
+	case "tasks":
+		err = cmdTasks(ctx, args[1:], stdout, stderr)
+	case "cancel":
+		err = cmdCancel(ctx, args[1:], stdout, stderr)
+	case "retry":
+		err = cmdRetry(ctx, args[1:], stdout, stderr)
+	case "dlq":
+		err = cmdDLQ(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return exitOK

@@ -62,6 +62,12 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.dataDir, "data", "", "state directory (SQLite database, result blobs); default .batchgen beside the input")
 	fs.IntVar(&o.batchSize, "batch-size", pipeline.DefaultBatchSize, "rows per batch")
 	fs.IntVar(&o.maxRows, "max-rows", 200_000, "reject inputs with more data rows than this")
+	o.registerEngine(fs)
+}
+
+// registerEngine registers the flags of everything that calls the model:
+// run and retry.
+func (o *runOptions) registerEngine(fs *flag.FlagSet) {
 	fs.IntVar(&o.concurrency, "concurrency", 8, "model calls in flight at once")
 	fs.IntVar(&o.rpm, "rpm", 0, "provider quota in requests per minute across the job (0: unlimited)")
 	fs.BoolVar(&o.noCache, "no-cache", false, "call the model even for prompts answered before")
@@ -113,6 +119,13 @@ type runJob struct {
 	delays  []time.Duration
 	data    *dataDir
 	started time.Time
+
+	// The engine of one task, built by openEngine.
+	queue    queue.Queue
+	gen      *pipeline.Generator
+	exporter *pipeline.Exporter
+	signal   *pipeline.ExportSignal
+	stats    *runStats
 }
 
 func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
@@ -148,17 +161,37 @@ func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if o.batchSize < 1 || o.batchSize > 1000 {
 		return nil, reject("--batch-size %d: must be between 1 and 1000", o.batchSize)
 	}
+	if o.maxRows < 1 {
+		return nil, reject("--max-rows %d: must be at least 1", o.maxRows)
+	}
+	j, err := newEngineJob(o, stderr)
+	if err != nil {
+		return nil, err
+	}
+	j.spec = store.TaskSpec{
+		Prompt: o.prompt, System: o.system, Provider: o.provider.name, Model: o.provider.modelName(),
+		Temperature: o.provider.temperaturePtr(), MaxTokens: o.provider.maxTokens, BatchSize: o.batchSize,
+	}
+	return j, nil
+}
+
+// newEngineJob checks the flags shared by the commands that call the model
+// and sets up logging.
+func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
+	reject := func(format string, a ...any) error {
+		return &exitError{code: exitRejected, err: fmt.Errorf(format, a...)}
+	}
 	if o.concurrency < 1 {
 		return nil, reject("--concurrency %d: must be at least 1", o.concurrency)
 	}
 	if o.rpm < 0 {
 		return nil, reject("--rpm %d: must be 0 (unlimited) or more", o.rpm)
 	}
-	if o.maxRows < 1 {
-		return nil, reject("--max-rows %d: must be at least 1", o.maxRows)
-	}
 	if o.sweepAfter < time.Second {
 		return nil, reject("--sweep-after %s: must be at least 1s", o.sweepAfter)
+	}
+	if o.retry.callsPerRound < 1 || o.retry.rounds < 1 {
+		return nil, reject("--calls-per-round and --rounds must be at least 1")
 	}
 	delays, err := parseDelays(o.retry.delays)
 	if err != nil {
@@ -171,18 +204,13 @@ func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return nil, reject("--log-level %q: use debug, info, warn or error", o.logLevel)
 	}
-	j := &runJob{
-		opts:   o,
-		stderr: stderr,
-		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
-		spec: store.TaskSpec{
-			Prompt: o.prompt, System: o.system, Provider: o.provider.name, Model: o.provider.modelName(),
-			Temperature: o.provider.temperaturePtr(), MaxTokens: o.provider.maxTokens, BatchSize: o.batchSize,
-		},
+	return &runJob{
+		opts:    o,
+		stderr:  stderr,
+		logger:  slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		delays:  delays,
 		started: time.Now(),
-	}
-	return j, nil
+	}, nil
 }
 
 func (j *runJob) close() {
@@ -219,12 +247,8 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	clk := clock.Real{}
-	q, err := sqlitequeue.New(j.data.store.DB(), sqlitequeue.Config{
-		Name: "batches-" + taskID, Visibility: 5 * time.Minute, MaxReceive: 10, Clock: clk,
-	})
-	if err != nil {
-		return fmt.Errorf("open queue in %s: %w", j.data.dir, err)
+	if err := j.openEngine(taskID); err != nil {
+		return err
 	}
 
 	existed := false
@@ -235,7 +259,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		return fmt.Errorf("read task %s: %w", taskID, err)
 	}
 
-	splitter := &pipeline.Splitter{Store: j.data.store, Queue: q, Clock: clk, Logger: j.logger}
+	splitter := &pipeline.Splitter{Store: j.data.store, Queue: j.queue, Clock: clock.Real{}, Logger: j.logger}
 	task, err := splitter.Split(ctx, params)
 	if errors.As(err, &rejected) {
 		return &exitError{code: exitRejected, err: rejected}
@@ -251,49 +275,85 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		fmt.Fprintf(j.stderr, "batchgen: %s task %s: %d rows in %d batches (data: %s)\n", verb, task.ID, task.RowsTotal, task.BatchesTotal, j.data.dir)
 	}
 	if existed && !task.State.Final() {
-		if err := j.recover(ctx, task, q); err != nil {
+		if err := j.recover(ctx, task); err != nil {
 			return err
 		}
 	}
+	return j.complete(ctx, task, stdout)
+}
 
-	stats := newRunStats()
-	provider, err := j.opts.provider.build(clk)
+// openEngine builds the queue, generator and exporter of one task over the
+// opened data directory.
+func (j *runJob) openEngine(taskID string) error {
+	o := j.opts
+	clk := clock.Real{}
+	q, err := sqlitequeue.New(j.data.store.DB(), sqlitequeue.Config{
+		Name: queueName(taskID), Visibility: 5 * time.Minute, MaxReceive: maxReceive, Clock: clk,
+	})
+	if err != nil {
+		return fmt.Errorf("open queue in %s: %w", j.data.dir, err)
+	}
+	provider, err := o.provider.build(clk)
 	if err != nil {
 		return &exitError{code: exitRejected, err: err}
 	}
-	limiter := newLimiter(o.rpm)
-	signal := &pipeline.ExportSignal{}
-	gen := &pipeline.Generator{
-		Store: j.data.store, Provider: countingProvider{provider, stats}, Limiter: limiter, Exports: signal,
-		Clock: clk, Logger: j.logger, Observer: stats.observe, Owner: fmt.Sprintf("batchgen-run-%d", os.Getpid()),
+	j.queue = q
+	j.stats = newRunStats()
+	j.signal = &pipeline.ExportSignal{}
+	j.gen = &pipeline.Generator{
+		Store: j.data.store, Provider: countingProvider{provider, j.stats}, Limiter: newLimiter(o.rpm), Exports: j.signal,
+		Clock: clk, Logger: j.logger, Observer: j.stats.observe, Owner: fmt.Sprintf("batchgen-%d", os.Getpid()),
 		Config: pipeline.GeneratorConfig{
 			Concurrency: o.concurrency, Lease: o.retry.lease, CallTimeout: o.retry.callTimeout,
 			CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
 		},
 	}
 	if !o.noCache {
-		gen.Cache = j.data.store
+		j.gen.Cache = j.data.store
 	}
-	exporter := &pipeline.Exporter{Store: j.data.store, Blobs: j.data.blobs, Clock: clk, Logger: j.logger}
+	j.exporter = &pipeline.Exporter{Store: j.data.store, Blobs: j.data.blobs, Clock: clk, Logger: j.logger}
+	return nil
+}
 
+// queueName is the embedded queue of one task: each run works only its
+// own task's messages, so an abandoned task in the same data directory is
+// never billed by a run of another sheet.
+func queueName(taskID string) string { return "batches-" + taskID }
+
+// maxReceive is the embedded queue's redrive threshold: above the retry
+// rounds, so only messages that keep failing to be handled at all (poison)
+// are dead-lettered.
+const maxReceive = 10
+
+// complete drives an unfinished task to the end, writes the result to
+// --out, prints the summary and turns the outcome into the exit code.
+func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer) error {
 	if !task.State.Final() {
-		if err := j.process(ctx, task, q, gen, signal, exporter, stats); err != nil {
+		if err := j.process(ctx, task); err != nil {
 			return err
 		}
 	}
-	task, err = j.data.store.GetTask(ctx, taskID)
+	task, err := j.data.store.GetTask(ctx, task.ID)
 	if err != nil {
-		return fmt.Errorf("read task %s: %w", taskID, err)
+		return fmt.Errorf("read task %s: %w", task.ID, err)
+	}
+	if task.State == store.TaskCancelled && task.ResultKey == "" {
+		if task, err = j.exporter.Export(ctx, task.ID); err != nil {
+			return fmt.Errorf("export the partial result: %w", err)
+		}
 	}
 	if err := j.writeOutput(ctx, task); err != nil {
 		return err
 	}
-	summary, err := summarize(ctx, j.data.store, task, stats, time.Since(j.started), o.out)
+	summary, err := summarize(ctx, j.data.store, task, j.stats, time.Since(j.started), j.opts.out)
 	if err != nil {
 		return err
 	}
 	fmt.Fprint(stdout, summary.String())
-	if summary.failed > 0 {
+	switch {
+	case task.State == store.TaskCancelled:
+		return &exitError{code: exitRowsFailed, err: fmt.Errorf("task %s was cancelled; rows that did not run are marked not_started (batchgen retry %s runs them)", task.ID, task.ID)}
+	case summary.failed > 0:
 		return &exitError{code: exitRowsFailed}
 	}
 	return nil
@@ -303,7 +363,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 // process holds the data directory's lock, so every RUNNING lease belongs to
 // a dead process. Its batches are released and every unfinished batch gets a
 // fresh message (duplicates are harmless: claims are conditional).
-func (j *runJob) recover(ctx context.Context, task store.Task, q queue.Queue) error {
+func (j *runJob) recover(ctx context.Context, task store.Task) error {
 	batches, err := j.data.store.ListBatches(ctx, store.ListBatchesParams{TaskID: task.ID, States: []store.BatchState{store.BatchPending, store.BatchRunning}})
 	if err != nil {
 		return fmt.Errorf("recover task %s: list batches: %w", task.ID, err)
@@ -319,7 +379,7 @@ func (j *runJob) recover(ctx context.Context, task store.Task, q queue.Queue) er
 		msgs = append(msgs, queue.Outgoing{Body: pipeline.EncodeBatchMessage(task.ID, b.No)})
 	}
 	for start := 0; start < len(msgs); start += 10 {
-		if err := q.Send(ctx, msgs[start:min(start+10, len(msgs))]); err != nil {
+		if err := j.queue.Send(ctx, msgs[start:min(start+10, len(msgs))]); err != nil {
 			return fmt.Errorf("recover task %s: enqueue: %w", task.ID, err)
 		}
 	}
@@ -330,26 +390,29 @@ func (j *runJob) recover(ctx context.Context, task store.Task, q queue.Queue) er
 }
 
 // process runs the workers until the task's batches are all done, then
-// exports it. Interrupted runs return exit code 130 and can be continued.
-func (j *runJob) process(ctx context.Context, task store.Task, q queue.Queue, gen *pipeline.Generator,
-	signal *pipeline.ExportSignal, exporter *pipeline.Exporter, stats *runStats) error {
+// exports it. A task cancelled meanwhile stops taking rows, lets the rows in
+// flight finish and exports the partial result. Interrupted runs return
+// exit code 130 and can be continued.
+func (j *runJob) process(ctx context.Context, task store.Task) error {
 	o := j.opts
 	done, err := countDone(ctx, j.data.store, task)
 	if err != nil {
 		return err
 	}
-	progress := newProgress(j.stderr, task.RowsTotal, done, stats, o.quiet, o.progressInterval)
+	progress := newProgress(j.stderr, task.RowsTotal, done, j.stats, o.quiet, o.progressInterval)
 	defer progress.finish()
 
 	workerCtx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	drain := make(chan struct{})
 	workers := &pipeline.LocalWorkers{
-		Queue: q, Generator: gen, Workers: 2 + o.concurrency/o.batchSize, Visibility: 5 * time.Minute, Logger: j.logger,
+		Queue: j.queue, Generator: j.gen, Workers: 2 + o.concurrency/max(task.Spec.BatchSize, 1), Visibility: 5 * time.Minute, Logger: j.logger,
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = workers.Run(workerCtx)
+		_ = workers.RunUntil(workerCtx, drain)
 	}()
 	stop := func() {
 		stopWorkers()
@@ -358,7 +421,7 @@ func (j *runJob) process(ctx context.Context, task store.Task, q queue.Queue, ge
 
 	// The sweeper covers what the workers cannot: a batch whose message was
 	// lost (a failed re-send) or whose lease outlived a stuck worker.
-	sweeper := &pipeline.Sweeper{Store: j.data.store, Queue: q, Exports: signal, Logger: j.logger,
+	sweeper := &pipeline.Sweeper{Store: j.data.store, Queue: j.queue, Exports: j.signal, Logger: j.logger,
 		Config: pipeline.SweeperConfig{TaskID: task.ID, PendingAfter: o.sweepAfter}}
 	sweepTicker := time.NewTicker(max(o.sweepAfter/5, time.Second))
 	defer sweepTicker.Stop()
@@ -371,6 +434,21 @@ func (j *runJob) process(ctx context.Context, task store.Task, q queue.Queue, ge
 			stop()
 			return fmt.Errorf("read task %s: %w", task.ID, err)
 		}
+		if err == nil && t.State == store.TaskCancelled {
+			// Let the rows in flight finish: stop taking messages, wait
+			// for the workers, keep their context alive.
+			if !o.quiet {
+				fmt.Fprintf(j.stderr, "batchgen: task %s was cancelled; finishing the rows in flight\n", task.ID)
+			}
+			close(drain)
+			wg.Wait()
+			progress.update()
+			progress.finish()
+			if _, err := j.exporter.Export(ctx, task.ID); err != nil {
+				return fmt.Errorf("export the partial result: %w", err)
+			}
+			return nil
+		}
 		if err == nil && (t.BatchesDone >= t.BatchesTotal || t.State.Final()) {
 			break
 		}
@@ -379,7 +457,7 @@ func (j *runJob) process(ctx context.Context, task store.Task, q queue.Queue, ge
 			stop()
 			progress.finish()
 			return &exitError{code: exitSignal, err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.dir)}
-		case <-signal.C():
+		case <-j.signal.C():
 		case <-ticker.C:
 		case <-sweepTicker.C:
 			if report, err := sweeper.Sweep(ctx); err != nil {
@@ -393,7 +471,7 @@ func (j *runJob) process(ctx context.Context, task store.Task, q queue.Queue, ge
 	stop()
 	progress.update()
 	progress.finish()
-	if _, err := exporter.Export(ctx, task.ID); err != nil {
+	if _, err := j.exporter.Export(ctx, task.ID); err != nil {
 		return fmt.Errorf("%w; the rows are saved: fix the problem and run the same command again", err)
 	}
 	return nil

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
+	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/sqlitestore"
+)
+
+// stuckAfter is how long an unfinished task may go without progress before
+// `batchgen tasks` calls it stuck.
+const stuckAfter = 10 * time.Minute
+
+// parseOps parses an operator command's flags: --data plus extra, and
+// returns the positional arguments.
+func parseOps(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (dataDir string, rest []string, err error) {
+	fs := flag.NewFlagSet("batchgen "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&dataDir, "data", ".batchgen", "state directory of the runs (the .batchgen folder beside the input)")
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", nil, err
+		}
+		return "", nil, &exitError{code: exitRejected}
+	}
+	return dataDir, fs.Args(), nil
+}
+
+// openStateReadOnly opens the database of a data directory without taking
+// its lock: listing and cancelling must work while a run is active (SQLite
+// serializes the writes).
+func openStateReadOnly(dir string) (*sqlitestore.Store, error) {
+	db := filepath.Join(dir, "batchgen.db")
+	if _, err := os.Stat(db); err != nil {
+		return nil, &exitError{code: exitRejected, err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
+	}
+	st, err := sqlitestore.Open(db, sqlitestore.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", db, err)
+	}
+	return st, nil
+}
+
+// cmdTasks lists the tasks of a data directory, newest first.
+func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var limit int
+	dir, _, err := parseOps("tasks", args, stderr, func(fs *flag.FlagSet) {
+		fs.IntVar(&limit, "limit", 50, "show at most this many tasks")
+	})
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	st, err := openStateReadOnly(dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tasks, err := st.ListTasks(ctx, limit)
+	if err != nil {
+		return fmt.Errorf("list tasks: %w", err)
+	}
+	if len(tasks) == 0 {
+		fmt.Fprintf(stdout, "no tasks in %s\n", dir)
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tSTATE\tROWS\tSUCCEEDED\tFAILED\tSOURCE\tCREATED\tNOTE")
+	for _, t := range tasks {
+		c, err := countRows(ctx, st, t.ID)
+		if err != nil {
+			return err
+		}
+		note, err := taskNote(ctx, st, t, c)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", t.ID, t.State, t.RowsTotal, c.succeeded, c.failed,
+			t.Source, t.CreatedAt.Local().Format("2006-01-02 15:04"), note)
+	}
+	return tw.Flush()
+}
+
+// taskNote tells an operator what needs attention: dead-lettered messages,
+// no progress for a while, failed rows to retry.
+func taskNote(ctx context.Context, st *sqlitestore.Store, t store.Task, c rowCounts) (string, error) {
+	var notes []string
+	q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(t.ID), MaxReceive: maxReceive})
+	if err != nil {
+		return "", fmt.Errorf("open queue of %s: %w", t.ID, err)
+	}
+	dead, err := q.ListDead(ctx, 100)
+	if err != nil {
+		return "", fmt.Errorf("list dead letters of %s: %w", t.ID, err)
+	}
+	if len(dead) > 0 {
+		notes = append(notes, fmt.Sprintf("stuck: %d dead-lettered message(s), see batchgen dlq list", len(dead)))
+	}
+	if !t.State.Final() && time.Since(t.UpdatedAt) > stuckAfter {
+		notes = append(notes, fmt.Sprintf("no progress for %s (not running? rerun batchgen run)", time.Since(t.UpdatedAt).Round(time.Minute)))
+	}
+	if t.State.Final() && c.failed > 0 {
+		notes = append(notes, "batchgen retry "+t.ID+" reruns the failed rows")
+	}
+	return strings.Join(notes, "; "), nil
+}
+
+// cmdCancel cancels a task: no new rows start, rows in flight finish, and
+// the partial result is written (now if no run is active, else by the run).
+func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	dir, rest, err := parseOps("cancel", args, stderr, nil)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return &exitError{code: exitRejected, err: errors.New("usage: batchgen cancel [--data DIR] TASK (batchgen tasks lists them)")}
+	}
+	id := rest[0]
+	st, err := openStateReadOnly(dir)
+	if err != nil {
+		return err
+	}
+	task, err := st.TransitionTask(ctx, store.TransitionTaskParams{
+		ID: id, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskCancelled,
+		Error: "cancelled by operator", Now: time.Now(),
+	})
+	st.Close()
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s", id, dir)}
+	case errors.Is(err, store.ErrConflict):
+		return &exitError{code: exitRejected, err: fmt.Errorf("task %s cannot be cancelled: %v", id, err)}
+	case err != nil:
+		return fmt.Errorf("cancel %s: %w", id, err)
+	}
+	// With the lock free no run is working the task: write the partial
+	// result now. Otherwise the run sees the cancel and writes it.
+	data, err := openDataDir(dir, "")
+	if err != nil {
+		fmt.Fprintf(stdout, "task %s cancelled; the running batchgen finishes the rows in flight and writes the partial result\n", id)
+		return nil
+	}
+	defer data.close()
+	exporter := &pipeline.Exporter{Store: data.store, Blobs: data.blobs}
+	task, err = exporter.Export(ctx, task.ID)
+	if err != nil {
+		return fmt.Errorf("task %s cancelled, but exporting the partial result failed: %w", id, err)
+	}
+	path, _ := data.blobs.Path(task.ResultKey)
+	fmt.Fprintf(stdout, "task %s cancelled; partial result: %s\n", id, path)
+	return nil
+}
+
+// cmdRetry reruns the failed rows of a finished task and writes a new result.
+func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o runOptions
+	var errorClass string
+	dir, rest, err := parseOps("retry", args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&o.out, "out", "", "result workbook; default <source>.result.xlsx beside the data directory")
+		fs.StringVar(&errorClass, "error-class", "", "only rows that failed with this class (e.g. content_filter, retry_exhausted, insufficient_quota)")
+		o.registerEngine(fs)
+	})
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return &exitError{code: exitRejected, err: errors.New("usage: batchgen retry [--data DIR] [--out FILE] [--error-class CLASS] [provider flags] TASK")}
+	}
+	id := rest[0]
+	j, err := newEngineJob(o, stderr)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "batchgen.db")); err != nil {
+		return &exitError{code: exitRejected, err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
+	}
+	j.opts.dataDir = dir
+	if j.data, err = openDataDir(dir, ""); err != nil {
+		return err
+	}
+	defer j.close()
+	task, err := j.data.store.GetTask(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
+	} else if err != nil {
+		return fmt.Errorf("read task %s: %w", id, err)
+	}
+	if task.Spec.Provider != o.provider.name || task.Spec.Model != o.provider.modelName() {
+		return &exitError{code: exitRejected, err: fmt.Errorf("task %s ran with --provider %s --model %s; retry with the same (the endpoint and key may differ)", id, task.Spec.Provider, task.Spec.Model)}
+	}
+	if j.opts.out == "" {
+		j.opts.out = filepath.Join(filepath.Dir(filepath.Clean(dir)), strings.TrimSuffix(task.Source, filepath.Ext(task.Source))+".result.xlsx")
+	}
+	if !strings.EqualFold(filepath.Ext(j.opts.out), ".xlsx") {
+		return &exitError{code: exitRejected, err: fmt.Errorf("--out %s: use a name ending in .xlsx", j.opts.out)}
+	}
+	if err := j.openEngine(id); err != nil {
+		return err
+	}
+	if !task.State.Final() {
+		// A run died midway: retry just continues it.
+		if err := j.recover(ctx, task); err != nil {
+			return err
+		}
+	} else {
+		reopened, n, err := pipeline.Reopen(ctx, j.data.store, j.queue, id, errorClass, time.Now())
+		if errors.Is(err, store.ErrConflict) {
+			return &exitError{code: exitRejected, err: err}
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			fmt.Fprintf(stderr, "batchgen: task %s has no failed rows%s to retry; writing its result again\n", id, classSuffix(errorClass))
+		} else if !o.quiet {
+			fmt.Fprintf(stderr, "batchgen: retrying task %s: %d batch(es) with failed rows%s\n", id, n, classSuffix(errorClass))
+		}
+		task = reopened
+	}
+	return j.complete(ctx, task, stdout)
+}
+
+func classSuffix(class string) string {
+	if class == "" {
+		return ""
+	}
+	return " of class " + class
+}
+
+// cmdDLQ lists or redrives the dead-lettered messages of a data directory.
+func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive") {
+		return &exitError{code: exitRejected, err: errors.New("usage: batchgen dlq list|redrive [--data DIR]")}
+	}
+	verb := args[0]
+	dir, _, err := parseOps("dlq "+verb, args[1:], stderr, nil)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	st, err := openStateReadOnly(dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tasks, err := st.ListTasks(ctx, 0)
+	if err != nil {
+		return fmt.Errorf("list tasks: %w", err)
+	}
+	total := 0
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if verb == "list" {
+		fmt.Fprintln(tw, "TASK\tBATCH\tRECEIVES\tMESSAGE\tBODY")
+	}
+	for _, t := range tasks {
+		q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(t.ID), MaxReceive: maxReceive})
+		if err != nil {
+			return fmt.Errorf("open queue of %s: %w", t.ID, err)
+		}
+		if verb == "redrive" {
+			n, err := q.Redrive(ctx)
+			if err != nil {
+				return fmt.Errorf("redrive dead letters of %s: %w", t.ID, err)
+			}
+			if n > 0 {
+				fmt.Fprintf(stdout, "task %s: %d message(s) moved back to the queue; run batchgen run (or retry) to process them\n", t.ID, n)
+			}
+			total += n
+			continue
+		}
+		dead, err := q.ListDead(ctx, 1000)
+		if err != nil {
+			return fmt.Errorf("list dead letters of %s: %w", t.ID, err)
+		}
+		for _, d := range dead {
+			batch := "?"
+			if m, err := pipeline.DecodeBatchMessage(d.Body); err == nil {
+				batch = fmt.Sprint(m.BatchNo)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.60q\n", t.ID, batch, d.ReceiveCount, d.ID, d.Body)
+			total++
+		}
+	}
+	if verb == "list" {
+		if total == 0 {
+			fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", dir)
+			return nil
+		}
+		return tw.Flush()
+	}
+	if total == 0 {
+		fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", dir)
+	}
+	return nil
+}

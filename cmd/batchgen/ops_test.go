@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	"github.com/batchgen/batchgen/internal/queue"
+	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
+	"github.com/batchgen/batchgen/internal/store/sqlitestore"
+)
+
+var taskIDPattern = regexp.MustCompile(`task\s+([0-9a-f]{20})`)
+
+func taskIDFrom(t *testing.T, text string) string {
+	t.Helper()
+	m := taskIDPattern.FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no task id in:\n%s", text)
+	}
+	return m[1]
+}
+
+// TestRetryRerunsOnlyFailedRows: a job ends PARTIAL on content-filtered
+// rows; `tasks` shows it with the hint; `retry --error-class` against a
+// provider that no longer filters reruns exactly those rows.
+func TestRetryRerunsOnlyFailedRows(t *testing.T) {
+	t.Parallel()
+	first := httptest.NewServer(mockserver.New(mockserver.Config{}))
+	defer first.Close()
+	dir := t.TempDir()
+	in := productsCSV(t, dir, 40, func(i int) string {
+		if i%8 == 0 {
+			return " [[filter]]"
+		}
+		return ""
+	})
+	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", "openai", "--base-url", first.URL+"/v1")
+	if r.code != 3 {
+		t.Fatalf("first run: exit %d, want 3; stderr:\n%s", r.code, r.stderr)
+	}
+	id := taskIDFrom(t, r.stdout)
+	data := filepath.Join(dir, ".batchgen")
+
+	tasks := runBinary(t, context.Background(), "tasks", "--data", data)
+	if tasks.code != 0 || !strings.Contains(tasks.stdout, id) || !strings.Contains(tasks.stdout, "PARTIAL") || !strings.Contains(tasks.stdout, "batchgen retry "+id) {
+		t.Errorf("tasks: exit %d, stdout:\n%s\nstderr:\n%s", tasks.code, tasks.stdout, tasks.stderr)
+	}
+
+	healed := mockserver.New(mockserver.Config{FilterMarker: "[[never]]"})
+	second := httptest.NewServer(healed)
+	defer second.Close()
+	out := filepath.Join(dir, "retried.xlsx")
+	r = runBinary(t, context.Background(), "retry", "--data", data, "--out", out, "--error-class", "content_filter",
+		"--provider", "openai", "--base-url", second.URL+"/v1", id)
+	if r.code != 0 {
+		t.Fatalf("retry: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	st := healed.Stats()
+	if st.Succeeded != 5 || len(st.PerPrompt) != 5 {
+		t.Errorf("retry called the model %d times for %d prompts, want only the 5 failed rows", st.Succeeded, len(st.PerPrompt))
+	}
+	for p := range st.PerPrompt {
+		if !strings.Contains(p, "[[filter]]") {
+			t.Errorf("retry re-billed a succeeded row: %q", p)
+		}
+	}
+	rows := readResult(t, out)
+	for _, row := range rows[1:] {
+		if row[3] != "succeeded" {
+			t.Errorf("row %q not succeeded after retry", row)
+		}
+	}
+	if len(rows) != 41 {
+		t.Errorf("%d result rows, want 40", len(rows)-1)
+	}
+}
+
+// TestCancelRunningJob: `batchgen cancel` while a run is active: the run
+// stops starting rows, finishes those in flight and writes a partial result
+// that marks the rest not_started.
+func TestCancelRunningJob(t *testing.T) {
+	t.Parallel()
+	mock := mockserver.New(mockserver.Config{Latency: 40 * time.Millisecond})
+	srv := httptest.NewServer(mock)
+	defer srv.Close()
+	dir := t.TempDir()
+	in := productsCSV(t, dir, 300, nil)
+	cmd := exec.Command(binary, "run", "--in", in, "--prompt", "{{sku}}", "--provider", "openai", "--base-url", srv.URL+"/v1", "--concurrency", "2", "--batch-size", "20")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for mock.Stats().Succeeded < 20 {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no progress; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	data := filepath.Join(dir, ".batchgen")
+	tasks := runBinary(t, context.Background(), "tasks", "--data", data)
+	id := regexp.MustCompile(`(?m)^([0-9a-f]{20})\s+RUNNING`).FindStringSubmatch(tasks.stdout)
+	if id == nil {
+		cmd.Process.Kill()
+		t.Fatalf("running task not listed:\n%s\n%s", tasks.stdout, tasks.stderr)
+	}
+	c := runBinary(t, context.Background(), "cancel", "--data", data, id[1])
+	if c.code != 0 || !strings.Contains(c.stdout, "cancelled") {
+		t.Errorf("cancel: exit %d\n%s\n%s", c.code, c.stdout, c.stderr)
+	}
+	err := cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 3 {
+		t.Fatalf("cancelled run: %v, want exit 3; stderr:\n%s", err, stderr.String())
+	}
+	calls := mock.Stats().Succeeded
+	rows := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
+	got := map[string]int{}
+	for _, row := range rows[1:] {
+		got[row[3]]++
+	}
+	if got["succeeded"] != int(calls) || got["not_started"] != 300-int(calls) || len(rows) != 301 {
+		t.Errorf("statuses %v after %d calls; want each called row succeeded and the rest not_started", got, calls)
+	}
+	if calls > 150 {
+		t.Errorf("%d rows ran; cancel should have stopped the job early", calls)
+	}
+	if !strings.Contains(stdout.String(), "CANCELLED") {
+		t.Errorf("summary does not say CANCELLED:\n%s", stdout.String())
+	}
+}
+
+// TestDLQListAndRedrive: a poison message dead-lettered in a task's queue
+// shows in `dlq list` and in `tasks`, and `dlq redrive` moves it back.
+func TestDLQListAndRedrive(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in := productsCSV(t, dir, 3, nil)
+	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "{{sku}}", "--sim-latency", "1ms")
+	if r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	id := taskIDFrom(t, r.stdout)
+	data := filepath.Join(dir, ".batchgen")
+
+	// Dead-letter a garbage message in the task's queue: receive it past a
+	// max receive count of 1.
+	st, err := sqlitestore.Open(filepath.Join(data, "batchgen.db"), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(id), Visibility: 10 * time.Millisecond, MaxReceive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := q.Send(ctx, []queue.Outgoing{{Body: []byte("not json")}}); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 1 {
+		t.Fatalf("receive: %v %v", ds, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		dead, err := q.ListDead(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dead) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("message never dead-lettered")
+		}
+		_, _ = q.Receive(ctx, 1) // moves it once its visibility ran out
+		time.Sleep(5 * time.Millisecond)
+	}
+	st.Close()
+
+	list := runBinary(t, ctx, "dlq", "list", "--data", data)
+	if list.code != 0 || !strings.Contains(list.stdout, id) || !strings.Contains(list.stdout, "not json") {
+		t.Errorf("dlq list: exit %d\n%s\n%s", list.code, list.stdout, list.stderr)
+	}
+	tasks := runBinary(t, ctx, "tasks", "--data", data)
+	if !strings.Contains(tasks.stdout, "stuck: 1 dead-lettered") {
+		t.Errorf("tasks does not flag the dead letter:\n%s", tasks.stdout)
+	}
+	redrive := runBinary(t, ctx, "dlq", "redrive", "--data", data)
+	if redrive.code != 0 || !strings.Contains(redrive.stdout, fmt.Sprintf("task %s: 1 message(s) moved back", id)) {
+		t.Errorf("dlq redrive: exit %d\n%s\n%s", redrive.code, redrive.stdout, redrive.stderr)
+	}
+	if again := runBinary(t, ctx, "dlq", "list", "--data", data); !strings.Contains(again.stdout, "no dead-lettered messages") {
+		t.Errorf("after redrive, dlq list:\n%s", again.stdout)
+	}
+}
