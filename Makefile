@@ -23,6 +23,10 @@ run: batchgen ## run a job on the bundled example sheet (embedded: no AWS, no AP
 test: ## the whole test suite: vet, gofmt, unit + race, fuzz smoke, emulator and template checks
 	./scripts/test.sh
 
+.PHONY: test-chaos
+test-chaos: ## the kill loop: SIGKILL batchgen run at 20 points (split, mid-batch, export) and resume
+	$(GO) test -race -count=1 -tags chaos -run TestChaos -v ./cmd/batchgen
+
 .PHONY: test-unit
 test-unit: ## unit and embedded integration tests only (no emulator)
 	$(GO) test -race -count=1 ./...

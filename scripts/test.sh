@@ -15,9 +15,13 @@ if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1
 step "go vet"
 go vet ./...
 go vet -tags emulator ./...
+go vet -tags chaos ./...
 
 step "unit and embedded integration tests (-race)"
 go test -race -count=1 -timeout 20m ./...
+
+step "chaos: SIGKILL loop (make test-chaos)"
+go test -race -count=1 -tags chaos -run TestChaos ./cmd/batchgen
 
 step "fuzz smoke (10s per target)"
 go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 10s

@@ -1,0 +1,125 @@
+//go:build chaos
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/batchgen/batchgen/internal/llm/mockserver"
+)
+
+// TestChaosKillLoop SIGKILLs `batchgen run` at 20 random points (during the
+// split, mid-batch, during the export), restarting it each time, then lets
+// it finish: every row ends with exactly one result, in order, and no row
+// that already had a result was paid for again beyond the calls in flight
+// at each kill. Run by `make test-chaos` (part of `make test`).
+func TestChaosKillLoop(t *testing.T) {
+	mock := mockserver.New(mockserver.Config{Latency: 20 * time.Millisecond, FailRate: 0.05, Seed: 7})
+	srv := httptest.NewServer(mock)
+	defer srv.Close()
+	dir := t.TempDir()
+	const rows, concurrency, kills = 2000, 4, 20
+	in := productsCSV(t, dir, rows, nil)
+	args := []string{"run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", "openai", "--base-url", srv.URL + "/v1",
+		"--concurrency", fmt.Sprint(concurrency), "--batch-size", "50", "--quiet", "--retry-delays", "100ms"}
+	rng := rand.New(rand.NewPCG(42, uint64(time.Now().UnixNano())))
+	db := filepath.Join(dir, ".batchgen", "batchgen.db")
+	phases := map[string]int{}
+	for k := 1; k <= kills; k++ {
+		cmd := exec.Command(binary, args...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		// Kills 1-3 aim at the split, the last three at the export, the
+		// rest land at random points mid-run.
+		var at func() bool
+		switch {
+		case k <= 3:
+			at = func() bool { return phaseOf(db) == "PENDING" }
+		case k > kills-3:
+			at = func() bool { return phaseOf(db) == "EXPORTING" }
+		default:
+			deadline := time.Now().Add(time.Duration(50+rng.IntN(400)) * time.Millisecond)
+			at = func() bool { return time.Now().After(deadline) }
+		}
+		killed := false
+		for !killed {
+			select {
+			case err := <-done:
+				t.Logf("kill %d: run ended before its kill point (%v)", k, err)
+				killed = true
+				continue
+			default:
+			}
+			if at() {
+				phases[phaseOf(db)]++
+				_ = cmd.Process.Kill()
+				<-done
+				killed = true
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+	t.Logf("kill points by task state: %v", phases)
+	r := runBinary(t, context.Background(), args...)
+	if r.code != 0 {
+		t.Fatalf("final run: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	out := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
+	if len(out) != rows+1 {
+		t.Fatalf("%d result rows, want %d", len(out)-1, rows)
+	}
+	for i, row := range out[1:] {
+		if row[0] != fmt.Sprintf("SKU-%05d", i+1) || row[3] != "succeeded" {
+			t.Fatalf("row %d = %q", i+1, row)
+		}
+	}
+	st := mock.Stats()
+	twice := 0
+	for p, s := range st.PerPrompt {
+		if s.Succeeded == 0 {
+			t.Errorf("prompt %q never succeeded", p)
+		}
+		if s.Succeeded > 1 {
+			twice++
+		}
+	}
+	if len(st.PerPrompt) != rows {
+		t.Errorf("%d prompts reached the model, want %d", len(st.PerPrompt), rows)
+	}
+	if twice > kills*concurrency {
+		t.Errorf("%d rows paid twice; at most %d calls can be in flight over %d kills", twice, kills*concurrency, kills)
+	}
+	t.Logf("%d model calls for %d rows; %d rows paid twice (in flight at a kill)", st.Requests, rows, twice)
+}
+
+// phaseOf reads the task's state after a kill, to show where the kills
+// landed: no task yet (during validation/split), PENDING (split), RUNNING,
+// EXPORTING, or a final state.
+func phaseOf(dbPath string) string {
+	db, err := sql.Open("sqlite", "file:"+dbPath+"?mode=ro")
+	if err != nil {
+		return "no database"
+	}
+	defer db.Close()
+	var state string
+	if err := db.QueryRow(`SELECT state FROM tasks LIMIT 1`).Scan(&state); err != nil {
+		return "no task"
+	}
+	return state
+}
