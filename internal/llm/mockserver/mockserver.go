@@ -46,6 +46,7 @@ const (
 	DefaultFlakyMarker        = "[[flaky]]"
 	DefaultTimeoutMarker      = "[[timeout]]"
 	DefaultQuotaMarker        = "[[quota]]"
+	DefaultResetMarker        = "[[reset]]"
 	DefaultFlakyFailures      = 1
 	DefaultHangTimeout        = 5 * time.Minute
 	DefaultMaxBodyBytes       = 1 << 20
@@ -85,6 +86,9 @@ type Config struct {
 	FlakyMarker        string
 	TimeoutMarker      string
 	QuotaMarker        string
+	// ResetMarker prompts have their first FlakyFailures connections reset
+	// (TCP RST, no HTTP answer), as a flaky network or proxy would.
+	ResetMarker string
 
 	// FlakyFailures is how many calls of a FlakyMarker prompt fail before
 	// it succeeds. Defaults to 1.
@@ -120,6 +124,8 @@ type Stats struct {
 	Filtered int64 `json:"filtered"`
 	// BadRequests counts other 4xx answers (malformed, too long, auth).
 	BadRequests int64 `json:"bad_requests"`
+	// Resets counts connections reset on purpose (ResetMarker).
+	Resets int64 `json:"resets"`
 	// Canceled counts requests whose client went away before the answer.
 	Canceled int64 `json:"canceled"`
 	// InFlight is the number of requests being handled now, PeakInFlight
@@ -174,6 +180,7 @@ func New(cfg Config) *Server {
 	defaultString(&cfg.FlakyMarker, DefaultFlakyMarker)
 	defaultString(&cfg.TimeoutMarker, DefaultTimeoutMarker)
 	defaultString(&cfg.QuotaMarker, DefaultQuotaMarker)
+	defaultString(&cfg.ResetMarker, DefaultResetMarker)
 	if cfg.FlakyFailures <= 0 {
 		cfg.FlakyFailures = DefaultFlakyFailures
 	}
@@ -281,6 +288,7 @@ const (
 	failOutputFilter
 	failTooLong
 	hang
+	resetConn
 )
 
 func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
@@ -347,6 +355,9 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	}
 
 	switch out {
+	case resetConn:
+		s.count(func(st *Stats) { st.Resets++ })
+		resetConnection(w)
 	case hang:
 		select {
 		case <-s.cfg.Clock.After(s.cfg.HangTimeout):
@@ -389,6 +400,24 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, s.completion(id, now, req, text, finish))
 	}
+}
+
+// resetConnection drops the client's connection with a TCP RST and no
+// answer. If the connection cannot be hijacked (HTTP/2), it answers 502.
+func resetConnection(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		writeError(w, http.StatusBadGateway, apiError{Message: "connection reset", Type: "server_error"})
+		return
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0) // close with RST, not FIN
+	}
+	_ = conn.Close()
 }
 
 func (s *Server) count(f func(*Stats)) {
@@ -469,6 +498,8 @@ func (s *Server) decide(text string, calls int64, roll float64) outcome {
 		return hang
 	case strings.Contains(text, s.cfg.ServerErrorMarker):
 		return failServer
+	case strings.Contains(text, s.cfg.ResetMarker) && calls <= int64(s.cfg.FlakyFailures):
+		return resetConn
 	case strings.Contains(text, s.cfg.FlakyMarker) && calls <= int64(s.cfg.FlakyFailures):
 		return failUnavailable
 	case strings.Contains(text, s.cfg.FilterMarker):
