@@ -25,7 +25,7 @@ test: ## the whole test suite: vet, gofmt, unit + race, fuzz smoke, emulator and
 
 .PHONY: test-chaos
 test-chaos: ## the kill loop: SIGKILL batchgen run at 20 points (split, mid-batch, export) and resume
-	$(GO) test -race -count=1 -tags chaos -run TestChaos -v ./cmd/batchgen
+	$(GO) test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' -v ./cmd/batchgen
 
 .PHONY: test-unit
 test-unit: ## unit and embedded integration tests only (no emulator)

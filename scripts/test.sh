@@ -21,7 +21,7 @@ step "unit and embedded integration tests (-race)"
 go test -race -count=1 -timeout 20m ./...
 
 step "chaos: SIGKILL loop (make test-chaos)"
-go test -race -count=1 -tags chaos -run TestChaos ./cmd/batchgen
+go test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' ./cmd/batchgen
 
 step "fuzz smoke (10s per target)"
 go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 10s

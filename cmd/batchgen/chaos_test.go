@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,4 +124,36 @@ func phaseOf(dbPath string) string {
 		return "no task"
 	}
 	return state
+}
+
+// TestDiskFullOutput writes the result onto a 64 KiB tmpfs: the run fails
+// with a clear "no space left" error (exit 1) and leaves the task intact, so
+// running again with room writes the result without calling the model.
+// Needs root for the mount, which CI has; it fails, never skips, without.
+func TestDiskFullOutput(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full")
+	if err := os.Mkdir(full, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", full).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tiny tmpfs (needs root): %v: %s", err, out)
+	}
+	defer exec.Command("umount", full).Run()
+	in := productsCSV(t, dir, 1500, nil)
+	args := []string{"run", "--in", in, "--prompt", "{{sku}} {{商品名称}} ------------------------------------------------", "--sim-latency", "0s", "--concurrency", "16", "--quiet"}
+	r := runBinary(t, context.Background(), append(args, "--out", filepath.Join(full, "result.xlsx"))...)
+	if r.code != 1 || !strings.Contains(r.stderr, "no space left on device") || !strings.Contains(r.stderr, "run the same command again") {
+		t.Fatalf("disk full: exit %d, want 1 with a clear message; stderr:\n%s", r.code, r.stderr)
+	}
+	if entries, _ := os.ReadDir(full); len(entries) != 0 {
+		t.Errorf("a partial file was left on the full disk: %v", entries)
+	}
+	r = runBinary(t, context.Background(), append(args, "--out", filepath.Join(dir, "result.xlsx"))...)
+	if r.code != 0 || !strings.Contains(r.stdout, "requests  0 this run") {
+		t.Fatalf("rerun with room: exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if rows := readResult(t, filepath.Join(dir, "result.xlsx")); len(rows) != 1501 {
+		t.Errorf("result has %d rows, want 1500", len(rows)-1)
+	}
 }

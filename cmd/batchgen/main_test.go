@@ -322,3 +322,21 @@ func TestRPMPacingAvoids429(t *testing.T) {
 		t.Errorf("%d calls succeeded, want 160", st.Succeeded)
 	}
 }
+
+// TestUnwritableOutputKeepsTask: an output path that cannot be written
+// fails with exit 1 and a clear message; the task stays finished, so the
+// next run with a good path writes the result without calling the model.
+func TestUnwritableOutputKeepsTask(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in := productsCSV(t, dir, 20, nil)
+	args := []string{"run", "--in", in, "--prompt", "{{sku}}", "--sim-latency", "1ms"}
+	r := runBinary(t, context.Background(), append(args, "--out", filepath.Join(dir, "missing-dir", "out.xlsx"))...)
+	if r.code != 1 || !strings.Contains(r.stderr, "no such file or directory") || !strings.Contains(r.stderr, "run the same command again") {
+		t.Fatalf("exit %d, want 1 with a clear message; stderr:\n%s", r.code, r.stderr)
+	}
+	r = runBinary(t, context.Background(), append(args, "--out", filepath.Join(dir, "out.xlsx"))...)
+	if r.code != 0 || !strings.Contains(r.stdout, "requests  0 this run") {
+		t.Fatalf("rerun: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}

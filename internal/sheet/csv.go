@@ -70,7 +70,7 @@ func (r *Reader) openCSV(f *os.File, head []byte, tsv bool) (rowSource, error) {
 		text = transform.NewReader(f, simplifiedchinese.GB18030.NewDecoder())
 	}
 
-	br := bufio.NewReaderSize(text, 64<<10)
+	br := bufio.NewReaderSize(transform.NewReader(text, loneCRToLF{}), 64<<10)
 	comma := ','
 	if tsv || headerLooksTabbed(br) {
 		comma = '\t'
@@ -81,6 +81,46 @@ func (r *Reader) openCSV(f *os.File, head []byte, tsv bool) (rowSource, error) {
 	cr.LazyQuotes = false
 	cr.ReuseRecord = true
 	return &csvSource{f: f, cr: cr}, nil
+}
+
+// loneCRToLF turns a carriage return that is not followed by a line feed into a line feed. encoding/csv ends
+// records only at LF (dropping the CR of a CRLF), so a file with classic Mac line endings (CR alone, still written
+// by "CSV (Macintosh)" exports) read as a single row with the following lines glued into its cells. Excel ends a
+// row at a lone CR too, so this reads such files the way Excel shows them; inside a quoted field the CR becomes the
+// same in-cell line break as LF. CRLF passes through untouched. It works on the decoded UTF-8 text, where a 0x0D
+// byte is always a CR.
+type loneCRToLF struct{ transform.NopResetter }
+
+func (loneCRToLF) Transform(dst, src []byte, atEOF bool) (nDst, nSrc int, err error) {
+	for nSrc < len(src) {
+		i := bytes.IndexByte(src[nSrc:], '\r')
+		if i < 0 {
+			i = len(src) - nSrc
+		}
+		n := copy(dst[nDst:], src[nSrc:nSrc+i])
+		nDst += n
+		nSrc += n
+		if n < i {
+			return nDst, nSrc, transform.ErrShortDst
+		}
+		if nSrc == len(src) {
+			break
+		}
+		if nDst == len(dst) {
+			return nDst, nSrc, transform.ErrShortDst
+		}
+		if nSrc+1 == len(src) && !atEOF {
+			return nDst, nSrc, transform.ErrShortSrc // is the CR the first half of a CRLF?
+		}
+		c := byte('\n')
+		if nSrc+1 < len(src) && src[nSrc+1] == '\n' {
+			c = '\r'
+		}
+		dst[nDst] = c
+		nDst++
+		nSrc++
+	}
+	return nDst, nSrc, nil
 }
 
 // headerLooksTabbed peeks at the first non-empty line: tabs and no commas means Excel's "Unicode text" or a TSV

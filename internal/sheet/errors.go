@@ -38,7 +38,7 @@ func (e *InputError) Error() string {
 	if e.Column != "" {
 		col := "column " + e.Column
 		if e.Header != "" {
-			col += " (" + strconv.Quote(e.Header) + ")"
+			col += " (" + strconv.Quote(shorten(e.Header)) + ")"
 		}
 		loc = append(loc, col)
 	}
@@ -51,6 +51,22 @@ func (e *InputError) Error() string {
 	}
 	b.WriteString(e.Reason)
 	return b.String()
+}
+
+// maxQuotedChars bounds how much of a header a message quotes: headers may be thousands of characters long, and a
+// message is read by a person (and stored with the task).
+const maxQuotedChars = 50
+
+// shorten cuts s to maxQuotedChars characters, marking the cut with "…".
+func shorten(s string) string {
+	n := 0
+	for i := range s {
+		if n == maxQuotedChars {
+			return s[:i] + "…"
+		}
+		n++
+	}
+	return s
 }
 
 // ColumnName returns the spreadsheet column letters for a 1-based column number (1 -> "A", 27 -> "AA"). It also

@@ -64,11 +64,35 @@ type testSheet struct {
 	name  string
 	state string // "", "hidden" or "veryHidden"
 	rows  string
+	// before and after are worksheet XML around <sheetData> (e.g. <dimension>, <mergeCells>).
+	before, after string
+}
+
+// testBook is a hand-built workbook with the optional parts Excel writes when a file uses them. Zero fields leave
+// the part out, so testBook{sheets: s} is exactly workbookEntries(s...).
+type testBook struct {
+	sheets []testSheet
+	// styles is the inner XML of xl/styles.xml's <styleSheet> (<numFmts>, <cellXfs>).
+	styles string
+	// sst holds the shared strings, each the inner XML of one <si>.
+	sst []string
+	// date1904 sets the workbook to the 1904 date system (Excel for Mac before 2011).
+	date1904 bool
+	// rels, workbookTail and parts add relationships, XML after <sheets> in workbook.xml (e.g.
+	// <externalReferences>) and zip entries (e.g. external link parts).
+	rels, workbookTail string
+	parts              []zipEntry
 }
 
 // workbookEntries returns the parts of a minimal xlsx, the way Excel lays them out, so tests can add, drop or
 // replace parts.
 func workbookEntries(sheets ...testSheet) []zipEntry {
+	return bookEntries(testBook{sheets: sheets})
+}
+
+// bookEntries returns the parts of b; the worksheets come last, in order, so tests can replace them.
+func bookEntries(b testBook) []zipEntry {
+	sheets := b.sheets
 	var ct, wb, rels strings.Builder
 	ct.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
 		`<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">` +
@@ -77,7 +101,11 @@ func workbookEntries(sheets ...testSheet) []zipEntry {
 		`<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>`)
 	wb.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
 		`<workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" ` +
-		`xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets>`)
+		`xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">`)
+	if b.date1904 {
+		wb.WriteString(`<workbookPr date1904="1"/>`)
+	}
+	wb.WriteString(`<sheets>`)
 	rels.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
 		`<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">`)
 	var parts []zipEntry
@@ -93,13 +121,36 @@ func workbookEntries(sheets ...testSheet) []zipEntry {
 		parts = append(parts, zipEntry{
 			name: fmt.Sprintf("xl/worksheets/sheet%d.xml", n),
 			data: []byte(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
-				`<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><sheetData>` +
-				s.rows + `</sheetData></worksheet>`),
+				`<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">` + s.before + `<sheetData>` +
+				s.rows + `</sheetData>` + s.after + `</worksheet>`),
 		})
 	}
+	n := len(sheets)
+	if b.styles != "" {
+		n++
+		ct.WriteString(`<Override PartName="/xl/styles.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.styles+xml"/>`)
+		fmt.Fprintf(&rels, `<Relationship Id="rId%d" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/styles" Target="styles.xml"/>`, n)
+		parts = append([]zipEntry{{name: "xl/styles.xml", data: []byte(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
+			`<styleSheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">` + b.styles + `</styleSheet>`)}}, parts...)
+	}
+	if b.sst != nil {
+		n++
+		ct.WriteString(`<Override PartName="/xl/sharedStrings.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/>`)
+		fmt.Fprintf(&rels, `<Relationship Id="rId%d" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/sharedStrings" Target="sharedStrings.xml"/>`, n)
+		var sst strings.Builder
+		fmt.Fprintf(&sst, `<?xml version="1.0" encoding="UTF-8" standalone="yes"?>`+
+			`<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" count="%d" uniqueCount="%d">`, len(b.sst), len(b.sst))
+		for _, si := range b.sst {
+			sst.WriteString(`<si>` + si + `</si>`)
+		}
+		sst.WriteString(`</sst>`)
+		parts = append([]zipEntry{{name: "xl/sharedStrings.xml", data: []byte(sst.String())}}, parts...)
+	}
+	rels.WriteString(b.rels)
 	ct.WriteString(`</Types>`)
-	wb.WriteString(`</sheets></workbook>`)
+	wb.WriteString(`</sheets>` + b.workbookTail + `</workbook>`)
 	rels.WriteString(`</Relationships>`)
+	parts = append(b.parts, parts...)
 	return append([]zipEntry{
 		{name: "[Content_Types].xml", data: []byte(ct.String())},
 		{name: "_rels/.rels", data: []byte(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` +
@@ -109,6 +160,12 @@ func workbookEntries(sheets ...testSheet) []zipEntry {
 		{name: "xl/workbook.xml", data: []byte(wb.String())},
 		{name: "xl/_rels/workbook.xml.rels", data: []byte(rels.String())},
 	}, parts...)
+}
+
+// buildBook builds the workbook b describes.
+func buildBook(t testing.TB, b testBook) []byte {
+	t.Helper()
+	return buildZip(t, bookEntries(b)...)
 }
 
 // buildXLSX builds a minimal workbook with the given sheets.

@@ -239,7 +239,7 @@ func (r *Reader) setHeader(row int, cells []string) error {
 				Reason: "header cell is blank but a column to its right has a header; give every column a name"}
 		}
 		if j, dup := seen[name]; dup {
-			return r.inputErr(row, -1, fmt.Sprintf("columns %s and %s are both named %q", ColumnName(j+1), ColumnName(i+1), name))
+			return r.inputErr(row, -1, fmt.Sprintf("columns %s and %s are both named %q", ColumnName(j+1), ColumnName(i+1), shorten(name)))
 		}
 		seen[name] = i
 	}
@@ -283,7 +283,14 @@ func (r *Reader) Next() (Record, error) {
 	}
 	r.returned++
 	if r.returned > r.lim.MaxRows {
-		r.err = r.inputErr(rec.SheetRow, -1, fmt.Sprintf("too many data rows: the limit is %d (configurable)", r.lim.MaxRows))
+		row, reason := rec.SheetRow, fmt.Sprintf("too many data rows: the limit is %d (configurable)", r.lim.MaxRows)
+		if rec.Blank {
+			// The limit ran out inside a run of blank rows (say data in rows 2-3 and 1,048,576): naming a blank row
+			// would send the user looking at nothing, so name the row that makes the blank ones count.
+			row = r.held.SheetRow
+			reason += "; the blank rows above this row count too, because they are not at the end of the sheet"
+		}
+		r.err = r.inputErr(row, -1, reason)
 		return Record{}, r.err
 	}
 	return rec, nil
@@ -296,6 +303,10 @@ func (r *Reader) fill() error {
 		row, cells, err := r.src.next()
 		if err != nil {
 			return r.fixErr(err)
+		}
+		if len(cells) == 0 {
+			// An empty or absent row: a sheet whose last row is 1,048,576 has a million of these.
+			continue
 		}
 		rec, err := r.record(row, cells)
 		if err != nil {

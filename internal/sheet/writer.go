@@ -15,10 +15,15 @@ import (
 
 // Column widths are estimated from the header and the first rows, because a stream writer must set them before
 // the first row is written. The cap keeps one long answer from making a column screens wide.
+//
+// Only the first sizedColumns columns get a width; the rest keep Excel's default. excelize keeps one entry per
+// sized column and scans them all for every cell it writes (and copies them all on every width set), so sizing
+// every column of a 10,000-column sheet made the export quadratic in the column count: minutes for one row.
 const (
 	widthSampleRows = 100
 	minColumnWidth  = 8
 	maxColumnWidth  = 60
+	sizedColumns    = 256
 )
 
 // Writer streams a result workbook: one sheet, a bold frozen header row, then rows, every cell written as a text
@@ -105,12 +110,12 @@ func (w *Writer) WriteRow(values []string) error {
 // start fixes column widths and the frozen header, then writes the header and the held rows.
 func (w *Writer) start() error {
 	w.started = true
-	widths := make([]int, len(w.header))
-	for i, h := range w.header {
-		widths[i] = displayWidth(h) + 1 // bold text is a little wider
+	widths := make([]int, min(len(w.header), sizedColumns))
+	for i := range widths {
+		widths[i] = displayWidth(w.header[i]) + 1 // bold text is a little wider
 	}
 	for _, row := range w.pending {
-		for i, v := range row {
+		for i, v := range row[:min(len(row), len(widths))] {
 			widths[i] = max(widths[i], displayWidth(v))
 		}
 	}

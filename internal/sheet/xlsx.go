@@ -2,6 +2,8 @@ package sheet
 
 import (
 	"archive/zip"
+	"bufio"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +61,8 @@ func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error
 	xf, err := excelize.OpenFile(f.Name(), excelize.Options{
 		UnzipSizeLimit:    r.lim.MaxUnzippedBytes,
 		UnzipXMLSizeLimit: max(1, min(r.lim.MaxUnzippedBytes/8, excelize.StreamChunkSize)),
+		ShortDatePattern:  shortDatePattern,
+		CultureInfo:       excelize.CultureNameZhCN,
 	})
 	if err != nil {
 		if xf != nil {
@@ -72,12 +76,58 @@ func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error
 		}
 		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
 	}
+	if err := checkXMLParts(zr, xf.CharsetReader); err != nil {
+		_ = xf.Close()
+		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
+	}
+	readGeneralInFull(xf)
 	src, err := r.pickSheet(xf, want)
 	if err != nil {
 		_ = xf.Close()
 		return nil, err
 	}
 	return src, nil
+}
+
+// shortDatePattern is how the locale-dependent built-in date formats (14 "short date", and 22 "short date and
+// time", which gets " hh:mm" appended) are shown. Excel renders them with the computer's regional settings, which
+// a server does not have; excelize falls back to "mm-dd-yy", which no Excel shows. Together with CultureNameZhCN
+// (for the CJK built-in formats 27-36 and 50-58, e.g. 31 = yyyy"年"m"月"d"日") the values read as they look in the
+// Chinese Excel this tool's users work in: 2024/1/15, unambiguous for people and models alike.
+const shortDatePattern = "yyyy/m/d"
+
+// readGeneralInFull makes numbers in the General format read as Excel's formula bar shows them (up to 15
+// significant digits in full: 6901234567892, not 6.901234568E+12), the same for every cell. excelize formats a
+// General cell that has any style (a border, a font, a fill) like a narrow column, in scientific notation with 10
+// digits, but leaves an unstyled one in full, so a barcode column in a bordered table lost its last digits.
+// Pointing General styles at a number format id that exists nowhere makes excelize return those cells
+// unformatted, exactly like unstyled ones. The style sheet is only read, never saved.
+func readGeneralInFull(xf *excelize.File) {
+	_, _ = xf.GetStyle(-1) // loads the style sheet and fails on the index; a damaged one just stays as it is
+	st := xf.Styles
+	if st == nil || st.CellXfs == nil {
+		return
+	}
+	general := map[int]bool{0: true}
+	unused := -1
+	if st.NumFmts != nil {
+		for _, nf := range st.NumFmts.NumFmt {
+			code := nf.FormatCode
+			if nf.FormatCode16 != "" {
+				code = nf.FormatCode16
+			}
+			general[nf.NumFmtID] = strings.EqualFold(code, "General")
+		}
+		for _, nf := range st.NumFmts.NumFmt {
+			unused = min(unused, nf.NumFmtID-1)
+		}
+	}
+	for i := range st.CellXfs.Xf {
+		x := &st.CellXfs.Xf[i]
+		if x.NumFmtID == nil || general[*x.NumFmtID] {
+			x.NumFmtID = &unused
+		}
+	}
 }
 
 // verifyEntries inflates every entry once into a small reusable buffer. excelize ignores read errors while
@@ -97,6 +147,36 @@ func verifyEntries(zr *zip.Reader) error {
 		_, err = io.CopyBuffer(io.Discard, struct{ io.Reader }{rc}, buf)
 		_ = rc.Close()
 		if err != nil {
+			return fmt.Errorf("%s: %w", zf.Name, err)
+		}
+	}
+	return nil
+}
+
+// checkXMLParts parses the worksheets and the shared strings once with the decoder settings excelize uses.
+// excelize's row iterator treats an XML error as the end of the sheet, so a control character or a broken tag
+// written by a faulty exporter silently dropped every row after it (and Excel refuses such a file until it has
+// "repaired" it). A damaged worksheet rejects the whole workbook, even one that is not read: the file needs
+// repairing either way, and checking by part name needs no knowledge of the workbook's relationships.
+func checkXMLParts(zr *zip.Reader, charsetReader func(string, io.Reader) (io.Reader, error)) error {
+	for _, zf := range zr.File {
+		name := strings.ToLower(zf.Name)
+		sheetPart := strings.HasPrefix(name, "xl/worksheets/") && !strings.Contains(name[len("xl/worksheets/"):], "/") &&
+			strings.HasSuffix(name, ".xml")
+		if !sheetPart && name != "xl/sharedstrings.xml" {
+			continue
+		}
+		rc, err := zf.Open()
+		if err != nil {
+			return fmt.Errorf("%s: %w", zf.Name, err)
+		}
+		d := xml.NewDecoder(bufio.NewReaderSize(rc, 64<<10))
+		d.CharsetReader = charsetReader
+		for err == nil {
+			_, err = d.Token()
+		}
+		_ = rc.Close()
+		if !errors.Is(err, io.EOF) {
 			return fmt.Errorf("%s: %w", zf.Name, err)
 		}
 	}
