@@ -513,6 +513,15 @@ func (p *provisioner) createTable(ctx context.Context, res resource) (*physical,
 	}
 
 	out, err := p.ddb.CreateTable(ctx, in)
+	var inUse *ddbtypes.ResourceInUseException
+	if errors.As(err, &inUse) {
+		// The SDK retried a CreateTable that had in fact succeeded (a busy
+		// emulator answered late). The name is unique to this run, so the
+		// table is ours.
+		if desc, derr := p.ddb.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}); derr == nil {
+			out, err = &dynamodb.CreateTableOutput{TableDescription: desc.Table}, nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create table %s: %w", name, err)
 	}

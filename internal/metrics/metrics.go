@@ -54,8 +54,12 @@ const (
 	TasksRejected = "TasksRejected"
 	// TasksExported counts result workbooks written.
 	TasksExported = "TasksExported"
-	// SweeperRequeued counts batches the sweeper enqueued again.
+	// SweeperRequeued counts PENDING batches the sweeper enqueued again
+	// because their message was lost or late.
 	SweeperRequeued = "SweeperRequeued"
+	// SweeperLeasesReset counts RUNNING batches whose worker died, reset
+	// and enqueued again by the sweeper.
+	SweeperLeasesReset = "SweeperLeasesReset"
 	// SweeperExportsStarted counts exports the sweeper started.
 	SweeperExportsStarted = "SweeperExportsStarted"
 )

@@ -48,7 +48,10 @@ type Queue interface {
 	// Delete acknowledges a delivery. Deleting twice is not an error.
 	Delete(ctx context.Context, receipt string) error
 	// ChangeVisibility makes a delivered message visible again after d
-	// (0: at once).
+	// (0: at once). It returns ErrNotFound for a deleted message; for the
+	// receipt of an earlier delivery of a message received again since,
+	// adapters that can tell return ErrNotFound too, but SQS cannot, so
+	// callers must not rely on it.
 	ChangeVisibility(ctx context.Context, receipt string, d time.Duration) error
 }
 

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/bad from the generator in badCorpus")
+var update = flag.Bool("update", false, "rewrite testdata/bad and testdata/odd from the generators badCorpus and oddCorpus")
 
 const badDir = "testdata/bad"
 
@@ -78,6 +79,13 @@ func badCorpus(t testing.TB) map[string][]byte {
 		header: zipHeader(uint64(len(sheetXML)), 0xDEADBEEF)}
 
 	longCell := strings.Repeat("价", 40000)
+
+	// Damaged XML inside an intact zip (exporters that write control characters or a bare "&"): excelize's row
+	// iterator stops at the error as if the sheet had ended, so without a check the rows after it were lost.
+	goodThenBad := func(bad string) []byte {
+		return buildXLSX(t, testSheet{name: "Sheet1", rows: row(1, "名称") + row(2, "苹果") +
+			`<row r="3"><c r="A3" t="inlineStr"><is><t>` + bad + `</t></is></c></row>` + row(4, "梨")})
+	}
 	return map[string][]byte{
 		// Not a spreadsheet, or not one we read.
 		"empty.csv":       {},
@@ -123,6 +131,20 @@ func badCorpus(t testing.TB) map[string][]byte {
 		"missing_sheet.xlsx": buildXLSX(t, testSheet{name: "Sheet1", rows: goods}, testSheet{name: "prompt", rows: row(1, "写文案")}),
 		"prompt_only.xlsx":   buildXLSX(t, testSheet{name: "Prompt", rows: row(1, "写文案")}, testSheet{name: "Data", state: "hidden", rows: goods}),
 		"bad_row_ref.xlsx":   buildXLSX(t, testSheet{name: "Sheet1", rows: row(1, "a") + `<row r="2"><c r="A0"><v>1</v></c></row>`}),
+
+		// Part two: bad input found by the odd corpus.
+		"control_char.xlsx":  goodThenBad("坏\x01字"),
+		"unescaped_amp.xlsx": goodThenBad("AT&T"),
+		// A two-row header: the group title is merged across A1:B1, so its text is in A1 only and B1 is blank.
+		"merged_header.xlsx": buildXLSX(t, testSheet{name: "Sheet1",
+			rows:  row(1, "商品信息", "", "价格") + row(2, "名称", "类目") + row(3, "苹果", "水果", "3"),
+			after: `<mergeCells count="1"><mergeCell ref="A1:B1"/></mergeCells>`}),
+		// U+3000 (ideographic space) is white space, so it is trimmed like any other.
+		"dup_header_trimmed.csv": []byte("名称,\u3000名称\n苹果,x\n"),
+		// The message quotes the header, cut to 50 characters.
+		"long_header_nul.csv": []byte(longHeader + ",短\na\x00,b\n"),
+		// Data in rows 2, 3 and 1,048,576: the blank rows between are kept in place, so there are a million rows.
+		"sparse_far_row.xlsx": buildXLSX(t, testSheet{name: "Sheet1", rows: row(1, "名称") + row(2, "苹果") + row(3, "梨") + row(1048576, "橙")}),
 	}
 }
 
@@ -178,50 +200,82 @@ var badCases = []struct {
 	{"missing_sheet.xlsx", Options{Sheet: "Nope"}, `missing_sheet.xlsx: sheet "Nope" not found; the workbook has sheets "Sheet1", "prompt"`},
 	{"prompt_only.xlsx", Options{}, `prompt_only.xlsx: the workbook has no visible sheet to read (other than "prompt")`},
 	{"bad_row_ref.xlsx", Options{}, `bad_row_ref.xlsx: sheet "Sheet1" row 2: the row is damaged and cannot be read (cannot convert cell "A0" to coordinates: invalid cell name "A0")`},
+
+	{"control_char.xlsx", Options{}, "control_char.xlsx: the workbook is damaged and cannot be read (xl/worksheets/sheet1.xml: XML syntax error on line 1: illegal character code U+0001)"},
+	{"unescaped_amp.xlsx", Options{}, "unescaped_amp.xlsx: the workbook is damaged and cannot be read (xl/worksheets/sheet1.xml: XML syntax error on line 1: invalid character entity &T (no semicolon))"},
+	{"merged_header.xlsx", Options{}, `merged_header.xlsx: sheet "Sheet1" row 1 column B: header cell is blank but a column to its right has a header; give every column a name`},
+	{"dup_header_trimmed.csv", Options{}, `dup_header_trimmed.csv: row 1: columns A and B are both named "名称"`},
+	{"long_header_nul.csv", Options{}, `long_header_nul.csv: row 2 column A ("` + strings.Repeat("长", 50) + `…"): cell contains a NUL byte (0x00); the file may be binary, damaged, or UTF-16 text without a byte-order mark`},
+	{"sparse_far_row.xlsx", Options{}, `sparse_far_row.xlsx: sheet "Sheet1" row 1048576: too many data rows: the limit is 200000 (configurable); the blank rows above this row count too, because they are not at the end of the sheet`},
 }
 
-// TestGenerateCorpus rewrites testdata/bad with -update; without it, it fails when the committed files drift from
-// the generator or a file has no expected rejection.
+// oddRejections are files of the odd corpus (accepted with the default options) rejected when a limit is set
+// lower or a sheet that does not exist is asked for.
+var oddRejections = []struct {
+	file string
+	opts Options
+	want string
+}{
+	{"wide_10000.csv", Options{Limits: Limits{MaxColumns: 5000}}, "wide_10000.csv: row 1: the header has 10000 columns; the limit is 5000"},
+	{"wide_10000.xlsx", Options{Limits: Limits{MaxColumns: 5000}}, `wide_10000.xlsx: sheet "宽表" row 1: the header has 10000 columns; the limit is 5000`},
+	{"long_header.csv", Options{Limits: Limits{MaxCellChars: 4999}}, "long_header.csv: row 1 column A: cell has 5000 characters; the limit is 4999"},
+	{"hidden_sheets.xlsx", Options{Sheet: "不存在"}, `hidden_sheets.xlsx: sheet "不存在" not found; the workbook has sheets "旧数据", "机密", "数据", "prompt"`},
+}
+
+// TestGenerateCorpus rewrites testdata/bad and testdata/odd with -update; without it, it fails when the committed
+// files drift from the generators or a file has no expected outcome.
 func TestGenerateCorpus(t *testing.T) {
-	corpus := badCorpus(t)
-	if *update {
-		if err := os.RemoveAll(badDir); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(badDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for name, data := range corpus {
-			if err := os.WriteFile(filepath.Join(badDir, name), data, 0o644); err != nil {
+	var badCased, oddCased []string
+	for _, c := range badCases {
+		badCased = append(badCased, c.file)
+	}
+	for _, c := range oddCases {
+		oddCased = append(oddCased, c.file)
+	}
+	for _, c := range []struct {
+		dir    string
+		corpus map[string][]byte
+		cased  []string
+	}{
+		{badDir, badCorpus(t), badCased},
+		{oddDir, oddCorpus(t), oddCased},
+	} {
+		if *update {
+			if err := os.RemoveAll(c.dir); err != nil {
 				t.Fatal(err)
 			}
+			if err := os.MkdirAll(c.dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for name, data := range c.corpus {
+				if err := os.WriteFile(filepath.Join(c.dir, name), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
-	}
-	entries, err := os.ReadDir(badDir)
-	if err != nil {
-		t.Fatalf("read corpus (run go test -run TestGenerateCorpus -update): %v", err)
-	}
-	var onDisk, generated, cased []string
-	for _, e := range entries {
-		onDisk = append(onDisk, e.Name())
-	}
-	for name, data := range corpus {
-		generated = append(generated, name)
-		got, err := os.ReadFile(filepath.Join(badDir, name))
-		if err == nil && !bytes.Equal(got, data) {
-			t.Errorf("%s differs from the generator; run go test -run TestGenerateCorpus -update", name)
+		entries, err := os.ReadDir(c.dir)
+		if err != nil {
+			t.Fatalf("read corpus (run go test -run TestGenerateCorpus -update): %v", err)
 		}
-	}
-	for _, c := range badCases {
-		cased = append(cased, c.file)
-	}
-	sort.Strings(generated)
-	sort.Strings(cased)
-	if diff := cmp.Diff(generated, onDisk); diff != "" {
-		t.Errorf("corpus files on disk (-generated +on disk):\n%s", diff)
-	}
-	if diff := cmp.Diff(generated, cased); diff != "" {
-		t.Errorf("corpus files without a case (-generated +cases):\n%s", diff)
+		var onDisk, generated []string
+		for _, e := range entries {
+			onDisk = append(onDisk, e.Name())
+		}
+		for name, data := range c.corpus {
+			generated = append(generated, name)
+			got, err := os.ReadFile(filepath.Join(c.dir, name))
+			if err == nil && !bytes.Equal(got, data) {
+				t.Errorf("%s/%s differs from the generator; run go test -run TestGenerateCorpus -update", c.dir, name)
+			}
+		}
+		sort.Strings(generated)
+		cased := slices.Compact(slices.Sorted(slices.Values(c.cased)))
+		if diff := cmp.Diff(generated, onDisk); diff != "" {
+			t.Errorf("%s: corpus files on disk (-generated +on disk):\n%s", c.dir, diff)
+		}
+		if diff := cmp.Diff(generated, cased); diff != "" {
+			t.Errorf("%s: corpus files without a case (-generated +cases):\n%s", c.dir, diff)
+		}
 	}
 }
 
@@ -229,10 +283,22 @@ func TestGenerateCorpus(t *testing.T) {
 // by Validate and by Open followed by Next.
 func TestBadInputs(t *testing.T) {
 	t.Parallel()
+	type badCase struct {
+		dir, file string
+		opts      Options
+		want      string
+	}
+	var cases []badCase
 	for _, c := range badCases {
-		t.Run(c.file, func(t *testing.T) {
+		cases = append(cases, badCase{badDir, c.file, c.opts, c.want})
+	}
+	for _, c := range oddRejections {
+		cases = append(cases, badCase{oddDir, c.file, c.opts, c.want})
+	}
+	for _, c := range cases {
+		t.Run(filepath.Join(filepath.Base(c.dir), c.file), func(t *testing.T) {
 			t.Parallel()
-			path := filepath.Join(badDir, c.file)
+			path := filepath.Join(c.dir, c.file)
 			_, err := Validate(path, c.opts)
 			var ie *InputError
 			if !errors.As(err, &ie) {

@@ -83,6 +83,10 @@ func FuzzReadCSV(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	odd := oddCorpus(f)
+	for _, name := range []string{"lone_cr.csv", "bom_crlf.csv", "header_spaces.csv"} {
+		f.Add(odd[name])
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		path := filepath.Join(t.TempDir(), "fuzz.csv")
 		if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -100,6 +104,10 @@ func FuzzReadXLSX(f *testing.F) {
 		testSheet{name: "数据", rows: row(2, "a", "b") + row(3, "1") + row(5, "", "2") +
 			`<row r="6"><c r="A6"><f>1+1</f><v>2</v></c><c r="B6" t="s"><v>0</v></c></row>`}))
 	f.Add(writeWorkbook(f, "out", []string{"名称", "output"}, [][]string{{"苹果", "=1+1"}, {"", ""}, {"梨", "多行\n文本"}}))
+	odd := oddCorpus(f)
+	for _, name := range []string{"formulas.xlsx", "number_formats.xlsx", "hidden_sheets.xlsx"} {
+		f.Add(odd[name])
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		path := filepath.Join(t.TempDir(), "fuzz.xlsx")
 		if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -117,6 +125,11 @@ func FuzzReadXLSXParts(f *testing.F) {
 	f.Add(row(1, "名称")+`<row r="3"><c r="A3" t="s"><v>0</v></c></row>`, `<sst count="1"><si><r><t>富</t></r><r><t>文本</t></r></si></sst>`, "hidden")
 	f.Add(`<row><c><f>1+1</f><v>2</v></c><c t="b"><v>1</v></c></row><row><c t="e"><v>#N/A</v></c></row>`, "", "")
 	f.Add(`<row r="1048576"><c r="XFD1048576" t="inlineStr"><is><t>z</t></is></c></row>`, "", "veryHidden")
+	f.Add(formulaRows, "", "")
+	f.Add(row(1, "名称", "描述")+`<row r="2"><c r="A2" t="s"><v>0</v></c><c r="B2" t="s"><v>1</v></c></row>`,
+		`<sst><si><r><rPr><b/></rPr><t>红富士</t></r><r><t xml:space="preserve"> 苹果</t></r></si>`+
+			`<si><r><t>東京</t></r><rPh sb="0" eb="2"><t>トウキョウ</t></rPh></si><si><t>制表_x0009_符</t></si></sst>`, "hidden")
+	f.Add(row(1, "a")+row(2, "1")+`<row r="3"><c r="A3" t="inlineStr"><is><t>AT&T`+"\x01"+`</t></is></c></row>`, "", "")
 	f.Fuzz(func(t *testing.T, rows, sst, state string) {
 		entries := workbookEntries(testSheet{name: "数据", state: state, rows: rows})
 		if sst != "" {

@@ -78,10 +78,10 @@ type testBook struct {
 	sst []string
 	// date1904 sets the workbook to the 1904 date system (Excel for Mac before 2011).
 	date1904 bool
-	// rels, workbookTail and parts add relationships, XML after <sheets> in workbook.xml (e.g.
-	// <externalReferences>) and zip entries (e.g. external link parts).
-	rels, workbookTail string
-	parts              []zipEntry
+	// contentTypes, rels, workbookTail and parts add content-type overrides, workbook relationships, XML after
+	// <sheets> in workbook.xml (e.g. <externalReferences>) and zip entries (e.g. external link parts).
+	contentTypes, rels, workbookTail string
+	parts                            []zipEntry
 }
 
 // workbookEntries returns the parts of a minimal xlsx, the way Excel lays them out, so tests can add, drop or
@@ -147,7 +147,7 @@ func bookEntries(b testBook) []zipEntry {
 		parts = append([]zipEntry{{name: "xl/sharedStrings.xml", data: []byte(sst.String())}}, parts...)
 	}
 	rels.WriteString(b.rels)
-	ct.WriteString(`</Types>`)
+	ct.WriteString(b.contentTypes + `</Types>`)
 	wb.WriteString(`</sheets>` + b.workbookTail + `</workbook>`)
 	rels.WriteString(`</Relationships>`)
 	parts = append(b.parts, parts...)

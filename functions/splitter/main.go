@@ -1,0 +1,23 @@
+// Command splitter is the splitter Lambda: S3 uploads under incoming/ are
+// validated and split into batches (see lambdafn.Splitter).
+package main
+
+import (
+	"context"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/batchgen/batchgen/internal/lambdafn"
+)
+
+func main() {
+	d, err := lambdafn.FromEnv(context.Background(), "splitter")
+	if err != nil {
+		lambdafn.Fatal("splitter", err)
+	}
+	h, err := d.Splitter()
+	if err != nil {
+		lambdafn.Fatal("splitter", err)
+	}
+	lambda.Start(h.Handle)
+}

@@ -1,0 +1,446 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/blob/fileblob"
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/sqlitestore"
+)
+
+var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+
+// fakePresigner signs nothing: it returns recognisable URLs naming the key,
+// method and lifetime, so tests can assert what was presigned.
+type fakePresigner struct {
+	err   error
+	panic bool
+}
+
+func (p fakePresigner) PresignPut(_ context.Context, key string, ttl time.Duration) (string, error) {
+	if p.panic {
+		panic("presigner exploded")
+	}
+	return "https://bucket.test/" + key + "?method=PUT&ttl=" + ttl.String(), p.err
+}
+
+func (p fakePresigner) PresignGet(_ context.Context, key string, ttl time.Duration) (string, error) {
+	return "https://bucket.test/" + key + "?method=GET&ttl=" + ttl.String(), p.err
+}
+
+// brokenStore fails every call with an error whose text must never reach
+// a client.
+type brokenStore struct{ store.Store }
+
+var errSecret = errors.New("dial tcp 10.0.0.7:443: secret-internal-host unreachable")
+
+func (brokenStore) GetTask(context.Context, string) (store.Task, error) {
+	return store.Task{}, errSecret
+}
+func (brokenStore) ListTasks(context.Context, int) ([]store.Task, error) { return nil, errSecret }
+
+type fixture struct {
+	store  *sqlitestore.Store
+	blobs  *fileblob.Store
+	logs   *bytes.Buffer
+	config api.Config
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlitestore.Open(filepath.Join(dir, "db.sqlite"), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	blobs, err := fileblob.New(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &bytes.Buffer{}
+	temp := 0.2
+	return &fixture{
+		store: st, blobs: blobs, logs: logs,
+		config: api.Config{
+			Store: st, Blobs: blobs, Presigner: fakePresigner{},
+			Clock:  clock.NewFake(now),
+			Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+			DefaultSpec: store.TaskSpec{
+				Prompt: "default {{name}}", Provider: "openai", Model: "gpt-4o-mini", System: "be brief",
+				Temperature: &temp, MaxTokens: 300, BatchSize: 100,
+			},
+			MaxBatchSize: 500,
+			NewID:        func() string { return "0123456789abcdef0123456789abcdef" },
+		},
+	}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   map[string]any
+}
+
+func do(t *testing.T, h http.Handler, method, target, body string) response {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, r)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	out := response{status: rec.Code, header: rec.Header()}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json; charset=utf-8" {
+		t.Fatalf("%s %s: Content-Type = %q, want JSON; body %q", method, target, ct, rec.Body.String())
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out.body); err != nil {
+		t.Fatalf("%s %s: body is not a JSON object: %v: %q", method, target, err, rec.Body.String())
+	}
+	return out
+}
+
+func errorCode(r response) string {
+	e, _ := r.body["error"].(map[string]any)
+	code, _ := e["code"].(string)
+	return code
+}
+
+func TestCreateTask(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := api.New(f.config)
+	res := do(t, h, "POST", "/api/tasks", `{"filename": "商品 list.XLSX", "prompt": "Write copy for {{商品名称}}", "max_tokens": 50, "batch_size": 20}`)
+	if res.status != http.StatusCreated {
+		t.Fatalf("status = %d, want 201; body %v", res.status, res.body)
+	}
+	want := map[string]any{
+		"task_id":       "0123456789abcdef0123456789abcdef",
+		"upload_url":    "https://bucket.test/incoming/0123456789abcdef0123456789abcdef/商品 list.xlsx?method=PUT&ttl=15m0s",
+		"upload_method": "PUT",
+		"expires_at":    "2025-06-01T12:15:00Z",
+	}
+	if diff := cmp.Diff(want, res.body); diff != "" {
+		t.Errorf("response mismatch (-want +got):\n%s", diff)
+	}
+	if loc := res.header.Get("Location"); loc != "/api/tasks/0123456789abcdef0123456789abcdef" {
+		t.Errorf("Location = %q", loc)
+	}
+
+	rec, err := api.LoadUpload(t.Context(), f.blobs, "0123456789abcdef0123456789abcdef")
+	if err != nil {
+		t.Fatalf("LoadUpload: %v", err)
+	}
+	temp := 0.2
+	wantRec := api.UploadRecord{
+		TaskID:   "0123456789abcdef0123456789abcdef",
+		Filename: "商品 list.XLSX",
+		Spec: store.TaskSpec{
+			// The request's settings win; the deployment's fill the rest.
+			// The default prompt is not copied: the splitter applies it
+			// after the workbook's own prompt sheet.
+			Prompt: "Write copy for {{商品名称}}", System: "be brief", Provider: "openai", Model: "gpt-4o-mini",
+			Temperature: &temp, MaxTokens: 50, BatchSize: 20,
+		},
+		CreatedAt: now,
+	}
+	if diff := cmp.Diff(wantRec, rec); diff != "" {
+		t.Errorf("upload record mismatch (-want +got):\n%s", diff)
+	}
+
+	got := do(t, h, "GET", "/api/tasks/0123456789abcdef0123456789abcdef", "")
+	wantView := map[string]any{
+		"task_id": "0123456789abcdef0123456789abcdef", "state": "AWAITING_UPLOAD", "source": "商品 list.XLSX",
+		"provider": "openai", "model": "gpt-4o-mini", "created_at": "2025-06-01T12:00:00Z",
+		"rows_total": 0.0, "rows_succeeded": 0.0, "rows_failed": 0.0, "rows_skipped": 0.0,
+		"batches_done": 0.0, "batches_total": 0.0,
+	}
+	if diff := cmp.Diff(wantView, got.body); diff != "" {
+		t.Errorf("awaiting upload view mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestCreateTaskRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		body     string
+		status   int
+		code     string
+		contains string
+	}{
+		{"empty body", "", 400, "invalid_json", "empty"},
+		{"not JSON", "filename=a.xlsx", 400, "invalid_json", "not valid JSON"},
+		{"truncated JSON", `{"filename": "a.xlsx"`, 400, "invalid_json", "not valid JSON"},
+		{"trailing data", `{"filename": "a.xlsx"} {}`, 400, "invalid_json", "unexpected data"},
+		{"unknown field", `{"filename": "a.xlsx", "temprature": 1}`, 400, "invalid_json", "temprature"},
+		{"wrong type", `{"filename": "a.xlsx", "batch_size": "ten"}`, 400, "invalid_json", `"batch_size" must be an integer`},
+		{"missing filename", `{"prompt": "{{a}}"}`, 400, "invalid_request", "filename is required"},
+		{"folder in filename", `{"filename": "../etc/a.xlsx"}`, 400, "invalid_request", "without folders"},
+		{"hidden filename", `{"filename": ".a.xlsx"}`, 400, "invalid_request", "dot"},
+		{"extension only", `{"filename": ".csv"}`, 400, "invalid_request", "dot"},
+		{"control character", `{"filename": "a\u0007.xlsx"}`, 400, "invalid_request", "control"},
+		{"legacy excel", `{"filename": "a.xls"}`, 400, "invalid_request", "only .xlsx and .csv"},
+		{"bad template", `{"filename": "a.csv", "prompt": "copy for {{name"}`, 400, "invalid_request", "prompt template"},
+		{"temperature too high", `{"filename": "a.csv", "temperature": 2.5}`, 400, "invalid_request", "temperature"},
+		{"negative max tokens", `{"filename": "a.csv", "max_tokens": -1}`, 400, "invalid_request", "max_tokens"},
+		{"batch too large", `{"filename": "a.csv", "batch_size": 501}`, 400, "invalid_request", "between 1 and 500"},
+		{"body too large", `{"filename": "a.csv", "prompt": "` + strings.Repeat("x", 300<<10) + `"}`, 413, "body_too_large", "larger than"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			res := do(t, api.New(f.config), "POST", "/api/tasks", tc.body)
+			if res.status != tc.status || errorCode(res) != tc.code {
+				t.Fatalf("got %d %q, want %d %q; body %v", res.status, errorCode(res), tc.status, tc.code, res.body)
+			}
+			msg := res.body["error"].(map[string]any)["message"].(string)
+			if !strings.Contains(msg, tc.contains) {
+				t.Errorf("message %q does not contain %q", msg, tc.contains)
+			}
+			if _, err := api.LoadUpload(t.Context(), f.blobs, "0123456789abcdef0123456789abcdef"); err == nil {
+				t.Error("a rejected request left an upload record")
+			}
+		})
+	}
+}
+
+func TestCreateTaskWithoutPresigner(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.config.Presigner = nil
+	res := do(t, api.New(f.config), "POST", "/api/tasks", `{"filename": "a.csv"}`)
+	if res.status != http.StatusNotImplemented || errorCode(res) != "uploads_unsupported" {
+		t.Fatalf("got %d %v, want 501 uploads_unsupported", res.status, res.body)
+	}
+}
+
+func TestGetTask(t *testing.T) {
+	t.Parallel()
+	created := now.Add(-time.Hour)
+	finished := now.Add(-time.Minute)
+	tests := []struct {
+		name      string
+		task      store.Task
+		presigner api.Presigner
+		want      map[string]any
+	}{
+		{
+			name: "running task has no result",
+			task: store.Task{
+				ID: "t-running", State: store.TaskRunning, Source: "incoming/a.xlsx", Sheet: "Sheet1",
+				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "sim", Model: "sim-1", BatchSize: 10},
+				RowsTotal: 30, BatchesTotal: 3, BatchesDone: 1, RowsSucceeded: 9, RowsFailed: 1,
+				CreatedAt: created, UpdatedAt: created,
+			},
+			presigner: fakePresigner{},
+			want: map[string]any{
+				"task_id": "t-running", "state": "RUNNING", "source": "incoming/a.xlsx", "sheet": "Sheet1",
+				"provider": "sim", "model": "sim-1", "rows_total": 30.0, "rows_succeeded": 9.0, "rows_failed": 1.0,
+				"rows_skipped": 0.0, "batches_done": 1.0, "batches_total": 3.0,
+				"created_at": "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:00:00Z",
+			},
+		},
+		{
+			name: "partial task links its result",
+			task: store.Task{
+				ID: "t-partial", State: store.TaskPartial, Source: "a.csv",
+				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 10},
+				RowsTotal: 2, BatchesTotal: 1, BatchesDone: 1, RowsSucceeded: 1, RowsFailed: 1,
+				ResultKey: "results/t-partial.xlsx", CreatedAt: created, UpdatedAt: finished, FinishedAt: finished,
+			},
+			presigner: fakePresigner{},
+			want: map[string]any{
+				"task_id": "t-partial", "state": "PARTIAL", "source": "a.csv", "provider": "sim",
+				"rows_total": 2.0, "rows_succeeded": 1.0, "rows_failed": 1.0, "rows_skipped": 0.0,
+				"batches_done": 1.0, "batches_total": 1.0,
+				"result_url":        "https://bucket.test/results/t-partial.xlsx?method=GET&ttl=1h0m0s",
+				"result_expires_at": "2025-06-01T13:00:00Z",
+				"created_at":        "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:59:00Z", "finished_at": "2025-06-01T11:59:00Z",
+			},
+		},
+		{
+			name: "without a presigner there is no link",
+			task: store.Task{
+				ID: "t-done", State: store.TaskSucceeded, Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 1},
+				RowsTotal: 1, BatchesTotal: 1, BatchesDone: 1, RowsSucceeded: 1, ResultKey: "results/t-done.xlsx",
+				CreatedAt: created, UpdatedAt: finished, FinishedAt: finished,
+			},
+			want: map[string]any{
+				"task_id": "t-done", "state": "SUCCEEDED", "provider": "sim",
+				"rows_total": 1.0, "rows_succeeded": 1.0, "rows_failed": 0.0, "rows_skipped": 0.0,
+				"batches_done": 1.0, "batches_total": 1.0,
+				"created_at": "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:59:00Z", "finished_at": "2025-06-01T11:59:00Z",
+			},
+		},
+		{
+			name: "failed task says why",
+			task: store.Task{
+				ID: "t-failed", State: store.TaskFailed, Source: "incoming/bad.xlsx",
+				Spec:      store.TaskSpec{Provider: "sim", BatchSize: 100},
+				Error:     `bad.xlsx: prompt template: placeholder {{nme}} names no column; the columns are "name"`,
+				CreatedAt: created, UpdatedAt: created, FinishedAt: created,
+			},
+			presigner: fakePresigner{},
+			want: map[string]any{
+				"task_id": "t-failed", "state": "FAILED", "source": "incoming/bad.xlsx", "provider": "sim",
+				"error":      `bad.xlsx: prompt template: placeholder {{nme}} names no column; the columns are "name"`,
+				"rows_total": 0.0, "rows_succeeded": 0.0, "rows_failed": 0.0, "rows_skipped": 0.0,
+				"batches_done": 0.0, "batches_total": 0.0,
+				"created_at": "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:00:00Z", "finished_at": "2025-06-01T11:00:00Z",
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			f.config.Presigner = tc.presigner
+			if err := f.store.CreateTask(t.Context(), tc.task); err != nil {
+				t.Fatalf("CreateTask: %v", err)
+			}
+			res := do(t, api.New(f.config), "GET", "/api/tasks/"+tc.task.ID, "")
+			if res.status != http.StatusOK {
+				t.Fatalf("status = %d; body %v", res.status, res.body)
+			}
+			if diff := cmp.Diff(tc.want, res.body); diff != "" {
+				t.Errorf("view mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestListTasks(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for i, id := range []string{"old", "mid", "new"} {
+		at := now.Add(time.Duration(i) * time.Minute)
+		err := f.store.CreateTask(t.Context(), store.Task{ID: id, State: store.TaskRunning, Spec: store.TaskSpec{Provider: "sim", BatchSize: 1}, CreatedAt: at, UpdatedAt: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := api.New(f.config)
+	tests := []struct {
+		target string
+		want   []string
+	}{
+		{"/api/tasks", []string{"new", "mid", "old"}},
+		{"/api/tasks?limit=2", []string{"new", "mid"}},
+	}
+	for _, tc := range tests {
+		res := do(t, h, "GET", tc.target, "")
+		if res.status != http.StatusOK {
+			t.Fatalf("GET %s: status %d; body %v", tc.target, res.status, res.body)
+		}
+		var got []string
+		for _, v := range res.body["tasks"].([]any) {
+			got = append(got, v.(map[string]any)["task_id"].(string))
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("GET %s: ids mismatch (-want +got):\n%s", tc.target, diff)
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		broken    bool
+		presigner api.Presigner
+		method    string
+		target    string
+		body      string
+		status    int
+		code      string
+		allow     string
+	}{
+		{name: "unknown task", method: "GET", target: "/api/tasks/nope", status: 404, code: "not_found"},
+		{name: "invalid task id", method: "GET", target: "/api/tasks/a%2F..%2Fb", status: 404, code: "not_found"},
+		{name: "unknown path", method: "GET", target: "/api/nothing", status: 404, code: "not_found"},
+		{name: "root", method: "GET", target: "/", status: 404, code: "not_found"},
+		{name: "delete a task", method: "DELETE", target: "/api/tasks/abc", status: 405, code: "method_not_allowed", allow: "GET, HEAD"},
+		{name: "put the collection", method: "PUT", target: "/api/tasks", status: 405, code: "method_not_allowed", allow: "GET, HEAD, POST"},
+		{name: "bad limit", method: "GET", target: "/api/tasks?limit=0", status: 400, code: "invalid_request"},
+		{name: "store down on get", broken: true, method: "GET", target: "/api/tasks/abc", status: 500, code: "internal"},
+		{name: "store down on list", broken: true, method: "GET", target: "/api/tasks", status: 500, code: "internal"},
+		{name: "presign fails", presigner: fakePresigner{err: errSecret}, method: "POST", target: "/api/tasks", body: `{"filename": "a.csv"}`, status: 500, code: "internal"},
+		{name: "handler panics", presigner: fakePresigner{panic: true}, method: "POST", target: "/api/tasks", body: `{"filename": "a.csv"}`, status: 500, code: "internal"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			if tc.broken {
+				f.config.Store = brokenStore{f.store}
+			}
+			if tc.presigner != nil {
+				f.config.Presigner = tc.presigner
+			}
+			res := do(t, api.New(f.config), tc.method, tc.target, tc.body)
+			if res.status != tc.status || errorCode(res) != tc.code {
+				t.Fatalf("got %d %q, want %d %q; body %v", res.status, errorCode(res), tc.status, tc.code, res.body)
+			}
+			if got := res.header.Get("Allow"); got != tc.allow {
+				t.Errorf("Allow = %q, want %q", got, tc.allow)
+			}
+			if tc.status == 500 {
+				msg := res.body["error"].(map[string]any)["message"]
+				if msg != "internal error" {
+					t.Errorf("500 message = %q, want %q", msg, "internal error")
+				}
+				// The detail is logged for operators, never sent.
+				if !strings.Contains(f.logs.String(), "secret-internal-host") && !strings.Contains(f.logs.String(), "presigner exploded") {
+					t.Errorf("the internal error was not logged: %s", f.logs.String())
+				}
+			}
+		})
+	}
+}
+
+func TestLoadUploadRejectsForeignIDs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tests := []struct{ name, id string }{
+		{"path traversal", "../secrets"},
+		{"empty", ""},
+		{"missing", "abc"},
+	}
+	for _, tc := range tests {
+		if _, err := api.LoadUpload(t.Context(), f.blobs, tc.id); err == nil {
+			t.Errorf("%s: LoadUpload(%q) succeeded", tc.name, tc.id)
+		}
+	}
+}
+
+func TestIncomingKey(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ id, filename, want string }{
+		{"abc", "a.xlsx", "incoming/abc/a.xlsx"},
+		{"abc", "Report.Final.CSV", "incoming/abc/Report.Final.csv"},
+		{"abc", "商品 list.XLSX", "incoming/abc/商品 list.xlsx"},
+	}
+	for _, tc := range tests {
+		if got := api.IncomingKey(tc.id, tc.filename); got != tc.want {
+			t.Errorf("IncomingKey(%q, %q) = %q, want %q", tc.id, tc.filename, got, tc.want)
+		}
+	}
+}

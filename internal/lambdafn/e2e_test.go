@@ -1,0 +1,632 @@
+//go:build emulator
+
+package lambdafn_test
+
+// The end-to-end test: the five handlers wired by lambdafn (as functions/*
+// wire them) on moto with resources provisioned from template.yaml, the
+// model behind the mock OpenAI-compatible server over real HTTP.
+//
+// An S3 event built from testdata goes to the splitter; a loop standing in
+// for the SQS event source mapping feeds the generator (two "instances",
+// up to 10 messages an event, deleting the successes and leaving the batch
+// item failures to their new visibility); the generator that finishes the
+// last batch starts the export. moto cannot run a Go Lambda, so Step
+// Functions is stood in for by the asl runner executing the real definition
+// as provisioned (DefinitionSubstitutions applied), with the exporter
+// handler registered under the exporter's ARN and the Catch path's
+// UpdateItem going to moto's DynamoDB; after that run, the real
+// stepfn.Starter starts the execution on moto too, so the named execution
+// exists there and moto's own run of the definition (whose Lambda call
+// fails) shows that the Catch path leaves a finished task alone.
+//
+// Run: eval "$(infra/emulator/start.sh)"; export AWS_ENDPOINT_URL
+//      go test -tags emulator -run TestEndToEnd ./internal/lambdafn/
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/google/go-cmp/cmp"
+	"github.com/xuri/excelize/v2"
+
+	"github.com/batchgen/batchgen/internal/awsemu"
+	"github.com/batchgen/batchgen/internal/awsemu/asl"
+	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	"github.com/batchgen/batchgen/internal/metrics"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+const (
+	e2eRows      = 200
+	e2eBatchSize = 25
+	// lambdaTimeout is the generator's Timeout in template.yaml: each
+	// invocation's context gets this deadline, as in Lambda.
+	lambdaTimeout = 300 * time.Second
+)
+
+// e2e is one provisioned stack with the handlers wired on it.
+type e2e struct {
+	t     *testing.T
+	cfg   aws.Config
+	res   *awsemu.Resources
+	env   lambdafn.Env
+	mock  *mockserver.Server
+	logs  *syncBuffer
+	s3    *s3.Client
+	sqs   *sqs.Client
+	sfn   *sfn.Client
+	store store.Store
+
+	splitter   *lambdafn.Splitter
+	generators []*lambdafn.Generator
+	exports    *aslExports
+
+	// maxReceive is the highest ApproximateReceiveCount delivered.
+	maxReceive atomic.Int64
+}
+
+type e2eOptions struct {
+	failRate float64
+	// callsPerRound, when set, is the generator's CallsPerRound; fewer
+	// calls per round make failing rows release their batch more often.
+	callsPerRound, rounds int
+	// brokenExporter writes results to a bucket that does not exist.
+	brokenExporter bool
+}
+
+func newE2E(t *testing.T, opts e2eOptions) *e2e {
+	t.Helper()
+	ctx := t.Context()
+	cfg, err := awsemu.Config(ctx)
+	if err != nil {
+		t.Fatalf("emulator: %v", err)
+	}
+	prefix := awsemu.UniquePrefix("e2e")
+	res, err := awsemu.Provision(ctx, cfg, "../../template.yaml", prefix)
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := res.Cleanup(context.Background()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+
+	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, Seed: 7})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- mock.Serve(srvCtx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("mock server: %v", err)
+		}
+	})
+
+	vars := res.Env()
+	vars["MODEL_PROVIDER"] = "openai"
+	vars["MODEL_NAME"] = "mock-1"
+	vars["MODEL_BASE_URL"] = "http://" + ln.Addr().String() + "/v1"
+	vars["BATCH_SIZE"] = strconv.Itoa(e2eBatchSize)
+	vars["MAX_ROWS"] = "100000"
+	vars["LEASE_SECONDS"] = "360"
+	vars["LOG_LEVEL"] = "debug"
+	env, err := lambdafn.LoadEnv(getenv(vars))
+	if err != nil {
+		t.Fatalf("LoadEnv: %v", err)
+	}
+
+	e := &e2e{
+		t: t, cfg: cfg, res: res, env: env, mock: mock, logs: &syncBuffer{},
+		s3:  s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true }),
+		sqs: sqs.NewFromConfig(cfg), sfn: sfn.NewFromConfig(cfg),
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			lines := strings.Split(e.logs.String(), "\n")
+			t.Logf("last log lines:\n%s", strings.Join(lines[max(0, len(lines)-80):], "\n"))
+		}
+	})
+	deps := func(function string) *lambdafn.Deps {
+		d := lambdafn.NewDeps(env, cfg, function)
+		d.Logger = slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("function", function)
+		d.Metrics = metrics.New(e.logs, nil, map[string]string{"function": function})
+		return d
+	}
+	e.store = deps("test").Store()
+	if e.splitter, err = deps("splitter").Splitter(); err != nil {
+		t.Fatal(err)
+	}
+	e.splitter.TempDir = t.TempDir()
+
+	exporterDeps := deps("exporter")
+	if opts.brokenExporter {
+		exporterDeps.Env.BucketName = prefix + "-no-such-bucket"
+	}
+	exporter, err := exporterDeps.Exporter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := e.sfn.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(res.StateMachineArn)})
+	if err != nil {
+		t.Fatalf("DescribeStateMachine: %v", err)
+	}
+	machine, err := asl.Parse([]byte(aws.ToString(def.Definition)))
+	if err != nil {
+		t.Fatalf("the provisioned definition does not parse: %v", err)
+	}
+	exporterARN := res.FunctionARNs["ExporterFunction"]
+	if exporterARN == "" {
+		t.Fatalf("provision recorded no ARN for ExporterFunction: %v", res.FunctionARNs)
+	}
+	e.exports = &aslExports{
+		runner: &asl.Runner{
+			Functions:     map[string]asl.Func{exporterARN: asl.Handler(exporter.Handle)},
+			DynamoDB:      dynamodb.NewFromConfig(cfg),
+			IntervalScale: 0.01,
+		},
+		machine: machine,
+		real:    deps("starter").Exports(),
+		runs:    map[string]*asl.Execution{},
+	}
+
+	// Two generator instances, each with its own shared pipeline.Generator,
+	// like two concurrent Lambda environments.
+	for i := range 2 {
+		g, err := deps(fmt.Sprintf("generator-%d", i+1)).Generator(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Generator.Exports = e.exports
+		g.Generator.Config.RetryDelays = []time.Duration{time.Second}
+		g.Generator.Config.CallsPerRound = opts.callsPerRound
+		g.Generator.Config.Rounds = opts.rounds
+		g.Generator.Config.BackoffBase = 10 * time.Millisecond
+		g.Generator.Config.BackoffMax = 50 * time.Millisecond
+		g.ErrorDelay = time.Second
+		e.generators = append(e.generators, g)
+	}
+	return e
+}
+
+// aslExports stands in for Step Functions: it runs the definition with the
+// asl runner (at most once per task, like a named execution), then starts
+// the real execution on the emulator through the stepfn.Starter.
+type aslExports struct {
+	runner  *asl.Runner
+	machine *asl.Machine
+	real    pipeline.ExportStarter
+
+	mu   sync.Mutex
+	runs map[string]*asl.Execution
+}
+
+func (a *aslExports) StartExport(ctx context.Context, taskID string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, done := a.runs[taskID]; !done {
+		input, _ := json.Marshal(map[string]string{"task_id": taskID})
+		exec, err := a.runner.Run(ctx, a.machine, taskID, input)
+		if err != nil {
+			return fmt.Errorf("run export of %s: %w", taskID, err)
+		}
+		a.runs[taskID] = exec
+	}
+	return a.real.StartExport(ctx, taskID)
+}
+
+func (a *aslExports) run(taskID string) *asl.Execution {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.runs[taskID]
+}
+
+// input is one sheet row.
+func e2eRow(i int, filtered []int) []string {
+	name := fmt.Sprintf("商品 %03d", i)
+	if slices.Contains(filtered, i) {
+		name += " [[filter]]"
+	}
+	return []string{name, []string{"玩具", "文具", "厨具"}[i%3]}
+}
+
+// upload puts a workbook of e2eRows rows under incoming/ and returns the
+// S3 event for it, built from the testdata template.
+func (e *e2e) upload(name string, filtered []int) events.S3Event {
+	e.t.Helper()
+	var rows [][]string
+	for i := 1; i <= e2eRows; i++ {
+		rows = append(rows, e2eRow(i, filtered))
+	}
+	body := xlsx(e.t, header, rows, "为{{商品名称}}（{{类目}}）写一句文案")
+	key := "incoming/" + name
+	out, err := e.s3.PutObject(e.t.Context(), &s3.PutObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(key), Body: bytes.NewReader(body)})
+	if err != nil {
+		e.t.Fatalf("PutObject: %v", err)
+	}
+	var ev events.S3Event
+	readJSON(e.t, "s3-object-created.json", &ev)
+	r := &ev.Records[0]
+	r.S3.Bucket.Name = e.res.BucketName
+	r.S3.Bucket.Arn = "arn:aws:s3:::" + e.res.BucketName
+	r.S3.Object.Key = url.QueryEscape(key)
+	r.S3.Object.Size = int64(len(body))
+	r.S3.Object.ETag = strings.Trim(aws.ToString(out.ETag), `"`)
+	r.S3.Object.VersionID = aws.ToString(out.VersionId)
+	return ev
+}
+
+// taskID is the id the splitter derives for the uploaded object.
+func (e *e2e) taskID(ev events.S3Event) string {
+	key, err := url.QueryUnescape(ev.Records[0].S3.Object.Key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pipeline.DeriveTaskID(key+"@"+ev.Records[0].S3.Object.ETag, e.env.DefaultSpec())
+}
+
+// pump is the event source mapping: each generator instance polls the
+// queue, hands up to 10 messages to its handler as one event, and deletes
+// the messages not reported as failures. It stops when the task is final.
+func (e *e2e) pump(taskID string, within time.Duration) store.Task {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.t.Context(), within)
+	defer cancel()
+	var tmpl events.SQSEvent
+	readJSON(e.t, "sqs-batch.json", &tmpl)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, len(e.generators))
+	for _, g := range e.generators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if t, err := e.store.GetTask(ctx, taskID); err == nil && t.State.Final() {
+					cancel()
+					return
+				}
+				if err := e.pollOnce(ctx, g, tmpl.Records[0]); err != nil && ctx.Err() == nil {
+					errs <- err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		e.t.Fatalf("event source mapping: %v", err)
+	}
+	task, err := e.store.GetTask(e.t.Context(), taskID)
+	if err != nil {
+		e.t.Fatalf("GetTask: %v", err)
+	}
+	if !task.State.Final() {
+		e.t.Fatalf("task %s is %s after %v (%d/%d batches done)", taskID, task.State, within, task.BatchesDone, task.BatchesTotal)
+	}
+	return task
+}
+
+func (e *e2e) pollOnce(ctx context.Context, g *lambdafn.Generator, tmpl events.SQSMessage) error {
+	out, err := e.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(e.res.QueueURL),
+		MaxNumberOfMessages:         10,
+		WaitTimeSeconds:             1,
+		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+	})
+	if err != nil {
+		return fmt.Errorf("receive: %w", err)
+	}
+	if len(out.Messages) == 0 {
+		return nil
+	}
+	var ev events.SQSEvent
+	for _, m := range out.Messages {
+		r := tmpl
+		r.MessageId, r.ReceiptHandle, r.Body = aws.ToString(m.MessageId), aws.ToString(m.ReceiptHandle), aws.ToString(m.Body)
+		r.Md5OfBody = aws.ToString(m.MD5OfBody)
+		r.EventSourceARN = e.res.QueueARN
+		r.Attributes = map[string]string{}
+		for k, v := range m.Attributes {
+			r.Attributes[k] = v
+		}
+		n, err := strconv.Atoi(r.Attributes["ApproximateReceiveCount"])
+		if err != nil {
+			return fmt.Errorf("message %s: ApproximateReceiveCount %q", r.MessageId, r.Attributes["ApproximateReceiveCount"])
+		}
+		for cur := e.maxReceive.Load(); int64(n) > cur && !e.maxReceive.CompareAndSwap(cur, int64(n)); cur = e.maxReceive.Load() {
+		}
+		ev.Records = append(ev.Records, r)
+	}
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lambdaTimeout)
+	defer cancel()
+	resp, err := g.Handle(ictx, ev)
+	if err != nil {
+		return fmt.Errorf("generator returned an error: %w", err)
+	}
+	failed := map[string]bool{}
+	for _, f := range resp.BatchItemFailures {
+		failed[f.ItemIdentifier] = true
+	}
+	for _, r := range ev.Records {
+		if failed[r.MessageId] {
+			continue
+		}
+		if _, err := e.sqs.DeleteMessage(ictx, &sqs.DeleteMessageInput{QueueUrl: aws.String(e.res.QueueURL), ReceiptHandle: aws.String(r.ReceiptHandle)}); err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+	}
+	return nil
+}
+
+// resultRows reads results/<task>.xlsx: the header, then the rows.
+func (e *e2e) resultRows(taskID string) [][]string {
+	e.t.Helper()
+	out, err := e.s3.GetObject(e.t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(pipeline.ResultKey(taskID))})
+	if err != nil {
+		e.t.Fatalf("the result is not in results/: %v", err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	f, err := excelize.OpenReader(bytes.NewReader(b))
+	if err != nil {
+		e.t.Fatalf("the result is not a workbook: %v", err)
+	}
+	defer f.Close()
+	rows, err := f.GetRows(f.GetSheetList()[0])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rows
+}
+
+// checkResult asserts every row came back in order with its input, and
+// that exactly the filtered rows failed.
+func (e *e2e) checkResult(taskID string, filtered []int) {
+	e.t.Helper()
+	rows := e.resultRows(taskID)
+	wantHeader := append(slices.Clone(header), pipeline.ResultColumns...)
+	if diff := cmp.Diff(wantHeader, rows[0]); diff != "" {
+		e.t.Errorf("result header mismatch (-want +got):\n%s", diff)
+	}
+	if len(rows) != e2eRows+1 {
+		e.t.Fatalf("result has %d data rows, want %d", len(rows)-1, e2eRows)
+	}
+	for i := 1; i <= e2eRows; i++ {
+		row := rows[i]
+		for len(row) < len(wantHeader) {
+			row = append(row, "")
+		}
+		in := e2eRow(i, filtered)
+		prompt := "为" + in[0] + "（" + in[1] + "）写一句文案"
+		want := []string{in[0], in[1], "Copy for: " + prompt, "succeeded", ""}
+		if slices.Contains(filtered, i) {
+			want = []string{in[0], in[1], "", "failed", "content_filter"}
+		}
+		got := []string{row[0], row[1], row[2], row[3], row[5]}
+		if diff := cmp.Diff(want, got); diff != "" {
+			e.t.Errorf("result row %d mismatch (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
+// checkBilledOnce asserts no prompt was answered twice, and that every row
+// that should succeed was answered once.
+func (e *e2e) checkBilledOnce(filtered []int) {
+	e.t.Helper()
+	stats := e.mock.Stats()
+	for i := 1; i <= e2eRows; i++ {
+		in := e2eRow(i, filtered)
+		prompt := "为" + in[0] + "（" + in[1] + "）写一句文案"
+		want := int64(1)
+		if slices.Contains(filtered, i) {
+			want = 0
+		}
+		if got := stats.PerPrompt[prompt].Succeeded; got != want {
+			e.t.Errorf("row %d answered %d times, want %d", i, got, want)
+		}
+	}
+}
+
+// metricSum adds up a metric over the EMF lines written so far.
+func (e *e2e) metricSum(name string) float64 {
+	var sum float64
+	for _, l := range e.logs.lines(e.t) {
+		if _, ok := l["_aws"]; !ok {
+			continue
+		}
+		if v, ok := l[name].(float64); ok {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// checkExecution asserts the named execution exists on the emulator and
+// that moto's own run of it (whose Lambda call fails) did not overturn the
+// task's final state.
+func (e *e2e) checkExecution(taskID string, want store.TaskState) {
+	e.t.Helper()
+	arn := strings.Replace(e.res.StateMachineArn, ":stateMachine:", ":execution:", 1) + ":" + taskID
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, err := e.sfn.DescribeExecution(e.t.Context(), &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
+		if err != nil {
+			e.t.Fatalf("no execution named after the task on the emulator: %v", err)
+		}
+		if aws.ToString(out.Name) != taskID {
+			e.t.Errorf("execution name = %q, want %q", aws.ToString(out.Name), taskID)
+		}
+		if out.Status != sfntypes.ExecutionStatusRunning {
+			e.t.Logf("the emulator's execution %s ended %s %s", taskID, out.Status, aws.ToString(out.Error))
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("execution %s still running after 60s", arn)
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-e.t.Context().Done():
+			e.t.Fatal(e.t.Context().Err())
+		}
+	}
+	task, err := e.store.GetTask(e.t.Context(), taskID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if task.State != want {
+		e.t.Errorf("after the emulator's execution the task is %s (%s), want %s", task.State, task.Error, want)
+	}
+}
+
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		opts      e2eOptions
+		filtered  []int
+		deliver   int // how many times the S3 event is delivered
+		wantState store.TaskState
+	}{
+		{name: "happy path", deliver: 1, wantState: store.TaskSucceeded},
+		{
+			// Two calls per round: a row failing twice releases its batch,
+			// which comes back after the graded delay; twelve calls in all
+			// make a retryable row that never succeeds all but impossible.
+			name: "provider faults", opts: e2eOptions{failRate: 0.2, callsPerRound: 2, rounds: 6},
+			filtered: []int{7, 77, 150}, deliver: 1, wantState: store.TaskPartial,
+		},
+		{name: "duplicate upload event", deliver: 2, wantState: store.TaskSucceeded},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newE2E(t, tc.opts)
+			ev := e.upload("商品 list.xlsx", tc.filtered)
+			taskID := e.taskID(ev)
+
+			var wg sync.WaitGroup
+			errs := make([]error, tc.deliver)
+			for i := range tc.deliver {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[i] = e.splitter.Handle(t.Context(), ev)
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("splitter: %v", err)
+			}
+			tasks, err := e.store.ListTasks(t.Context(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tasks) != 1 || tasks[0].ID != taskID {
+				t.Fatalf("tasks after %d deliveries = %+v, want one task %s", tc.deliver, tasks, taskID)
+			}
+
+			task := e.pump(taskID, 90*time.Second)
+			if task.State != tc.wantState || task.RowsFailed != len(tc.filtered) || task.RowsSucceeded != e2eRows-len(tc.filtered) {
+				t.Errorf("task = %s, %d succeeded, %d failed; want %s with %d failed",
+					task.State, task.RowsSucceeded, task.RowsFailed, tc.wantState, len(tc.filtered))
+			}
+			if run := e.exports.run(taskID); run == nil || run.Status != asl.StatusSucceeded {
+				t.Fatalf("export execution = %+v, want SUCCEEDED", run)
+			}
+			e.checkResult(taskID, tc.filtered)
+			e.checkBilledOnce(tc.filtered)
+			if got := e.metricSum(metrics.RowsFailed); got != float64(len(tc.filtered)) {
+				t.Errorf("EMF RowsFailed sums to %v, want %d", got, len(tc.filtered))
+			}
+			if tc.opts.failRate > 0 {
+				// The faults took the retry paths: in-round retries, and
+				// batches released and redelivered through the queue.
+				if n := e.mock.Stats().ServerErrors; n == 0 {
+					t.Error("the mock answered no 5xx; the fault path was not exercised")
+				}
+				if n := e.metricSum(metrics.BatchesReleased); n == 0 {
+					t.Error("no batch was released for a later delivery")
+				}
+				if n := e.maxReceive.Load(); n < 2 {
+					t.Errorf("highest ApproximateReceiveCount = %d, want a redelivered message", n)
+				}
+			}
+			e.checkExecution(taskID, tc.wantState)
+
+			// A late redelivery of the upload event changes nothing.
+			if err := e.splitter.Handle(t.Context(), ev); err != nil {
+				t.Fatalf("late redelivery: %v", err)
+			}
+			after, err := e.store.GetTask(t.Context(), taskID)
+			if err != nil || after.State != tc.wantState {
+				t.Errorf("after a late redelivery the task is %s (%v), want %s", after.State, err, tc.wantState)
+			}
+		})
+	}
+}
+
+func TestEndToEndExportFailure(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t, e2eOptions{brokenExporter: true})
+	ev := e.upload("broken.xlsx", nil)
+	taskID := e.taskID(ev)
+	if err := e.splitter.Handle(t.Context(), ev); err != nil {
+		t.Fatalf("splitter: %v", err)
+	}
+	task := e.pump(taskID, 90*time.Second)
+	if task.State != store.TaskFailed || !strings.HasPrefix(task.Error, "export failed: ExportError: ") {
+		t.Errorf("task = %s %q, want FAILED by the state machine's Catch", task.State, task.Error)
+	}
+	if task.FinishedAt.IsZero() {
+		t.Error("the Catch path did not set finished_at")
+	}
+	run := e.exports.run(taskID)
+	if run == nil {
+		t.Fatal("no export execution ran")
+	}
+	want := []asl.Step{{State: "Export", Error: "ExportError"}, {State: "MarkTaskFailed"}, {State: "ExportFailed"}}
+	if diff := cmp.Diff(want, run.Steps); diff != "" {
+		t.Errorf("export execution steps mismatch (-want +got):\n%s", diff)
+	}
+	if run.Status != asl.StatusFailed || run.Error != "ExportFailed" {
+		t.Errorf("export execution = %s %s, want FAILED ExportFailed", run.Status, run.Error)
+	}
+	e.checkExecution(taskID, store.TaskFailed)
+	if _, err := e.s3.HeadObject(t.Context(), &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(pipeline.ResultKey(taskID))}); err == nil {
+		t.Error("a failed export left a result")
+	}
+}

@@ -1,0 +1,207 @@
+package lambdafn
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/metrics"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/queue"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// Defaults of Generator.
+const (
+	// DefaultVisibility matches the work queue's VisibilityTimeout in
+	// template.yaml.
+	DefaultVisibility = 30 * time.Minute
+	// DefaultErrorDelay is how soon a message that failed transiently is
+	// delivered again (LocalWorkers waits about as long).
+	DefaultErrorDelay = 10 * time.Second
+	// DefaultHeadroom is kept free before the invocation's deadline: rows
+	// in flight are stopped, their batch released and the message reported
+	// for retry before Lambda kills the invocation.
+	DefaultHeadroom = 15 * time.Second
+)
+
+// generatorMetrics are reported by every invocation, zeros included.
+var generatorMetrics = []string{
+	metrics.RowsSucceeded, metrics.RowsFailed, metrics.RowsCached, metrics.ModelCalls, metrics.RateLimited,
+	metrics.BatchesReleased, metrics.MessagesFailed, metrics.PoisonMessages,
+}
+
+// Generator handles SQS batch messages from the work queue's event source
+// mapping (ReportBatchItemFailures on). The records of one event are
+// processed concurrently through one shared *pipeline.Generator, whose
+// Concurrency bounds the model calls of the whole instance. Outcomes map to
+// the queue as in pipeline.LocalWorkers:
+//
+//   - Ack: success; Lambda deletes the message.
+//   - RetryAfter: the message's visibility is set to the delay and it is
+//     reported as a batch item failure, so it comes back after the graded
+//     backoff.
+//   - Err: a batch item failure. A transient error is retried after
+//     ErrorDelay; a *pipeline.PoisonError is logged with the body and left
+//     invisible for the queue's whole visibility timeout, until the redrive
+//     policy moves it to the dead-letter queue.
+type Generator struct {
+	Generator *pipeline.Generator
+	// Queue changes message visibility; receipts are the records'
+	// receipt handles.
+	Queue queue.Queue
+	// Visibility is how long each lease renewal keeps the message
+	// invisible. Defaults to DefaultVisibility.
+	Visibility time.Duration
+	// ErrorDelay is when a transiently failed message is retried.
+	// Defaults to DefaultErrorDelay.
+	ErrorDelay time.Duration
+	// Headroom is the time kept before the invocation's deadline. Defaults
+	// to DefaultHeadroom; when less than twice Headroom remains, half of
+	// what remains is kept instead.
+	Headroom time.Duration
+	// Counter, when non-nil, accumulates this instance's metrics; wire it
+	// into the generator with RowObserver. It is flushed to Metrics at the
+	// end of every invocation.
+	Counter *metrics.Counter
+	Metrics *metrics.Emitter
+	Logger  *slog.Logger
+}
+
+// NewGeneratorCounter returns a Counter that reports the generator's
+// metrics, zeros included.
+func NewGeneratorCounter() *metrics.Counter { return metrics.NewCounter(generatorMetrics...) }
+
+// RowObserver returns a pipeline.Observer that counts row events into c.
+func RowObserver(c *metrics.Counter) pipeline.Observer {
+	return func(e pipeline.Event) {
+		if e.Calls > 0 {
+			c.Add(metrics.ModelCalls, float64(e.Calls))
+		}
+		if e.ErrorClass == string(llm.ClassRateLimited) {
+			c.Add(metrics.RateLimited, 1)
+		}
+		switch e.State {
+		case store.RowSucceeded:
+			c.Add(metrics.RowsSucceeded, 1)
+			if e.Cached {
+				c.Add(metrics.RowsCached, 1)
+			}
+		case store.RowFailed:
+			c.Add(metrics.RowsFailed, 1)
+		}
+	}
+}
+
+// Handle processes one SQS event and reports the messages to keep.
+// It returns an error never: every per-message failure is a batch item
+// failure, so one bad message cannot make Lambda retry the others.
+func (h *Generator) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	work, cancel := h.workContext(ctx)
+	defer cancel()
+	failed := make([]bool, len(ev.Records))
+	var wg sync.WaitGroup
+	for i := range ev.Records {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			failed[i] = !h.handleRecord(ctx, work, ev.Records[i])
+		}()
+	}
+	wg.Wait()
+	var resp events.SQSEventResponse
+	for i, f := range failed {
+		if f {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
+		}
+	}
+	if h.Counter != nil && h.Metrics != nil {
+		if err := h.Counter.Flush(h.Metrics, nil); err != nil {
+			h.logger().Warn("write metrics failed", "error", err)
+		}
+	}
+	return resp, nil
+}
+
+// workContext ends Headroom before ctx's deadline, so that the work stops
+// while there is still time to release batches and change visibilities.
+func (h *Generator) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	headroom := h.Headroom
+	if headroom <= 0 {
+		headroom = DefaultHeadroom
+	}
+	if remaining := time.Until(deadline); remaining < 2*headroom {
+		headroom = remaining / 2
+	}
+	return context.WithDeadline(ctx, deadline.Add(-headroom))
+}
+
+// handleRecord runs one message and reports whether Lambda may delete it.
+func (h *Generator) handleRecord(ctx, work context.Context, rec events.SQSMessage) bool {
+	log := h.logger().With("message_id", rec.MessageId)
+	receiveCount, _ := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
+	visibility := h.Visibility
+	if visibility <= 0 {
+		visibility = DefaultVisibility
+	}
+	out := h.Generator.Process(work, pipeline.Delivery{
+		Body:         []byte(rec.Body),
+		ReceiveCount: receiveCount,
+		KeepAlive: func(ctx context.Context) error {
+			return h.Queue.ChangeVisibility(ctx, rec.ReceiptHandle, visibility)
+		},
+	})
+	// The outcome is persisted; apply it to the message even though the
+	// work context may be over (ctx, the invocation's, still has headroom).
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	switch {
+	case out.Ack:
+		return true
+	case out.Err != nil:
+		h.count(metrics.MessagesFailed)
+		var poison *pipeline.PoisonError
+		if errors.As(out.Err, &poison) {
+			h.count(metrics.PoisonMessages)
+			log.Error("poison message; it will be dead-lettered", "receive_count", receiveCount, "body", rec.Body, "error", out.Err)
+			return false
+		}
+		delay := h.ErrorDelay
+		if delay <= 0 {
+			delay = DefaultErrorDelay
+		}
+		log.Warn("message failed; will retry", "receive_count", receiveCount, "retry_in", delay, "error", out.Err)
+		h.setVisibility(actx, log, rec, delay)
+		return false
+	default:
+		h.count(metrics.BatchesReleased)
+		h.setVisibility(actx, log, rec, out.RetryAfter)
+		return false
+	}
+}
+
+// setVisibility schedules the message's next delivery. If it fails the
+// message still comes back, only later: after the visibility it has.
+func (h *Generator) setVisibility(ctx context.Context, log *slog.Logger, rec events.SQSMessage, d time.Duration) {
+	if err := h.Queue.ChangeVisibility(ctx, rec.ReceiptHandle, d); err != nil {
+		log.Warn("change message visibility failed; it will be redelivered when its visibility ends", "delay", d, "error", err)
+	}
+}
+
+func (h *Generator) count(name string) {
+	if h.Counter != nil {
+		h.Counter.Add(name, 1)
+	}
+}
+
+func (h *Generator) logger() *slog.Logger { return discard(h.Logger) }

@@ -1,0 +1,419 @@
+package lambdafn_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/llm/sim"
+	"github.com/batchgen/batchgen/internal/metrics"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/queue"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// splitCSV splits n rows into batches of size and returns the task id.
+func (e *env) splitCSV(n, size int) string {
+	e.t.Helper()
+	e.put("in.csv", csvBytes(header, rows(n)))
+	p, err := e.blobs.Path("in.csv")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sp := &pipeline.Splitter{Store: e.store, Queue: e.queue, Clock: e.clock}
+	spec := store.TaskSpec{Prompt: "Copy for {{商品名称}}", Provider: "sim", BatchSize: size}
+	task, err := sp.Split(e.t.Context(), pipeline.SplitParams{TaskID: "task-1", Path: p, Source: "in.csv", Spec: spec})
+	if err != nil {
+		e.t.Fatalf("split: %v", err)
+	}
+	return task.ID
+}
+
+// sqsEvent builds an event from the testdata template for deliveries, as
+// the event source mapping would.
+func sqsEvent(t *testing.T, ds []queue.Delivery) events.SQSEvent {
+	t.Helper()
+	var tmpl events.SQSEvent
+	readJSON(t, "sqs-batch.json", &tmpl)
+	var ev events.SQSEvent
+	for _, d := range ds {
+		r := tmpl.Records[0]
+		r.Attributes = map[string]string{}
+		for k, v := range tmpl.Records[0].Attributes {
+			r.Attributes[k] = v
+		}
+		r.MessageId, r.ReceiptHandle, r.Body = d.ID, d.Receipt, string(d.Body)
+		r.Attributes["ApproximateReceiveCount"] = strconv.Itoa(d.ReceiveCount)
+		ev.Records = append(ev.Records, r)
+	}
+	return ev
+}
+
+type generatorFixture struct {
+	*env
+	signal  *pipeline.ExportSignal
+	handler *lambdafn.Generator
+	metrics *syncBuffer
+}
+
+func (e *env) generator(provider llm.Provider, st store.Store) *generatorFixture {
+	signal := &pipeline.ExportSignal{}
+	counter := lambdafn.NewGeneratorCounter()
+	if st == nil {
+		st = e.store
+	}
+	gen := &pipeline.Generator{
+		Store: st, Cache: e.store, Provider: provider, Exports: signal, Clock: e.clock, Logger: e.log, Owner: "test",
+		Observer: lambdafn.RowObserver(counter),
+		Config: pipeline.GeneratorConfig{
+			Concurrency: 4, CallsPerRound: 1, Rounds: 3,
+			RetryDelays: []time.Duration{10 * time.Second, 60 * time.Second},
+		},
+	}
+	m := &syncBuffer{}
+	return &generatorFixture{
+		env: e, signal: signal, metrics: m,
+		handler: &lambdafn.Generator{
+			Generator: gen, Queue: e.queue, Counter: counter,
+			Metrics: metrics.New(m, e.clock, map[string]string{"function": "generator"}),
+			Logger:  e.log,
+		},
+	}
+}
+
+// deleteSucceeded deletes the deliveries not reported as failures, as
+// Lambda does, and returns the ids of the failures.
+func (f *generatorFixture) deleteSucceeded(ds []queue.Delivery, resp events.SQSEventResponse) []string {
+	f.t.Helper()
+	var failed []string
+	for _, x := range resp.BatchItemFailures {
+		failed = append(failed, x.ItemIdentifier)
+	}
+	for _, d := range ds {
+		if !slices.Contains(failed, d.ID) {
+			if err := f.queue.Delete(f.t.Context(), d.Receipt); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+	}
+	return failed
+}
+
+// lastMetrics returns the values of the last metrics line.
+func (f *generatorFixture) lastMetrics() map[string]float64 {
+	f.t.Helper()
+	lines := f.metrics.lines(f.t)
+	if len(lines) == 0 {
+		f.t.Fatal("no metrics line was written")
+	}
+	out := map[string]float64{}
+	for k, v := range lines[len(lines)-1] {
+		if n, ok := v.(float64); ok {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+func batchNos(t *testing.T, ds []queue.Delivery) []int {
+	t.Helper()
+	var out []int
+	for _, d := range ds {
+		m, err := pipeline.DecodeBatchMessage(d.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m.BatchNo)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func idsOf(ds []queue.Delivery, batches ...int) []string {
+	var out []string
+	for _, d := range ds {
+		m, _ := pipeline.DecodeBatchMessage(d.Body)
+		if slices.Contains(batches, m.BatchNo) {
+			out = append(out, d.ID)
+		}
+	}
+	return out
+}
+
+func TestGeneratorAllSucceed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	f := e.generator(sim.New(sim.Config{}), nil)
+	taskID := e.splitCSV(6, 2)
+	ds := e.drain()
+	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	if err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if failed := f.deleteSucceeded(ds, resp); len(failed) != 0 {
+		t.Fatalf("batch item failures %v, want none", failed)
+	}
+	select {
+	case id := <-f.signal.C():
+		if id != taskID {
+			t.Errorf("export started for %s, want %s", id, taskID)
+		}
+	default:
+		t.Error("the last batch did not start the export")
+	}
+	task, err := e.store.GetTask(t.Context(), taskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.BatchesDone != 3 || task.RowsSucceeded != 6 {
+		t.Errorf("task = %d/3 batches, %d/6 rows succeeded", task.BatchesDone, task.RowsSucceeded)
+	}
+	want := map[string]float64{
+		"RowsSucceeded": 6, "RowsFailed": 0, "RowsCached": 0, "ModelCalls": 6, "RateLimited": 0,
+		"BatchesReleased": 0, "MessagesFailed": 0, "PoisonMessages": 0,
+	}
+	if diff := cmp.Diff(want, f.lastMetrics()); diff != "" {
+		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestGeneratorRetryableFailureUsesGradedDelay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	provider := sim.New(sim.Config{Fault: func(req llm.Request, _ int64) error {
+		if strings.Contains(req.Prompt, "积木 2") {
+			return &llm.Error{Class: llm.ClassRateLimited, StatusCode: 429, Message: "slow down"}
+		}
+		return nil
+	}})
+	f := e.generator(provider, nil)
+	e.splitCSV(6, 2)
+	ds := e.drain()
+	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	if err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	failed := f.deleteSucceeded(ds, resp)
+	if diff := cmp.Diff(idsOf(ds, 1), failed); diff != "" {
+		t.Fatalf("batch item failures mismatch (-want +got):\n%s", diff)
+	}
+	// The handler set the failed message's visibility to the first graded
+	// delay (10 s), not the queue's 30 minutes.
+	e.clock.Advance(9 * time.Second)
+	if got := e.drain(); len(got) != 0 {
+		t.Fatalf("%d messages visible before the retry delay", len(got))
+	}
+	e.clock.Advance(time.Second)
+	again := e.drain()
+	if diff := cmp.Diff([]int{1}, batchNos(t, again)); diff != "" {
+		t.Fatalf("redelivered batches mismatch (-want +got):\n%s", diff)
+	}
+	if again[0].ReceiveCount != 2 {
+		t.Errorf("ReceiveCount = %d, want 2", again[0].ReceiveCount)
+	}
+	b, err := e.store.GetBatch(t.Context(), "task-1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.State != store.BatchPending {
+		t.Errorf("batch 1 state = %s, want PENDING (released)", b.State)
+	}
+	want := map[string]float64{
+		"RowsSucceeded": 5, "RowsFailed": 0, "RowsCached": 0, "ModelCalls": 6, "RateLimited": 1,
+		"BatchesReleased": 1, "MessagesFailed": 0, "PoisonMessages": 0,
+	}
+	if diff := cmp.Diff(want, f.lastMetrics()); diff != "" {
+		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestGeneratorPoisonMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	f := e.generator(sim.New(sim.Config{}), nil)
+	if err := e.queue.Send(t.Context(), []queue.Outgoing{{Body: []byte(`{"task_id": "nope", "batch_no": 1}`)}, {Body: []byte("not json")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds := e.drain()
+	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	if err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	failed := f.deleteSucceeded(ds, resp)
+	if len(failed) != 2 {
+		t.Fatalf("batch item failures = %v, want both messages", failed)
+	}
+	// Poison stays invisible for the queue's visibility timeout so the
+	// redrive policy dead-letters it after maxReceiveCount deliveries.
+	e.clock.Advance(lambdafn.DefaultErrorDelay + time.Second)
+	if got := e.drain(); len(got) != 0 {
+		t.Fatalf("poison redelivered after %v", lambdafn.DefaultErrorDelay)
+	}
+	e.clock.Advance(30 * time.Minute)
+	if got := e.drain(); len(got) != 2 {
+		t.Fatalf("got %d messages after the visibility timeout, want 2", len(got))
+	}
+	var bodies []string
+	for _, l := range e.logs.lines(t) {
+		if l["level"] == "ERROR" && strings.Contains(l["msg"].(string), "poison") {
+			bodies = append(bodies, l["body"].(string))
+		}
+	}
+	slices.Sort(bodies)
+	if diff := cmp.Diff([]string{"not json", `{"task_id": "nope", "batch_no": 1}`}, bodies); diff != "" {
+		t.Errorf("poison error logs mismatch (-want +got):\n%s", diff)
+	}
+	m := f.lastMetrics()
+	if m["PoisonMessages"] != 2 || m["MessagesFailed"] != 2 {
+		t.Errorf("metrics = %v, want 2 poison and 2 failed messages", m)
+	}
+}
+
+// flakyStore fails GetTask while down is set, like a throttled table.
+type flakyStore struct {
+	store.Store
+	mu   sync.Mutex
+	down bool
+}
+
+func (s *flakyStore) GetTask(ctx context.Context, id string) (store.Task, error) {
+	s.mu.Lock()
+	down := s.down
+	s.mu.Unlock()
+	if down {
+		return store.Task{}, errors.New("ProvisionedThroughputExceededException")
+	}
+	return s.Store.GetTask(ctx, id)
+}
+
+func TestGeneratorTransientErrorRetriesSoon(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	st := &flakyStore{Store: e.store, down: true}
+	f := e.generator(sim.New(sim.Config{}), st)
+	e.splitCSV(2, 2)
+	ds := e.drain()
+	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	if err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if failed := f.deleteSucceeded(ds, resp); len(failed) != 1 {
+		t.Fatalf("batch item failures = %v, want the message", failed)
+	}
+	e.clock.Advance(lambdafn.DefaultErrorDelay)
+	again := e.drain()
+	if len(again) != 1 {
+		t.Fatalf("got %d messages after the error delay, want the failed one back", len(again))
+	}
+	st.mu.Lock()
+	st.down = false
+	st.mu.Unlock()
+	resp, err = f.handler.Handle(t.Context(), sqsEvent(t, again))
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("retry: Handle = %v, %v; want success", resp.BatchItemFailures, err)
+	}
+}
+
+// stallingProvider answers only when its context ends, like a model call
+// still running when the invocation runs out of time.
+type stallingProvider struct{}
+
+func (stallingProvider) Generate(ctx context.Context, _ llm.Request) (llm.Response, error) {
+	<-ctx.Done()
+	return llm.Response{}, ctx.Err()
+}
+
+func TestGeneratorStopsBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	f := e.generator(stallingProvider{}, nil)
+	f.handler.Headroom = 300 * time.Millisecond
+	e.splitCSV(2, 2)
+	ds := e.drain()
+	ctx, cancel := context.WithTimeout(t.Context(), 900*time.Millisecond)
+	defer cancel()
+	resp, err := f.handler.Handle(ctx, sqsEvent(t, ds))
+	if err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Handle returned after the invocation's deadline; it must leave headroom")
+	}
+	if failed := f.deleteSucceeded(ds, resp); len(failed) != 1 {
+		t.Fatalf("batch item failures = %v, want the unfinished message", failed)
+	}
+	b, err := e.store.GetBatch(t.Context(), "task-1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.State != store.BatchPending {
+		t.Errorf("batch state = %s, want PENDING: released for the next invocation", b.State)
+	}
+	// An interrupted batch is retried at once, not after a backoff.
+	if again := e.drain(); len(again) != 1 {
+		t.Errorf("got %d messages, want the interrupted one visible again", len(again))
+	}
+	rows, err := e.store.ListRows(t.Context(), store.ListRowsParams{TaskID: "task-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.State != store.RowPending || r.Attempts != 0 {
+			t.Errorf("row %d = %s after %d attempts; an interrupted call must not count", r.No, r.State, r.Attempts)
+		}
+	}
+}
+
+// barrierProvider answers only once n calls are in flight together, so a
+// handler that processed messages one at a time would never finish.
+type barrierProvider struct {
+	n       int
+	mu      sync.Mutex
+	waiting int
+	release chan struct{}
+}
+
+func (p *barrierProvider) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
+	p.mu.Lock()
+	p.waiting++
+	if p.waiting == p.n {
+		close(p.release)
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.release:
+		return llm.Response{Text: "ok: " + req.Prompt}, nil
+	case <-ctx.Done():
+		return llm.Response{}, ctx.Err()
+	}
+}
+
+func TestGeneratorProcessesRecordsConcurrently(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	f := e.generator(&barrierProvider{n: 4, release: make(chan struct{})}, nil)
+	e.splitCSV(4, 1)
+	ds := e.drain()
+	if len(ds) != 4 {
+		t.Fatalf("got %d messages, want 4", len(ds))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	resp, err := f.handler.Handle(ctx, sqsEvent(t, ds))
+	if err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("batch item failures %v: the records were not processed concurrently", resp.BatchItemFailures)
+	}
+}

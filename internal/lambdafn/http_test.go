@@ -1,0 +1,284 @@
+package lambdafn_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// seen is what the echo handler saw of a request.
+type seen struct {
+	Method, Path, RawQuery, RequestURI, Host, RemoteAddr, Proto string
+	Query                                                       map[string][]string
+	ContentType, Custom, Cookie, Authorization                  string
+	Body                                                        string
+	ContentLength                                               int64
+	RequestID, Sub                                              string
+}
+
+func echo(got *seen) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		*got = seen{
+			Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, RequestURI: r.RequestURI, Host: r.Host,
+			RemoteAddr: r.RemoteAddr, Proto: r.Proto, Query: r.URL.Query(),
+			ContentType: r.Header.Get("Content-Type"), Custom: r.Header.Get("X-Custom"), Cookie: r.Header.Get("Cookie"),
+			Authorization: r.Header.Get("Authorization"),
+			Body:          string(body), ContentLength: r.ContentLength,
+		}
+		if rc, ok := lambdafn.APIGatewayRequestContext(r.Context()); ok {
+			got.RequestID = rc.RequestID
+			if rc.Authorizer != nil && rc.Authorizer.JWT != nil {
+				got.Sub = rc.Authorizer.JWT.Claims["sub"]
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func TestHTTPRequest(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		file string
+		want seen
+	}{
+		{
+			file: "apigw-v2-get-task.json",
+			want: seen{
+				Method: "GET", Path: "/api/tasks/0123456789abcdef0123456789abcdef", RequestURI: "/api/tasks/0123456789abcdef0123456789abcdef",
+				Host: "a1b2c3d4e5.execute-api.us-east-1.amazonaws.com", RemoteAddr: "203.0.113.7:0", Proto: "HTTP/1.1",
+				Query: map[string][]string{}, Authorization: "Bearer eyJraWQiOiJ...",
+				RequestID: "YcX9PhZ7IAMEVgA=", Sub: "7f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8",
+			},
+		},
+		{
+			file: "apigw-v2-post-task.json",
+			want: seen{
+				Method: "POST", Path: "/api/tasks", RequestURI: "/api/tasks",
+				Host: "a1b2c3d4e5.execute-api.us-east-1.amazonaws.com", RemoteAddr: "203.0.113.7:0", Proto: "HTTP/1.1",
+				Query: map[string][]string{}, ContentType: "application/json", Cookie: "session=abc123; theme=dark",
+				Authorization: "Bearer eyJraWQiOiJ...",
+				Body:          `{"filename": "商品 list.xlsx", "prompt": "为商品{{商品名称}}写一段营销文案"}`, ContentLength: 92,
+				RequestID: "YcYA1hZ8IAMEVhA=", Sub: "7f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8",
+			},
+		},
+		{
+			file: "apigw-v2-list-base64.json",
+			want: seen{
+				Method: "GET", Path: "/api/tasks", RawQuery: "limit=2&state=RUNNING&state=PARTIAL",
+				RequestURI: "/api/tasks?limit=2&state=RUNNING&state=PARTIAL",
+				Host:       "a1b2c3d4e5.execute-api.us-east-1.amazonaws.com", RemoteAddr: "[2001:db8::7]:0", Proto: "HTTP/1.1",
+				// Repeated query parameters survive: the raw query string is used.
+				Query:       map[string][]string{"limit": {"2"}, "state": {"RUNNING", "PARTIAL"}},
+				ContentType: "application/octet-stream", Custom: "one,two",
+				Body: "\x00\x01\x02\x03\xff\xfe\xfd", ContentLength: 7,
+				RequestID: "YcYB2hZ9IAMEVjA=",
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			var ev events.APIGatewayV2HTTPRequest
+			readJSON(t, tc.file, &ev)
+			var got seen
+			resp, err := (&lambdafn.HTTP{Handler: echo(&got)}).Handle(t.Context(), ev)
+			if err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("status = %d, want 204", resp.StatusCode)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("request mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHTTPResponse(t *testing.T) {
+	t.Parallel()
+	xlsxBytes := []byte("PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00\xff\xfe")
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    events.APIGatewayV2HTTPResponse
+	}{
+		{
+			name: "JSON stays text",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json; charset=utf-8")
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, `{"task_id":"商品"}`)
+			},
+			want: events.APIGatewayV2HTTPResponse{
+				StatusCode: 201,
+				Headers:    map[string]string{"Content-Type": "application/json; charset=utf-8", "Content-Length": "20"},
+				Body:       `{"task_id":"商品"}`,
+			},
+		},
+		{
+			name: "a workbook is base64",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+				_, _ = w.Write(xlsxBytes)
+			},
+			want: events.APIGatewayV2HTTPResponse{
+				StatusCode: 200,
+				Headers: map[string]string{
+					"Content-Type":   "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+					"Content-Length": "16",
+				},
+				Body:            base64.StdEncoding.EncodeToString(xlsxBytes),
+				IsBase64Encoded: true,
+			},
+		},
+		{
+			name: "invalid UTF-8 text is base64",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/plain")
+				_, _ = w.Write([]byte{'a', 0xff})
+			},
+			want: events.APIGatewayV2HTTPResponse{
+				StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain", "Content-Length": "2"},
+				Body: "Yf8=", IsBase64Encoded: true,
+			},
+		},
+		{
+			name: "content type is sniffed when unset",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, "hello")
+			},
+			want: events.APIGatewayV2HTTPResponse{
+				StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain; charset=utf-8", "Content-Length": "5"},
+				Body: "hello",
+			},
+		},
+		{
+			name: "cookies and repeated headers",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				http.SetCookie(w, &http.Cookie{Name: "a", Value: "1"})
+				http.SetCookie(w, &http.Cookie{Name: "b", Value: "2", HttpOnly: true})
+				w.Header().Add("Vary", "Accept")
+				w.Header().Add("Vary", "Authorization")
+				w.WriteHeader(http.StatusNoContent)
+				w.WriteHeader(http.StatusInternalServerError) // ignored, as in net/http
+			},
+			want: events.APIGatewayV2HTTPResponse{
+				StatusCode: 204, Headers: map[string]string{"Vary": "Accept,Authorization"},
+				Cookies: []string{"a=1", "b=2; HttpOnly"},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var ev events.APIGatewayV2HTTPRequest
+			readJSON(t, "apigw-v2-get-task.json", &ev)
+			got, err := (&lambdafn.HTTP{Handler: tc.handler}).Handle(t.Context(), ev)
+			if err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("response mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHTTPMalformedEvent(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(*events.APIGatewayV2HTTPRequest)
+	}{
+		{"no method", func(ev *events.APIGatewayV2HTTPRequest) { ev.RequestContext.HTTP.Method = "" }},
+		{"bad base64 body", func(ev *events.APIGatewayV2HTTPRequest) { ev.Body, ev.IsBase64Encoded = "%%%", true }},
+		{"relative path", func(ev *events.APIGatewayV2HTTPRequest) { ev.RawPath = "api/tasks" }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var ev events.APIGatewayV2HTTPRequest
+			readJSON(t, "apigw-v2-post-task.json", &ev)
+			tc.edit(&ev)
+			called := false
+			h := &lambdafn.HTTP{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true })}
+			resp, err := h.Handle(t.Context(), ev)
+			if err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if resp.StatusCode != http.StatusBadRequest || called {
+				t.Errorf("status %d, handler called %v; want 400 without calling the handler", resp.StatusCode, called)
+			}
+			var body api.ErrorBody
+			if err := json.Unmarshal([]byte(resp.Body), &body); err != nil || body.Error.Code != "bad_request" {
+				t.Errorf("body %q is not the JSON error body", resp.Body)
+			}
+		})
+	}
+}
+
+type urlPresigner struct{}
+
+func (urlPresigner) PresignPut(_ context.Context, key string, _ time.Duration) (string, error) {
+	return "https://bucket.test/" + key, nil
+}
+
+func (urlPresigner) PresignGet(_ context.Context, key string, _ time.Duration) (string, error) {
+	return "https://bucket.test/" + key, nil
+}
+
+// TestHTTPServesTheAPI runs the real API behind the adapter: create a task
+// from the POST payload, then follow it with the GET payload.
+func TestHTTPServesTheAPI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	h := &lambdafn.HTTP{Handler: api.New(api.Config{
+		Store: e.store, Blobs: e.blobs, Presigner: urlPresigner{}, Clock: e.clock,
+		DefaultSpec: store.TaskSpec{Provider: "sim", BatchSize: 100},
+		NewID:       func() string { return "0123456789abcdef0123456789abcdef" },
+	})}
+	var post, get events.APIGatewayV2HTTPRequest
+	readJSON(t, "apigw-v2-post-task.json", &post)
+	readJSON(t, "apigw-v2-get-task.json", &get)
+
+	resp, err := h.Handle(t.Context(), post)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST = %d %q, %v; want 201", resp.StatusCode, resp.Body, err)
+	}
+	var created api.CreateTaskResponse
+	if err := json.Unmarshal([]byte(resp.Body), &created); err != nil {
+		t.Fatal(err)
+	}
+	if created.UploadURL != "https://bucket.test/incoming/0123456789abcdef0123456789abcdef/商品 list.xlsx" {
+		t.Errorf("upload_url = %q", created.UploadURL)
+	}
+
+	resp, err = h.Handle(t.Context(), get)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET = %d %q, %v; want 200", resp.StatusCode, resp.Body, err)
+	}
+	var view api.TaskView
+	if err := json.Unmarshal([]byte(resp.Body), &view); err != nil {
+		t.Fatal(err)
+	}
+	if view.State != api.StateAwaitingUpload || view.Source != "商品 list.xlsx" {
+		t.Errorf("task = %s %q, want AWAITING_UPLOAD for the posted file", view.State, view.Source)
+	}
+	if !strings.HasPrefix(resp.Headers["Content-Type"], "application/json") || resp.IsBase64Encoded {
+		t.Errorf("JSON answer went out as %q base64=%v", resp.Headers["Content-Type"], resp.IsBase64Encoded)
+	}
+}

@@ -1,0 +1,371 @@
+package lambdafn_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/metrics"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+var defaultSpec = store.TaskSpec{Prompt: "Default copy for {{商品名称}}", Provider: "sim", Model: "sim-1", BatchSize: 2}
+
+// s3Event returns the testdata S3 event for key (URL-encoded the way S3
+// encodes keys in events: '+' for a space) with the given ETag.
+func s3Event(t *testing.T, key, etag string) events.S3Event {
+	t.Helper()
+	var ev events.S3Event
+	readJSON(t, "s3-object-created.json", &ev)
+	ev.Records[0].S3.Object.Key = url.QueryEscape(key)
+	ev.Records[0].S3.Object.ETag = etag
+	return ev
+}
+
+func (e *env) splitter(limits sheet.Limits) *lambdafn.Splitter {
+	return &lambdafn.Splitter{
+		Split:       &pipeline.Splitter{Store: e.store, Queue: e.queue, Clock: e.clock, Logger: e.log},
+		Objects:     e.blobs,
+		DefaultSpec: defaultSpec,
+		Limits:      limits,
+		TempDir:     e.t.TempDir(),
+		Metrics:     metrics.New(e.logs, e.clock, nil),
+		Logger:      e.log,
+	}
+}
+
+var header = []string{"商品名称", "类目"}
+
+func rows(n int) [][]string {
+	out := make([][]string, n)
+	for i := range out {
+		out[i] = []string{fmt.Sprintf("积木 %d", i+1), "玩具"}
+	}
+	return out
+}
+
+// taskSummary is what the splitter tests compare.
+type taskSummary struct {
+	ID, State, Source, Prompt, Error string
+	BatchSize, Rows, Batches         int
+}
+
+func summarize(ts []store.Task) []taskSummary {
+	var out []taskSummary
+	for _, t := range ts {
+		out = append(out, taskSummary{
+			ID: t.ID, State: string(t.State), Source: t.Source, Prompt: t.Spec.Prompt, Error: t.Error,
+			BatchSize: t.Spec.BatchSize, Rows: t.RowsTotal, Batches: t.BatchesTotal,
+		})
+	}
+	return out
+}
+
+func TestSplitterSplits(t *testing.T) {
+	t.Parallel()
+	const uploadID = "0123456789abcdef0123456789abcdef"
+	dropKey := "incoming/商品 list 2025.xlsx"
+	tests := []struct {
+		name string
+		// setup stores the input (and maybe an upload record) and returns
+		// the key the event names.
+		setup     func(e *env) string
+		want      taskSummary
+		wantMsgs  int
+		wantTasks int
+	}{
+		{
+			name: "drop folder workbook uses its prompt sheet",
+			setup: func(e *env) string {
+				e.put(dropKey, xlsx(t, header, rows(5), "Sheet copy for {{商品名称}} in {{类目}}"))
+				return dropKey
+			},
+			want: taskSummary{
+				ID:    pipeline.DeriveTaskID(dropKey+"@etag-1", defaultSpec),
+				State: "RUNNING", Source: dropKey, Prompt: "Sheet copy for {{商品名称}} in {{类目}}",
+				BatchSize: 2, Rows: 5, Batches: 3,
+			},
+			wantMsgs: 3,
+		},
+		{
+			name: "drop folder CSV without a prompt sheet uses the default",
+			setup: func(e *env) string {
+				e.put("incoming/team a/items.csv", csvBytes(header, rows(4)))
+				return "incoming/team a/items.csv"
+			},
+			want: taskSummary{
+				ID:    pipeline.DeriveTaskID("incoming/team a/items.csv@etag-1", defaultSpec),
+				State: "RUNNING", Source: "incoming/team a/items.csv", Prompt: defaultSpec.Prompt,
+				BatchSize: 2, Rows: 4, Batches: 2,
+			},
+			wantMsgs: 2,
+		},
+		{
+			name: "API upload takes the task id and spec from its record",
+			setup: func(e *env) string {
+				rec, err := json.Marshal(api.UploadRecord{
+					TaskID: uploadID, Filename: "商品 list.XLSX", CreatedAt: epoch,
+					Spec: store.TaskSpec{Prompt: "Upload copy for {{商品名称}}", Provider: "sim", BatchSize: 4},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.put(api.UploadRecordKey(uploadID), rec)
+				key := api.IncomingKey(uploadID, "商品 list.XLSX")
+				// The workbook's prompt sheet loses to the request's prompt.
+				e.put(key, xlsx(t, header, rows(9), "Sheet copy for {{商品名称}}"))
+				return key
+			},
+			want: taskSummary{
+				ID: uploadID, State: "RUNNING", Source: "商品 list.XLSX", Prompt: "Upload copy for {{商品名称}}",
+				BatchSize: 4, Rows: 9, Batches: 3,
+			},
+			wantMsgs: 3,
+		},
+		{
+			name: "a folder named like an id without a record is a drop folder",
+			setup: func(e *env) string {
+				key := "incoming/" + uploadID + "/items.csv"
+				e.put(key, csvBytes(header, rows(1)))
+				return key
+			},
+			want: taskSummary{
+				ID:    pipeline.DeriveTaskID("incoming/"+uploadID+"/items.csv@etag-1", defaultSpec),
+				State: "RUNNING", Source: "incoming/" + uploadID + "/items.csv", Prompt: defaultSpec.Prompt,
+				BatchSize: 2, Rows: 1, Batches: 1,
+			},
+			wantMsgs: 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			key := tc.setup(e)
+			h := e.splitter(sheet.Limits{})
+			ev := s3Event(t, key, "etag-1")
+			// At-least-once delivery: the same event twice makes one task
+			// and one set of messages, and the input is downloaded once.
+			for i := range 2 {
+				if err := h.Handle(t.Context(), ev); err != nil {
+					t.Fatalf("Handle #%d: %v", i+1, err)
+				}
+			}
+			if diff := cmp.Diff([]taskSummary{tc.want}, summarize(e.tasks())); diff != "" {
+				t.Errorf("tasks mismatch (-want +got):\n%s", diff)
+			}
+			var got []pipeline.BatchMessage
+			for _, d := range e.drain() {
+				m, err := pipeline.DecodeBatchMessage(d.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, m)
+			}
+			var want []pipeline.BatchMessage
+			for b := 1; b <= tc.wantMsgs; b++ {
+				want = append(want, pipeline.BatchMessage{TaskID: tc.want.ID, BatchNo: b})
+			}
+			sortMsgs := cmpopts.SortSlices(func(a, b pipeline.BatchMessage) bool { return a.BatchNo < b.BatchNo })
+			if diff := cmp.Diff(want, got, sortMsgs); diff != "" {
+				t.Errorf("queue messages mismatch (-want +got):\n%s", diff)
+			}
+			if n := e.blobs.opens(key); n != 1 {
+				t.Errorf("input downloaded %d times, want 1", n)
+			}
+		})
+	}
+}
+
+func TestSplitterNewVersionIsNewTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	h := e.splitter(sheet.Limits{})
+	key := "incoming/items.csv"
+	e.put(key, csvBytes(header, rows(1)))
+	if err := h.Handle(t.Context(), s3Event(t, key, "etag-1")); err != nil {
+		t.Fatal(err)
+	}
+	e.put(key, csvBytes(header, rows(3)))
+	if err := h.Handle(t.Context(), s3Event(t, key, "etag-2")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.tasks()); n != 2 {
+		t.Fatalf("got %d tasks, want one per object version", n)
+	}
+}
+
+func TestSplitterRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		key     string
+		content []byte
+		limits  sheet.Limits
+		// wantError is the task's error and the error file's first line.
+		wantError string
+		// wantDownload is false when the size check avoids the download.
+		wantDownload bool
+	}{
+		{
+			name:         "unknown placeholder",
+			key:          "incoming/bad prompt.xlsx",
+			content:      xlsx(t, header, rows(2), "Copy for {{品名}}"),
+			wantError:    `bad prompt.xlsx: prompt template: placeholder {{品名}} names no column; the columns are "商品名称", "类目"`,
+			wantDownload: true,
+		},
+		{
+			name:         "not a spreadsheet",
+			key:          "incoming/notes.csv",
+			content:      []byte{0x00, 0x01, 0x02, 'P', 'K'},
+			wantError:    "notes.csv: row 1 column A: cell contains a NUL byte",
+			wantDownload: true,
+		},
+		{
+			name:      "too large",
+			key:       "incoming/huge.csv",
+			content:   csvBytes(header, rows(200)),
+			limits:    sheet.Limits{MaxFileBytes: 1000},
+			wantError: "huge.csv: the file is 3512 bytes; the limit is 1000 bytes",
+		},
+		{
+			name:         "too many rows",
+			key:          "incoming/long.csv",
+			content:      csvBytes(header, rows(11)),
+			limits:       sheet.Limits{MaxRows: 10},
+			wantError:    "long.csv: row 12: too many data rows: the limit is 10",
+			wantDownload: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.put(tc.key, tc.content)
+			h := e.splitter(tc.limits)
+			ev := s3Event(t, tc.key, "etag-1")
+			for i := range 2 {
+				if err := h.Handle(t.Context(), ev); err != nil {
+					t.Fatalf("Handle #%d returned %v; a rejected input must not be retried", i+1, err)
+				}
+			}
+			tasks := e.tasks()
+			if len(tasks) != 1 {
+				t.Fatalf("got %d tasks, want 1 FAILED task: %+v", len(tasks), tasks)
+			}
+			task := tasks[0]
+			if task.State != store.TaskFailed || !strings.HasPrefix(task.Error, tc.wantError) {
+				t.Errorf("task = %s %q, want FAILED %q...", task.State, task.Error, tc.wantError)
+			}
+			if task.ID != pipeline.DeriveTaskID(tc.key+"@etag-1", defaultSpec) || task.Source != tc.key {
+				t.Errorf("task id/source = %s %q, want the derived id and the key", task.ID, task.Source)
+			}
+			errFile := e.get(lambdafn.ErrorFileKey(tc.key))
+			if errFile != task.Error+"\n" {
+				t.Errorf("error file = %q, want the task's error %q", errFile, task.Error)
+			}
+			if msgs := e.drain(); len(msgs) != 0 {
+				t.Errorf("a rejected input enqueued %d messages", len(msgs))
+			}
+			if got := e.blobs.opens(tc.key) > 0; got != tc.wantDownload {
+				t.Errorf("downloaded = %v, want %v", got, tc.wantDownload)
+			}
+			// The metrics line of the first delivery counts the rejection.
+			var rejected float64
+			for _, l := range e.logs.lines(t) {
+				if v, ok := l[metrics.TasksRejected].(float64); ok {
+					rejected += v
+				}
+			}
+			if rejected != 1 {
+				t.Errorf("TasksRejected = %v, want 1", rejected)
+			}
+		})
+	}
+}
+
+func TestErrorFileKey(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ key, want string }{
+		{"incoming/a.xlsx", "results/a.xlsx.error.txt"},
+		{"incoming/abc/商品 list.csv", "results/abc/商品 list.csv.error.txt"},
+	}
+	for _, tc := range tests {
+		if got := lambdafn.ErrorFileKey(tc.key); got != tc.want {
+			t.Errorf("ErrorFileKey(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+}
+
+func TestSplitterIgnores(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		edit   func(ev *events.S3Event)
+		stored bool
+	}{
+		{"outside the drop folder", func(ev *events.S3Event) { ev.Records[0].S3.Object.Key = "results/a.csv" }, true},
+		{"folder marker", func(ev *events.S3Event) { ev.Records[0].S3.Object.Key = "incoming/team/" }, false},
+		{"removal event", func(ev *events.S3Event) { ev.Records[0].EventName = "ObjectRemoved:Delete" }, true},
+		{"undecodable key", func(ev *events.S3Event) { ev.Records[0].S3.Object.Key = "incoming/%zz.csv" }, false},
+		{"object deleted before the event arrived", func(*events.S3Event) {}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			if tc.stored {
+				e.put("incoming/a.csv", csvBytes(header, rows(1)))
+				e.put("results/a.csv", csvBytes(header, rows(1)))
+			}
+			ev := s3Event(t, "incoming/a.csv", "etag-1")
+			tc.edit(&ev)
+			if err := e.splitter(sheet.Limits{}).Handle(t.Context(), ev); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			if n := len(e.tasks()); n != 0 {
+				t.Errorf("got %d tasks, want none", n)
+			}
+		})
+	}
+}
+
+func TestSplitterTransientErrorsRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.put("incoming/a.csv", csvBytes(header, rows(1)))
+	e.blobs.sizeErr = errors.New("connection reset by peer")
+	err := e.splitter(sheet.Limits{}).Handle(t.Context(), s3Event(t, "incoming/a.csv", "etag-1"))
+	if err == nil || !strings.Contains(err.Error(), "connection reset by peer") {
+		t.Fatalf("Handle = %v, want the transient error so Lambda retries", err)
+	}
+	if n := len(e.tasks()); n != 0 {
+		t.Errorf("got %d tasks after a transient failure, want none", n)
+	}
+}
+
+func TestSplitterBadUploadRecordRetries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const id = "0123456789abcdef0123456789abcdef"
+	e.put(api.UploadRecordKey(id), []byte("{not json"))
+	key := api.IncomingKey(id, "a.csv")
+	e.put(key, csvBytes(header, rows(1)))
+	if err := e.splitter(sheet.Limits{}).Handle(t.Context(), s3Event(t, key, "etag-1")); err == nil {
+		t.Fatal("Handle succeeded with an unreadable upload record")
+	}
+	if n := len(e.tasks()); n != 0 {
+		t.Errorf("got %d tasks, want none", n)
+	}
+}

@@ -1,0 +1,433 @@
+package dynamostore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// PutBatches puts each batch that does not exist yet, PENDING with Attempt
+// 0, with one conditional PutItem per batch (BatchWriteItem cannot be
+// conditional), Options.WriteConcurrency at a time. Batches whose task does
+// not exist fail with ErrNotFound.
+func (s *Store) PutBatches(ctx context.Context, batches []store.Batch) error {
+	if len(batches) == 0 {
+		return nil
+	}
+	what := fmt.Sprintf("put %d batches of %s", len(batches), batches[0].TaskID)
+	ids := make([]string, 0, 1)
+	items := make([]map[string]types.AttributeValue, len(batches))
+	for i, b := range batches {
+		if err := checkTaskID(b.TaskID); err != nil {
+			return fmt.Errorf("%s: batch %d: %w", what, b.No, err)
+		}
+		if err := checkBatchNo(b.No); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if b.RowCount < 0 || checkRowNo(b.FirstRow) != nil {
+			return fmt.Errorf("%s: batch %d: invalid rows %d+%d", what, b.No, b.FirstRow, b.RowCount)
+		}
+		av, err := marshal(batchToItem(b))
+		if err != nil {
+			return fmt.Errorf("%s: batch %d: %w", what, b.No, err)
+		}
+		items[i] = av
+		if len(ids) == 0 || ids[len(ids)-1] != b.TaskID {
+			ids = append(ids, b.TaskID)
+		}
+	}
+	if err := s.requireTasks(ctx, ids); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	err := forEach(ctx, len(items), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+		if _, err := s.putIfAbsent(ctx, items[i]); err != nil {
+			return fmt.Errorf("batch %d: %w", batches[i].No, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// putIfAbsent puts item unless an item has its key, and reports whether it
+// did.
+func (s *Store) putIfAbsent(ctx context.Context, item map[string]types.AttributeValue) (bool, error) {
+	e := newExpr()
+	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                aws.String(s.table),
+		Item:                     item,
+		ConditionExpression:      aws.String("attribute_not_exists(" + e.n(attrPK) + ")"),
+		ExpressionAttributeNames: e.attrNames(),
+	}, retryConflicts)
+	if _, ok := conditionFailed(err); ok {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// GetBatch reads a batch, strongly consistent, or returns ErrNotFound.
+func (s *Store) GetBatch(ctx context.Context, taskID string, no int) (store.Batch, error) {
+	if err := checkBatchNo(no); err != nil {
+		return store.Batch{}, fmt.Errorf("get batch %s/%d: %w", taskID, no, store.ErrNotFound)
+	}
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.table),
+		Key:            key(taskPK(taskID), batchSK(no)),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("get batch %s/%d: %w", taskID, no, err)
+	}
+	if len(out.Item) == 0 {
+		return store.Batch{}, fmt.Errorf("get batch %s/%d: %w", taskID, no, store.ErrNotFound)
+	}
+	b, err := batchFromAV(out.Item)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("get batch %s/%d: %w", taskID, no, err)
+	}
+	return b, nil
+}
+
+// ListBatches queries the task's partition for its batches, in batch order,
+// strongly consistent, keeping those in p.States.
+func (s *Store) ListBatches(ctx context.Context, p store.ListBatchesParams) ([]store.Batch, error) {
+	e := newExpr()
+	in := &dynamodb.QueryInput{
+		TableName: aws.String(s.table),
+		KeyConditionExpression: aws.String(fmt.Sprintf("%s = %s AND begins_with(%s, %s)",
+			e.n(attrPK), e.s(taskPK(p.TaskID)), e.n(attrSK), e.s(batchPrefix))),
+		ConsistentRead: aws.Bool(true),
+	}
+	if len(p.States) > 0 {
+		states := make([]string, len(p.States))
+		for i, st := range p.States {
+			states[i] = string(st)
+		}
+		in.FilterExpression = aws.String(e.in(attrState, states))
+	}
+	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
+	var out []store.Batch
+	for {
+		page, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("list batches of %s: %w", p.TaskID, err)
+		}
+		for _, item := range page.Items {
+			b, err := batchFromAV(item)
+			if err != nil {
+				return nil, fmt.Errorf("list batches of %s: %w", p.TaskID, err)
+			}
+			out = append(out, b)
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return out, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+// openBatch is a batch read from the open-batches index with its sort key,
+// for merging the shards.
+type openBatch struct {
+	sk string
+	b  store.Batch
+}
+
+// ListOpenBatches queries every shard of the sparse open-batches index for
+// batches changed before p.UpdatedBefore, in parallel, and merges them
+// oldest change first. Only batches that are not DONE are in the index, so
+// the cost follows the open work, not the table. The index is eventually
+// consistent: the sweeper may see a batch's previous change.
+func (s *Store) ListOpenBatches(ctx context.Context, p store.ListOpenBatchesParams) ([]store.Batch, error) {
+	var (
+		wg     sync.WaitGroup
+		shards [openShards][]openBatch
+		errs   [openShards]error
+	)
+	for i := range openShards {
+		wg.Go(func() {
+			shards[i], errs[i] = s.queryOpenShard(ctx, fmt.Sprintf("OPEN#%d", i), p)
+		})
+	}
+	wg.Wait()
+	var all []openBatch
+	for i := range openShards {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("list open batches: shard %d: %w", i, errs[i])
+		}
+		all = append(all, shards[i]...)
+	}
+	slices.SortFunc(all, func(a, b openBatch) int { return cmp.Compare(a.sk, b.sk) })
+	if p.Limit > 0 && len(all) > p.Limit {
+		all = all[:p.Limit]
+	}
+	out := make([]store.Batch, len(all))
+	for i, ob := range all {
+		out[i] = ob.b
+	}
+	return out, nil
+}
+
+// queryOpenShard returns the batches of one open-batches shard changed
+// before p.UpdatedBefore, oldest first, at most p.Limit (0: all).
+func (s *Store) queryOpenShard(ctx context.Context, shard string, p store.ListOpenBatchesParams) ([]openBatch, error) {
+	e := newExpr()
+	in := &dynamodb.QueryInput{
+		TableName: aws.String(s.table),
+		IndexName: aws.String(indexOpen),
+		KeyConditionExpression: aws.String(fmt.Sprintf("%s = %s AND %s < %s",
+			e.n(attrOpenPK), e.s(shard), e.n(attrOpenSK), e.s(openBefore(p.UpdatedBefore)))),
+		ScanIndexForward: aws.Bool(true),
+	}
+	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
+	var out []openBatch
+	for {
+		if p.Limit > 0 {
+			in.Limit = aws.Int32(int32(min(p.Limit-len(out), 1000)))
+		}
+		page, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range page.Items {
+			b, err := batchFromAV(item)
+			if err != nil {
+				return nil, err
+			}
+			sk, _ := item[attrOpenSK].(*types.AttributeValueMemberS)
+			if sk == nil || b.State == store.BatchDone {
+				continue // a DONE batch never keeps open_sk; skip one if a write raced the index
+			}
+			out = append(out, openBatch{sk: sk.Value, b: b})
+		}
+		if len(page.LastEvaluatedKey) == 0 || (p.Limit > 0 && len(out) >= p.Limit) {
+			return out, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+// ClaimBatch is one conditional UpdateItem: PENDING, or RUNNING with a
+// lease that ended before p.Now, becomes RUNNING with the new lease and
+// owner and Attempt+1, and the batch moves in the open index.
+func (s *Store) ClaimBatch(ctx context.Context, p store.ClaimBatchParams) (store.Batch, error) {
+	what := fmt.Sprintf("claim batch %s/%d for %s", p.TaskID, p.BatchNo, p.Owner)
+	if err := checkBatchNo(p.BatchNo); err != nil {
+		return store.Batch{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	e := newExpr()
+	cond := fmt.Sprintf("attribute_exists(%[1]s) AND (%[2]s = %[3]s OR (%[2]s = %[4]s AND (attribute_not_exists(%[5]s) OR %[5]s < %[6]s)))",
+		e.n(attrPK), e.n(attrState), e.s(string(store.BatchPending)), e.s(string(store.BatchRunning)),
+		e.n(attrLease), e.s(encodeTime(p.Now)))
+	u := &update{e: e}
+	u.setS(attrState, string(store.BatchRunning))
+	u.setOrRemove(attrOwner, p.Owner)
+	u.setOrRemove(attrLease, encodeTime(p.LeaseUntil))
+	u.addI(attrAttempt, 1)
+	s.touchOpen(u, p.TaskID, p.BatchNo, p.Now)
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 key(taskPK(p.TaskID), batchSK(p.BatchNo)),
+		ConditionExpression:                 aws.String(cond),
+		UpdateExpression:                    aws.String(u.String()),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, retryConflicts)
+	if old, ok := conditionFailed(err); ok {
+		return store.Batch{}, fmt.Errorf("%s: %s: %w", what, describeBatch(old), notFoundOrConflict(old))
+	}
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("%s: %w", what, err)
+	}
+	b, err := batchFromAV(out.Attributes)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return b, nil
+}
+
+// touchOpen sets updated_at and the batch's position in the open index,
+// for every write that leaves a batch open.
+func (s *Store) touchOpen(u *update, taskID string, no int, now time.Time) {
+	u.setS(attrUpdatedAt, encodeTime(now))
+	u.setS(attrOpenPK, openShard(taskID, no))
+	u.setS(attrOpenSK, openSK(now, taskID, no))
+}
+
+// describeBatch says what state a batch was in when a condition failed, for
+// error messages.
+func describeBatch(old map[string]types.AttributeValue) string {
+	if len(old) == 0 {
+		return "no such batch"
+	}
+	b, err := batchFromAV(old)
+	if err != nil {
+		return "batch unreadable: " + err.Error()
+	}
+	return fmt.Sprintf("batch is %s (attempt %d by %q, lease until %s)",
+		b.State, b.Attempt, b.Owner, b.LeaseUntil.Format("15:04:05.000"))
+}
+
+// RenewLease is one conditional UpdateItem fenced on RUNNING and p.Attempt.
+func (s *Store) RenewLease(ctx context.Context, p store.RenewLeaseParams) error {
+	what := fmt.Sprintf("renew lease of batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
+	u := &update{e: newExpr()}
+	u.setOrRemove(attrLease, encodeTime(p.LeaseUntil))
+	s.touchOpen(u, p.TaskID, p.BatchNo, p.Now)
+	return s.fencedBatchUpdate(ctx, what, p.TaskID, p.BatchNo, p.Attempt, u)
+}
+
+// ReleaseBatch is one conditional UpdateItem fenced on RUNNING and
+// p.Attempt: the batch becomes PENDING without a lease. The owner stays, for
+// operators; a non-empty p.LastError replaces the recorded one.
+func (s *Store) ReleaseBatch(ctx context.Context, p store.ReleaseBatchParams) error {
+	what := fmt.Sprintf("release batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
+	u := &update{e: newExpr()}
+	u.setS(attrState, string(store.BatchPending))
+	u.del(attrLease)
+	if p.LastError != "" {
+		u.setS(attrLastError, p.LastError)
+	}
+	s.touchOpen(u, p.TaskID, p.BatchNo, p.Now)
+	return s.fencedBatchUpdate(ctx, what, p.TaskID, p.BatchNo, p.Attempt, u)
+}
+
+// TouchBatch is one conditional UpdateItem fenced on PENDING and
+// p.Attempt: the batch's change time (and so its place in the open index)
+// moves to p.Now, so the sweeper that re-enqueued it skips it next pass.
+func (s *Store) TouchBatch(ctx context.Context, p store.TouchBatchParams) error {
+	what := fmt.Sprintf("touch batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
+	u := &update{e: newExpr()}
+	s.touchOpen(u, p.TaskID, p.BatchNo, p.Now)
+	return s.conditionalBatchUpdate(ctx, what, p.TaskID, p.BatchNo, store.BatchPending, p.Attempt, u)
+}
+
+// fencedBatchUpdate applies u to a batch that is RUNNING under attempt, or
+// returns ErrConflict (the caller lost the batch, or never had it).
+func (s *Store) fencedBatchUpdate(ctx context.Context, what, taskID string, no, attempt int, u *update) error {
+	return s.conditionalBatchUpdate(ctx, what, taskID, no, store.BatchRunning, attempt, u)
+}
+
+// conditionalBatchUpdate applies u to a batch that is in state under
+// attempt, or returns ErrConflict.
+func (s *Store) conditionalBatchUpdate(ctx context.Context, what, taskID string, no int, state store.BatchState, attempt int, u *update) error {
+	if err := checkBatchNo(no); err != nil {
+		return fmt.Errorf("%s: %w: %w", what, err, store.ErrConflict)
+	}
+	cond := stateCondition(u.e, state, attempt)
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 key(taskPK(taskID), batchSK(no)),
+		ConditionExpression:                 aws.String(cond),
+		UpdateExpression:                    aws.String(u.String()),
+		ExpressionAttributeNames:            u.e.attrNames(),
+		ExpressionAttributeValues:           u.e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, retryConflicts)
+	if old, ok := conditionFailed(err); ok {
+		return fmt.Errorf("%s: %s, not %s under this attempt: %w", what, describeBatch(old), state, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// stateCondition holds when the batch is in state under attempt; a missing
+// batch fails it.
+func stateCondition(e *expr, state store.BatchState, attempt int) string {
+	return fmt.Sprintf("%s = %s AND %s = %s",
+		e.n(attrState), e.s(string(state)), e.n(attrAttempt), e.i(int64(attempt)))
+}
+
+// heldCondition is the fence of a claim's owner: the batch is RUNNING under
+// attempt.
+func heldCondition(e *expr, attempt int) string {
+	return stateCondition(e, store.BatchRunning, attempt)
+}
+
+// FinishBatch is one TransactWriteItems: the batch, fenced on RUNNING and
+// p.Attempt, becomes DONE and leaves the open index, and the task's counters
+// grow by the batch and its rows (ADD, so concurrent finishes of one task
+// add up). A transaction returns no values, so the task is then read back,
+// strongly consistent: it may include other batches finished meanwhile,
+// which is what the caller needs to see to start the export.
+func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (store.Task, error) {
+	what := fmt.Sprintf("finish batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
+	if p.Succeeded < 0 || p.Failed < 0 || p.Skipped < 0 {
+		return store.Task{}, fmt.Errorf("%s: negative row count", what)
+	}
+	if err := checkBatchNo(p.BatchNo); err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w: %w", what, err, store.ErrConflict)
+	}
+	be := newExpr()
+	bu := &update{e: be}
+	bu.setS(attrState, string(store.BatchDone))
+	bu.setS(attrUpdatedAt, encodeTime(p.Now))
+	bu.del(attrLease)
+	bu.del(attrOpenPK)
+	bu.del(attrOpenSK)
+	bcond := heldCondition(be, p.Attempt)
+
+	te := newExpr()
+	tu := &update{e: te}
+	tu.setS(attrUpdatedAt, encodeTime(p.Now))
+	tu.addI(attrBatchesDone, 1)
+	tu.addI(attrRowsSucceeded, int64(p.Succeeded))
+	tu.addI(attrRowsFailed, int64(p.Failed))
+	tu.addI(attrRowsSkipped, int64(p.Skipped))
+	tcond := "attribute_exists(" + te.n(attrPK) + ")"
+
+	err := s.transact(ctx, []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName:                           aws.String(s.table),
+			Key:                                 key(taskPK(p.TaskID), batchSK(p.BatchNo)),
+			ConditionExpression:                 aws.String(bcond),
+			UpdateExpression:                    aws.String(bu.String()),
+			ExpressionAttributeNames:            be.attrNames(),
+			ExpressionAttributeValues:           be.attrValues(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}},
+		{Update: &types.Update{
+			TableName:                 aws.String(s.table),
+			Key:                       key(taskPK(p.TaskID), taskSK),
+			ConditionExpression:       aws.String(tcond),
+			UpdateExpression:          aws.String(tu.String()),
+			ExpressionAttributeNames:  te.attrNames(),
+			ExpressionAttributeValues: te.attrValues(),
+		}},
+	})
+	if reasons, ok := cancelReasons(err); ok {
+		switch {
+		case reasonCode(reasons, 0) == reasonCondition:
+			return store.Task{}, fmt.Errorf("%s: %s, not RUNNING under this attempt: %w",
+				what, describeBatch(reasons[0].Item), store.ErrConflict)
+		case reasonCode(reasons, 1) == reasonCondition:
+			return store.Task{}, fmt.Errorf("%s: task: %w", what, store.ErrNotFound)
+		}
+	}
+	if err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", what, err)
+	}
+	t, err := s.GetTask(ctx, p.TaskID)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("%s: read task back: %w", what, err)
+	}
+	return t, nil
+}

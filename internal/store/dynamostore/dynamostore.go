@@ -1,0 +1,293 @@
+// Package dynamostore implements store.Store and store.Cache on one DynamoDB
+// table, for the AWS runtime. The table (keys, indexes, TTL) is declared in
+// template.yaml; keys.go describes the item layout.
+//
+// # Conditional writes
+//
+// Every state change that two workers could race on is one conditional
+// write: ClaimBatch, RenewLease, ReleaseBatch and TransitionTask are one
+// UpdateItem each; SaveRowResult (fenced on the batch) and FinishBatch (batch
+// DONE plus task counters) are one TransactWriteItems each. A failed
+// condition changes nothing and comes back as store.ErrConflict, or
+// store.ErrNotFound when the item is missing (told apart from the item the
+// failed write returns with ReturnValuesOnConditionCheckFailure, not by a
+// second read).
+//
+// # Retries
+//
+// The SDK's standard retryer stays on: throttling (ProvisionedThroughput
+// Exceeded, ThrottlingException, RequestLimitExceeded), 5xx and connection
+// errors are retried with backoff, up to the client's RetryMaxAttempts
+// (DynamoDB's default: 4 attempts). On top of it this package retries
+// TransactionConflictException (a single-item write that met an ongoing
+// transaction) and transactions cancelled only by TransactionConflict or
+// throttling: both were rejected without effect, so retrying is safe.
+// TransactWriteItems carries an idempotency token that the SDK keeps across
+// its own retries, so a transaction that committed before a lost response is
+// not applied twice. A plain conditional UpdateItem has no such token: if the
+// SDK retries one that had in fact committed, the retry fails its condition
+// and the caller sees ErrConflict, which the pipeline treats as a lost batch
+// (the lease then expires and the batch is redone, keeping saved rows).
+//
+// # Consistency
+//
+// Reads of the table (GetTask, GetBatch, ListBatches, ListRows, the read
+// after FinishBatch) are strongly consistent. ListTasks and ListOpenBatches
+// read global secondary indexes, which are eventually consistent (typically
+// well under a second behind): a task created a moment ago may be missing
+// from ListTasks, and the sweeper may see a batch's previous state; both
+// callers tolerate that.
+//
+// # Large rows
+//
+// A row item holds the input cells. A row whose item would exceed
+// Options.OverflowAbove keeps its cells in Options.Overflow (S3) under
+// overflow/<task>/<row>.json and only a pointer in the item; ListRows
+// resolves it. Without Overflow, PutRows refuses rows over DynamoDB's 400 KB
+// item limit with an error naming the row and its size.
+//
+// # Expiry
+//
+// The table's TTL attribute is expires_at (epoch seconds). TransitionTask to
+// a final state sets it on the task item (FinishedAt + Options.ResultTTL),
+// and cache entries get CreatedAt + Options.CacheTTL. Batches and rows of a
+// finished task are not stamped here: stamping them costs one write per
+// item (200,000 for a large sheet) at the moment the task finishes. The plan
+// is for the sweeper, which already visits finished tasks, to stamp their
+// batches and rows in the background with the task's expires_at, or to
+// delete them outright once the task item has expired.
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/batchgen/batchgen/internal/blob"
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+var (
+	_ store.Store = (*Store)(nil)
+	_ store.Cache = (*Store)(nil)
+)
+
+// Defaults of Options.
+const (
+	// DefaultOverflowAbove leaves about 100 KB of a 400 KB item for the
+	// row's result (output and error), which SaveRowResult adds later.
+	DefaultOverflowAbove = 300 << 10
+	// DefaultWriteConcurrency is how many PutItem calls PutRows and
+	// PutBatches keep in flight. At ~5 ms per call on AWS that writes a
+	// 200,000-row sheet in about a minute.
+	DefaultWriteConcurrency = 16
+	// DefaultResultTTL keeps a finished task as long as template.yaml
+	// keeps its result file (ResultRetentionDays).
+	DefaultResultTTL = 30 * 24 * time.Hour
+	// DefaultCacheTTL is how long a cached model output is kept.
+	DefaultCacheTTL = 30 * 24 * time.Hour
+)
+
+// Options tunes a Store. The zero value is ready to use.
+type Options struct {
+	// Overflow, when set, holds the cells of rows too large for one item
+	// (see OverflowAbove). Without it such rows are refused.
+	Overflow blob.Store
+	// OverflowAbove is the estimated item size in bytes above which a row's
+	// cells go to Overflow. Defaults to DefaultOverflowAbove; at most
+	// DynamoDB's 400 KB limit.
+	OverflowAbove int
+	// WriteConcurrency bounds the conditional PutItem calls in flight in one
+	// PutRows or PutBatches call. Defaults to DefaultWriteConcurrency.
+	WriteConcurrency int
+	// ResultTTL is how long after reaching a final state a task item
+	// expires. Defaults to DefaultResultTTL; negative: never.
+	ResultTTL time.Duration
+	// CacheTTL is how long a cache entry lives. Defaults to
+	// DefaultCacheTTL; negative: forever.
+	CacheTTL time.Duration
+	// Clock stamps cache entries and paces transaction retries. Defaults
+	// to the wall clock.
+	Clock clock.Clock
+}
+
+// Store is a store.Store and store.Cache on one DynamoDB table. Its methods
+// are safe for concurrent use.
+type Store struct {
+	db    *dynamodb.Client
+	table string
+	opts  Options
+}
+
+// New returns a Store on table. The client's retryer handles throttling;
+// see the package comment.
+func New(client *dynamodb.Client, table string, opts Options) *Store {
+	if opts.OverflowAbove <= 0 || opts.OverflowAbove > maxItemSize {
+		opts.OverflowAbove = DefaultOverflowAbove
+	}
+	if opts.WriteConcurrency <= 0 {
+		opts.WriteConcurrency = DefaultWriteConcurrency
+	}
+	if opts.ResultTTL == 0 {
+		opts.ResultTTL = DefaultResultTTL
+	}
+	if opts.CacheTTL == 0 {
+		opts.CacheTTL = DefaultCacheTTL
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	return &Store{db: client, table: table, opts: opts}
+}
+
+// Table returns the table name, for messages and tests.
+func (s *Store) Table() string { return s.table }
+
+// retryConflicts adds TransactionConflictException to the retryable errors
+// of one call: a single-item write that met an ongoing transaction was
+// rejected without effect.
+func retryConflicts(o *dynamodb.Options) {
+	o.Retryer = retry.AddWithErrorCodes(o.Retryer, (&types.TransactionConflictException{}).ErrorCode())
+}
+
+// maxTxAttempts bounds the attempts of a transaction cancelled by
+// contention.
+const maxTxAttempts = 8
+
+// transact runs a TransactWriteItems, retrying cancellations caused only by
+// contention (TransactionConflict) or throttling, with jittered backoff.
+func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
+	for attempt := 1; ; attempt++ {
+		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, retryConflicts)
+		if err == nil || attempt == maxTxAttempts || !contentionOnly(err) {
+			return err
+		}
+		// Full jitter over 10 ms, 20 ms, ... capped at 500 ms.
+		wait := time.Duration(rand.Int64N(int64(min(10*time.Millisecond<<attempt, 500*time.Millisecond))))
+		select {
+		case <-s.opts.Clock.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("%w (retry stopped: %w)", err, ctx.Err())
+		}
+	}
+}
+
+// Cancellation reason codes of TransactionCanceledException.
+const (
+	reasonNone        = "None"
+	reasonCondition   = "ConditionalCheckFailed"
+	reasonConflict    = "TransactionConflict"
+	reasonThrottled   = "ThrottlingError"
+	reasonProvisioned = "ProvisionedThroughputExceeded"
+)
+
+// cancelReasons returns the reasons of a cancelled transaction.
+func cancelReasons(err error) ([]types.CancellationReason, bool) {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return nil, false
+	}
+	return tce.CancellationReasons, true
+}
+
+// reasonCode returns the code of reasons[i], or "" when there is none.
+func reasonCode(reasons []types.CancellationReason, i int) string {
+	if i >= len(reasons) || reasons[i].Code == nil {
+		return ""
+	}
+	return *reasons[i].Code
+}
+
+// contentionOnly reports whether err is a transaction cancelled only by
+// contention or throttling, so that trying again may succeed.
+func contentionOnly(err error) bool {
+	reasons, ok := cancelReasons(err)
+	if !ok {
+		return false
+	}
+	retry := false
+	for i := range reasons {
+		switch reasonCode(reasons, i) {
+		case reasonNone, "":
+		case reasonConflict, reasonThrottled, reasonProvisioned:
+			retry = true
+		default:
+			return false
+		}
+	}
+	return retry
+}
+
+// conditionFailed reports whether err is a failed condition of a single-item
+// write, and returns the item as it was (nil when it did not exist), which
+// the write asked for with ReturnValuesOnConditionCheckFailure ALL_OLD.
+func conditionFailed(err error) (old map[string]types.AttributeValue, ok bool) {
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return nil, false
+	}
+	return ccf.Item, true
+}
+
+// notFoundOrConflict returns ErrNotFound when old is nil (the item did not
+// exist) and ErrConflict otherwise.
+func notFoundOrConflict(old map[string]types.AttributeValue) error {
+	if len(old) == 0 {
+		return store.ErrNotFound
+	}
+	return store.ErrConflict
+}
+
+// forEach runs fn on every index of n items with at most limit calls in
+// flight, and returns the first error; after an error no new calls start.
+func forEach(ctx context.Context, n, limit int, fn func(ctx context.Context, i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+		next  = make(chan int)
+	)
+	for range min(limit, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() {
+						first = err
+						cancel(err)
+					})
+				}
+			}
+		})
+	}
+	fed := 0
+feed:
+	for ; fed < n; fed++ {
+		select {
+		case next <- fed:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	switch {
+	case first != nil:
+		return first
+	case fed < n:
+		return context.Cause(ctx)
+	}
+	return nil
+}

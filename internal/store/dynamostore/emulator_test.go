@@ -1,0 +1,326 @@
+//go:build emulator
+
+package dynamostore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/batchgen/batchgen/internal/awsemu"
+	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/dynamostore"
+	"github.com/batchgen/batchgen/internal/store/storetest"
+)
+
+// templatePath is the deployment template the tables are provisioned from.
+const templatePath = "../../../template.yaml"
+
+// provision creates the template's resources on the emulator under a
+// unique prefix and deletes them when the test ends.
+func provision(t *testing.T) (aws.Config, *awsemu.Resources) {
+	t.Helper()
+	cfg, err := awsemu.Config(t.Context())
+	if err != nil {
+		t.Fatalf("emulator: %v", err)
+	}
+	res, err := awsemu.Provision(t.Context(), cfg, templatePath, awsemu.UniquePrefix("ddb"))
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := res.Cleanup(context.Background()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return cfg, res
+}
+
+// newStore returns a store on a freshly provisioned table.
+func newStore(t *testing.T, opts dynamostore.Options) (*dynamostore.Store, *dynamodb.Client, *awsemu.Resources) {
+	t.Helper()
+	cfg, res := provision(t)
+	db := dynamodb.NewFromConfig(cfg)
+	return dynamostore.New(db, res.TableName, opts), db, res
+}
+
+// overflowStore returns an S3 blob store in the provisioned bucket.
+func overflowStore(t *testing.T, res *awsemu.Resources) *s3blob.Store {
+	t.Helper()
+	cfg, err := awsemu.Config(t.Context())
+	if err != nil {
+		t.Fatalf("emulator: %v", err)
+	}
+	client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })
+	return s3blob.New(client, res.BucketName, s3blob.Options{})
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, _, _ := newStore(t, dynamostore.Options{})
+		return s
+	})
+}
+
+func TestCacheConformance(t *testing.T) {
+	storetest.RunCache(t, func(t *testing.T) store.Cache {
+		s, _, _ := newStore(t, dynamostore.Options{})
+		return s
+	})
+}
+
+var base = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// createTask creates a running task with the given header.
+func createTask(t *testing.T, s store.Store, id string, header []string) store.Task {
+	t.Helper()
+	task := store.Task{ID: id, State: store.TaskRunning, Header: header, Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 100}, CreatedAt: base, UpdatedAt: base}
+	if err := s.CreateTask(t.Context(), task); err != nil {
+		t.Fatalf("create task: %v", err)
+	}
+	return task
+}
+
+// bigRow returns a row of 20 columns of 30,000 characters each: about
+// 600 KB, over DynamoDB's 400 KB item limit.
+func bigRow(taskID string, no int) store.Row {
+	values := make([]string, 20)
+	for i := range values {
+		values[i] = strings.Repeat(string(rune('a'+i)), 30_000)
+	}
+	return store.Row{TaskID: taskID, No: no, SheetRow: no + 1, Values: values}
+}
+
+func TestOverflowRow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, _, res := newStore(t, dynamostore.Options{})
+	cfg, err := awsemu.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs := overflowStore(t, res)
+	s := dynamostore.New(dynamodb.NewFromConfig(cfg), res.TableName, dynamostore.Options{Overflow: blobs})
+	task := createTask(t, s, "overflow", []string{"c"})
+	rows := []store.Row{
+		{TaskID: task.ID, No: 1, SheetRow: 2, Values: []string{"small"}},
+		bigRow(task.ID, 2),
+		{TaskID: task.ID, No: 3, SheetRow: 4, Values: []string{"small too"}},
+	}
+	if err := s.PutRows(ctx, rows); err != nil {
+		t.Fatalf("put rows: %v", err)
+	}
+	// The cells are in S3 under the documented key.
+	rc, err := blobs.Open(ctx, "overflow/overflow/2.json")
+	if err != nil {
+		t.Fatalf("open overflow blob: %v", err)
+	}
+	rc.Close()
+
+	// A result saved on the big row keeps its cells.
+	b := store.Batch{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 3, CreatedAt: base}
+	if err := s.PutBatches(ctx, []store.Batch{b}); err != nil {
+		t.Fatalf("put batches: %v", err)
+	}
+	claimed, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 1, Owner: "w", Now: base, LeaseUntil: base.Add(time.Minute)})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	result := store.RowResult{State: store.RowSucceeded, Output: "copy", Attempts: 1}
+	if err := s.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: task.ID, BatchNo: 1, Attempt: claimed.Attempt, RowNo: 2, Result: result, Now: base}); err != nil {
+		t.Fatalf("save result: %v", err)
+	}
+	// Putting the rows again (a resumed split) changes nothing.
+	again := bigRow(task.ID, 2)
+	again.Values[0] = "changed"
+	if err := s.PutRows(ctx, []store.Row{again}); err != nil {
+		t.Fatalf("put rows again: %v", err)
+	}
+
+	got, err := s.ListRows(ctx, store.ListRowsParams{TaskID: task.ID})
+	if err != nil {
+		t.Fatalf("list rows: %v", err)
+	}
+	want := append([]store.Row(nil), rows...)
+	for i := range want {
+		want[i].State = store.RowPending
+	}
+	want[1].RowResult = result
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("rows (-want +got):\n%s", d)
+	}
+}
+
+func TestOverflowRowWithoutOverflowStore(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t, dynamostore.Options{})
+	task := createTask(t, s, "no-overflow", []string{"c"})
+	err := s.PutRows(t.Context(), []store.Row{bigRow(task.ID, 7)})
+	if !errors.Is(err, dynamostore.ErrItemTooLarge) {
+		t.Fatalf("put big row: error = %v, want %v", err, dynamostore.ErrItemTooLarge)
+	}
+	for _, want := range []string{"row 7", "sheet row 8", "bytes"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	rows, err := s.ListRows(t.Context(), store.ListRowsParams{TaskID: task.ID})
+	if err != nil || len(rows) != 0 {
+		t.Errorf("after the refused put: rows %v, error %v; want none", rows, err)
+	}
+}
+
+// TestItemLayout checks the items against the table's design: the sparse
+// open-batches index holds exactly the open batches, tasks carry the
+// tasks-by-time keys and a TTL once final.
+func TestItemLayout(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, db, res := newStore(t, dynamostore.Options{})
+	task := createTask(t, s, "layout", []string{"c"})
+	if err := s.PutRows(ctx, []store.Row{{TaskID: task.ID, No: 1, SheetRow: 2, Values: []string{"x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutBatches(ctx, []store.Batch{
+		{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 1, CreatedAt: base},
+		{TaskID: task.ID, No: 2, FirstRow: 2, RowCount: 0, CreatedAt: base},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 1, Owner: "w", Now: base, LeaseUntil: base.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Now: base}); err != nil {
+		t.Fatal(err)
+	}
+	finished := base.Add(time.Hour)
+	if _, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskSucceeded, Now: finished}); err != nil {
+		t.Fatal(err)
+	}
+
+	get := func(sk string) map[string]types.AttributeValue {
+		t.Helper()
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: aws.String(res.TableName),
+			Key: map[string]types.AttributeValue{
+				"PK": &types.AttributeValueMemberS{Value: "TASK#" + task.ID},
+				"SK": &types.AttributeValueMemberS{Value: sk},
+			},
+			ConsistentRead: aws.Bool(true),
+		})
+		if err != nil || len(out.Item) == 0 {
+			t.Fatalf("get item %s: %v (%d attributes)", sk, err, len(out.Item))
+		}
+		return out.Item
+	}
+	str := func(item map[string]types.AttributeValue, name string) string {
+		if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+			return v.Value
+		}
+		if v, ok := item[name].(*types.AttributeValueMemberN); ok {
+			return "N:" + v.Value
+		}
+		return "<absent>"
+	}
+	taskItem := get("TASK")
+	row := get("ROW#000000001")
+	done := get("BATCH#00000001")
+	open := get("BATCH#00000002")
+	got := map[string]string{
+		"task list_pk":     str(taskItem, "list_pk"),
+		"task created_at":  str(taskItem, "created_at"),
+		"task expires_at":  str(taskItem, "expires_at"),
+		"row state":        str(row, "state"),
+		"done open_pk":     str(done, "open_pk"),
+		"done open_sk":     str(done, "open_sk"),
+		"open open_pk":     strings.TrimRight(str(open, "open_pk"), "0123"),
+		"open open_sk":     str(open, "open_sk"),
+		"open lease_until": str(open, "lease_until"),
+	}
+	want := map[string]string{
+		"task list_pk":     "TASKS",
+		"task created_at":  "2025-03-01T12:00:00.000000000Z",
+		"task expires_at":  fmt.Sprintf("N:%d", finished.Add(dynamostore.DefaultResultTTL).Unix()),
+		"row state":        "PENDING",
+		"done open_pk":     "<absent>",
+		"done open_sk":     "<absent>",
+		"open open_pk":     "OPEN#",
+		"open open_sk":     "2025-03-01T12:00:00.000000000Z#" + task.ID + "#00000002",
+		"open lease_until": "<absent>",
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("item attributes (-want +got):\n%s", d)
+	}
+}
+
+// TestListOpenBatchesAcrossShards spreads batches with distinct change
+// times over the index shards and checks that a limited listing is the
+// oldest ones overall, in order: the per-shard queries are merged, not
+// concatenated.
+func TestListOpenBatchesAcrossShards(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, _, _ := newStore(t, dynamostore.Options{})
+	task := createTask(t, s, "shards", []string{"c"})
+	const n = 24
+	var batches []store.Batch
+	for no := 1; no <= n; no++ {
+		batches = append(batches, store.Batch{TaskID: task.ID, No: no, FirstRow: no, RowCount: 1, CreatedAt: base})
+	}
+	if err := s.PutBatches(ctx, batches); err != nil {
+		t.Fatal(err)
+	}
+	// Batch no is last changed at base + (n-no) seconds: the highest
+	// numbers are the oldest.
+	for no := 1; no <= n; no++ {
+		at := base.Add(time.Duration(n-no) * time.Second)
+		if err := s.TouchBatch(ctx, store.TouchBatchParams{TaskID: task.ID, BatchNo: no, Now: at}); err != nil {
+			t.Fatalf("touch %d: %v", no, err)
+		}
+	}
+	got, err := s.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: base.Add(time.Hour), Limit: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nos []int
+	for _, b := range got {
+		nos = append(nos, b.No)
+	}
+	if d := cmp.Diff([]int{24, 23, 22, 21, 20}, nos); d != "" {
+		t.Errorf("oldest open batches (-want +got):\n%s", d)
+	}
+	all, err := s.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: base.Add(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 10 {
+		t.Fatalf("%d batches changed in the first 10 s, want 10", len(all))
+	}
+	if all[0].No != 24 || all[9].No != 15 {
+		t.Errorf("batches changed in the first 10 s run from %d to %d, want 24 to 15", all[0].No, all[9].No)
+	}
+}
+
+func TestPutRowsUnknownTask(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newStore(t, dynamostore.Options{})
+	err := s.PutRows(t.Context(), []store.Row{{TaskID: "missing", No: 1, Values: []string{"x"}}})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("put rows of an unknown task: error = %v, want %v", err, store.ErrNotFound)
+	}
+	err = s.PutBatches(t.Context(), []store.Batch{{TaskID: "missing", No: 1, FirstRow: 1, RowCount: 1}})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("put batches of an unknown task: error = %v, want %v", err, store.ErrNotFound)
+	}
+}

@@ -1,0 +1,376 @@
+package dynamostore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// Attribute names used in expressions. The item structs below carry the same
+// names in their tags.
+const (
+	attrPK         = "PK"
+	attrSK         = "SK"
+	attrState      = "state"
+	attrAttempt    = "attempt"
+	attrLease      = "lease_until"
+	attrOwner      = "owner"
+	attrLastError  = "last_error"
+	attrUpdatedAt  = "updated_at"
+	attrFinishedAt = "finished_at"
+	attrOpenPK     = "open_pk"
+	attrOpenSK     = "open_sk"
+	attrFirstRow   = "first_row"
+	attrLastRow    = "last_row"
+	attrError      = "error"
+	attrResultKey  = "result_key"
+	attrExpiresAt  = "expires_at"
+	attrListPK     = "list_pk"
+	attrCreatedAt  = "created_at"
+	attrOutput     = "output"
+	attrErrorClass = "error_class"
+	attrAttempts   = "attempts"
+	attrLatencyMS  = "latency_ms"
+	attrCached     = "cached"
+	attrCells      = "cells"
+	attrCellsRef   = "cells_ref"
+
+	attrBatchesDone   = "batches_done"
+	attrRowsSucceeded = "rows_succeeded"
+	attrRowsFailed    = "rows_failed"
+	attrRowsSkipped   = "rows_skipped"
+)
+
+// taskItem is a task as stored. The spec is JSON (its optional float
+// pointers round-trip exactly, a zero top_p included); times are
+// timeLayout strings.
+type taskItem struct {
+	PK            string   `dynamodbav:"PK"`
+	SK            string   `dynamodbav:"SK"`
+	ID            string   `dynamodbav:"id"`
+	State         string   `dynamodbav:"state"`
+	Spec          string   `dynamodbav:"spec"`
+	Source        string   `dynamodbav:"source,omitempty"`
+	Sheet         string   `dynamodbav:"sheet,omitempty"`
+	Header        []string `dynamodbav:"header,omitempty"`
+	RowsTotal     int      `dynamodbav:"rows_total"`
+	BatchesTotal  int      `dynamodbav:"batches_total"`
+	BatchesDone   int      `dynamodbav:"batches_done"`
+	RowsSucceeded int      `dynamodbav:"rows_succeeded"`
+	RowsFailed    int      `dynamodbav:"rows_failed"`
+	RowsSkipped   int      `dynamodbav:"rows_skipped"`
+	ResultKey     string   `dynamodbav:"result_key,omitempty"`
+	Error         string   `dynamodbav:"error,omitempty"`
+	// CreatedAt is also the sort key of the tasks-by-time index, so it is
+	// always present.
+	CreatedAt  string `dynamodbav:"created_at"`
+	UpdatedAt  string `dynamodbav:"updated_at,omitempty"`
+	FinishedAt string `dynamodbav:"finished_at,omitempty"`
+	// ListPK puts the task in the tasks-by-time index.
+	ListPK string `dynamodbav:"list_pk"`
+	// ExpiresAt is the TTL (epoch seconds) of a task in a final state.
+	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
+}
+
+// batchItem is a batch as stored. LastRow (FirstRow+RowCount-1) lets
+// SaveRowResult's condition check that a row belongs to the batch without
+// arithmetic, which condition expressions lack.
+type batchItem struct {
+	PK         string `dynamodbav:"PK"`
+	SK         string `dynamodbav:"SK"`
+	TaskID     string `dynamodbav:"task_id"`
+	No         int    `dynamodbav:"no"`
+	FirstRow   int    `dynamodbav:"first_row"`
+	RowCount   int    `dynamodbav:"row_count"`
+	LastRow    int    `dynamodbav:"last_row"`
+	State      string `dynamodbav:"state"`
+	Attempt    int    `dynamodbav:"attempt"`
+	LeaseUntil string `dynamodbav:"lease_until,omitempty"`
+	Owner      string `dynamodbav:"owner,omitempty"`
+	LastError  string `dynamodbav:"last_error,omitempty"`
+	CreatedAt  string `dynamodbav:"created_at,omitempty"`
+	UpdatedAt  string `dynamodbav:"updated_at,omitempty"`
+	// OpenPK and OpenSK put a batch that is not DONE in the sparse
+	// open-batches index; FinishBatch removes them.
+	OpenPK string `dynamodbav:"open_pk,omitempty"`
+	OpenSK string `dynamodbav:"open_sk,omitempty"`
+}
+
+// rowItem is a row as stored. The task ID is the partition key's. Values
+// too large for the item live in the overflow blob store under CellsRef.
+type rowItem struct {
+	PK         string   `dynamodbav:"PK"`
+	SK         string   `dynamodbav:"SK"`
+	No         int      `dynamodbav:"no"`
+	SheetRow   int      `dynamodbav:"sheet_row"`
+	Cells      []string `dynamodbav:"cells,omitempty"`
+	CellsRef   string   `dynamodbav:"cells_ref,omitempty"`
+	State      string   `dynamodbav:"state"`
+	Output     string   `dynamodbav:"output,omitempty"`
+	Error      string   `dynamodbav:"error,omitempty"`
+	ErrorClass string   `dynamodbav:"error_class,omitempty"`
+	Attempts   int      `dynamodbav:"attempts,omitempty"`
+	LatencyMS  int64    `dynamodbav:"latency_ms,omitempty"`
+	Cached     bool     `dynamodbav:"cached,omitempty"`
+	UpdatedAt  string   `dynamodbav:"updated_at,omitempty"`
+}
+
+// cacheItem is one result cache entry.
+type cacheItem struct {
+	PK        string `dynamodbav:"PK"`
+	SK        string `dynamodbav:"SK"`
+	Output    string `dynamodbav:"output"`
+	CreatedAt string `dynamodbav:"created_at,omitempty"`
+	ExpiresAt int64  `dynamodbav:"expires_at,omitempty"`
+}
+
+// key returns the primary key attributes.
+func key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		attrPK: &types.AttributeValueMemberS{Value: pk},
+		attrSK: &types.AttributeValueMemberS{Value: sk},
+	}
+}
+
+// marshal encodes an item struct.
+func marshal(v any) (map[string]types.AttributeValue, error) {
+	av, err := attributevalue.MarshalMap(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode item: %w", err)
+	}
+	return av, nil
+}
+
+// taskToItem encodes a task for PutItem.
+func taskToItem(t store.Task) (taskItem, error) {
+	spec, err := json.Marshal(t.Spec)
+	if err != nil {
+		return taskItem{}, fmt.Errorf("encode spec: %w", err)
+	}
+	return taskItem{
+		PK:            taskPK(t.ID),
+		SK:            taskSK,
+		ID:            t.ID,
+		State:         string(t.State),
+		Spec:          string(spec),
+		Source:        t.Source,
+		Sheet:         t.Sheet,
+		Header:        t.Header,
+		RowsTotal:     t.RowsTotal,
+		BatchesTotal:  t.BatchesTotal,
+		BatchesDone:   t.BatchesDone,
+		RowsSucceeded: t.RowsSucceeded,
+		RowsFailed:    t.RowsFailed,
+		RowsSkipped:   t.RowsSkipped,
+		ResultKey:     t.ResultKey,
+		Error:         t.Error,
+		CreatedAt:     sortTime(t.CreatedAt),
+		UpdatedAt:     encodeTime(t.UpdatedAt),
+		FinishedAt:    encodeTime(t.FinishedAt),
+		ListPK:        listPK,
+	}, nil
+}
+
+// taskFromAV decodes a task item.
+func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
+	var it taskItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return store.Task{}, fmt.Errorf("decode task item: %w", err)
+	}
+	t := store.Task{
+		ID:            it.ID,
+		State:         store.TaskState(it.State),
+		Source:        it.Source,
+		Sheet:         it.Sheet,
+		Header:        it.Header,
+		RowsTotal:     it.RowsTotal,
+		BatchesTotal:  it.BatchesTotal,
+		BatchesDone:   it.BatchesDone,
+		RowsSucceeded: it.RowsSucceeded,
+		RowsFailed:    it.RowsFailed,
+		RowsSkipped:   it.RowsSkipped,
+		ResultKey:     it.ResultKey,
+		Error:         it.Error,
+	}
+	if err := json.Unmarshal([]byte(it.Spec), &t.Spec); err != nil {
+		return store.Task{}, fmt.Errorf("decode spec of task %s: %w", it.ID, err)
+	}
+	var errs [3]error
+	t.CreatedAt, errs[0] = decodeTime(it.CreatedAt)
+	t.UpdatedAt, errs[1] = decodeTime(it.UpdatedAt)
+	t.FinishedAt, errs[2] = decodeTime(it.FinishedAt)
+	if err := errors.Join(errs[:]...); err != nil {
+		return store.Task{}, fmt.Errorf("decode task %s: %w", it.ID, err)
+	}
+	return t, nil
+}
+
+// batchToItem encodes a new batch: PENDING, never claimed, in the open
+// index.
+func batchToItem(b store.Batch) batchItem {
+	updated := b.UpdatedAt
+	if updated.IsZero() {
+		updated = b.CreatedAt
+	}
+	return batchItem{
+		PK:        taskPK(b.TaskID),
+		SK:        batchSK(b.No),
+		TaskID:    b.TaskID,
+		No:        b.No,
+		FirstRow:  b.FirstRow,
+		RowCount:  b.RowCount,
+		LastRow:   b.FirstRow + b.RowCount - 1,
+		State:     string(store.BatchPending),
+		CreatedAt: encodeTime(b.CreatedAt),
+		UpdatedAt: encodeTime(updated),
+		OpenPK:    openShard(b.TaskID, b.No),
+		OpenSK:    openSK(updated, b.TaskID, b.No),
+	}
+}
+
+// batchFromAV decodes a batch item.
+func batchFromAV(av map[string]types.AttributeValue) (store.Batch, error) {
+	var it batchItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return store.Batch{}, fmt.Errorf("decode batch item: %w", err)
+	}
+	b := store.Batch{
+		TaskID:    it.TaskID,
+		No:        it.No,
+		FirstRow:  it.FirstRow,
+		RowCount:  it.RowCount,
+		State:     store.BatchState(it.State),
+		Attempt:   it.Attempt,
+		Owner:     it.Owner,
+		LastError: it.LastError,
+	}
+	var errs [3]error
+	b.LeaseUntil, errs[0] = decodeTime(it.LeaseUntil)
+	b.CreatedAt, errs[1] = decodeTime(it.CreatedAt)
+	b.UpdatedAt, errs[2] = decodeTime(it.UpdatedAt)
+	if err := errors.Join(errs[:]...); err != nil {
+		return store.Batch{}, fmt.Errorf("decode batch %s/%d: %w", it.TaskID, it.No, err)
+	}
+	return b, nil
+}
+
+// rowToItem encodes a new row; a row without a state is PENDING.
+func rowToItem(r store.Row) rowItem {
+	state := r.State
+	if state == "" {
+		state = store.RowPending
+	}
+	return rowItem{
+		PK:         taskPK(r.TaskID),
+		SK:         rowSK(r.No),
+		No:         r.No,
+		SheetRow:   r.SheetRow,
+		Cells:      r.Values,
+		State:      string(state),
+		Output:     r.Output,
+		Error:      r.Error,
+		ErrorClass: r.ErrorClass,
+		Attempts:   r.Attempts,
+		LatencyMS:  r.LatencyMS,
+		Cached:     r.Cached,
+	}
+}
+
+// rowFromAV decodes a row item. A row whose cells are in the overflow store
+// comes back with nil Values and the blob key in ref.
+func rowFromAV(av map[string]types.AttributeValue) (r store.Row, ref string, err error) {
+	var it rowItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return store.Row{}, "", fmt.Errorf("decode row item: %w", err)
+	}
+	taskID, err := taskIDOf(it.PK)
+	if err != nil {
+		return store.Row{}, "", fmt.Errorf("decode row %d: %w", it.No, err)
+	}
+	return store.Row{
+		TaskID:   taskID,
+		No:       it.No,
+		SheetRow: it.SheetRow,
+		Values:   it.Cells,
+		RowResult: store.RowResult{
+			State:      store.RowState(it.State),
+			Output:     it.Output,
+			Error:      it.Error,
+			ErrorClass: it.ErrorClass,
+			Attempts:   it.Attempts,
+			LatencyMS:  it.LatencyMS,
+			Cached:     it.Cached,
+		},
+	}, it.CellsRef, nil
+}
+
+// validRowState reports whether st is a state a row may be stored in.
+func validRowState(st store.RowState) bool {
+	switch st {
+	case store.RowPending, store.RowSucceeded, store.RowFailed, store.RowSkipped:
+		return true
+	}
+	return false
+}
+
+// maxItemSize is DynamoDB's item size limit: 400 KB, counted in binary
+// kilobytes (409,600 bytes), attribute names included.
+const maxItemSize = 400 << 10
+
+// itemSize estimates an item's size the way DynamoDB bills and limits it:
+// attribute names plus values, strings as UTF-8 bytes, numbers at their
+// largest encoding (21 bytes), lists and maps with 3 bytes of overhead plus
+// 1 per element. The estimate errs on the large side, so an item it accepts
+// is accepted by DynamoDB.
+func itemSize(item map[string]types.AttributeValue) int {
+	n := 0
+	for name, v := range item {
+		n += len(name) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v types.AttributeValue) int {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(v.Value)
+	case *types.AttributeValueMemberN:
+		return 21
+	case *types.AttributeValueMemberB:
+		return len(v.Value)
+	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
+		return 1
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range v.Value {
+			n += 1 + valueSize(e)
+		}
+		return n
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, e := range v.Value {
+			n += 1 + len(k) + valueSize(e)
+		}
+		return n
+	case *types.AttributeValueMemberSS:
+		n := 0
+		for _, e := range v.Value {
+			n += len(e)
+		}
+		return n
+	case *types.AttributeValueMemberNS:
+		return 21 * len(v.Value)
+	case *types.AttributeValueMemberBS:
+		n := 0
+		for _, e := range v.Value {
+			n += len(e)
+		}
+		return n
+	}
+	return 0
+}

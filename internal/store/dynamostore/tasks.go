@@ -1,0 +1,196 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// CreateTask puts the task item if no item has its key, or returns
+// ErrConflict. An empty State is stored as PENDING.
+func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
+	if err := checkTaskID(t.ID); err != nil {
+		return fmt.Errorf("create task: %w", err)
+	}
+	if t.State == "" {
+		t.State = store.TaskPending
+	}
+	it, err := taskToItem(t)
+	if err != nil {
+		return fmt.Errorf("create task %s: %w", t.ID, err)
+	}
+	if t.State.Final() && !t.FinishedAt.IsZero() && s.opts.ResultTTL > 0 {
+		it.ExpiresAt = t.FinishedAt.Add(s.opts.ResultTTL).Unix()
+	}
+	av, err := marshal(it)
+	if err != nil {
+		return fmt.Errorf("create task %s: %w", t.ID, err)
+	}
+	e := newExpr()
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                aws.String(s.table),
+		Item:                     av,
+		ConditionExpression:      aws.String("attribute_not_exists(" + e.n(attrPK) + ")"),
+		ExpressionAttributeNames: e.attrNames(),
+	}, retryConflicts)
+	if _, ok := conditionFailed(err); ok {
+		return fmt.Errorf("create task %s: %w", t.ID, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create task %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// GetTask reads the task item, strongly consistent, or returns ErrNotFound.
+func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(s.table),
+		Key:            key(taskPK(id), taskSK),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return store.Task{}, fmt.Errorf("get task %s: %w", id, err)
+	}
+	if len(out.Item) == 0 {
+		return store.Task{}, fmt.Errorf("get task %s: %w", id, store.ErrNotFound)
+	}
+	t, err := taskFromAV(out.Item)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("get task %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// ListTasks queries the tasks-by-time index newest first. The index is
+// eventually consistent (see the package comment); tasks created in the
+// same nanosecond come in no particular order.
+func (s *Store) ListTasks(ctx context.Context, limit int) ([]store.Task, error) {
+	e := newExpr()
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.table),
+		IndexName:                 aws.String(indexTasks),
+		KeyConditionExpression:    aws.String(e.n(attrListPK) + " = " + e.s(listPK)),
+		ScanIndexForward:          aws.Bool(false),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	}
+	var tasks []store.Task
+	for {
+		if limit > 0 {
+			in.Limit = aws.Int32(int32(min(limit-len(tasks), 1000)))
+		}
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("list tasks: %w", err)
+		}
+		for _, item := range out.Items {
+			t, err := taskFromAV(item)
+			if err != nil {
+				return nil, fmt.Errorf("list tasks: %w", err)
+			}
+			tasks = append(tasks, t)
+		}
+		if len(out.LastEvaluatedKey) == 0 || (limit > 0 && len(tasks) >= limit) {
+			return tasks, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// TransitionTask is one conditional UpdateItem: the task must exist and be
+// in one of p.From. Moving to a final state also sets FinishedAt and the
+// item's TTL.
+func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams) (store.Task, error) {
+	what := fmt.Sprintf("transition task %s to %s", p.ID, p.To)
+	if p.To == "" {
+		return store.Task{}, fmt.Errorf("%s: empty target state", what)
+	}
+	if len(p.From) == 0 {
+		// Nothing may change; still tell a missing task from a present one.
+		if _, err := s.GetTask(ctx, p.ID); err != nil {
+			return store.Task{}, fmt.Errorf("%s: %w", what, err)
+		}
+		return store.Task{}, fmt.Errorf("%s: no source state allowed: %w", what, store.ErrConflict)
+	}
+	e := newExpr()
+	from := make([]string, len(p.From))
+	for i, st := range p.From {
+		from[i] = string(st)
+	}
+	cond := fmt.Sprintf("attribute_exists(%s) AND %s", e.n(attrPK), e.in(attrState, from))
+	u := &update{e: e}
+	u.setS(attrState, string(p.To))
+	u.setS(attrUpdatedAt, encodeTime(p.Now))
+	if p.Error != "" {
+		u.setS(attrError, p.Error)
+	}
+	if p.ResultKey != "" {
+		u.setS(attrResultKey, p.ResultKey)
+	}
+	if p.To.Final() {
+		u.setS(attrFinishedAt, encodeTime(p.Now))
+		if s.opts.ResultTTL > 0 {
+			u.setI(attrExpiresAt, p.Now.Add(s.opts.ResultTTL).Unix())
+		}
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 key(taskPK(p.ID), taskSK),
+		ConditionExpression:                 aws.String(cond),
+		UpdateExpression:                    aws.String(u.String()),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, retryConflicts)
+	if old, ok := conditionFailed(err); ok {
+		if len(old) == 0 {
+			return store.Task{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+		}
+		cur, derr := taskFromAV(old)
+		if derr != nil {
+			return store.Task{}, fmt.Errorf("%s: %w (and %w)", what, store.ErrConflict, derr)
+		}
+		return store.Task{}, fmt.Errorf("%s: task is %s, not one of %v: %w", what, cur.State, p.From, store.ErrConflict)
+	}
+	if err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", what, err)
+	}
+	t, err := taskFromAV(out.Attributes)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return t, nil
+}
+
+// requireTasks checks, with one strongly consistent read each, that the
+// tasks exist, so that rows and batches are never written for a missing
+// task (ErrNotFound, as the SQLite store's foreign keys do).
+func (s *Store) requireTasks(ctx context.Context, ids []string) error {
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	for _, id := range ids {
+		e := newExpr()
+		out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName:                aws.String(s.table),
+			Key:                      key(taskPK(id), taskSK),
+			ConsistentRead:           aws.Bool(true),
+			ProjectionExpression:     aws.String(e.n(attrPK)),
+			ExpressionAttributeNames: e.attrNames(),
+		})
+		if err != nil {
+			return fmt.Errorf("check task %s: %w", id, err)
+		}
+		if len(out.Item) == 0 {
+			return fmt.Errorf("task %s: %w", id, store.ErrNotFound)
+		}
+	}
+	return nil
+}
