@@ -383,7 +383,7 @@ func TestTemplateFunctions(t *testing.T) {
 	t.Parallel()
 	tpl, ev := contractTemplate(t)
 	common := []string{
-		"BATCH_SIZE", "BUCKET_NAME", "DLQ_URL", "LEASE_SECONDS", "LOG_LEVEL", "MAX_ROWS",
+		"BATCH_SIZE", "BUCKET_NAME", "DEFAULT_PROMPT", "DLQ_URL", "LEASE_SECONDS", "LOG_LEVEL", "MAX_CONCURRENCY", "MAX_ROWS",
 		"MODEL_API_KEY_PARAM", "MODEL_BASE_URL", "MODEL_NAME", "MODEL_PROVIDER", "QUEUE_URL",
 		"QUOTA_RPM", "TABLE_NAME",
 	}
@@ -468,6 +468,8 @@ func TestTemplateEvents(t *testing.T) {
 	}
 	sort.Strings(uploads)
 	wantUploads := []string{
+		"S3 ref:Bucket s3:ObjectCreated:* prefix=incoming/ suffix=.CSV",
+		"S3 ref:Bucket s3:ObjectCreated:* prefix=incoming/ suffix=.XLSX",
 		"S3 ref:Bucket s3:ObjectCreated:* prefix=incoming/ suffix=.csv",
 		"S3 ref:Bucket s3:ObjectCreated:* prefix=incoming/ suffix=.xlsx",
 	}

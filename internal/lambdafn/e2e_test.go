@@ -618,7 +618,12 @@ func TestEndToEndExportFailure(t *testing.T) {
 	if run == nil {
 		t.Fatal("no export execution ran")
 	}
-	want := []asl.Step{{State: "Export", Error: "ExportError"}, {State: "MarkTaskFailed"}, {State: "ExportFailed"}}
+	// The exporter's error is retried 5 times before the Catch marks the task.
+	var want []asl.Step
+	for range 6 {
+		want = append(want, asl.Step{State: "Export", Error: "ExportError"})
+	}
+	want = append(want, asl.Step{State: "MarkTaskFailed"}, asl.Step{State: "ExportFailed"})
 	if diff := cmp.Diff(want, run.Steps); diff != "" {
 		t.Errorf("export execution steps mismatch (-want +got):\n%s", diff)
 	}

@@ -1,10 +1,12 @@
 package lambdafn_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/lambdafn"
@@ -22,7 +25,8 @@ import (
 type seen struct {
 	Method, Path, RawQuery, RequestURI, Host, RemoteAddr, Proto string
 	Query                                                       map[string][]string
-	ContentType, Custom, Cookie, Authorization                  string
+	ContentType, Authorization                                  string
+	Custom, Cookies                                             []string
 	Body                                                        string
 	ContentLength                                               int64
 	RequestID, Sub                                              string
@@ -34,9 +38,12 @@ func echo(got *seen) http.Handler {
 		*got = seen{
 			Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, RequestURI: r.RequestURI, Host: r.Host,
 			RemoteAddr: r.RemoteAddr, Proto: r.Proto, Query: r.URL.Query(),
-			ContentType: r.Header.Get("Content-Type"), Custom: r.Header.Get("X-Custom"), Cookie: r.Header.Get("Cookie"),
-			Authorization: r.Header.Get("Authorization"),
-			Body:          string(body), ContentLength: r.ContentLength,
+			ContentType: r.Header.Get("Content-Type"), Authorization: r.Header.Get("Authorization"),
+			Custom: r.Header.Values("X-Custom"),
+			Body:   string(body), ContentLength: r.ContentLength,
+		}
+		for _, c := range r.Cookies() {
+			got.Cookies = append(got.Cookies, c.Name+"="+c.Value)
 		}
 		if rc, ok := lambdafn.APIGatewayRequestContext(r.Context()); ok {
 			got.RequestID = rc.RequestID
@@ -50,61 +57,95 @@ func echo(got *seen) http.Handler {
 
 func TestHTTPRequest(t *testing.T) {
 	t.Parallel()
+	const host = "a1b2c3d4e5.execute-api.us-east-1.amazonaws.com"
 	tests := []struct {
+		name string
 		file string
+		edit func(*events.APIGatewayV2HTTPRequest)
 		want seen
 	}{
 		{
+			name: "GET with a JWT",
 			file: "apigw-v2-get-task.json",
 			want: seen{
 				Method: "GET", Path: "/api/tasks/0123456789abcdef0123456789abcdef", RequestURI: "/api/tasks/0123456789abcdef0123456789abcdef",
-				Host: "a1b2c3d4e5.execute-api.us-east-1.amazonaws.com", RemoteAddr: "203.0.113.7:0", Proto: "HTTP/1.1",
+				// The adapter gives RemoteAddr the bare source IP, without
+				// net/http's ":port".
+				Host: host, RemoteAddr: "203.0.113.7", Proto: "HTTP/1.1",
 				Query: map[string][]string{}, Authorization: "Bearer eyJraWQiOiJ...",
 				RequestID: "YcX9PhZ7IAMEVgA=", Sub: "7f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8",
 			},
 		},
 		{
+			name: "POST with JSON and cookies",
 			file: "apigw-v2-post-task.json",
 			want: seen{
 				Method: "POST", Path: "/api/tasks", RequestURI: "/api/tasks",
-				Host: "a1b2c3d4e5.execute-api.us-east-1.amazonaws.com", RemoteAddr: "203.0.113.7:0", Proto: "HTTP/1.1",
-				Query: map[string][]string{}, ContentType: "application/json", Cookie: "session=abc123; theme=dark",
+				Host: host, RemoteAddr: "203.0.113.7", Proto: "HTTP/1.1",
+				Query: map[string][]string{}, ContentType: "application/json", Cookies: []string{"session=abc123", "theme=dark"},
 				Authorization: "Bearer eyJraWQiOiJ...",
 				Body:          `{"filename": "商品 list.xlsx", "prompt": "为商品{{商品名称}}写一段营销文案"}`, ContentLength: 92,
 				RequestID: "YcYA1hZ8IAMEVhA=", Sub: "7f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8",
 			},
 		},
 		{
+			name: "base64 body, repeated query and header values",
 			file: "apigw-v2-list-base64.json",
 			want: seen{
 				Method: "GET", Path: "/api/tasks", RawQuery: "limit=2&state=RUNNING&state=PARTIAL",
 				RequestURI: "/api/tasks?limit=2&state=RUNNING&state=PARTIAL",
-				Host:       "a1b2c3d4e5.execute-api.us-east-1.amazonaws.com", RemoteAddr: "[2001:db8::7]:0", Proto: "HTTP/1.1",
+				Host:       host, RemoteAddr: "2001:db8::7", Proto: "HTTP/1.1",
 				// Repeated query parameters survive: the raw query string is used.
 				Query:       map[string][]string{"limit": {"2"}, "state": {"RUNNING", "PARTIAL"}},
-				ContentType: "application/octet-stream", Custom: "one,two",
-				Body: "\x00\x01\x02\x03\xff\xfe\xfd", ContentLength: 7,
+				ContentType: "application/octet-stream",
+				// API Gateway joins repeated headers with commas; the
+				// adapter splits them again (except single-value headers).
+				Custom: []string{"one", "two"},
+				Body:   "\x00\x01\x02\x03\xff\xfe\xfd", ContentLength: 7,
 				RequestID: "YcYB2hZ9IAMEVjA=",
+			},
+		},
+		{
+			// API Gateway always sends a rooted rawPath; the adapter roots
+			// one that is not rather than refusing the event.
+			name: "relative path is rooted",
+			file: "apigw-v2-get-task.json",
+			edit: func(ev *events.APIGatewayV2HTTPRequest) { ev.RawPath = "api/tasks"; ev.RawQueryString = "limit=1" },
+			want: seen{
+				Method: "GET", Path: "/api/tasks", RawQuery: "limit=1", RequestURI: "/api/tasks?limit=1",
+				Host: host, RemoteAddr: "203.0.113.7", Proto: "HTTP/1.1",
+				Query: map[string][]string{"limit": {"1"}}, Authorization: "Bearer eyJraWQiOiJ...",
+				RequestID: "YcX9PhZ7IAMEVgA=", Sub: "7f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8",
 			},
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.file, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var ev events.APIGatewayV2HTTPRequest
 			readJSON(t, tc.file, &ev)
+			if tc.edit != nil {
+				tc.edit(&ev)
+			}
 			var got seen
 			resp, err := (&lambdafn.HTTP{Handler: echo(&got)}).Handle(t.Context(), ev)
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
 			if resp.StatusCode != http.StatusNoContent {
-				t.Fatalf("status = %d, want 204", resp.StatusCode)
+				t.Fatalf("status = %d %q, want 204", resp.StatusCode, resp.Body)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("request mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestHTTPRequestContextOutsideHandle(t *testing.T) {
+	t.Parallel()
+	if rc, ok := lambdafn.APIGatewayRequestContext(t.Context()); ok {
+		t.Errorf("APIGatewayRequestContext of a plain context = %+v, true; want false", rc)
 	}
 }
 
@@ -125,7 +166,7 @@ func TestHTTPResponse(t *testing.T) {
 			},
 			want: events.APIGatewayV2HTTPResponse{
 				StatusCode: 201,
-				Headers:    map[string]string{"Content-Type": "application/json; charset=utf-8", "Content-Length": "20"},
+				Headers:    map[string]string{"Content-Type": "application/json; charset=utf-8"},
 				Body:       `{"task_id":"商品"}`,
 			},
 		},
@@ -136,11 +177,8 @@ func TestHTTPResponse(t *testing.T) {
 				_, _ = w.Write(xlsxBytes)
 			},
 			want: events.APIGatewayV2HTTPResponse{
-				StatusCode: 200,
-				Headers: map[string]string{
-					"Content-Type":   "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-					"Content-Length": "16",
-				},
+				StatusCode:      200,
+				Headers:         map[string]string{"Content-Type": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"},
 				Body:            base64.StdEncoding.EncodeToString(xlsxBytes),
 				IsBase64Encoded: true,
 			},
@@ -152,8 +190,21 @@ func TestHTTPResponse(t *testing.T) {
 				_, _ = w.Write([]byte{'a', 0xff})
 			},
 			want: events.APIGatewayV2HTTPResponse{
-				StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain", "Content-Length": "2"},
+				StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain"},
 				Body: "Yf8=", IsBase64Encoded: true,
+			},
+		},
+		{
+			// Any valid UTF-8 survives the JSON string API Gateway reads,
+			// whatever the Content-Type.
+			name: "UTF-8 octets stay text",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/octet-stream")
+				_, _ = w.Write([]byte("a\x00b"))
+			},
+			want: events.APIGatewayV2HTTPResponse{
+				StatusCode: 200, Headers: map[string]string{"Content-Type": "application/octet-stream"},
+				Body: "a\x00b",
 			},
 		},
 		{
@@ -162,7 +213,7 @@ func TestHTTPResponse(t *testing.T) {
 				_, _ = io.WriteString(w, "hello")
 			},
 			want: events.APIGatewayV2HTTPResponse{
-				StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain; charset=utf-8", "Content-Length": "5"},
+				StatusCode: 200, Headers: map[string]string{"Content-Type": "text/plain; charset=utf-8"},
 				Body: "hello",
 			},
 		},
@@ -174,11 +225,29 @@ func TestHTTPResponse(t *testing.T) {
 				w.Header().Add("Vary", "Accept")
 				w.Header().Add("Vary", "Authorization")
 				w.WriteHeader(http.StatusNoContent)
-				w.WriteHeader(http.StatusInternalServerError) // ignored, as in net/http
 			},
 			want: events.APIGatewayV2HTTPResponse{
 				StatusCode: 204, Headers: map[string]string{"Vary": "Accept,Authorization"},
 				Cookies: []string{"a=1", "b=2; HttpOnly"},
+			},
+		},
+		{
+			name: "first final status wins, as in net/http",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusEarlyHints)
+				w.WriteHeader(http.StatusAccepted)
+				w.WriteHeader(http.StatusInternalServerError)
+			},
+			want: events.APIGatewayV2HTTPResponse{StatusCode: 202},
+		},
+		{
+			name: "a handler that writes nothing answers 200 with its headers",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", "no-store")
+				http.SetCookie(w, &http.Cookie{Name: "a", Value: "1"})
+			},
+			want: events.APIGatewayV2HTTPResponse{
+				StatusCode: 200, Headers: map[string]string{"Cache-Control": "no-store"}, Cookies: []string{"a=1"},
 			},
 		},
 	}
@@ -191,7 +260,7 @@ func TestHTTPResponse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("response mismatch (-want +got):\n%s", diff)
 			}
 		})
@@ -204,9 +273,15 @@ func TestHTTPMalformedEvent(t *testing.T) {
 		name string
 		edit func(*events.APIGatewayV2HTTPRequest)
 	}{
-		{"no method", func(ev *events.APIGatewayV2HTTPRequest) { ev.RequestContext.HTTP.Method = "" }},
 		{"bad base64 body", func(ev *events.APIGatewayV2HTTPRequest) { ev.Body, ev.IsBase64Encoded = "%%%", true }},
-		{"relative path", func(ev *events.APIGatewayV2HTTPRequest) { ev.RawPath = "api/tasks" }},
+		{"invalid method", func(ev *events.APIGatewayV2HTTPRequest) { ev.RequestContext.HTTP.Method = "GET TASKS" }},
+		{"invalid path escape", func(ev *events.APIGatewayV2HTTPRequest) { ev.RawPath = "/api/tasks/%zz" }},
+		{"invalid domain name", func(ev *events.APIGatewayV2HTTPRequest) { ev.RequestContext.DomainName = "bad host" }},
+	}
+	want := events.APIGatewayV2HTTPResponse{
+		StatusCode: http.StatusBadRequest,
+		Headers:    map[string]string{"Content-Type": "application/json; charset=utf-8"},
+		Body:       `{"error":{"code":"bad_request","message":"malformed request"}}` + "\n",
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,17 +290,27 @@ func TestHTTPMalformedEvent(t *testing.T) {
 			readJSON(t, "apigw-v2-post-task.json", &ev)
 			tc.edit(&ev)
 			called := false
-			h := &lambdafn.HTTP{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true })}
+			var logs bytes.Buffer
+			h := &lambdafn.HTTP{
+				Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }),
+				Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+			}
 			resp, err := h.Handle(t.Context(), ev)
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
-			if resp.StatusCode != http.StatusBadRequest || called {
-				t.Errorf("status %d, handler called %v; want 400 without calling the handler", resp.StatusCode, called)
+			if called {
+				t.Error("the handler was called for a malformed event")
+			}
+			if diff := cmp.Diff(want, resp); diff != "" {
+				t.Errorf("response mismatch (-want +got):\n%s", diff)
 			}
 			var body api.ErrorBody
 			if err := json.Unmarshal([]byte(resp.Body), &body); err != nil || body.Error.Code != "bad_request" {
-				t.Errorf("body %q is not the JSON error body", resp.Body)
+				t.Errorf("body %q is not the API's JSON error body", resp.Body)
+			}
+			if !strings.Contains(logs.String(), "malformed API Gateway event") || !strings.Contains(logs.String(), "YcYA1hZ8IAMEVhA=") {
+				t.Errorf("log = %q, want the warning with the request id", logs.String())
 			}
 		})
 	}
@@ -280,5 +365,17 @@ func TestHTTPServesTheAPI(t *testing.T) {
 	}
 	if !strings.HasPrefix(resp.Headers["Content-Type"], "application/json") || resp.IsBase64Encoded {
 		t.Errorf("JSON answer went out as %q base64=%v", resp.Headers["Content-Type"], resp.IsBase64Encoded)
+	}
+
+	// The API's own JSON errors pass through with their status.
+	missing := get
+	missing.RawPath = "/api/tasks/ffffffffffffffffffffffffffffffff"
+	resp, err = h.Handle(t.Context(), missing)
+	if err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET missing = %d %q, %v; want 404", resp.StatusCode, resp.Body, err)
+	}
+	var apiErr api.ErrorBody
+	if err := json.Unmarshal([]byte(resp.Body), &apiErr); err != nil || apiErr.Error.Code != "not_found" {
+		t.Errorf("GET missing body = %q, want the not_found JSON error", resp.Body)
 	}
 }

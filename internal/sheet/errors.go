@@ -26,7 +26,7 @@ type InputError struct {
 	Reason string
 }
 
-// Error renders the location parts that are set, then the reason.
+// Error renders the location parts that are set, then the reason. A header is quoted up to 50 characters.
 func (e *InputError) Error() string {
 	var loc []string
 	if e.Sheet != "" {

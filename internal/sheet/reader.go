@@ -3,6 +3,27 @@
 //
 // Every problem with the input itself is reported as an *InputError whose message names the file, sheet, row,
 // column and limit, because those messages go straight back to the person who uploaded the file.
+//
+// Unusual input reads as follows (testdata/odd pins each case down, testdata/bad each rejection):
+//   - A formula gives its cached value; nothing is evaluated or fetched, references to other workbooks ([1]Sheet1!A1)
+//     included. A formula without a cached value reads as "".
+//   - A merged region has its value in the top-left cell only; its other cells read as "". That is what the file
+//     stores, and copying the value would invent data the sheet shows once. A header merged across columns
+//     therefore leaves blank header cells, which are rejected.
+//   - Hidden and very hidden sheets are skipped when Options.Sheet is empty; naming them selects them.
+//   - Rich text reads as its runs joined; phonetic guides are dropped. Shared and inline strings read the same.
+//   - A number reads as its number format shows it: dates (the 1904 date system included), percentages, currency,
+//     fractions, scientific notation. The General format shows up to 15 significant digits in full, as the formula
+//     bar does; the locale-dependent built-in date formats read as Chinese Excel shows them (2024/1/15). Text cells
+//     read as stored, so "00123" and "12345678901234567890" stay exact. Booleans read as TRUE and FALSE, error cells
+//     as their text (#DIV/0!, #N/A).
+//   - Header cells are trimmed of white space at both ends (newlines, U+3000 and U+00A0 included); white space inside
+//     stays. Headers are compared exactly after trimming, so "Name", "name" and "Ｎａｍｅ" are three columns. A header
+//     cell has the same limit as any cell, MaxCellChars. Data values are not trimmed (a row of white space only is
+//     a blank row).
+//   - CSV: a byte-order mark is dropped; CRLF, LF and a lone CR each end a row; a NUL byte rejects the file, naming
+//     its row and column.
+//   - Rows without cells cost nothing: a sheet whose last row is 1,048,576 with three data rows reads three rows.
 package sheet
 
 import (
@@ -37,7 +58,8 @@ type Limits struct {
 	MaxRows int
 	// MaxColumns caps the header's columns. Defaults to 16,384 (Excel's limit).
 	MaxColumns int
-	// MaxCellChars caps one cell, counted in characters (runes), not bytes. Defaults to 32,767 (Excel's limit).
+	// MaxCellChars caps one cell, header cells included, counted in characters (runes), not bytes. Defaults to
+	// 32,767 (Excel's limit).
 	MaxCellChars int
 }
 
