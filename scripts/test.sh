@@ -25,8 +25,8 @@ go test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' ./cmd/batchgen
 
 step "fuzz smoke (10s per target)"
 go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 10s
-go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 10s
-go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 10s
+go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 10s -fuzzminimizetime 2s
+go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 10s -fuzzminimizetime 2s
 
 {
   step "AWS emulator (moto server) tests"

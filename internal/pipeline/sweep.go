@@ -26,6 +26,12 @@ type SweeperConfig struct {
 	// RecentTasks is how many of the newest tasks are checked for a missing
 	// export start. Defaults to 200.
 	RecentTasks int
+	// MaxClaims is how many claims a batch may take. A batch claimed this
+	// often without finishing keeps killing its workers (a crash loop, a row
+	// that times out the function every time): the sweeper fails its
+	// remaining rows with class "stuck" so the task still finishes.
+	// Defaults to 12 (three times the default retry rounds).
+	MaxClaims int
 }
 
 func (c SweeperConfig) withDefaults() SweeperConfig {
@@ -37,6 +43,9 @@ func (c SweeperConfig) withDefaults() SweeperConfig {
 	}
 	if c.RecentTasks <= 0 {
 		c.RecentTasks = 200
+	}
+	if c.MaxClaims <= 0 {
+		c.MaxClaims = 12
 	}
 	return c
 }
@@ -52,7 +61,14 @@ type SweepReport struct {
 	// ExportsStarted counts tasks whose batches were all done but whose
 	// export had not been started.
 	ExportsStarted int `json:"exports_started"`
+	// BatchesFailed counts batches claimed MaxClaims times without
+	// finishing, whose remaining rows were failed as stuck.
+	BatchesFailed int `json:"batches_failed"`
 }
+
+// ClassStuck marks rows of a batch that was claimed too often without
+// finishing; `batchgen retry --error-class stuck` reruns them.
+const ClassStuck = "stuck"
 
 // Sweeper compensates for lost messages and dead workers: it re-enqueues
 // batches that waited too long, resets expired leases and starts exports
@@ -89,6 +105,15 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	var msgs []queue.Outgoing
 	for _, b := range batches {
 		if cfg.TaskID != "" && b.TaskID != cfg.TaskID {
+			continue
+		}
+		stale := b.State == store.BatchPending || (b.State == store.BatchRunning && b.LeaseUntil.Before(now))
+		if stale && b.Attempt >= cfg.MaxClaims {
+			if err := s.failStuck(ctx, b, now, log); err != nil {
+				errs = append(errs, err)
+			} else {
+				report.BatchesFailed++
+			}
 			continue
 		}
 		switch {
@@ -130,6 +155,14 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	if s.Exports == nil {
 		return report, errors.Join(errs...)
 	}
+	report.ExportsStarted, errs = s.startMissingExports(ctx, cfg, now, log, errs)
+	return report, errors.Join(errs...)
+}
+
+// startMissingExports starts the export of recent tasks whose batches are all
+// done but that are still not exported after PendingAfter.
+func (s *Sweeper) startMissingExports(ctx context.Context, cfg SweeperConfig, now time.Time, log *slog.Logger, errs []error) (int, []error) {
+	started := 0
 	tasks, err := s.Store.ListTasks(ctx, cfg.RecentTasks)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list recent tasks: %w", err))
@@ -145,8 +178,56 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 			errs = append(errs, fmt.Errorf("start export of %s: %w", t.ID, err))
 			continue
 		}
-		report.ExportsStarted++
+		started++
 		log.Warn("sweeper started an export that never started", "task", t.ID, "state", t.State)
 	}
-	return report, errors.Join(errs...)
+	return started, errs
+}
+
+// failStuck claims a batch that keeps failing to finish and fails its
+// remaining rows as stuck, so its task can finish and be exported.
+func (s *Sweeper) failStuck(ctx context.Context, b store.Batch, now time.Time, log *slog.Logger) error {
+	claimed, err := s.Store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: b.TaskID, BatchNo: b.No, Owner: "sweeper", Now: now, LeaseUntil: now.Add(5 * time.Minute)})
+	if isConflict(err) {
+		return nil // a worker has it right now
+	}
+	if err != nil {
+		return fmt.Errorf("claim stuck batch %s/%d: %w", b.TaskID, b.No, err)
+	}
+	rows, err := s.Store.ListRows(ctx, store.ListRowsParams{TaskID: b.TaskID, FromNo: b.FirstRow, ToNo: b.FirstRow + b.RowCount - 1})
+	if err != nil {
+		return fmt.Errorf("rows of stuck batch %s/%d: %w", b.TaskID, b.No, err)
+	}
+	var succeeded, failed, skipped int
+	for _, r := range rows {
+		switch r.State {
+		case store.RowSucceeded:
+			succeeded++
+			continue
+		case store.RowSkipped:
+			skipped++
+			continue
+		case store.RowFailed:
+			failed++
+			continue
+		}
+		res := r.RowResult
+		res.State, res.ErrorClass = store.RowFailed, ClassStuck
+		res.Error = fmt.Sprintf("the batch was claimed %d times without finishing (its worker keeps dying); last error: %s", b.Attempt, b.LastError)
+		if err := s.Store.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, RowNo: r.No, Result: res, Now: now}); err != nil {
+			return fmt.Errorf("fail row %d of stuck batch %s/%d: %w", r.No, b.TaskID, b.No, err)
+		}
+		failed++
+	}
+	task, err := s.Store.FinishBatch(ctx, store.FinishBatchParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: now})
+	if err != nil {
+		return fmt.Errorf("finish stuck batch %s/%d: %w", b.TaskID, b.No, err)
+	}
+	log.Error("sweeper failed the remaining rows of a stuck batch", "task", b.TaskID, "batch", b.No, "claims", b.Attempt, "last_error", b.LastError)
+	if s.Exports != nil && task.BatchesDone >= task.BatchesTotal {
+		if err := s.Exports.StartExport(ctx, task.ID); err != nil {
+			return fmt.Errorf("start export of %s: %w", task.ID, err)
+		}
+	}
+	return nil
 }

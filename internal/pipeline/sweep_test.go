@@ -126,3 +126,63 @@ func TestSweeper(t *testing.T) {
 		t.Errorf("exports started = %d %v, want task %s once", report.ExportsStarted, starter.ids, id)
 	}
 }
+
+// TestSweeperFailsCrashLoopingBatch: a batch whose workers keep dying
+// (claimed MaxClaims times, never finished) gets its remaining rows failed
+// as stuck, so the task finishes and is exported instead of hanging.
+func TestSweeperFailsCrashLoopingBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	e.splitter.Clock = clk
+	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(4))
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 4}
+	id := pipeline.DeriveTaskID("stuck", spec)
+	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	// One row was answered before the crashes started.
+	b, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: 1, Owner: "w", Now: clk.Now(), LeaseUntil: clk.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: id, BatchNo: 1, Attempt: b.Attempt, RowNo: 2, Result: store.RowResult{State: store.RowSucceeded, Output: "kept", Attempts: 1}, Now: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 3; i++ { // two more claims, each dying with its lease
+		clk.Advance(2 * time.Minute)
+		if _, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: 1, Owner: "w", Now: clk.Now(), LeaseUntil: clk.Now().Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(10 * time.Minute)
+	starter := &recordingStarter{}
+	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Exports: starter, Clock: clk, Config: pipeline.SweeperConfig{MaxClaims: 3}}
+	report, err := sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.BatchesFailed != 1 || report.LeasesReset != 0 {
+		t.Fatalf("report = %+v, want the batch failed as stuck", report)
+	}
+	rows, err := e.store.ListRows(ctx, store.ListRowsParams{TaskID: id, FromNo: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		switch {
+		case r.No == 2 && (r.State != store.RowSucceeded || r.Output != "kept"):
+			t.Errorf("row 2 = %s %q: the answered row must keep its result", r.State, r.Output)
+		case r.No != 2 && (r.State != store.RowFailed || r.ErrorClass != pipeline.ClassStuck):
+			t.Errorf("row %d = %s %s, want FAILED stuck", r.No, r.State, r.ErrorClass)
+		}
+	}
+	task, err := e.store.GetTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.BatchesDone != 1 || task.RowsFailed != 3 || task.RowsSucceeded != 1 || len(starter.ids) != 1 {
+		t.Errorf("task %+v, exports %v: want the batch counted once and the export started", task, starter.ids)
+	}
+}
