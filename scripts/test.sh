@@ -41,9 +41,19 @@ go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 10s -fuzzmin
   emulator_pkgs=$(git grep -l '^//go:build emulator' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
   go test -race -count=1 -timeout 30m -p 1 -tags emulator $emulator_pkgs
 
-  step "template lint (cfn-lint)"
+  step "template lint (cfn-lint, cfn-lint on the SAM translation, sam validate --lint)"
   infra/lint.sh
 }
+
+step "Lambda artifacts (make build): static linux/arm64 bootstrap per function"
+make --no-print-directory build
+for f in splitter generator exporter api sweeper; do
+  info=$(go version -m "bin/$f/bootstrap")
+  for want in "GOOS=linux" "GOARCH=arm64" "CGO_ENABLED=0" "-tags=lambda.norpc"; do
+    grep -q -- "$want" <<<"$info" || { echo "bin/$f/bootstrap: built without $want"; exit 1; }
+  done
+done
+echo "5 bootstrap binaries for linux/arm64"
 
 echo
 echo "all tests passed"
