@@ -12,8 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
+	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
 )
@@ -246,18 +250,70 @@ func classSuffix(class string) string {
 	return " of class " + class
 }
 
-// cmdDLQ lists or redrives the dead-lettered messages of a data directory.
+// cmdDLQ lists or redrives dead-lettered messages: those of an embedded data
+// directory, or, with --dlq-url, of the deployed SQS dead-letter queue
+// (redrive uses SQS's message-move task).
 func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive") {
-		return &exitError{code: exitRejected, err: errors.New("usage: batchgen dlq list|redrive [--data DIR]")}
+		return &exitError{code: exitRejected, err: errors.New("usage: batchgen dlq list|redrive [--data DIR | --queue-url URL --dlq-url URL]")}
 	}
 	verb := args[0]
-	dir, _, err := parseOps("dlq "+verb, args[1:], stderr, nil)
+	var queueURL, dlqURL string
+	dir, _, err := parseOps("dlq "+verb, args[1:], stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&queueURL, "queue-url", "", "AWS: the work queue (stack output QueueUrl); with --dlq-url, works SQS instead of --data")
+		fs.StringVar(&dlqURL, "dlq-url", "", "AWS: the dead-letter queue (stack output DlqUrl)")
+	})
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return err
 	}
+	if queueURL != "" || dlqURL != "" {
+		if queueURL == "" || dlqURL == "" {
+			return &exitError{code: exitRejected, err: errors.New("--queue-url and --dlq-url go together (the stack outputs QueueUrl and DlqUrl)")}
+		}
+		return dlqSQS(ctx, verb, queueURL, dlqURL, stdout)
+	}
+	return dlqLocal(ctx, verb, dir, stdout)
+}
+
+// dlqSQS works the deployed queues through the default AWS configuration
+// (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL for an emulator).
+func dlqSQS(ctx context.Context, verb, queueURL, dlqURL string, stdout io.Writer) error {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("AWS configuration: %w", err)
+	}
+	q := sqsqueue.New(sqs.NewFromConfig(cfg), queueURL, sqsqueue.Options{DLQURL: dlqURL})
+	if verb == "redrive" {
+		n, err := q.Redrive(ctx)
+		if err != nil {
+			return fmt.Errorf("redrive %s: %w", dlqURL, err)
+		}
+		fmt.Fprintf(stdout, "%d message(s) moved back to %s\n", n, queueURL)
+		return nil
+	}
+	dead, err := q.ListDead(ctx, 1000)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dlqURL, err)
+	}
+	if len(dead) == 0 {
+		fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", dlqURL)
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tBATCH\tRECEIVES\tMESSAGE\tBODY")
+	for _, d := range dead {
+		task, batch := "?", "?"
+		if m, err := pipeline.DecodeBatchMessage(d.Body); err == nil {
+			task, batch = m.TaskID, fmt.Sprint(m.BatchNo)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.60q\n", task, batch, d.ReceiveCount, d.ID, d.Body)
+	}
+	return tw.Flush()
+}
+
+func dlqLocal(ctx context.Context, verb, dir string, stdout io.Writer) error {
 	st, err := openStateReadOnly(dir)
 	if err != nil {
 		return err
