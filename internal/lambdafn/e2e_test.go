@@ -58,6 +58,7 @@ import (
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/faultstore"
 )
 
 const (
@@ -96,6 +97,12 @@ type e2eOptions struct {
 	callsPerRound, rounds int
 	// brokenExporter writes results to a bucket that does not exist.
 	brokenExporter bool
+	// storageFaults makes every fourth claim, row save and batch finish of
+	// the generators fail as DynamoDB throttling would.
+	storageFaults bool
+	// duplicateMessages sends every batch message a second time, in
+	// reverse order, as SQS's at-least-once delivery may.
+	duplicateMessages bool
 }
 
 func newE2E(t *testing.T, opts e2eOptions) *e2e {
@@ -212,6 +219,9 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		g.Generator.Config.BackoffBase = 10 * time.Millisecond
 		g.Generator.Config.BackoffMax = 50 * time.Millisecond
 		g.ErrorDelay = time.Second
+		if opts.storageFaults {
+			g.Generator.Store = faultstore.New(g.Generator.Store, faultstore.EveryNth(4, "ClaimBatch", "SaveRowResult", "FinishBatch", "GetTask"))
+		}
 		e.generators = append(e.generators, g)
 	}
 	return e
@@ -335,6 +345,25 @@ func (e *e2e) pump(taskID string, within time.Duration) store.Task {
 		e.t.Fatalf("task %s is %s after %v (%d/%d batches done)", taskID, task.State, within, task.BatchesDone, task.BatchesTotal)
 	}
 	return task
+}
+
+// duplicateMessages sends every batch message of a task once more, last
+// batch first.
+func (e *e2e) duplicateMessages(batches int, taskID string) {
+	e.t.Helper()
+	var entries []sqstypes.SendMessageBatchRequestEntry
+	for no := batches; no >= 1; no-- {
+		entries = append(entries, sqstypes.SendMessageBatchRequestEntry{
+			Id: aws.String(fmt.Sprint(no)), MessageBody: aws.String(string(pipeline.EncodeBatchMessage(taskID, no))),
+		})
+		if len(entries) == 10 || no == 1 {
+			out, err := e.sqs.SendMessageBatch(e.t.Context(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(e.res.QueueURL), Entries: entries})
+			if err != nil || len(out.Failed) > 0 {
+				e.t.Fatalf("send duplicates: %v %+v", err, out)
+			}
+			entries = entries[:0]
+		}
+	}
 }
 
 func (e *e2e) pollOnce(ctx context.Context, g *lambdafn.Generator, tmpl events.SQSMessage) error {
@@ -530,6 +559,8 @@ func TestEndToEnd(t *testing.T) {
 			filtered: []int{7, 77, 150}, deliver: 1, wantState: store.TaskPartial,
 		},
 		{name: "duplicate upload event", deliver: 2, wantState: store.TaskSucceeded},
+		{name: "every message delivered twice", opts: e2eOptions{duplicateMessages: true}, deliver: 1, wantState: store.TaskSucceeded},
+		{name: "throttled table", opts: e2eOptions{storageFaults: true}, deliver: 1, wantState: store.TaskSucceeded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -557,6 +588,9 @@ func TestEndToEnd(t *testing.T) {
 			}
 			if len(tasks) != 1 || tasks[0].ID != taskID {
 				t.Fatalf("tasks after %d deliveries = %+v, want one task %s", tc.deliver, tasks, taskID)
+			}
+			if tc.opts.duplicateMessages {
+				e.duplicateMessages(tasks[0].BatchesTotal, taskID)
 			}
 
 			task := e.pump(taskID, 90*time.Second)
