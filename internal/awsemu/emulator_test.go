@@ -257,7 +257,9 @@ func TestProvisionMatchesTemplate(t *testing.T) {
 			"rules": []string{
 				"abort-incomplete-multipart-uploads Enabled abort=1",
 				"expire-incoming Enabled prefix=incoming/ expire=7",
+				"expire-overflow Enabled prefix=overflow/ expire=30",
 				"expire-results Enabled prefix=results/ expire=30",
+				"expire-upload-records Enabled prefix=uploads/ expire=7",
 			},
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
