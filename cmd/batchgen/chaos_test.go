@@ -78,36 +78,10 @@ func TestChaosKillLoop(t *testing.T) {
 		}
 	}
 	t.Logf("kill points by task state: %v", phases)
-	r := runBinary(t, context.Background(), args...)
-	if r.code != 0 {
-		t.Fatalf("final run: exit %d; stderr:\n%s", r.code, r.stderr)
-	}
-	out := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
-	if len(out) != rows+1 {
-		t.Fatalf("%d result rows, want %d", len(out)-1, rows)
-	}
-	for i, row := range out[1:] {
-		if row[0] != fmt.Sprintf("SKU-%05d", i+1) || row[3] != "succeeded" {
-			t.Fatalf("row %d = %q", i+1, row)
-		}
-	}
-	st := mock.Stats()
-	twice := 0
-	for p, s := range st.PerPrompt {
-		if s.Succeeded == 0 {
-			t.Errorf("prompt %q never succeeded", p)
-		}
-		if s.Succeeded > 1 {
-			twice++
-		}
-	}
-	if len(st.PerPrompt) != rows {
-		t.Errorf("%d prompts reached the model, want %d", len(st.PerPrompt), rows)
-	}
+	twice := finishAndCheckResumed(t, mock, dir, rows, args)
 	if twice > kills*concurrency {
 		t.Errorf("%d rows paid twice; at most %d calls can be in flight over %d kills", twice, kills*concurrency, kills)
 	}
-	t.Logf("%d model calls for %d rows; %d rows paid twice (in flight at a kill)", st.Requests, rows, twice)
 }
 
 // phaseOf reads the task's state after a kill, to show where the kills

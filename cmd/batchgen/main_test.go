@@ -267,32 +267,7 @@ func TestKillAndResume(t *testing.T) {
 		}
 		_ = cmd.Wait()
 	}
-	r := runBinary(t, context.Background(), args...)
-	if r.code != 0 {
-		t.Fatalf("final run: exit %d; stderr:\n%s", r.code, r.stderr)
-	}
-	out := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
-	if len(out) != rows+1 {
-		t.Fatalf("%d result rows, want %d", len(out)-1, rows)
-	}
-	for i, row := range out[1:] {
-		if row[0] != fmt.Sprintf("SKU-%05d", i+1) || row[3] != "succeeded" {
-			t.Fatalf("row %d = %q", i+1, row)
-		}
-	}
-	st := mock.Stats()
-	if len(st.PerPrompt) != rows {
-		t.Errorf("%d distinct prompts reached the model, want %d", len(st.PerPrompt), rows)
-	}
-	twice := 0
-	for p, s := range st.PerPrompt {
-		if s.Succeeded == 0 {
-			t.Errorf("prompt %q never succeeded", p)
-		}
-		if s.Succeeded > 1 {
-			twice++
-		}
-	}
+	twice := finishAndCheckResumed(t, mock, dir, rows, args)
 	// Only calls in flight at a kill may be paid twice.
 	if twice > kills*concurrency {
 		t.Errorf("%d rows paid twice, more than the %d calls that can be in flight at %d kills", twice, kills*concurrency, kills)
@@ -339,4 +314,40 @@ func TestUnwritableOutputKeepsTask(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "requests  0 this run") {
 		t.Fatalf("rerun: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
+}
+
+// finishAndCheckResumed runs a killed job to the end and checks what every
+// kill test promises: every row has exactly one result, in input order, and
+// reached the model. It returns how many rows were paid for twice (calls in
+// flight at a kill), for the caller to bound.
+func finishAndCheckResumed(t *testing.T, mock *mockserver.Server, dir string, rows int, args []string) int {
+	t.Helper()
+	r := runBinary(t, context.Background(), args...)
+	if r.code != 0 {
+		t.Fatalf("final run: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	out := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
+	if len(out) != rows+1 {
+		t.Fatalf("%d result rows, want %d", len(out)-1, rows)
+	}
+	for i, row := range out[1:] {
+		if row[0] != fmt.Sprintf("SKU-%05d", i+1) || row[3] != "succeeded" {
+			t.Fatalf("row %d = %q", i+1, row)
+		}
+	}
+	st := mock.Stats()
+	if len(st.PerPrompt) != rows {
+		t.Errorf("%d distinct prompts reached the model, want %d", len(st.PerPrompt), rows)
+	}
+	twice := 0
+	for p, s := range st.PerPrompt {
+		if s.Succeeded == 0 {
+			t.Errorf("prompt %q never succeeded", p)
+		}
+		if s.Succeeded > 1 {
+			twice++
+		}
+	}
+	t.Logf("%d model calls for %d rows; %d rows paid twice (in flight at a kill)", st.Requests, rows, twice)
+	return twice
 }

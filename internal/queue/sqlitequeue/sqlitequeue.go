@@ -20,10 +20,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
-	"io/fs"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +28,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/queue"
+	"github.com/batchgen/batchgen/internal/sqlitemigrate"
 )
 
 var (
@@ -92,68 +90,10 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	if err := migrate(context.Background(), db); err != nil {
+	if err := sqlitemigrate.Apply(context.Background(), db, component, migrations); err != nil {
 		return nil, fmt.Errorf("new queue %q: %w", cfg.Name, err)
 	}
 	return &Queue{db: db, name: cfg.Name, visibility: cfg.Visibility, maxReceive: cfg.MaxReceive, clock: cfg.Clock}, nil
-}
-
-// migrate applies this package's migrations that db has not seen yet, in
-// one transaction, and records the version in the shared schema_version table.
-func migrate(ctx context.Context, db *sql.DB) error {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return fmt.Errorf("list migrations: %w", err)
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: begin: %w", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
-		component TEXT PRIMARY KEY,
-		version   INTEGER NOT NULL
-	) STRICT`); err != nil {
-		return fmt.Errorf("migrate: create schema_version: %w", err)
-	}
-	var current int
-	err = tx.QueryRowContext(ctx, `SELECT version FROM schema_version WHERE component = ?`, component).Scan(&current)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("migrate: read schema version: %w", err)
-	}
-	latest := 0
-	for _, name := range names {
-		prefix, _, _ := strings.Cut(path.Base(name), "_")
-		version, err := strconv.Atoi(prefix)
-		if err != nil {
-			return fmt.Errorf("migrate: migration %s: name must start with its version number", name)
-		}
-		latest = max(latest, version)
-		if version <= current {
-			continue
-		}
-		script, err := fs.ReadFile(migrations, name)
-		if err != nil {
-			return fmt.Errorf("migrate: read %s: %w", name, err)
-		}
-		if _, err := tx.ExecContext(ctx, string(script)); err != nil {
-			return fmt.Errorf("migrate: apply %s: %w", name, err)
-		}
-	}
-	if current > latest {
-		return fmt.Errorf("migrate: database schema version %d of %s is newer than this binary's %d", current, component, latest)
-	}
-	if current == latest {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (component, version) VALUES (?, ?)
-		ON CONFLICT (component) DO UPDATE SET version = excluded.version`, component, latest); err != nil {
-		return fmt.Errorf("migrate: record schema version: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: commit: %w", err)
-	}
-	return nil
 }
 
 // Send enqueues msgs in one transaction, so either all or none are sent.

@@ -29,9 +29,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +36,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/sqlitemigrate"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -103,7 +101,7 @@ func Open(path string, opts Options) (*Store, error) {
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxLifetime(0)
 	write.SetConnMaxIdleTime(0)
-	if err := migrate(context.Background(), write, component, migrations); err != nil {
+	if err := sqlitemigrate.Apply(context.Background(), write, component, migrations); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open task store %q: %w", path, err)
 	}
@@ -129,65 +127,6 @@ func (s *Store) DB() *sql.DB { return s.write }
 func (s *Store) Close() error {
 	if err := errors.Join(s.read.Close(), s.write.Close()); err != nil {
 		return fmt.Errorf("close task store %q: %w", s.path, err)
-	}
-	return nil
-}
-
-// migrate applies the migrations in fsys (files named NNNN_what.sql, applied
-// in order) that the database has not seen yet, in one IMMEDIATE
-// transaction, so two processes opening a new file at once apply them once.
-func migrate(ctx context.Context, db *sql.DB, component string, fsys embed.FS) error {
-	names, err := fs.Glob(fsys, "migrations/*.sql")
-	if err != nil {
-		return fmt.Errorf("list migrations: %w", err)
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: begin: %w", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
-		component TEXT PRIMARY KEY,
-		version   INTEGER NOT NULL
-	) STRICT`); err != nil {
-		return fmt.Errorf("migrate: create schema_version: %w", err)
-	}
-	var current int
-	err = tx.QueryRowContext(ctx, `SELECT version FROM schema_version WHERE component = ?`, component).Scan(&current)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("migrate: read schema version: %w", err)
-	}
-	latest := 0
-	for _, name := range names {
-		prefix, _, _ := strings.Cut(path.Base(name), "_")
-		version, err := strconv.Atoi(prefix)
-		if err != nil {
-			return fmt.Errorf("migrate: migration %s: name must start with its version number", name)
-		}
-		latest = max(latest, version)
-		if version <= current {
-			continue
-		}
-		script, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			return fmt.Errorf("migrate: read %s: %w", name, err)
-		}
-		if _, err := tx.ExecContext(ctx, string(script)); err != nil {
-			return fmt.Errorf("migrate: apply %s: %w", name, err)
-		}
-	}
-	if current > latest {
-		return fmt.Errorf("migrate: database schema version %d of %s is newer than this binary's %d", current, component, latest)
-	}
-	if current == latest {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (component, version) VALUES (?, ?)
-		ON CONFLICT (component) DO UPDATE SET version = excluded.version`, component, latest); err != nil {
-		return fmt.Errorf("migrate: record schema version: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: commit: %w", err)
 	}
 	return nil
 }
