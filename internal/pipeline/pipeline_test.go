@@ -412,3 +412,55 @@ type nopLimiter struct{}
 
 func (nopLimiter) Wait(ctx context.Context) error { return ctx.Err() }
 func (nopLimiter) Penalize(time.Duration)         {}
+
+// TestResumedSplitSendsOnlyUnclaimedBatches: a split that died after
+// enqueueing, with some batches already claimed or done, resumes without a
+// second message for those batches.
+func TestResumedSplitSendsOnlyUnclaimedBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(50))
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 10}
+	id := pipeline.DeriveTaskID("resume", spec)
+	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	drain := func() map[int]int {
+		got := map[int]int{}
+		for {
+			ds, err := e.queue.Receive(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ds) == 0 {
+				return got
+			}
+			for _, d := range ds {
+				m, _ := pipeline.DecodeBatchMessage(d.Body)
+				got[m.BatchNo]++
+				_ = e.queue.Delete(ctx, d.Receipt)
+			}
+		}
+	}
+	if got := drain(); len(got) != 5 {
+		t.Fatalf("first split sent %v, want one message per batch", got)
+	}
+	// Batches 1 and 2 were picked up; then the task is put back to PENDING
+	// as if the split had died before its last step.
+	for no := 1; no <= 2; no++ {
+		if _, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: no, Owner: "w", Now: time.Now(), LeaseUntil: time.Now().Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{store.TaskRunning}, To: store.TaskPending, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	task, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec})
+	if err != nil || task.State != store.TaskRunning {
+		t.Fatalf("resumed split: %v, state %s", err, task.State)
+	}
+	if diff := cmp.Diff(map[int]int{3: 1, 4: 1, 5: 1}, drain()); diff != "" {
+		t.Errorf("resumed split's messages (-want +got):\n%s", diff)
+	}
+}

@@ -135,14 +135,21 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		CreatedAt:    now,
 		UpdatedAt:    now,
 	}
-	if err := s.Store.CreateTask(ctx, task); err != nil && !isConflict(err) {
+	resumed := false
+	if err := s.Store.CreateTask(ctx, task); isConflict(err) {
+		resumed = true // an earlier split of this input died halfway
+	} else if err != nil {
 		return store.Task{}, fmt.Errorf("split %s: create task: %w", p.TaskID, err)
 	}
 
 	if err := s.writeRows(ctx, p, opts, task); err != nil {
 		return store.Task{}, err
 	}
-	if err := s.enqueue(ctx, task.ID, batches); err != nil {
+	toSend, err := s.unsent(ctx, task.ID, batches, resumed)
+	if err != nil {
+		return store.Task{}, err
+	}
+	if err := s.enqueue(ctx, task.ID, toSend); err != nil {
 		return store.Task{}, err
 	}
 	t, err := s.Store.TransitionTask(ctx, store.TransitionTaskParams{
@@ -225,11 +232,37 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 	return nil
 }
 
-func (s *Splitter) enqueue(ctx context.Context, taskID string, batches int) error {
+// unsent lists the batches that need a message. A fresh split sends one per
+// batch. A resumed one skips batches a worker has already claimed or
+// finished: their message evidently arrived. (A batch whose message was sent
+// but not yet claimed when the split died gets a second one; the
+// conditional claim makes that harmless.)
+func (s *Splitter) unsent(ctx context.Context, taskID string, batches int, resumed bool) ([]int, error) {
+	if !resumed {
+		all := make([]int, batches)
+		for i := range all {
+			all[i] = i + 1
+		}
+		return all, nil
+	}
+	pending, err := s.Store.ListBatches(ctx, store.ListBatchesParams{TaskID: taskID, States: []store.BatchState{store.BatchPending}})
+	if err != nil {
+		return nil, fmt.Errorf("split %s: list batches to enqueue: %w", taskID, err)
+	}
+	var out []int
+	for _, b := range pending {
+		if b.Attempt == 0 {
+			out = append(out, b.No)
+		}
+	}
+	return out, nil
+}
+
+func (s *Splitter) enqueue(ctx context.Context, taskID string, batches []int) error {
 	msgs := make([]queue.Outgoing, 0, sendChunk)
-	for b := 1; b <= batches; b++ {
+	for i, b := range batches {
 		msgs = append(msgs, queue.Outgoing{Body: EncodeBatchMessage(taskID, b)})
-		if len(msgs) == sendChunk || b == batches {
+		if len(msgs) == sendChunk || i == len(batches)-1 {
 			if err := s.Queue.Send(ctx, msgs); err != nil {
 				return fmt.Errorf("split %s: enqueue batches up to %d: %w", taskID, b, err)
 			}
