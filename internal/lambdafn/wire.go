@@ -30,6 +30,7 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
 	"github.com/batchgen/batchgen/internal/quota"
+	"github.com/batchgen/batchgen/internal/quota/dynamoquota"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/stepfn"
 	"github.com/batchgen/batchgen/internal/store"
@@ -169,11 +170,11 @@ func (e Env) DefaultSpec() store.TaskSpec {
 	return store.TaskSpec{Prompt: e.DefaultPrompt, Provider: e.ModelProvider, Model: model, BatchSize: e.BatchSize}
 }
 
-// InstanceRPM is one generator instance's share of the provider quota: an
+// InstanceRPM is one generator instance's share of the provider quota when
+// the quota is too small for the shared limiter (under 60 RPM): an
 // in-process limiter per instance, dividing QuotaRPM by the most instances
-// the event source mapping runs, keeps the sum under the quota. It wastes
-// quota while fewer instances run; a DynamoDB-backed limiter that leases
-// tokens in blocks across instances is the follow-up. 0 means unlimited.
+// the event source mapping runs, keeps the sum under the quota. 0 means
+// unlimited.
 func (e Env) InstanceRPM() int {
 	if e.QuotaRPM <= 0 {
 		return 0
@@ -324,10 +325,26 @@ func (d *Deps) Generator(ctx context.Context) (*Generator, error) {
 		Owner:    instanceName(d.Env.LogStream),
 		Config:   pipeline.GeneratorConfig{Concurrency: d.Env.Concurrency, Lease: d.Env.Lease},
 	}
-	if rpm := d.Env.InstanceRPM(); rpm > 0 {
-		gen.Limiter = quota.NewLocal(quota.LocalConfig{RPM: rpm, Clock: d.Clock})
-	}
+	gen.Limiter = d.limiter()
 	return &Generator{Generator: gen, Queue: d.Queue(), Counter: counter, Metrics: d.Metrics, Logger: d.Logger}, nil
+}
+
+// limiter paces the generator to QUOTA_RPM across every instance: a
+// quota.Shared leasing per-second blocks from the table, so the sum over
+// instances holds however many run. Quotas under one request a second fall
+// back to a per-instance share. nil means unlimited.
+func (d *Deps) limiter() pipeline.Limiter {
+	if d.Env.QuotaRPM <= 0 {
+		return nil
+	}
+	name := d.Env.ModelProvider + ":" + d.Env.ModelName
+	shared, err := quota.NewShared(dynamoquota.New(dynamodb.NewFromConfig(d.AWS), d.Env.TableName, name),
+		quota.SharedConfig{RPM: d.Env.QuotaRPM, Clock: d.Clock})
+	if err == nil {
+		return shared
+	}
+	discard(d.Logger).Warn("quota too small to share; each instance takes its share", "rpm", d.Env.QuotaRPM, "reason", err)
+	return quota.NewLocal(quota.LocalConfig{RPM: d.Env.InstanceRPM(), Clock: d.Clock})
 }
 
 // Exporter builds the exporter function's handler.

@@ -2,6 +2,7 @@ package lambdafn_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -129,6 +130,37 @@ func TestBuildersCheckTheirResources(t *testing.T) {
 		missing.TableName = ""
 		if err := build(lambdafn.NewDeps(missing, cfg, name)); err == nil || !strings.Contains(err.Error(), "TABLE_NAME") {
 			t.Errorf("%s without TABLE_NAME: %v, want an error naming it", name, err)
+		}
+	}
+}
+
+// TestGeneratorQuotaIsShared: with QUOTA_RPM set, the generator paces with
+// the table-backed shared limiter, so the quota holds across instances;
+// a quota under one request a second falls back to a per-instance share.
+func TestGeneratorQuotaIsShared(t *testing.T) {
+	t.Parallel()
+	env, err := lambdafn.LoadEnv(getenv(templateEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.ModelProvider = "sim"
+	cfg := aws.Config{Region: "us-east-1"}
+	tests := []struct {
+		rpm  int
+		want string
+	}{
+		{2000, "*quota.Shared"},
+		{30, "*quota.Local"},
+		{0, "<nil>"},
+	}
+	for _, tc := range tests {
+		env.QuotaRPM = tc.rpm
+		g, err := lambdafn.NewDeps(env, cfg, "generator").Generator(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%T", g.Generator.Limiter); got != tc.want {
+			t.Errorf("QUOTA_RPM=%d: limiter %s, want %s", tc.rpm, got, tc.want)
 		}
 	}
 }
