@@ -91,7 +91,9 @@ for try in 1 2 3; do
   url=http://127.0.0.1:$port
   port_free "$port" || die "port $port on 127.0.0.1 is already in use"
   # setsid: the server outlives this script and is not hit by the caller's Ctrl-C.
-  setsid "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" >"$log" 2>&1 </dev/null &
+  # moto_server_serialized.py is moto's server with DynamoDB requests
+  # serialized, so conditional writes are atomic as on AWS (see the file).
+  setsid "$VENV/bin/python" "$root/infra/emulator/moto_server_serialized.py" -H 127.0.0.1 -p "$port" >"$log" 2>&1 </dev/null &
   pid=$!
   started=$pid
   launched=1

@@ -6,18 +6,19 @@ package lambdafn_test
 // wire them) on moto with resources provisioned from template.yaml, the
 // model behind the mock OpenAI-compatible server over real HTTP.
 //
-// An S3 event built from testdata goes to the splitter; a loop standing in
-// for the SQS event source mapping feeds the generator (two "instances",
-// up to 10 messages an event, deleting the successes and leaving the batch
-// item failures to their new visibility); the generator that finishes the
-// last batch starts the export. moto cannot run a Go Lambda, so Step
-// Functions is stood in for by the asl runner executing the real definition
-// as provisioned (DefinitionSubstitutions applied), with the exporter
-// handler registered under the exporter's ARN and the Catch path's
-// UpdateItem going to moto's DynamoDB; after that run, the real
-// stepfn.Starter starts the execution on moto too, so the named execution
-// exists there and moto's own run of the definition (whose Lambda call
-// fails) shows that the Catch path leaves a finished task alone.
+// internal/awsemu/localstack drives the stack, as cmd/batchgen-localaws
+// does: an S3 ObjectCreated event for the uploaded object goes to the
+// splitter; a loop standing in for the SQS event source mapping feeds the
+// generator (two "instances", up to 10 messages an event, deleting the
+// successes and leaving the batch item failures to their new visibility);
+// the generator that finishes the last batch starts the export. moto cannot
+// run a Go Lambda, so Step Functions is stood in for by the asl runner
+// executing the real definition as provisioned (DefinitionSubstitutions
+// applied), with the exporter handler registered under the exporter's ARN
+// and the Catch path's UpdateItem going to moto's DynamoDB; after that run,
+// the real stepfn.Starter starts the execution on moto too, so the named
+// execution exists there and moto's own run of the definition (whose Lambda
+// call fails) shows that the Catch path leaves a finished task alone.
 //
 // Run: eval "$(infra/emulator/start.sh)"; export AWS_ENDPOINT_URL
 //      go test -tags emulator -run TestEndToEnd ./internal/lambdafn/
@@ -25,24 +26,20 @@ package lambdafn_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
@@ -53,6 +50,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsemu/asl"
+	"github.com/batchgen/batchgen/internal/awsemu/localstack"
 	"github.com/batchgen/batchgen/internal/lambdafn"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/metrics"
@@ -64,30 +62,15 @@ import (
 const (
 	e2eRows      = 200
 	e2eBatchSize = 25
-	// lambdaTimeout is the generator's Timeout in template.yaml: each
-	// invocation's context gets this deadline, as in Lambda.
-	lambdaTimeout = 300 * time.Second
 )
 
 // e2e is one provisioned stack with the handlers wired on it.
 type e2e struct {
 	t     *testing.T
-	cfg   aws.Config
 	res   *awsemu.Resources
-	env   lambdafn.Env
 	mock  *mockserver.Server
 	logs  *syncBuffer
-	s3    *s3.Client
-	sqs   *sqs.Client
-	sfn   *sfn.Client
-	store store.Store
-
-	splitter   *lambdafn.Splitter
-	generators []*lambdafn.Generator
-	exports    *aslExports
-
-	// maxReceive is the highest ApproximateReceiveCount delivered.
-	maxReceive atomic.Int64
+	stack *localstack.Stack
 }
 
 type e2eOptions struct {
@@ -151,68 +134,29 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		t.Fatalf("LoadEnv: %v", err)
 	}
 
-	e := &e2e{
-		t: t, cfg: cfg, res: res, env: env, mock: mock, logs: &syncBuffer{},
-		s3:  s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true }),
-		sqs: sqs.NewFromConfig(cfg), sfn: sfn.NewFromConfig(cfg),
-	}
+	e := &e2e{t: t, res: res, mock: mock, logs: &syncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			lines := strings.Split(e.logs.String(), "\n")
 			t.Logf("last log lines:\n%s", strings.Join(lines[max(0, len(lines)-80):], "\n"))
 		}
 	})
-	deps := func(function string) *lambdafn.Deps {
-		d := lambdafn.NewDeps(env, cfg, function)
-		d.Logger = slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("function", function)
-		d.Metrics = metrics.New(e.logs, nil, map[string]string{"function": function})
-		return d
-	}
-	e.store = deps("test").Store()
-	if e.splitter, err = deps("splitter").Splitter(); err != nil {
-		t.Fatal(err)
-	}
-	e.splitter.TempDir = t.TempDir()
-
-	exporterDeps := deps("exporter")
-	if opts.brokenExporter {
-		exporterDeps.Env.BucketName = prefix + "-no-such-bucket"
-	}
-	exporter, err := exporterDeps.Exporter()
-	if err != nil {
-		t.Fatal(err)
-	}
-	def, err := e.sfn.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(res.StateMachineArn)})
-	if err != nil {
-		t.Fatalf("DescribeStateMachine: %v", err)
-	}
-	machine, err := asl.Parse([]byte(aws.ToString(def.Definition)))
-	if err != nil {
-		t.Fatalf("the provisioned definition does not parse: %v", err)
-	}
-	exporterARN := res.FunctionARNs["ExporterFunction"]
-	if exporterARN == "" {
-		t.Fatalf("provision recorded no ARN for ExporterFunction: %v", res.FunctionARNs)
-	}
-	e.exports = &aslExports{
-		runner: &asl.Runner{
-			Functions:     map[string]asl.Func{exporterARN: asl.Handler(exporter.Handle)},
-			DynamoDB:      dynamodb.NewFromConfig(cfg),
-			IntervalScale: 0.01,
+	e.stack, err = localstack.New(ctx, localstack.Config{
+		AWS: cfg, Resources: res, Env: env,
+		Generators: 2, // like two concurrent Lambda environments
+		Log:        e.logs, LogLevel: slog.LevelDebug, Metrics: e.logs,
+		TempDir:       t.TempDir(),
+		IntervalScale: 0.01,
+		Customize: func(function string, d *lambdafn.Deps) {
+			if function == "exporter" && opts.brokenExporter {
+				d.Env.BucketName = prefix + "-no-such-bucket"
+			}
 		},
-		machine: machine,
-		real:    deps("starter").Exports(),
-		runs:    map[string]*asl.Execution{},
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-
-	// Two generator instances, each with its own shared pipeline.Generator,
-	// like two concurrent Lambda environments.
-	for i := range 2 {
-		g, err := deps(fmt.Sprintf("generator-%d", i+1)).Generator(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.Generator.Exports = e.exports
+	for _, g := range e.stack.Generators {
 		g.Generator.Config.RetryDelays = []time.Duration{time.Second}
 		g.Generator.Config.CallsPerRound = opts.callsPerRound
 		g.Generator.Config.Rounds = opts.rounds
@@ -222,41 +166,8 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		if opts.storageFaults {
 			g.Generator.Store = faultstore.New(g.Generator.Store, faultstore.EveryNth(4, "ClaimBatch", "SaveRowResult", "FinishBatch", "GetTask"))
 		}
-		e.generators = append(e.generators, g)
 	}
 	return e
-}
-
-// aslExports stands in for Step Functions: it runs the definition with the
-// asl runner (at most once per task, like a named execution), then starts
-// the real execution on the emulator through the stepfn.Starter.
-type aslExports struct {
-	runner  *asl.Runner
-	machine *asl.Machine
-	real    pipeline.ExportStarter
-
-	mu   sync.Mutex
-	runs map[string]*asl.Execution
-}
-
-func (a *aslExports) StartExport(ctx context.Context, taskID string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, done := a.runs[taskID]; !done {
-		input, _ := json.Marshal(map[string]string{"task_id": taskID})
-		exec, err := a.runner.Run(ctx, a.machine, taskID, input)
-		if err != nil {
-			return fmt.Errorf("run export of %s: %w", taskID, err)
-		}
-		a.runs[taskID] = exec
-	}
-	return a.real.StartExport(ctx, taskID)
-}
-
-func (a *aslExports) run(taskID string) *asl.Execution {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.runs[taskID]
 }
 
 // input is one sheet row.
@@ -269,7 +180,7 @@ func e2eRow(i int, filtered []int) []string {
 }
 
 // upload puts a workbook of e2eRows rows under incoming/ and returns the
-// S3 event for it, built from the testdata template.
+// S3 event for it.
 func (e *e2e) upload(name string, filtered []int) events.S3Event {
 	e.t.Helper()
 	var rows [][]string
@@ -277,67 +188,33 @@ func (e *e2e) upload(name string, filtered []int) events.S3Event {
 		rows = append(rows, e2eRow(i, filtered))
 	}
 	body := xlsx(e.t, header, rows, "为{{商品名称}}（{{类目}}）写一句文案")
-	key := "incoming/" + name
-	out, err := e.s3.PutObject(e.t.Context(), &s3.PutObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(key), Body: bytes.NewReader(body)})
+	ev, err := e.stack.Upload(e.t.Context(), name, body)
 	if err != nil {
-		e.t.Fatalf("PutObject: %v", err)
+		e.t.Fatal(err)
 	}
-	var ev events.S3Event
-	readJSON(e.t, "s3-object-created.json", &ev)
-	r := &ev.Records[0]
-	r.S3.Bucket.Name = e.res.BucketName
-	r.S3.Bucket.Arn = "arn:aws:s3:::" + e.res.BucketName
-	r.S3.Object.Key = url.QueryEscape(key)
-	r.S3.Object.Size = int64(len(body))
-	r.S3.Object.ETag = strings.Trim(aws.ToString(out.ETag), `"`)
-	r.S3.Object.VersionID = aws.ToString(out.VersionId)
 	return ev
 }
 
 // taskID is the id the splitter derives for the uploaded object.
 func (e *e2e) taskID(ev events.S3Event) string {
-	key, err := url.QueryUnescape(ev.Records[0].S3.Object.Key)
+	e.t.Helper()
+	id, err := e.stack.TaskID(ev)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return pipeline.DeriveTaskID(key+"@"+ev.Records[0].S3.Object.ETag, e.env.DefaultSpec())
+	return id
 }
 
-// pump is the event source mapping: each generator instance polls the
-// queue, hands up to 10 messages to its handler as one event, and deletes
-// the messages not reported as failures. It stops when the task is final.
+// pump runs the event source mapping until the task is final.
 func (e *e2e) pump(taskID string, within time.Duration) store.Task {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.t.Context(), within)
 	defer cancel()
-	var tmpl events.SQSEvent
-	readJSON(e.t, "sqs-batch.json", &tmpl)
-
-	var wg sync.WaitGroup
-	errs := make(chan error, len(e.generators))
-	for _, g := range e.generators {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				if t, err := e.store.GetTask(ctx, taskID); err == nil && t.State.Final() {
-					cancel()
-					return
-				}
-				if err := e.pollOnce(ctx, g, tmpl.Records[0]); err != nil && ctx.Err() == nil {
-					errs <- err
-					cancel()
-					return
-				}
-			}
-		}()
+	until := func(ctx context.Context) bool { return e.stack.TaskFinal(ctx, taskID) }
+	if err := e.stack.Pump(ctx, until, nil); err != nil {
+		e.t.Fatal(err)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		e.t.Fatalf("event source mapping: %v", err)
-	}
-	task, err := e.store.GetTask(e.t.Context(), taskID)
+	task, err := e.stack.Store.GetTask(e.t.Context(), taskID)
 	if err != nil {
 		e.t.Fatalf("GetTask: %v", err)
 	}
@@ -357,7 +234,7 @@ func (e *e2e) duplicateMessages(batches int, taskID string) {
 			Id: aws.String(fmt.Sprint(no)), MessageBody: aws.String(string(pipeline.EncodeBatchMessage(taskID, no))),
 		})
 		if len(entries) == 10 || no == 1 {
-			out, err := e.sqs.SendMessageBatch(e.t.Context(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(e.res.QueueURL), Entries: entries})
+			out, err := e.stack.SQS.SendMessageBatch(e.t.Context(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(e.res.QueueURL), Entries: entries})
 			if err != nil || len(out.Failed) > 0 {
 				e.t.Fatalf("send duplicates: %v %+v", err, out)
 			}
@@ -366,62 +243,10 @@ func (e *e2e) duplicateMessages(batches int, taskID string) {
 	}
 }
 
-func (e *e2e) pollOnce(ctx context.Context, g *lambdafn.Generator, tmpl events.SQSMessage) error {
-	out, err := e.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl:                    aws.String(e.res.QueueURL),
-		MaxNumberOfMessages:         10,
-		WaitTimeSeconds:             1,
-		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
-	})
-	if err != nil {
-		return fmt.Errorf("receive: %w", err)
-	}
-	if len(out.Messages) == 0 {
-		return nil
-	}
-	var ev events.SQSEvent
-	for _, m := range out.Messages {
-		r := tmpl
-		r.MessageId, r.ReceiptHandle, r.Body = aws.ToString(m.MessageId), aws.ToString(m.ReceiptHandle), aws.ToString(m.Body)
-		r.Md5OfBody = aws.ToString(m.MD5OfBody)
-		r.EventSourceARN = e.res.QueueARN
-		r.Attributes = map[string]string{}
-		for k, v := range m.Attributes {
-			r.Attributes[k] = v
-		}
-		n, err := strconv.Atoi(r.Attributes["ApproximateReceiveCount"])
-		if err != nil {
-			return fmt.Errorf("message %s: ApproximateReceiveCount %q", r.MessageId, r.Attributes["ApproximateReceiveCount"])
-		}
-		for cur := e.maxReceive.Load(); int64(n) > cur && !e.maxReceive.CompareAndSwap(cur, int64(n)); cur = e.maxReceive.Load() {
-		}
-		ev.Records = append(ev.Records, r)
-	}
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lambdaTimeout)
-	defer cancel()
-	resp, err := g.Handle(ictx, ev)
-	if err != nil {
-		return fmt.Errorf("generator returned an error: %w", err)
-	}
-	failed := map[string]bool{}
-	for _, f := range resp.BatchItemFailures {
-		failed[f.ItemIdentifier] = true
-	}
-	for _, r := range ev.Records {
-		if failed[r.MessageId] {
-			continue
-		}
-		if _, err := e.sqs.DeleteMessage(ictx, &sqs.DeleteMessageInput{QueueUrl: aws.String(e.res.QueueURL), ReceiptHandle: aws.String(r.ReceiptHandle)}); err != nil {
-			return fmt.Errorf("delete: %w", err)
-		}
-	}
-	return nil
-}
-
 // resultRows reads results/<task>.xlsx: the header, then the rows.
 func (e *e2e) resultRows(taskID string) [][]string {
 	e.t.Helper()
-	out, err := e.s3.GetObject(e.t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(pipeline.ResultKey(taskID))})
+	out, err := e.stack.S3.GetObject(e.t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(pipeline.ResultKey(taskID))})
 	if err != nil {
 		e.t.Fatalf("the result is not in results/: %v", err)
 	}
@@ -512,7 +337,7 @@ func (e *e2e) checkExecution(taskID string, want store.TaskState) {
 	arn := strings.Replace(e.res.StateMachineArn, ":stateMachine:", ":execution:", 1) + ":" + taskID
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		out, err := e.sfn.DescribeExecution(e.t.Context(), &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
+		out, err := e.stack.SFN.DescribeExecution(e.t.Context(), &sfn.DescribeExecutionInput{ExecutionArn: aws.String(arn)})
 		if err != nil {
 			e.t.Fatalf("no execution named after the task on the emulator: %v", err)
 		}
@@ -532,7 +357,7 @@ func (e *e2e) checkExecution(taskID string, want store.TaskState) {
 			e.t.Fatal(e.t.Context().Err())
 		}
 	}
-	task, err := e.store.GetTask(e.t.Context(), taskID)
+	task, err := e.stack.Store.GetTask(e.t.Context(), taskID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -575,14 +400,14 @@ func TestEndToEnd(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					errs[i] = e.splitter.Handle(t.Context(), ev)
+					errs[i] = e.stack.Splitter.Handle(t.Context(), ev)
 				}()
 			}
 			wg.Wait()
 			if err := errors.Join(errs...); err != nil {
 				t.Fatalf("splitter: %v", err)
 			}
-			tasks, err := e.store.ListTasks(t.Context(), 0)
+			tasks, err := e.stack.Store.ListTasks(t.Context(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -598,7 +423,7 @@ func TestEndToEnd(t *testing.T) {
 				t.Errorf("task = %s, %d succeeded, %d failed; want %s with %d failed",
 					task.State, task.RowsSucceeded, task.RowsFailed, tc.wantState, len(tc.filtered))
 			}
-			if run := e.exports.run(taskID); run == nil || run.Status != asl.StatusSucceeded {
+			if run := e.stack.Exports.Execution(taskID); run == nil || run.Status != asl.StatusSucceeded {
 				t.Fatalf("export execution = %+v, want SUCCEEDED", run)
 			}
 			e.checkResult(taskID, tc.filtered)
@@ -615,17 +440,17 @@ func TestEndToEnd(t *testing.T) {
 				if n := e.metricSum(metrics.BatchesReleased); n == 0 {
 					t.Error("no batch was released for a later delivery")
 				}
-				if n := e.maxReceive.Load(); n < 2 {
+				if n := e.stack.MaxReceiveCount(); n < 2 {
 					t.Errorf("highest ApproximateReceiveCount = %d, want a redelivered message", n)
 				}
 			}
 			e.checkExecution(taskID, tc.wantState)
 
 			// A late redelivery of the upload event changes nothing.
-			if err := e.splitter.Handle(t.Context(), ev); err != nil {
+			if err := e.stack.Splitter.Handle(t.Context(), ev); err != nil {
 				t.Fatalf("late redelivery: %v", err)
 			}
-			after, err := e.store.GetTask(t.Context(), taskID)
+			after, err := e.stack.Store.GetTask(t.Context(), taskID)
 			if err != nil || after.State != tc.wantState {
 				t.Errorf("after a late redelivery the task is %s (%v), want %s", after.State, err, tc.wantState)
 			}
@@ -638,7 +463,7 @@ func TestEndToEndExportFailure(t *testing.T) {
 	e := newE2E(t, e2eOptions{brokenExporter: true})
 	ev := e.upload("broken.xlsx", nil)
 	taskID := e.taskID(ev)
-	if err := e.splitter.Handle(t.Context(), ev); err != nil {
+	if err := e.stack.Splitter.Handle(t.Context(), ev); err != nil {
 		t.Fatalf("splitter: %v", err)
 	}
 	task := e.pump(taskID, 90*time.Second)
@@ -648,7 +473,7 @@ func TestEndToEndExportFailure(t *testing.T) {
 	if task.FinishedAt.IsZero() {
 		t.Error("the Catch path did not set finished_at")
 	}
-	run := e.exports.run(taskID)
+	run := e.stack.Exports.Execution(taskID)
 	if run == nil {
 		t.Fatal("no export execution ran")
 	}
@@ -665,7 +490,7 @@ func TestEndToEndExportFailure(t *testing.T) {
 		t.Errorf("export execution = %s %s, want FAILED ExportFailed", run.Status, run.Error)
 	}
 	e.checkExecution(taskID, store.TaskFailed)
-	if _, err := e.s3.HeadObject(t.Context(), &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(pipeline.ResultKey(taskID))}); err == nil {
+	if _, err := e.stack.S3.HeadObject(t.Context(), &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(pipeline.ResultKey(taskID))}); err == nil {
 		t.Error("a failed export left a result")
 	}
 }
