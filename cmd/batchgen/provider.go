@@ -96,6 +96,7 @@ type countingProvider struct {
 	stats *runStats
 }
 
+// Generate calls the wrapped provider and counts the call and its outcome.
 func (c countingProvider) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
 	resp, err := c.Provider.Generate(ctx, req)
 	c.stats.countCall(err)

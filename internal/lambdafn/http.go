@@ -70,6 +70,8 @@ type statusWriter struct {
 	wrote bool
 }
 
+// WriteHeader keeps net/http's rules: the first final status wins and 1xx
+// statuses are dropped, since API Gateway cannot return them.
 func (w *statusWriter) WriteHeader(status int) {
 	if w.wrote || status < http.StatusOK {
 		return

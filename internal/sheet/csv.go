@@ -91,6 +91,7 @@ func (r *Reader) openCSV(f *os.File, head []byte, tsv bool) (rowSource, error) {
 // byte is always a CR.
 type loneCRToLF struct{ transform.NopResetter }
 
+// Transform implements transform.Transformer.
 func (loneCRToLF) Transform(dst, src []byte, atEOF bool) (nDst, nSrc int, err error) {
 	for nSrc < len(src) {
 		i := bytes.IndexByte(src[nSrc:], '\r')
