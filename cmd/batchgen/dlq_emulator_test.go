@@ -13,7 +13,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/batchgen/batchgen/internal/awsemu"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/dynamostore"
 )
 
 // TestDLQOnSQS: a poison message on the deployed work queue (provisioned
@@ -43,8 +48,18 @@ func TestDLQOnSQS(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(res.QueueURL), MessageBody: aws.String("not json")}); err != nil {
+	// A task whose batch message keeps crashing its handler, and a message
+	// nobody can parse.
+	st := dynamostore.New(dynamodb.NewFromConfig(cfg), res.TableName, dynamostore.Options{})
+	task := store.Task{ID: "t-stuck-1", State: store.TaskRunning, Source: "incoming/x.xlsx", RowsTotal: 3, BatchesTotal: 1,
+		Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 3}, Header: []string{"a"}, CreatedAt: time.Now(), UpdatedAt: time.Now()}
+	if err := st.CreateTask(ctx, task); err != nil {
 		t.Fatal(err)
+	}
+	for _, body := range []string{"not json", string(pipeline.EncodeBatchMessage(task.ID, 1))} {
+		if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(res.QueueURL), MessageBody: aws.String(body)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -55,7 +70,7 @@ func TestDLQOnSQS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if attrs.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)] == "1" {
+		if attrs.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)] == "2" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -68,15 +83,25 @@ func TestDLQOnSQS(t *testing.T) {
 	if list.code != 0 || !strings.Contains(list.stdout, "not json") {
 		t.Fatalf("dlq list: exit %d\n%s\n%s", list.code, list.stdout, list.stderr)
 	}
+	tasks := runBinary(t, ctx, "tasks", "--table", res.TableName, "--dlq-url", res.DLQURL)
+	if tasks.code != 0 || !strings.Contains(tasks.stdout, task.ID) || !strings.Contains(tasks.stdout, "stuck: 1 dead-lettered") {
+		t.Errorf("tasks --table: exit %d\n%s\n%s", tasks.code, tasks.stdout, tasks.stderr)
+	}
 	redrive := runBinary(t, ctx, append([]string{"dlq", "redrive"}, flags...)...)
-	if redrive.code != 0 || !strings.Contains(redrive.stdout, "1 message(s) moved back") {
+	if redrive.code != 0 || !strings.Contains(redrive.stdout, "2 message(s) moved back") {
 		t.Fatalf("dlq redrive: exit %d\n%s\n%s", redrive.code, redrive.stdout, redrive.stderr)
 	}
-	got, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(res.QueueURL), WaitTimeSeconds: 2})
-	if err != nil {
-		t.Fatal(err)
+	back := map[string]bool{}
+	for time.Now().Before(deadline.Add(30*time.Second)) && len(back) < 2 {
+		got, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(res.QueueURL), WaitTimeSeconds: 1, MaxNumberOfMessages: 10, VisibilityTimeout: 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range got.Messages {
+			back[aws.ToString(m.Body)] = true
+		}
 	}
-	if len(got.Messages) != 1 || aws.ToString(got.Messages[0].Body) != "not json" {
-		t.Errorf("after redrive the work queue holds %d messages, want the poison one back", len(got.Messages))
+	if len(back) != 2 || !back["not json"] {
+		t.Errorf("after redrive the work queue holds %v, want both dead letters back", back)
 	}
 }

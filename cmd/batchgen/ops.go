@@ -13,12 +13,14 @@ import (
 	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
 	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/dynamostore"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
 )
 
@@ -59,16 +61,23 @@ func openStateReadOnly(dir string) (*sqlitestore.Store, error) {
 	return st, nil
 }
 
-// cmdTasks lists the tasks of a data directory, newest first.
+// cmdTasks lists the tasks of a data directory, or with --table those of a
+// deployed stack, newest first, with what needs an operator's attention.
 func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var limit int
+	var table, dlqURL string
 	dir, _, err := parseOps("tasks", args, stderr, func(fs *flag.FlagSet) {
 		fs.IntVar(&limit, "limit", 50, "show at most this many tasks")
+		fs.StringVar(&table, "table", "", "AWS: the stack's DynamoDB table (output TableName) instead of --data")
+		fs.StringVar(&dlqURL, "dlq-url", "", "AWS: the dead-letter queue (output DlqUrl), to flag tasks with dead-lettered messages")
 	})
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return err
+	}
+	if table != "" {
+		return tasksAWS(ctx, table, dlqURL, limit, stdout)
 	}
 	st, err := openStateReadOnly(dir)
 	if err != nil {
@@ -83,45 +92,95 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "no tasks in %s\n", dir)
 		return nil
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tSTATE\tROWS\tSUCCEEDED\tFAILED\tSOURCE\tCREATED\tNOTE")
+	lines := make([]taskLine, 0, len(tasks))
 	for _, t := range tasks {
 		c, err := countRows(ctx, st, t.ID)
 		if err != nil {
 			return err
 		}
-		note, err := taskNote(ctx, st, t, c)
+		q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(t.ID), MaxReceive: maxReceive})
 		if err != nil {
-			return err
+			return fmt.Errorf("open queue of %s: %w", t.ID, err)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", t.ID, t.State, t.RowsTotal, c.succeeded, c.failed,
-			t.Source, t.CreatedAt.Local().Format("2006-01-02 15:04"), note)
+		dead, err := q.ListDead(ctx, 100)
+		if err != nil {
+			return fmt.Errorf("list dead letters of %s: %w", t.ID, err)
+		}
+		lines = append(lines, taskLine{task: t, succeeded: c.succeeded, failed: c.failed, dead: len(dead), rerun: "rerun batchgen run"})
+	}
+	return printTasks(stdout, lines)
+}
+
+// tasksAWS lists a deployed stack's tasks from its table. Row counts are the
+// task's counters (finished batches), which is what the API shows too.
+func tasksAWS(ctx context.Context, table, dlqURL string, limit int, stdout io.Writer) error {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("AWS configuration: %w", err)
+	}
+	tasks, err := dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}).ListTasks(ctx, limit)
+	if err != nil {
+		return fmt.Errorf("list tasks in %s: %w", table, err)
+	}
+	if len(tasks) == 0 {
+		fmt.Fprintf(stdout, "no tasks in %s\n", table)
+		return nil
+	}
+	dead := map[string]int{}
+	if dlqURL != "" {
+		msgs, err := sqsqueue.New(sqs.NewFromConfig(cfg), "", sqsqueue.Options{DLQURL: dlqURL}).ListDead(ctx, 1000)
+		if err != nil {
+			return fmt.Errorf("list %s: %w", dlqURL, err)
+		}
+		for _, m := range msgs {
+			if b, err := pipeline.DecodeBatchMessage(m.Body); err == nil {
+				dead[b.TaskID]++
+			}
+		}
+	}
+	lines := make([]taskLine, 0, len(tasks))
+	for _, t := range tasks {
+		lines = append(lines, taskLine{task: t, succeeded: t.RowsSucceeded, failed: t.RowsFailed, dead: dead[t.ID], rerun: "the sweeper re-enqueues; check the alarms"})
+	}
+	return printTasks(stdout, lines)
+}
+
+// taskLine is one row of `batchgen tasks`.
+type taskLine struct {
+	task              store.Task
+	succeeded, failed int
+	// dead counts the task's dead-lettered messages.
+	dead int
+	// rerun says what to do about a task that stopped progressing.
+	rerun string
+}
+
+func printTasks(w io.Writer, lines []taskLine) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tSTATE\tROWS\tSUCCEEDED\tFAILED\tSOURCE\tCREATED\tNOTE")
+	for _, l := range lines {
+		t := l.task
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", t.ID, t.State, t.RowsTotal, l.succeeded, l.failed,
+			t.Source, t.CreatedAt.Local().Format("2006-01-02 15:04"), taskNote(l))
 	}
 	return tw.Flush()
 }
 
 // taskNote tells an operator what needs attention: dead-lettered messages,
 // no progress for a while, failed rows to retry.
-func taskNote(ctx context.Context, st *sqlitestore.Store, t store.Task, c rowCounts) (string, error) {
+func taskNote(l taskLine) string {
+	t := l.task
 	var notes []string
-	q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(t.ID), MaxReceive: maxReceive})
-	if err != nil {
-		return "", fmt.Errorf("open queue of %s: %w", t.ID, err)
-	}
-	dead, err := q.ListDead(ctx, 100)
-	if err != nil {
-		return "", fmt.Errorf("list dead letters of %s: %w", t.ID, err)
-	}
-	if len(dead) > 0 {
-		notes = append(notes, fmt.Sprintf("stuck: %d dead-lettered message(s), see batchgen dlq list", len(dead)))
+	if l.dead > 0 {
+		notes = append(notes, fmt.Sprintf("stuck: %d dead-lettered message(s), see batchgen dlq list", l.dead))
 	}
 	if !t.State.Final() && time.Since(t.UpdatedAt) > stuckAfter {
-		notes = append(notes, fmt.Sprintf("no progress for %s (not running? rerun batchgen run)", time.Since(t.UpdatedAt).Round(time.Minute)))
+		notes = append(notes, fmt.Sprintf("no progress for %s (%s)", time.Since(t.UpdatedAt).Round(time.Minute), l.rerun))
 	}
-	if t.State.Final() && c.failed > 0 {
+	if t.State.Final() && l.failed > 0 {
 		notes = append(notes, "batchgen retry "+t.ID+" reruns the failed rows")
 	}
-	return strings.Join(notes, "; "), nil
+	return strings.Join(notes, "; ")
 }
 
 // cmdCancel cancels a task: no new rows start, rows in flight finish, and
