@@ -128,3 +128,53 @@ func TestStalledWorkerIsFencedOut(t *testing.T) {
 		t.Errorf("counters = %d batches, %d rows; want 1 and 3 counted once", task.BatchesDone, task.RowsSucceeded)
 	}
 }
+
+// TestPanickingProviderDoesNotKillTheRun: a provider that panics on one
+// row (a bug) fails only that batch's message, which is dead-lettered after
+// its receives; every other batch finishes.
+func TestPanickingProviderDoesNotKillTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		if req.Prompt == "SKU-0013" {
+			panic("provider bug")
+		}
+		return llm.Response{Text: "ok"}, nil
+	})
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2})
+	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(30))
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "x", BatchSize: 10}
+	id := pipeline.DeriveTaskID("panic", spec)
+	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 2, PollInterval: 5 * time.Millisecond}
+	done := make(chan struct{})
+	go func() { _ = workers.Run(wctx); close(done) }()
+	for {
+		dead, err := e.queue.ListDead(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dead) == 1 {
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatal("the panicking batch's message was never dead-lettered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+	batches, err := e.store.ListBatches(ctx, store.ListBatchesParams{TaskID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range batches {
+		if want := b.No != 2; (b.State == store.BatchDone) != want {
+			t.Errorf("batch %d is %s; want only batch 2 (row 13) unfinished", b.No, b.State)
+		}
+	}
+}

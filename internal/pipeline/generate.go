@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -288,6 +289,16 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-g.sem }()
+			defer func() {
+				// A panic in a provider or in this code is a bug; it must
+				// not kill the worker process and every other batch with
+				// it. The row stays as it was; the batch is released, and a
+				// message that keeps panicking ends in the dead-letter queue.
+				if p := recover(); p != nil {
+					log.Error("panic while generating a row", "row", rows[i].No, "panic", p, "stack", string(debug.Stack()))
+					outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
+				}
+			}()
 			outcomes[i] = g.generateRow(batchCtx, startCtx, task, b, rows[i], bound)
 			if outcomes[i].fenced {
 				lost.Store(true)

@@ -3,7 +3,9 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -98,13 +100,32 @@ func (w *LocalWorkers) loop(ctx context.Context, drain <-chan struct{}) {
 }
 
 func (w *LocalWorkers) handle(ctx context.Context, d queue.Delivery) {
-	out := w.Generator.Process(ctx, Delivery{
+	out := w.process(ctx, d)
+	w.apply(ctx, d, out)
+}
+
+// process runs the generator on one message. A panic (a bug) fails only
+// this message, which the queue then redelivers and finally dead-letters,
+// instead of taking every other batch of the run down with it.
+func (w *LocalWorkers) process(ctx context.Context, d queue.Delivery) (out Outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.Logger.Error("panic while processing a message; it will be redelivered and, if it keeps failing, dead-lettered",
+				"message_id", d.ID, "panic", p, "stack", string(debug.Stack()))
+			out = Outcome{Err: &PoisonError{Err: fmt.Errorf("panic: %v", p)}}
+		}
+	}()
+	return w.Generator.Process(ctx, Delivery{
 		Body:         d.Body,
 		ReceiveCount: d.ReceiveCount,
 		KeepAlive: func(ctx context.Context) error {
 			return w.Queue.ChangeVisibility(ctx, d.Receipt, w.Visibility)
 		},
 	})
+}
+
+// apply acts on the message as the outcome says.
+func (w *LocalWorkers) apply(ctx context.Context, d queue.Delivery, out Outcome) {
 	// Acknowledge even when shutting down: the outcome is already persisted.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
