@@ -73,6 +73,14 @@ type Config struct {
 	// NewID returns a fresh task id for an upload. Defaults to 128 random
 	// bits in hex. It must return ids that ValidTaskID accepts.
 	NewID func() string
+	// Exports, when non-nil, starts the export of a cancelled task, so its
+	// partial result is written. Without it the sweeper starts it later.
+	Exports Exporter
+}
+
+// Exporter starts the export of a task (pipeline.ExportStarter).
+type Exporter interface {
+	StartExport(ctx context.Context, taskID string) error
 }
 
 func (c Config) withDefaults() Config {
@@ -127,10 +135,12 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /api/tasks", s.createTask)
 	mux.HandleFunc("GET /api/tasks", s.listTasks)
 	mux.HandleFunc("GET /api/tasks/{id}", s.getTask)
+	mux.HandleFunc("POST /api/tasks/{id}/cancel", s.cancelTask)
 	// Method-less patterns catch the other methods on known paths, so they
 	// get a JSON 405 instead of falling through to the JSON 404 below.
 	mux.HandleFunc("/api/tasks", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/api/tasks/{id}", methodNotAllowed("GET, HEAD"))
+	mux.HandleFunc("/api/tasks/{id}/cancel", methodNotAllowed("POST"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})

@@ -444,3 +444,51 @@ func TestIncomingKey(t *testing.T) {
 		}
 	}
 }
+
+type recordingExports struct{ ids []string }
+
+func (r *recordingExports) StartExport(_ context.Context, id string) error {
+	r.ids = append(r.ids, id)
+	return nil
+}
+
+func TestCancelTask(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	exports := &recordingExports{}
+	f.config.Exports = exports
+	h := api.New(f.config)
+	const id = "0123456789abcdef0123456789abcdef"
+	if err := f.store.CreateTask(context.Background(), store.Task{
+		ID: id, State: store.TaskRunning, Source: "incoming/x/a.xlsx", Header: []string{"a"}, RowsTotal: 3, BatchesTotal: 1,
+		Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 3}, CreatedAt: now, UpdatedAt: now,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, method, target string
+		status               int
+		code                 string
+	}{
+		{"cancel a running task", "POST", "/api/tasks/" + id + "/cancel", http.StatusAccepted, ""},
+		{"cancel it again", "POST", "/api/tasks/" + id + "/cancel", http.StatusConflict, "conflict"},
+		{"unknown task", "POST", "/api/tasks/ffffffffffffffffffffffffffffffff/cancel", http.StatusNotFound, "not_found"},
+		{"wrong method", "GET", "/api/tasks/" + id + "/cancel", http.StatusMethodNotAllowed, "method_not_allowed"},
+	}
+	for _, tc := range tests { // in order: the second depends on the first
+		r := do(t, h, tc.method, tc.target, "")
+		if r.status != tc.status || errorCode(r) != tc.code {
+			t.Errorf("%s: %d %q, want %d %q (%v)", tc.name, r.status, errorCode(r), tc.status, tc.code, r.body)
+		}
+		if tc.status == http.StatusAccepted && r.body["state"] != "CANCELLED" {
+			t.Errorf("%s: state %v, want CANCELLED", tc.name, r.body["state"])
+		}
+	}
+	if len(exports.ids) != 1 || exports.ids[0] != id {
+		t.Errorf("exports started %v, want the partial export of %s once", exports.ids, id)
+	}
+	task, err := f.store.GetTask(context.Background(), id)
+	if err != nil || task.State != store.TaskCancelled {
+		t.Errorf("stored task %s (%v), want CANCELLED", task.State, err)
+	}
+}

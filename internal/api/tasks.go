@@ -269,6 +269,45 @@ func validFilename(name string) error {
 	return fmt.Errorf("filename %q: only .xlsx and .csv sheets are accepted", name)
 }
 
+// cancelTask stops a task: no new row starts (running batches see the state
+// within seconds), rows in flight finish, and the export writes a partial
+// result that marks the rows that never ran not_started.
+func (s *server) cancelTask(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !ValidTaskID(id) {
+		writeError(w, http.StatusNotFound, "not_found", "no task "+strconv.Quote(id))
+		return
+	}
+	ctx := r.Context()
+	task, err := s.cfg.Store.TransitionTask(ctx, store.TransitionTaskParams{
+		ID: id, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskCancelled,
+		Error: "cancelled through the API", Now: s.cfg.Clock.Now(),
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", "no task "+strconv.Quote(id))
+		return
+	case errors.Is(err, store.ErrConflict):
+		cur, gerr := s.cfg.Store.GetTask(ctx, id)
+		if gerr != nil {
+			s.internalError(w, r, "get task", gerr)
+			return
+		}
+		writeError(w, http.StatusConflict, "conflict", "task "+id+" is "+string(cur.State)+"; only a pending or running task can be cancelled")
+		return
+	case err != nil:
+		s.internalError(w, r, "cancel task", err)
+		return
+	}
+	if s.cfg.Exports != nil {
+		if err := s.cfg.Exports.StartExport(ctx, id); err != nil {
+			// The task is cancelled; the sweeper starts the export later.
+			s.cfg.Logger.Warn("start export of a cancelled task failed; the sweeper will retry", "task", id, "error", err)
+		}
+	}
+	writeJSON(w, http.StatusAccepted, viewOf(task))
+}
+
 func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !ValidTaskID(id) {

@@ -380,7 +380,7 @@ func (d *Deps) HTTP() (*HTTP, error) {
 	return &HTTP{
 		Handler: api.New(api.Config{
 			Store: d.Store(), Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
-			DefaultSpec: d.Env.DefaultSpec(),
+			DefaultSpec: d.Env.DefaultSpec(), Exports: d.Exports(),
 		}),
 		Logger: d.Logger,
 	}, nil

@@ -103,8 +103,24 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		return report, fmt.Errorf("sweep: list open batches: %w", err)
 	}
 	var msgs []queue.Outgoing
+	finished := map[string]bool{} // per task: no batch of it needs work
 	for _, b := range batches {
 		if cfg.TaskID != "" && b.TaskID != cfg.TaskID {
+			continue
+		}
+		done, seen := finished[b.TaskID]
+		if !seen {
+			t, err := s.Store.GetTask(ctx, b.TaskID)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("task of batch %s/%d: %w", b.TaskID, b.No, err))
+				continue
+			}
+			// A cancelled or failed task's open batches stay as they are:
+			// its remaining rows are not to run.
+			done = t.State.Final()
+			finished[b.TaskID] = done
+		}
+		if done {
 			continue
 		}
 		stale := b.State == store.BatchPending || (b.State == store.BatchRunning && b.LeaseUntil.Before(now))
@@ -171,7 +187,10 @@ func (s *Sweeper) startMissingExports(ctx context.Context, cfg SweeperConfig, no
 		if cfg.TaskID != "" && t.ID != cfg.TaskID {
 			continue
 		}
-		if t.State.Final() || t.BatchesTotal == 0 || t.BatchesDone < t.BatchesTotal || !t.UpdatedAt.Before(now.Add(-cfg.PendingAfter)) {
+		// A cancelled task still needs its partial result written.
+		cancelled := t.State == store.TaskCancelled && t.ResultKey == ""
+		ready := t.BatchesTotal > 0 && t.BatchesDone >= t.BatchesTotal && !t.State.Final()
+		if !(cancelled || ready) || !t.UpdatedAt.Before(now.Add(-cfg.PendingAfter)) {
 			continue
 		}
 		if err := s.Exports.StartExport(ctx, t.ID); err != nil {

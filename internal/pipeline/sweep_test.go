@@ -186,3 +186,35 @@ func TestSweeperFailsCrashLoopingBatch(t *testing.T) {
 		t.Errorf("task %+v, exports %v: want the batch counted once and the export started", task, starter.ids)
 	}
 }
+
+// TestSweeperExportsCancelledTask: a task cancelled on AWS whose export start
+// was lost gets its partial result exported by the sweeper.
+func TestSweeperExportsCancelledTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	e.splitter.Clock = clk
+	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(4))
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 2}
+	id := pipeline.DeriveTaskID("cancelled", spec)
+	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	starter := &recordingStarter{}
+	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Exports: starter, Clock: clk, Config: pipeline.SweeperConfig{TaskID: id}}
+	clk.Advance(6 * time.Minute)
+	report, err := sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.ExportsStarted != 1 || len(starter.ids) != 1 {
+		t.Errorf("report %+v, exports %v: want the cancelled task's partial export started", report, starter.ids)
+	}
+	if report.Requeued != 0 {
+		t.Errorf("the sweeper re-enqueued %d batches of a cancelled task", report.Requeued)
+	}
+}
