@@ -24,12 +24,7 @@ func TestStorageFaultsLoseNothing(t *testing.T) {
 	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 4})
 	faulty := faultstore.New(e.store, faultstore.EveryNth(3, "SaveRowResult", "FinishBatch", "ClaimBatch", "ListRows", "GetTask"))
 	e.gen.Store = faulty
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(90))
-	spec := store.TaskSpec{Prompt: "{{id}} {{name}}", Provider: "sim", BatchSize: 10}
-	id := pipeline.DeriveTaskID("faults", spec)
-	if _, err := e.splitter.Split(context.Background(), pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.splitProducts("faults", "{{id}} {{name}}", 90, 10).TaskID
 	done := e.runToCompletion(context.Background(), id)
 	if done.State != store.TaskSucceeded {
 		t.Fatalf("state = %s, want SUCCEEDED", done.State)
@@ -86,12 +81,7 @@ func TestStalledWorkerIsFencedOut(t *testing.T) {
 	e := newEnv(t, a, pipeline.GeneratorConfig{Concurrency: 1, Lease: time.Minute})
 	e.gen.Clock = clock.NewFake(t0) // never advanced: A's heartbeat never renews
 	e.splitter.Clock = clock.NewFake(t0)
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(3))
-	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "x", BatchSize: 10}
-	id := pipeline.DeriveTaskID("fence", spec)
-	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.splitProducts("fence", "{{id}}", 3, 10).TaskID
 	msg := pipeline.EncodeBatchMessage(id, 1)
 	outA := make(chan pipeline.Outcome, 1)
 	go func() { outA <- e.gen.Process(ctx, pipeline.Delivery{Body: msg, ReceiveCount: 1}) }()
@@ -142,12 +132,7 @@ func TestPanickingProviderDoesNotKillTheRun(t *testing.T) {
 		return llm.Response{Text: "ok"}, nil
 	})
 	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2})
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(30))
-	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "x", BatchSize: 10}
-	id := pipeline.DeriveTaskID("panic", spec)
-	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.splitProducts("panic", "{{id}}", 30, 10).TaskID
 	wctx, stop := context.WithTimeout(ctx, 30*time.Second)
 	defer stop()
 	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 2, PollInterval: 5 * time.Millisecond}

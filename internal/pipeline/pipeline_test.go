@@ -109,6 +109,22 @@ func (e *env) runToCompletion(ctx context.Context, taskID string) store.Task {
 	}
 }
 
+// splitProducts splits n product rows (columns id and name) into a task
+// with the given prompt and batch size, and returns the split's parameters
+// (TaskID among them).
+func (e *env) splitProducts(label, prompt string, n, batchSize int) pipeline.SplitParams {
+	e.t.Helper()
+	spec := store.TaskSpec{Prompt: prompt, Provider: "sim", BatchSize: batchSize}
+	p := pipeline.SplitParams{
+		TaskID: pipeline.DeriveTaskID(label, spec), Source: "in.csv", Spec: spec,
+		Path: e.writeCSV("in.csv", []string{"id", "name"}, productRows(n)),
+	}
+	if _, err := e.splitter.Split(context.Background(), p); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
 func (e *env) resultCells(task store.Task) [][]string {
 	e.t.Helper()
 	r, err := e.blobs.Open(context.Background(), task.ResultKey)
@@ -319,12 +335,7 @@ func TestFatalProviderErrorStopsCalling(t *testing.T) {
 		return llm.Response{}, &llm.Error{Class: llm.ClassQuotaExhausted, StatusCode: 429, Message: "You exceeded your current quota"}
 	})
 	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 1})
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(50))
-	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "x", BatchSize: 10}
-	id := pipeline.DeriveTaskID("fatal", spec)
-	if _, err := e.splitter.Split(context.Background(), pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.splitProducts("fatal", "{{id}}", 50, 10).TaskID
 	done := e.runToCompletion(context.Background(), id)
 	if done.State != store.TaskPartial {
 		t.Fatalf("state = %s", done.State)
@@ -420,12 +431,8 @@ func TestResumedSplitSendsOnlyUnclaimedBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(50))
-	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 10}
-	id := pipeline.DeriveTaskID("resume", spec)
-	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	params := e.splitProducts("resume", "{{id}}", 50, 10)
+	id := params.TaskID
 	drain := func() map[int]int {
 		got := map[int]int{}
 		for {
@@ -456,7 +463,7 @@ func TestResumedSplitSendsOnlyUnclaimedBatches(t *testing.T) {
 	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{store.TaskRunning}, To: store.TaskPending, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	task, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec})
+	task, err := e.splitter.Split(ctx, params)
 	if err != nil || task.State != store.TaskRunning {
 		t.Fatalf("resumed split: %v, state %s", err, task.State)
 	}

@@ -36,12 +36,7 @@ func TestReopenRetriesOnlyFailedRows(t *testing.T) {
 		return llm.Response{Text: "ok " + req.Prompt}, nil
 	})
 	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2})
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(20))
-	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "x", BatchSize: 5}
-	id := pipeline.DeriveTaskID("retry", spec)
-	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.splitProducts("retry", "{{id}}", 20, 5).TaskID
 	if got := e.runToCompletion(ctx, id); got.State != store.TaskPartial || got.RowsFailed != 3 {
 		t.Fatalf("first run: %s with %d failed, want PARTIAL with 3", got.State, got.RowsFailed)
 	}
@@ -96,12 +91,7 @@ func TestCancelStopsNewRowsAndExportsPartial(t *testing.T) {
 		return llm.Response{Text: "ok"}, nil
 	})
 	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2, CancelCheck: 10 * time.Millisecond})
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(40))
-	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "x", BatchSize: 10}
-	id := pipeline.DeriveTaskID("cancel", spec)
-	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.splitProducts("cancel", "{{id}}", 40, 10).TaskID
 	wctx, stop := context.WithCancel(ctx)
 	drain := make(chan struct{})
 	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 1, PollInterval: 5 * time.Millisecond}

@@ -32,12 +32,7 @@ func TestSweeper(t *testing.T) {
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	e.splitter.Clock = clk
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(30))
-	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 10}
-	id := pipeline.DeriveTaskID("sweep", spec)
-	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.splitProducts("sweep", "{{id}}", 30, 10).TaskID
 	// Lose every message, as if the queue had dropped them.
 	for {
 		ds, err := e.queue.Receive(ctx, 10)
@@ -136,12 +131,7 @@ func TestSweeperFailsCrashLoopingBatch(t *testing.T) {
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	e.splitter.Clock = clk
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(4))
-	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 4}
-	id := pipeline.DeriveTaskID("stuck", spec)
-	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.splitProducts("stuck", "{{id}}", 4, 4).TaskID
 	// One row was answered before the crashes started.
 	b, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: 1, Owner: "w", Now: clk.Now(), LeaseUntil: clk.Now().Add(time.Minute)})
 	if err != nil {
@@ -195,12 +185,7 @@ func TestSweeperExportsCancelledTask(t *testing.T) {
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	e.splitter.Clock = clk
-	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(4))
-	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 2}
-	id := pipeline.DeriveTaskID("cancelled", spec)
-	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "in.csv", Spec: spec}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.splitProducts("cancelled", "{{id}}", 4, 2).TaskID
 	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
