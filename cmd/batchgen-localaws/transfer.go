@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awsemu/localstack"
@@ -20,26 +21,15 @@ import (
 // batchgen-localaws finds it on its next poll: the aws CLI's
 // `aws s3 cp FILE s3://BUCKET/incoming/` without needing the CLI.
 func cmdUpload(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	var f stackFlags
-	fs := flag.NewFlagSet("upload", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	f.register(fs, getenv)
-	name := fs.String("name", "", "object name under incoming/ (default: the file's name)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: batchgen-localaws upload [--prefix P] [--name NAME] FILE")
-		fs.PrintDefaults()
+	var name *string
+	t, err := connectTransfer(ctx, "upload", "[--prefix P] [--name NAME] FILE", args, stderr, getenv,
+		func(fs *flag.FlagSet) {
+			name = fs.String("name", "", "object name under incoming/ (default: the file's name)")
+		}, nil)
+	if err != nil || t == nil {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: exitRejected}
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return &exitError{code: exitRejected}
-	}
-	path := fs.Arg(0)
+	path := t.arg
 	if *name == "" {
 		*name = filepath.Base(path)
 	}
@@ -47,60 +37,83 @@ func cmdUpload(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if err != nil {
 		return &exitError{code: exitRejected, err: err}
 	}
-	cfg, endpoint, err := emulator(ctx)
-	if err != nil {
-		return err
-	}
-	res, err := recorded(ctx, cfg, endpoint, f)
-	if err != nil {
-		return err
-	}
-	client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })
-	if _, err := localstack.Upload(ctx, client, res.BucketName, cfg.Region, *name, body); err != nil {
+	if _, err := localstack.Upload(ctx, t.client, t.bucket, t.region, *name, body); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "uploaded %s to s3://%s/%s (%d bytes); the running batchgen-localaws splits it on its next poll\n",
-		path, res.BucketName, localstack.IncomingKey(*name), len(body))
+		path, t.bucket, localstack.IncomingKey(*name), len(body))
 	return nil
 }
 
 // cmdDownload fetches a task's result.
 func cmdDownload(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	var out *string
+	t, err := connectTransfer(ctx, "download", "[--prefix P] [--out FILE] TASK", args, stderr, getenv,
+		func(fs *flag.FlagSet) {
+			out = fs.String("out", "", "where the result goes (default: TASK.result.xlsx)")
+		}, api.ValidTaskID)
+	if err != nil || t == nil {
+		return err
+	}
+	taskID := t.arg
+	if *out == "" {
+		*out = taskID + ".result.xlsx"
+	}
+	err = localstack.Download(ctx, t.client, t.bucket, pipeline.ResultKey(taskID), *out)
+	var missing *s3types.NoSuchKey
+	if errors.As(err, &missing) {
+		return &exitError{code: exitRejected, err: fmt.Errorf("task %s has no result in s3://%s yet: it is unknown or not finished (the running batchgen-localaws logs its progress)", taskID, t.bucket)}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "downloaded s3://%s/%s to %s\n", t.bucket, pipeline.ResultKey(taskID), *out)
+	return nil
+}
+
+// transfer is a parsed upload/download command connected to the recorded
+// stack's bucket.
+type transfer struct {
+	arg            string
+	bucket, region string
+	client         *s3.Client
+}
+
+// connectTransfer parses a transfer command's flags (extra adds its own),
+// wants exactly one argument (that valid accepts, when given) and connects
+// to the stack recorded under --prefix. A nil transfer with a nil error
+// means -h was answered.
+func connectTransfer(ctx context.Context, name, usage string, args []string, stderr io.Writer, getenv func(string) string,
+	extra func(*flag.FlagSet), valid func(string) bool) (*transfer, error) {
 	var f stackFlags
-	fs := flag.NewFlagSet("download", flag.ContinueOnError)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.register(fs, getenv)
-	out := fs.String("out", "", "where the result goes (default: TASK.result.xlsx)")
+	extra(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: batchgen-localaws download [--prefix P] [--out FILE] TASK")
+		fmt.Fprintf(stderr, "usage: batchgen-localaws %s %s\n", name, usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			return nil, nil
 		}
-		return &exitError{code: exitRejected}
+		return nil, &exitError{code: exitRejected}
 	}
-	if fs.NArg() != 1 || !api.ValidTaskID(fs.Arg(0)) {
+	if fs.NArg() != 1 || (valid != nil && !valid(fs.Arg(0))) {
 		fs.Usage()
-		return &exitError{code: exitRejected}
-	}
-	taskID := fs.Arg(0)
-	if *out == "" {
-		*out = taskID + ".result.xlsx"
+		return nil, &exitError{code: exitRejected}
 	}
 	cfg, endpoint, err := emulator(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	res, err := recorded(ctx, cfg, endpoint, f)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })
-	if err := localstack.Download(ctx, client, res.BucketName, pipeline.ResultKey(taskID), *out); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "downloaded s3://%s/%s to %s\n", res.BucketName, pipeline.ResultKey(taskID), *out)
-	return nil
+	return &transfer{
+		arg: fs.Arg(0), bucket: res.BucketName, region: cfg.Region,
+		client: s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true }),
+	}, nil
 }
