@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/batchgen/batchgen/internal/awsemu"
-	"github.com/batchgen/batchgen/internal/awsemu/localstack"
+	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/lambdafn"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -117,7 +117,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	if err != nil {
 		return err
 	}
-	stack, err := localstack.New(ctx, localstack.Config{
+	stack, err := localrun.New(ctx, localrun.Config{
 		AWS: cfg, Resources: res, Env: env,
 		Generators: o.generators,
 		Log:        stderr, LogLevel: level,
@@ -197,7 +197,7 @@ run held come back when their lease and the message's visibility timeout run out
 
 // runner runs the stack's loops and reports progress.
 type runner struct {
-	stack *localstack.Stack
+	stack *localrun.Stack
 	out   io.Writer
 
 	mu sync.Mutex
@@ -219,7 +219,7 @@ func (r *runner) serve(ctx context.Context, o runOptions, until func(context.Con
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		err := r.stack.Watch(ctx, o.poll, func(s localstack.Split) {
+		err := r.stack.Watch(ctx, o.poll, func(s localrun.Split) {
 			if s.Err != nil {
 				r.printf("split %s: %v (retrying)", s.Key, s.Err)
 				return
@@ -321,7 +321,7 @@ func (r *runner) once(ctx context.Context, o runOptions, input []byte) error {
 	if err != nil {
 		return err
 	}
-	r.printf("uploaded %s to s3://%s/%s", o.once, r.stack.Resources.BucketName, localstack.IncomingKey(filepath.Base(o.once)))
+	r.printf("uploaded %s to s3://%s/%s", o.once, r.stack.Resources.BucketName, localrun.IncomingKey(filepath.Base(o.once)))
 	if err := r.serve(ctx, o, func(ctx context.Context) bool { return r.stack.TaskFinal(ctx, taskID) }); err != nil {
 		return err
 	}

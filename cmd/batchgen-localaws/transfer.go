@@ -13,7 +13,7 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/awsemu/localstack"
+	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
@@ -37,11 +37,11 @@ func cmdUpload(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if err != nil {
 		return &exitError{code: exitRejected, err: err}
 	}
-	if _, err := localstack.Upload(ctx, t.client, t.bucket, t.region, *name, body); err != nil {
+	if _, err := localrun.Upload(ctx, t.client, t.bucket, t.region, *name, body); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "uploaded %s to s3://%s/%s (%d bytes); the running batchgen-localaws splits it on its next poll\n",
-		path, t.bucket, localstack.IncomingKey(*name), len(body))
+		path, t.bucket, localrun.IncomingKey(*name), len(body))
 	return nil
 }
 
@@ -59,7 +59,7 @@ func cmdDownload(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	if *out == "" {
 		*out = taskID + ".result.xlsx"
 	}
-	err = localstack.Download(ctx, t.client, t.bucket, pipeline.ResultKey(taskID), *out)
+	err = localrun.Download(ctx, t.client, t.bucket, pipeline.ResultKey(taskID), *out)
 	var missing *s3types.NoSuchKey
 	if errors.As(err, &missing) {
 		return &exitError{code: exitRejected, err: fmt.Errorf("task %s has no result in s3://%s yet: it is unknown or not finished (the running batchgen-localaws logs its progress)", taskID, t.bucket)}

@@ -6,7 +6,7 @@ package lambdafn_test
 // wire them) on moto with resources provisioned from template.yaml, the
 // model behind the mock OpenAI-compatible server over real HTTP.
 //
-// internal/awsemu/localstack drives the stack, as cmd/batchgen-localaws
+// internal/awsemu/localrun drives the stack, as cmd/batchgen-localaws
 // does: an S3 ObjectCreated event for the uploaded object goes to the
 // splitter; a loop standing in for the SQS event source mapping feeds the
 // generator (two "instances", up to 10 messages an event, deleting the
@@ -50,7 +50,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsemu/asl"
-	"github.com/batchgen/batchgen/internal/awsemu/localstack"
+	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/lambdafn"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/metrics"
@@ -70,7 +70,7 @@ type e2e struct {
 	res   *awsemu.Resources
 	mock  *mockserver.Server
 	logs  *syncBuffer
-	stack *localstack.Stack
+	stack *localrun.Stack
 }
 
 type e2eOptions struct {
@@ -141,7 +141,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 			t.Logf("last log lines:\n%s", strings.Join(lines[max(0, len(lines)-80):], "\n"))
 		}
 	})
-	e.stack, err = localstack.New(ctx, localstack.Config{
+	e.stack, err = localrun.New(ctx, localrun.Config{
 		AWS: cfg, Resources: res, Env: env,
 		Generators: 2, // like two concurrent Lambda environments
 		Log:        e.logs, LogLevel: slog.LevelDebug, Metrics: e.logs,

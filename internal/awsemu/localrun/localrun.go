@@ -1,6 +1,6 @@
-// Package localstack runs the batchgen stack on a local AWS emulator with
-// the Lambda handlers in-process, doing by hand what AWS does between the
-// functions and moto does not:
+// Package localrun runs the batchgen stack on a local AWS emulator (moto,
+// not LocalStack) with the Lambda handlers in-process, doing by hand what
+// AWS does between the functions and moto does not:
 //
 //   - S3 notifications: moto invokes no Lambda when an object lands under
 //     incoming/, so Watch polls the folder and hands each new object to the
@@ -19,7 +19,7 @@
 //
 // The end-to-end test of internal/lambdafn and cmd/batchgen-localaws both
 // drive the stack through this package.
-package localstack
+package localrun
 
 import (
 	"bytes"
@@ -120,7 +120,7 @@ type Stack struct {
 // the sweeper's) goes to the Exports stand-in.
 func New(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.Resources == nil {
-		return nil, errors.New("localstack: no resources")
+		return nil, errors.New("localrun: no resources")
 	}
 	logs, metricsOut := cfg.Log, cfg.Metrics
 	if logs == nil {
@@ -154,20 +154,20 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 
 	exporter, err := deps("exporter").Exporter()
 	if err != nil {
-		return nil, fmt.Errorf("localstack: exporter: %w", err)
+		return nil, fmt.Errorf("localrun: exporter: %w", err)
 	}
 	arn := cfg.Resources.StateMachineArn
 	def, err := s.SFN.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(arn)})
 	if err != nil {
-		return nil, fmt.Errorf("localstack: describe state machine %s: %w", arn, err)
+		return nil, fmt.Errorf("localrun: describe state machine %s: %w", arn, err)
 	}
 	machine, err := asl.Parse([]byte(aws.ToString(def.Definition)))
 	if err != nil {
-		return nil, fmt.Errorf("localstack: the provisioned definition does not parse: %w", err)
+		return nil, fmt.Errorf("localrun: the provisioned definition does not parse: %w", err)
 	}
 	exporterARN := cfg.Resources.FunctionARNs[exporterID]
 	if exporterARN == "" {
-		return nil, fmt.Errorf("localstack: provision recorded no ARN for %s: %v", exporterID, cfg.Resources.FunctionARNs)
+		return nil, fmt.Errorf("localrun: provision recorded no ARN for %s: %v", exporterID, cfg.Resources.FunctionARNs)
 	}
 	s.Exports = &Exports{
 		runner: &asl.Runner{
@@ -181,7 +181,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 
 	if s.Splitter, err = deps("splitter").Splitter(); err != nil {
-		return nil, fmt.Errorf("localstack: splitter: %w", err)
+		return nil, fmt.Errorf("localrun: splitter: %w", err)
 	}
 	s.Splitter.Exports = s.Exports
 	s.Splitter.TempDir = cfg.TempDir
@@ -193,14 +193,14 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	for i := range n {
 		g, err := deps(fmt.Sprintf("generator-%d", i+1)).Generator(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("localstack: generator: %w", err)
+			return nil, fmt.Errorf("localrun: generator: %w", err)
 		}
 		g.Generator.Exports = s.Exports
 		s.Generators = append(s.Generators, g)
 	}
 
 	if s.Sweeper, err = deps("sweeper").Sweeper(); err != nil {
-		return nil, fmt.Errorf("localstack: sweeper: %w", err)
+		return nil, fmt.Errorf("localrun: sweeper: %w", err)
 	}
 	s.Sweeper.Sweeper.Exports = s.Exports
 	return s, nil

@@ -1,4 +1,4 @@
-package localstack
+package localrun
 
 import (
 	"encoding/json"
