@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -189,11 +191,115 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	// buffer it is given stays empty, and memory stays flat whatever the row
 	// count (the rows themselves come from the StreamWriter's temp file).
 	cw := &countingWriter{w: out}
-	w.f.SetZipWriter(func(io.Writer) excelize.ZipWriter { return zip.NewWriter(cw) })
+	zw := &dimensionZip{Writer: zip.NewWriter(cw), ref: w.dimension()}
+	w.f.SetZipWriter(func(io.Writer) excelize.ZipWriter { return zw })
 	if _, err := w.f.WriteTo(io.Discard); err != nil {
 		return cw.n, fmt.Errorf("write result workbook: %w", err)
 	}
+	if zw.err != nil { // the zip is complete but its sheet declares the wrong range
+		return cw.n, fmt.Errorf("write result workbook: %w", zw.err)
+	}
 	return cw.n, nil
+}
+
+// dimension is the sheet's used range: the header's columns by the rows written ("A1" for a one-cell sheet).
+func (w *Writer) dimension() string {
+	last := ColumnName(len(w.header)) + strconv.Itoa(max(w.row, 1))
+	if last == "A1" {
+		return last
+	}
+	return "A1:" + last
+}
+
+// dimensionZip is the zip writer excelize writes the workbook through. excelize's StreamWriter writes the
+// worksheet's <dimension ref="A1"/> before the first row, when the range is not known yet, and never corrects it;
+// readers that trust the element (openpyxl in read-only mode, some BI tools) then see only the header row. It
+// rewrites the element as the worksheet part passes through, looking only at the part's first bytes, so the sheet
+// is still streamed, never held in memory.
+type dimensionZip struct {
+	*zip.Writer
+	ref string
+	cur *dimensionWriter // the worksheet part being written, if any
+	err error            // set when a worksheet part had no <dimension> where excelize writes it
+}
+
+// Create starts a zip entry; worksheet parts get the rewriting writer.
+func (z *dimensionZip) Create(name string) (io.Writer, error) {
+	if err := z.finish(); err != nil {
+		return nil, err
+	}
+	zw, err := z.Writer.Create(name)
+	if err != nil || !strings.HasPrefix(name, "xl/worksheets/") || !strings.HasSuffix(name, ".xml") {
+		return zw, err
+	}
+	z.cur = &dimensionWriter{w: zw, z: z}
+	return z.cur, nil
+}
+
+// Close finishes the last entry and the archive.
+func (z *dimensionZip) Close() error {
+	if err := z.finish(); err != nil {
+		return err
+	}
+	return z.Writer.Close()
+}
+
+// finish writes what the current worksheet part still holds back (a part shorter than its <dimension> search).
+func (z *dimensionZip) finish() error {
+	d := z.cur
+	z.cur = nil
+	if d == nil || d.done {
+		return nil
+	}
+	return d.flush(nil)
+}
+
+// maxDimensionHead bounds how far into a worksheet part the <dimension> element is looked for: excelize writes it
+// right after the XML declaration, the namespaces and <sheetPr>, well inside the first few KiB.
+const maxDimensionHead = 64 << 10
+
+// dimensionElement matches the element as encoding/xml writes it, or self-closed.
+var dimensionElement = regexp.MustCompile(`<dimension ref="[^"]*"\s*(?:/>|></dimension>)`)
+
+// dimensionWriter holds back a worksheet part's first bytes until its <dimension> element has gone past, replaces
+// the element's range, then passes everything through.
+type dimensionWriter struct {
+	w    io.Writer
+	z    *dimensionZip
+	head []byte
+	done bool
+}
+
+func (d *dimensionWriter) Write(p []byte) (int, error) {
+	if d.done {
+		return d.w.Write(p)
+	}
+	d.head = append(d.head, p...)
+	loc := dimensionElement.FindIndex(d.head)
+	if loc == nil && len(d.head) < maxDimensionHead {
+		return len(p), nil
+	}
+	if err := d.flush(loc); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// flush writes the held bytes, with the element at loc replaced; nil loc means the part has no element.
+func (d *dimensionWriter) flush(loc []int) error {
+	d.done = true
+	out := d.head
+	if loc != nil {
+		out = make([]byte, 0, len(d.head)+len(d.z.ref))
+		out = append(out, d.head[:loc[0]]...)
+		out = append(out, `<dimension ref="`+d.z.ref+`"/>`...)
+		out = append(out, d.head[loc[1]:]...)
+	} else {
+		d.z.err = errors.New("the worksheet has no <dimension> element to correct")
+	}
+	d.head = nil
+	_, err := d.w.Write(out)
+	return err
 }
 
 // countingWriter counts what passes through to w.

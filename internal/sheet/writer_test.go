@@ -332,3 +332,78 @@ func TestWriterStreamsTheWorkbook(t *testing.T) {
 		t.Errorf("largest single write %d bytes of %d: the workbook was buffered, not streamed", rec.largest, rec.total)
 	}
 }
+
+// dimensionRef is the ref of the first worksheet's <dimension> element, read from the zip as a reader that trusts
+// it (openpyxl in read-only mode) would.
+func dimensionRef(t testing.TB, data []byte) string {
+	t.Helper()
+	m := regexp.MustCompile(`<dimension ref="([^"]*)"`).FindAllStringSubmatch(sheetXML(t, data), -1)
+	if len(m) != 1 {
+		t.Fatalf("worksheet has %d <dimension> elements, want 1", len(m))
+	}
+	return m[0][1]
+}
+
+// TestWriterDeclaresItsRange checks the result's <dimension> covers the header's columns and every row written,
+// including rows held back for column widths and rows with fewer values than the header.
+func TestWriterDeclaresItsRange(t *testing.T) {
+	t.Parallel()
+	rows := func(n int, vals ...string) [][]string {
+		out := make([][]string, n)
+		for i := range out {
+			out[i] = vals
+		}
+		return out
+	}
+	cases := []struct {
+		name   string
+		header []string
+		rows   [][]string
+		want   string
+	}{
+		{"one cell", []string{"a"}, nil, "A1"},
+		{"header only", []string{"a", "b"}, nil, "A1:B1"},
+		{"one column", []string{"a"}, rows(3, "x"), "A1:A4"},
+		{"held rows only", []string{"a", "b", "c"}, rows(5, "x", "y", "z"), "A1:C6"},
+		{"past the width sample", []string{"a", "b", "c"}, rows(widthSampleRows+50, "x"), "A1:C151"},
+		{"short and empty rows", []string{"a", "b", "c", "d"}, [][]string{{"x"}, {}, {"", "", "", ""}}, "A1:D4"},
+		{"column AA", wideHeader()[:27], rows(2, "x"), "A1:AA3"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			data := writeWorkbook(t, "Sheet1", c.header, c.rows)
+			if got := dimensionRef(t, data); got != c.want {
+				t.Errorf("dimension = %q, want %q", got, c.want)
+			}
+			// excelize reads the rewritten part like any other: the element did not break the XML.
+			if got, err := openBook(t, data).GetSheetDimension("Sheet1"); err != nil || got != c.want {
+				t.Errorf("excelize GetSheetDimension = %q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}
+
+// TestWriterDeclaresItsRangeWhenStreaming checks the dimension of a workbook large enough that excelize streams the
+// sheet from its temporary file in many pieces.
+func TestWriterDeclaresItsRangeWhenStreaming(t *testing.T) {
+	t.Parallel()
+	const n = 20000
+	w, err := NewWriter("result", []string{"id", "text", "more"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range n {
+		if err := w.WriteRow([]string{fmt.Sprint(i), strings.Repeat("文本", 50)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dimensionRef(t, buf.Bytes()), fmt.Sprintf("A1:C%d", n+1); got != want {
+		t.Errorf("dimension = %q, want %q", got, want)
+	}
+}
