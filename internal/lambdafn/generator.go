@@ -2,7 +2,6 @@ package lambdafn
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -22,9 +21,6 @@ const (
 	// DefaultVisibility matches the work queue's VisibilityTimeout in
 	// template.yaml.
 	DefaultVisibility = 30 * time.Minute
-	// DefaultErrorDelay is how soon a message that failed transiently is
-	// delivered again (LocalWorkers waits about as long).
-	DefaultErrorDelay = 10 * time.Second
 	// DefaultHeadroom is kept free before the invocation's deadline: rows
 	// in flight are stopped, their batch released and the message reported
 	// for retry before Lambda kills the invocation.
@@ -40,17 +36,19 @@ var generatorMetrics = []string{
 // Generator handles SQS batch messages from the work queue's event source
 // mapping (ReportBatchItemFailures on). The records of one event are
 // processed concurrently through one shared *pipeline.Generator, whose
-// Concurrency bounds the model calls of the whole instance. Outcomes map to
-// the queue as in pipeline.LocalWorkers:
+// Concurrency bounds the model calls of the whole instance. Each outcome is
+// settled as pipeline.Generator.Settle decides, the same as in
+// pipeline.LocalWorkers; the settlement maps onto the partial batch
+// response:
 //
-//   - Ack: success; Lambda deletes the message.
-//   - RetryAfter: the message's visibility is set to the delay and it is
-//     reported as a batch item failure, so it comes back after the graded
-//     backoff.
-//   - Err: a batch item failure. A transient error is retried after
-//     ErrorDelay; a *pipeline.PoisonError is logged with the body and left
-//     invisible for the queue's whole visibility timeout, until the redrive
-//     policy moves it to the dead-letter queue.
+//   - SettleDelete: not a batch item failure; Lambda deletes the message.
+//   - SettleRetry: the message's visibility is set to the delay and it is
+//     reported as a batch item failure, so it comes back after the delay.
+//     If its receipt went stale, a fresh copy is sent instead and the old
+//     one is left for Lambda to delete (see pipeline.Settlement.Apply).
+//   - SettleDeadLetter: a batch item failure left invisible for the
+//     queue's whole visibility timeout, until the redrive policy moves it
+//     to the dead-letter queue.
 type Generator struct {
 	Generator *pipeline.Generator
 	// Queue changes message visibility; receipts are the records'
@@ -59,9 +57,6 @@ type Generator struct {
 	// Visibility is how long each lease renewal keeps the message
 	// invisible. Defaults to DefaultVisibility.
 	Visibility time.Duration
-	// ErrorDelay is when a transiently failed message is retried.
-	// Defaults to DefaultErrorDelay.
-	ErrorDelay time.Duration
 	// Headroom is the time kept before the invocation's deadline. Defaults
 	// to DefaultHeadroom; when less than twice Headroom remains, half of
 	// what remains is kept instead.
@@ -148,7 +143,6 @@ func (h *Generator) workContext(ctx context.Context) (context.Context, context.C
 
 // handleRecord runs one message and reports whether Lambda may delete it.
 func (h *Generator) handleRecord(ctx, work context.Context, rec events.SQSMessage) bool {
-	log := h.logger().With("message_id", rec.MessageId)
 	receiveCount, _ := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
 	visibility := h.Visibility
 	if visibility <= 0 {
@@ -161,41 +155,22 @@ func (h *Generator) handleRecord(ctx, work context.Context, rec events.SQSMessag
 			return h.Queue.ChangeVisibility(ctx, rec.ReceiptHandle, visibility)
 		},
 	})
-	// The outcome is persisted; apply it to the message even though the
-	// work context may be over (ctx, the invocation's, still has headroom).
+	// The outcome is persisted; settle the message even though the work
+	// context may be over (ctx, the invocation's, still has headroom).
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	st := h.Generator.Settle(out)
 	switch {
-	case out.Ack:
-		return true
-	case out.Err != nil:
+	case st.Action == pipeline.SettleDeadLetter:
 		h.count(metrics.MessagesFailed)
-		var poison *pipeline.PoisonError
-		if errors.As(out.Err, &poison) {
-			h.count(metrics.PoisonMessages)
-			log.Error("poison message; it will be dead-lettered", "receive_count", receiveCount, "body", rec.Body, "error", out.Err)
-			return false
-		}
-		delay := h.ErrorDelay
-		if delay <= 0 {
-			delay = DefaultErrorDelay
-		}
-		log.Warn("message failed; will retry", "receive_count", receiveCount, "retry_in", delay, "error", out.Err)
-		h.setVisibility(actx, log, rec, delay)
-		return false
-	default:
+		h.count(metrics.PoisonMessages)
+	case st.Err != nil:
+		h.count(metrics.MessagesFailed)
+	case st.Action == pipeline.SettleRetry:
 		h.count(metrics.BatchesReleased)
-		h.setVisibility(actx, log, rec, out.RetryAfter)
-		return false
 	}
-}
-
-// setVisibility schedules the message's next delivery. If it fails the
-// message still comes back, only later: after the visibility it has.
-func (h *Generator) setVisibility(ctx context.Context, log *slog.Logger, rec events.SQSMessage, d time.Duration) {
-	if err := h.Queue.ChangeVisibility(ctx, rec.ReceiptHandle, d); err != nil {
-		log.Warn("change message visibility failed; it will be redelivered when its visibility ends", "delay", d, "error", err)
-	}
+	m := pipeline.Message{ID: rec.MessageId, Receipt: rec.ReceiptHandle, Body: []byte(rec.Body), ReceiveCount: receiveCount}
+	return st.Apply(actx, h.Queue, m, h.logger())
 }
 
 func (h *Generator) count(name string) {

@@ -255,9 +255,9 @@ func TestGeneratorPoisonMessage(t *testing.T) {
 	}
 	// Poison stays invisible for the queue's visibility timeout so the
 	// redrive policy dead-letters it after maxReceiveCount deliveries.
-	e.clock.Advance(lambdafn.DefaultErrorDelay + time.Second)
+	e.clock.Advance(pipeline.DefaultErrorDelay + time.Second)
 	if got := e.drain(); len(got) != 0 {
-		t.Fatalf("poison redelivered after %v", lambdafn.DefaultErrorDelay)
+		t.Fatalf("poison redelivered after %v", pipeline.DefaultErrorDelay)
 	}
 	e.clock.Advance(30 * time.Minute)
 	if got := e.drain(); len(got) != 2 {
@@ -310,7 +310,7 @@ func TestGeneratorTransientErrorRetriesSoon(t *testing.T) {
 	if failed := f.deleteSucceeded(ds, resp); len(failed) != 1 {
 		t.Fatalf("batch item failures = %v, want the message", failed)
 	}
-	e.clock.Advance(lambdafn.DefaultErrorDelay)
+	e.clock.Advance(pipeline.DefaultErrorDelay)
 	again := e.drain()
 	if len(again) != 1 {
 		t.Fatalf("got %d messages after the error delay, want the failed one back", len(again))
@@ -321,6 +321,43 @@ func TestGeneratorTransientErrorRetriesSoon(t *testing.T) {
 	resp, err = f.handler.Handle(t.Context(), sqsEvent(t, again))
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("retry: Handle = %v, %v; want success", resp.BatchItemFailures, err)
+	}
+}
+
+// TestGeneratorStaleReceiptSendsFreshCopy: the settlement is carried out
+// by pipeline.Settlement.Apply. A retry whose receipt went stale (the
+// visibility ran out, another instance received the message and deleted
+// it) sends a fresh copy and lets Lambda delete the stale delivery, so the
+// batch keeps a message.
+func TestGeneratorStaleReceiptSendsFreshCopy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	st := &flakyStore{Store: e.store, down: true}
+	f := e.generator(sim.New(sim.Config{}), st)
+	e.splitCSV(2, 2)
+	ds := e.drain()
+	e.clock.Advance(30 * time.Minute)
+	again := e.drain()
+	if len(again) != 1 {
+		t.Fatalf("got %d messages after the visibility timeout, want 1", len(again))
+	}
+	if err := e.queue.Delete(t.Context(), again[0].Receipt); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	if err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if failed := f.deleteSucceeded(ds, resp); len(failed) != 0 {
+		t.Fatalf("batch item failures = %v, want none: a fresh copy replaces the stale delivery", failed)
+	}
+	if got := e.drain(); len(got) != 0 {
+		t.Fatalf("fresh copy visible before the error delay: %d messages", len(got))
+	}
+	e.clock.Advance(pipeline.DefaultErrorDelay)
+	fresh := e.drain()
+	if diff := cmp.Diff([]int{1}, batchNos(t, fresh)); diff != "" {
+		t.Fatalf("messages after the error delay (-want +got):\n%s", diff)
 	}
 }
 

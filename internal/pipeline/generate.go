@@ -31,6 +31,9 @@ type Limiter interface {
 	Penalize(retryAfter time.Duration)
 }
 
+// DefaultErrorDelay is GeneratorConfig.ErrorDelay's default.
+const DefaultErrorDelay = 10 * time.Second
+
 // GeneratorConfig tunes the generator. Zero fields take the defaults.
 type GeneratorConfig struct {
 	// Concurrency bounds in-flight model calls across all batches of this
@@ -55,6 +58,10 @@ type GeneratorConfig struct {
 	// (exponential with jitter). Default to 500ms and 20s.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// ErrorDelay is how soon a message whose handling failed transiently
+	// (a store outage, say) is delivered again. Defaults to 10 seconds, the
+	// first of the default RetryDelays.
+	ErrorDelay time.Duration
 	// CancelCheck is how often a running batch looks for its task being
 	// cancelled; once it is, no new row starts. Defaults to 2 seconds.
 	CancelCheck time.Duration
@@ -84,6 +91,9 @@ func (c GeneratorConfig) withDefaults() GeneratorConfig {
 	}
 	if c.BackoffMax <= 0 {
 		c.BackoffMax = 20 * time.Second
+	}
+	if c.ErrorDelay <= 0 {
+		c.ErrorDelay = DefaultErrorDelay
 	}
 	if c.CancelCheck <= 0 {
 		c.CancelCheck = 2 * time.Second
@@ -125,7 +135,8 @@ type Delivery struct {
 	KeepAlive func(ctx context.Context) error
 }
 
-// Outcome tells the caller what to do with the message.
+// Outcome is what processing a message came to; Settle turns it into what
+// to do with the message.
 type Outcome struct {
 	// Ack means delete the message: the batch is done, or someone else owns
 	// it.

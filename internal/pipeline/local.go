@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -26,11 +25,8 @@ type LocalWorkers struct {
 	Visibility time.Duration
 	// PollInterval is the wait after an empty receive. Defaults to 100ms.
 	PollInterval time.Duration
-	// ErrorDelay is how long a message that failed to process stays
-	// invisible before it is retried. Defaults to 5s.
-	ErrorDelay time.Duration
-	Clock      clock.Clock
-	Logger     *slog.Logger
+	Clock        clock.Clock
+	Logger       *slog.Logger
 }
 
 // Run processes messages until ctx ends. It returns nil on cancellation;
@@ -50,9 +46,6 @@ func (w *LocalWorkers) RunUntil(ctx context.Context, drain <-chan struct{}) erro
 	}
 	if w.PollInterval <= 0 {
 		w.PollInterval = 100 * time.Millisecond
-	}
-	if w.ErrorDelay <= 0 {
-		w.ErrorDelay = 5 * time.Second
 	}
 	if w.Clock == nil {
 		w.Clock = clock.Real{}
@@ -124,47 +117,18 @@ func (w *LocalWorkers) process(ctx context.Context, d queue.Delivery) (out Outco
 	})
 }
 
-// apply acts on the message as the outcome says.
+// apply settles the message as Generator.Settle decides.
 func (w *LocalWorkers) apply(ctx context.Context, d queue.Delivery, out Outcome) {
-	// Acknowledge even when shutting down: the outcome is already persisted.
+	// Settle even when shutting down: the outcome is already persisted.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	switch {
-	case out.Ack:
-		if err := w.Queue.Delete(actx, d.Receipt); err != nil {
-			w.Logger.Warn("delete message failed; it will be redelivered and acknowledged then", "error", err)
-		}
-	case out.Err != nil:
-		var poison *PoisonError
-		if errors.As(out.Err, &poison) {
-			// Leave it invisible for the whole visibility timeout; after the
-			// queue's maximum receive count it moves to the dead-letter queue.
-			w.Logger.Error("poison message; it will be dead-lettered", "message_id", d.ID, "receive_count", d.ReceiveCount, "error", out.Err)
-			return
-		}
-		w.Logger.Warn("message failed; will retry", "message_id", d.ID, "error", out.Err)
-		w.redeliverAfter(actx, d, w.ErrorDelay)
-	default:
-		w.redeliverAfter(actx, d, out.RetryAfter)
-	}
-}
-
-// redeliverAfter makes the message visible again after delay. If its receipt
-// went stale (the visibility expired meanwhile), a fresh message is sent
-// instead so the batch is never left without one.
-func (w *LocalWorkers) redeliverAfter(ctx context.Context, d queue.Delivery, delay time.Duration) {
-	err := w.Queue.ChangeVisibility(ctx, d.Receipt, delay)
-	if err == nil {
+	m := Message{ID: d.ID, Receipt: d.Receipt, Body: d.Body, ReceiveCount: d.ReceiveCount}
+	if !w.Generator.Settle(out).Apply(actx, w.Queue, m, w.Logger) {
 		return
 	}
-	if !errors.Is(err, queue.ErrNotFound) {
-		w.Logger.Warn("change visibility failed; sending a fresh message", "error", err)
+	if err := w.Queue.Delete(actx, d.Receipt); err != nil {
+		w.Logger.Warn("delete message failed; it will be redelivered and acknowledged then", "message_id", d.ID, "error", err)
 	}
-	if err := w.Queue.Send(ctx, []queue.Outgoing{{Body: d.Body, Delay: delay}}); err != nil {
-		w.Logger.Error("re-send message failed; the sweeper will re-enqueue the batch", "error", err)
-		return
-	}
-	_ = w.Queue.Delete(ctx, d.Receipt)
 }
 
 // ExportSignal is the embedded ExportStarter: it tells the run loop which

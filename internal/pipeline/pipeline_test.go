@@ -57,6 +57,9 @@ func newEnv(t testing.TB, provider llm.Provider, cfg pipeline.GeneratorConfig) *
 		t.Fatal(err)
 	}
 	e := &env{t: t, dir: dir, store: st, queue: q, blobs: blobs, signal: &pipeline.ExportSignal{}}
+	if cfg.ErrorDelay == 0 {
+		cfg.ErrorDelay = 20 * time.Millisecond
+	}
 	e.gen = &pipeline.Generator{Store: st, Cache: st, Provider: provider, Exports: e.signal, Clock: clock.Real{}, Owner: "test", Config: cfg}
 	e.exporter = &pipeline.Exporter{Store: st, Blobs: blobs, Clock: clock.Real{}}
 	e.splitter = &pipeline.Splitter{Store: st, Queue: q, Clock: clock.Real{}}
@@ -84,7 +87,7 @@ func (e *env) runToCompletion(ctx context.Context, taskID string) store.Task {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	wctx, stop := context.WithCancel(ctx)
-	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 3, PollInterval: 5 * time.Millisecond, ErrorDelay: 20 * time.Millisecond}
+	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 3, PollInterval: 5 * time.Millisecond}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = workers.Run(wctx) }()

@@ -7,8 +7,9 @@
 //     splitter handler as an S3 ObjectCreated event.
 //   - The SQS event source mapping: Pump receives up to 10 messages per
 //     generator instance, hands them to the generator handler as one SQS
-//     event and deletes the messages not reported in BatchItemFailures
-//     (whose visibility the handler changed).
+//     event and deletes the messages not reported in BatchItemFailures, as
+//     the handler settled them (pipeline.Generator.Settle decides; the
+//     handler has already changed the visibility of those it keeps).
 //   - Step Functions: moto runs Lambda code only in Docker, so a Task state
 //     on moto cannot reach a Go handler. Exports runs the provisioned export
 //     definition through the asl runner with the exporter handler
@@ -458,7 +459,8 @@ func (s *Stack) Pump(ctx context.Context, until func(context.Context) bool, onEr
 // PollOnce receives up to 10 messages (waiting up to a second), hands them
 // to g as one SQS event under an invocation deadline of LambdaTimeout and
 // deletes those not reported as failures. An error of the handler itself
-// is returned, the messages left to their visibility timeout.
+// is returned, the messages left to their visibility timeout; a failed
+// delete is not an error (the message is redelivered and acknowledged).
 func (s *Stack) PollOnce(ctx context.Context, g *lambdafn.Generator) error {
 	queueURL := s.Resources.QueueURL
 	out, err := s.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
@@ -491,9 +493,10 @@ func (s *Stack) PollOnce(ctx context.Context, g *lambdafn.Generator) error {
 		if failed[r.MessageId] {
 			continue
 		}
-		if _, err := s.SQS.DeleteMessage(ictx, &sqs.DeleteMessageInput{QueueUrl: aws.String(queueURL), ReceiptHandle: aws.String(r.ReceiptHandle)}); err != nil {
-			return fmt.Errorf("delete: %w", err)
-		}
+		// Like the real mapping, a failed delete is not the handler's
+		// error: the message comes back after its visibility timeout and
+		// the generator acknowledges it then (pipeline.SettleDelete).
+		_, _ = s.SQS.DeleteMessage(ictx, &sqs.DeleteMessageInput{QueueUrl: aws.String(queueURL), ReceiptHandle: aws.String(r.ReceiptHandle)})
 	}
 	return nil
 }
