@@ -5,7 +5,8 @@
 //	batchgen mock-llm --addr 127.0.0.1:8089
 //
 // Exit codes: 0 every row succeeded; 3 finished with some rows failed (the
-// result is still written); 2 input rejected; 1 anything else.
+// result is still written); 2 input rejected or bad usage; 1 anything else;
+// 130 interrupted.
 package main
 
 import (
@@ -16,6 +17,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 // Exit codes, a contract with scripts that call batchgen.
@@ -41,23 +44,6 @@ func (e *exitError) Error() string {
 }
 func (e *exitError) Unwrap() error { return e.err }
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, `batchgen runs an LLM batch job over a spreadsheet: one model call per row.
-
-Usage:
-  batchgen run --in FILE [--out FILE] [--prompt TEXT | --prompt-file FILE] [flags]
-  batchgen tasks [--data DIR]                      list tasks, with what needs attention
-  batchgen cancel [--data DIR] TASK                stop a task; its partial result marks unstarted rows
-  batchgen retry [--data DIR] [--out FILE] [--error-class CLASS] [provider flags] TASK
-                                                   rerun the failed rows of a task
-  batchgen dlq list|redrive [--data DIR]           dead-lettered messages
-  batchgen mock-llm [--addr HOST:PORT] [flags]     OpenAI-compatible test server
-  batchgen help [command]
-
-Run "batchgen <command> -h" for a command's flags.
-`)
-}
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -65,44 +51,92 @@ func main() {
 	os.Exit(code)
 }
 
-// runMain dispatches a command line and returns the process exit code.
+// runMain runs a command line and returns the process exit code. Anything
+// cobra refuses before a command runs (an unknown command or flag, a
+// missing or extra argument) is a usage error: exit 2 with the command's
+// help hint.
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return exitRejected
-	}
-	var err error
-	switch args[0] {
-	case "run":
-		err = cmdRun(ctx, args[1:], stdout, stderr)
-	case "mock-llm":
-		err = cmdMockLLM(ctx, args[1:], stdout, stderr)
-	case "tasks":
-		err = cmdTasks(ctx, args[1:], stdout, stderr)
-	case "cancel":
-		err = cmdCancel(ctx, args[1:], stdout, stderr)
-	case "retry":
-		err = cmdRetry(ctx, args[1:], stdout, stderr)
-	case "dlq":
-		err = cmdDLQ(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		usage(stdout)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "batchgen: unknown command %q\n\n", args[0])
-		usage(stderr)
-		return exitRejected
-	}
+	var ran bool
+	root := newRootCmd(stdout, stderr, &ran)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
 	var ee *exitError
-	if errors.As(err, &ee) {
+	switch {
+	case errors.As(err, &ee):
 		if ee.err != nil {
 			fmt.Fprintf(stderr, "batchgen: %v\n", ee.err)
 		}
 		return ee.code
+	case !ran:
+		if cmd == nil {
+			cmd = root
+		}
+		fmt.Fprintf(stderr, "batchgen: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+		return exitRejected
 	}
 	fmt.Fprintf(stderr, "batchgen: %v\n", err)
 	return exitFailure
+}
+
+// newRootCmd builds the command tree. ran is set once a command's own code
+// starts, so runMain can tell usage errors from failures.
+func newRootCmd(stdout, stderr io.Writer, ran *bool) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "batchgen",
+		Short: "Run an LLM over every row of a spreadsheet",
+		Long: `batchgen runs an LLM batch job over a spreadsheet: one model call per row, the sheet
+back with the generated text beside every row. Flags go before or after the arguments.
+
+Exit codes: 0 every row succeeded; 3 finished with some rows failed (the result is
+written with them marked); 2 input rejected or bad usage; 1 anything else; 130 interrupted.`,
+		Example: `  batchgen run --in skus.xlsx --prompt '为商品{{商品名称}}写一段营销文案'
+  batchgen tasks --data .batchgen
+  batchgen retry TASK --data .batchgen --error-class content_filter
+  batchgen completion bash > /etc/bash_completion.d/batchgen`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// No command: the help on stderr and a usage error, as before.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(stderr)
+			_ = cmd.Help()
+			return &exitError{code: exitRejected}
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
+	for _, c := range []*cobra.Command{
+		newRunCmd(stdout, stderr),
+		newTasksCmd(stdout),
+		newCancelCmd(stdout),
+		newRetryCmd(stdout, stderr),
+		newDLQCmd(stdout),
+		newMockLLMCmd(stdout),
+	} {
+		markRan(c, ran)
+		root.AddCommand(c)
+	}
+	return root
+}
+
+// markRan wraps the RunE of c and its subcommands so that ran is set when
+// their code starts.
+func markRan(c *cobra.Command, ran *bool) {
+	if run := c.RunE; run != nil {
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			*ran = true
+			return run(cmd, args)
+		}
+	}
+	for _, sub := range c.Commands() {
+		markRan(sub, ran)
+	}
+}
+
+// usageErr is a usage error found by a command's own argument check.
+func usageErr(format string, a ...any) error {
+	return &exitError{code: exitRejected, err: fmt.Errorf(format, a...)}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,8 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
@@ -28,22 +29,43 @@ import (
 // `batchgen tasks` calls it stuck.
 const stuckAfter = 10 * time.Minute
 
-// parseOps parses an operator command's flags: --data plus extra, and
-// returns the positional arguments.
-func parseOps(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (dataDir string, rest []string, err error) {
-	fs := flag.NewFlagSet("batchgen "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&dataDir, "data", ".batchgen", "state directory of the runs (the .batchgen folder beside the input)")
-	if extra != nil {
-		extra(fs)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return "", nil, err
+// addDataFlag registers --data, the state directory every operator command
+// works on.
+func addDataFlag(fs *pflag.FlagSet, dir *string) {
+	fs.StringVar(dir, "data", ".batchgen", "state directory of the runs (the .batchgen folder beside the input)")
+}
+
+// taskArg checks the one TASK argument of cancel and retry.
+func taskArg(usage string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return fmt.Errorf("want one TASK, got %d argument(s) (usage: %s; batchgen tasks lists them)", len(args), usage)
 		}
-		return "", nil, &exitError{code: exitRejected}
+		return nil
 	}
-	return dataDir, fs.Args(), nil
+}
+
+// completeTask offers the task ids of the --data directory for a TASK
+// argument.
+func completeTask(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	dir, _ := cmd.Flags().GetString("data")
+	st, err := openStateReadOnly(dir)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	defer st.Close()
+	tasks, err := st.ListTasks(cmd.Context(), 200)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	out := make([]cobra.Completion, 0, len(tasks))
+	for _, t := range tasks {
+		out = append(out, cobra.CompletionWithDesc(t.ID, string(t.State)+" "+t.Source))
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
 // openStateReadOnly opens the database of a data directory without taking
@@ -61,21 +83,30 @@ func openStateReadOnly(dir string) (*sqlitestore.Store, error) {
 	return st, nil
 }
 
-// cmdTasks lists the tasks of a data directory, or with --table those of a
-// deployed stack, newest first, with what needs an operator's attention.
-func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// newTasksCmd lists the tasks of a data directory, or with --table those
+// of a deployed stack, newest first, with what needs an operator's
+// attention.
+func newTasksCmd(stdout io.Writer) *cobra.Command {
+	var dir, table, dlqURL string
 	var limit int
-	var table, dlqURL string
-	dir, _, err := parseOps("tasks", args, stderr, func(fs *flag.FlagSet) {
-		fs.IntVar(&limit, "limit", 50, "show at most this many tasks")
-		fs.StringVar(&table, "table", "", "AWS: the stack's DynamoDB table (output TableName) instead of --data")
-		fs.StringVar(&dlqURL, "dlq-url", "", "AWS: the dead-letter queue (output DlqUrl), to flag tasks with dead-lettered messages")
-	})
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "tasks [flags]",
+		Short: "List tasks, newest first, with what needs attention",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return listTasks(cmd.Context(), dir, table, dlqURL, limit, stdout)
+		},
 	}
+	fs := cmd.Flags()
+	addDataFlag(fs, &dir)
+	fs.IntVar(&limit, "limit", 50, "show at most this many tasks")
+	fs.StringVar(&table, "table", "", "AWS: the stack's DynamoDB table (output TableName) instead of --data")
+	fs.StringVar(&dlqURL, "dlq-url", "", "AWS: the dead-letter queue (output DlqUrl), to flag tasks with dead-lettered messages")
+	_ = cmd.MarkFlagDirname("data")
+	return cmd
+}
+
+func listTasks(ctx context.Context, dir, table, dlqURL string, limit int, stdout io.Writer) error {
 	if table != "" {
 		return tasksAWS(ctx, table, dlqURL, limit, stdout)
 	}
@@ -183,19 +214,26 @@ func taskNote(l taskLine) string {
 	return strings.Join(notes, "; ")
 }
 
-// cmdCancel cancels a task: no new rows start, rows in flight finish, and
-// the partial result is written (now if no run is active, else by the run).
-func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	dir, rest, err := parseOps("cancel", args, stderr, nil)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return err
+// newCancelCmd cancels a task: no new rows start, rows in flight finish,
+// and the partial result is written (now if no run is active, else by the
+// run).
+func newCancelCmd(stdout io.Writer) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:               "cancel TASK [flags]",
+		Short:             "Stop a task; its partial result marks the rows that did not run not_started",
+		Args:              taskArg("batchgen cancel TASK [--data DIR]"),
+		ValidArgsFunction: completeTask,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cancelTask(cmd.Context(), dir, args[0], stdout)
+		},
 	}
-	if len(rest) != 1 {
-		return &exitError{code: exitRejected, err: errors.New("usage: batchgen cancel [--data DIR] TASK (batchgen tasks lists them)")}
-	}
-	id := rest[0]
+	addDataFlag(cmd.Flags(), &dir)
+	_ = cmd.MarkFlagDirname("data")
+	return cmd
+}
+
+func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 	st, err := openStateReadOnly(dir)
 	if err != nil {
 		return err
@@ -231,24 +269,35 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// cmdRetry reruns the failed rows of a finished task and writes a new result.
-func cmdRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// newRetryCmd reruns the failed rows of a finished task (or continues an
+// unfinished one) and writes a new result.
+func newRetryCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o runOptions
-	var errorClass string
-	dir, rest, err := parseOps("retry", args, stderr, func(fs *flag.FlagSet) {
-		fs.StringVar(&o.out, "out", "", "result workbook; default <source>.result.xlsx beside the data directory")
-		fs.StringVar(&errorClass, "error-class", "", "only rows that failed with this class (e.g. content_filter, retry_exhausted, insufficient_quota)")
-		o.registerEngine(fs)
-	})
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return err
+	var dir, errorClass string
+	cmd := &cobra.Command{
+		Use:   "retry TASK [flags]",
+		Short: "Rerun the failed rows of a task and write a new result",
+		Long: `Retry reruns only the failed rows of a finished task (all of them, or those of one
+--error-class) with a new attempt budget; succeeded rows are never billed again. A task
+whose run stopped midway is continued. Use the provider and model the task ran with.`,
+		Example:           `  batchgen retry TASK --data .batchgen --error-class content_filter`,
+		Args:              taskArg("batchgen retry TASK [--data DIR] [--out FILE] [--error-class CLASS] [provider flags]"),
+		ValidArgsFunction: completeTask,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return retryTask(cmd.Context(), o, dir, args[0], errorClass, stdout, stderr)
+		},
 	}
-	if len(rest) != 1 {
-		return &exitError{code: exitRejected, err: errors.New("usage: batchgen retry [--data DIR] [--out FILE] [--error-class CLASS] [provider flags] TASK")}
-	}
-	id := rest[0]
+	fs := cmd.Flags()
+	addDataFlag(fs, &dir)
+	fs.StringVar(&o.out, "out", "", "result workbook; default <source>.result.xlsx beside the data directory")
+	fs.StringVar(&errorClass, "error-class", "", "only rows that failed with this class (e.g. content_filter, retry_exhausted, insufficient_quota)")
+	o.registerEngine(fs)
+	_ = cmd.MarkFlagDirname("data")
+	_ = cmd.MarkFlagFilename("out", "xlsx")
+	return cmd
+}
+
+func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, stdout, stderr io.Writer) error {
 	j, err := newEngineJob(o, stderr)
 	if err != nil {
 		return err
@@ -309,31 +358,44 @@ func classSuffix(class string) string {
 	return " of class " + class
 }
 
-// cmdDLQ lists or redrives dead-lettered messages: those of an embedded data
-// directory, or, with --dlq-url, of the deployed SQS dead-letter queue
-// (redrive uses SQS's message-move task).
-func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive") {
-		return &exitError{code: exitRejected, err: errors.New("usage: batchgen dlq list|redrive [--data DIR | --queue-url URL --dlq-url URL]")}
+// newDLQCmd lists or redrives dead-lettered messages: those of an embedded
+// data directory, or, with --queue-url and --dlq-url, of the deployed SQS
+// dead-letter queue (redrive uses SQS's message-move task).
+func newDLQCmd(stdout io.Writer) *cobra.Command {
+	var dir, queueURL, dlqURL string
+	cmd := &cobra.Command{
+		Use:   "dlq list|redrive [flags]",
+		Short: "List or redrive dead-lettered messages",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr("give a subcommand: batchgen dlq list or batchgen dlq redrive")
+		},
 	}
-	verb := args[0]
-	var queueURL, dlqURL string
-	dir, _, err := parseOps("dlq "+verb, args[1:], stderr, func(fs *flag.FlagSet) {
-		fs.StringVar(&queueURL, "queue-url", "", "AWS: the work queue (stack output QueueUrl); with --dlq-url, works SQS instead of --data")
-		fs.StringVar(&dlqURL, "dlq-url", "", "AWS: the dead-letter queue (stack output DlqUrl)")
-	})
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return err
+	fs := cmd.PersistentFlags()
+	addDataFlag(fs, &dir)
+	fs.StringVar(&queueURL, "queue-url", "", "AWS: the work queue (stack output QueueUrl); with --dlq-url, works SQS instead of --data")
+	fs.StringVar(&dlqURL, "dlq-url", "", "AWS: the dead-letter queue (stack output DlqUrl)")
+	_ = cmd.MarkPersistentFlagDirname("data")
+	for _, verb := range []struct{ name, short string }{
+		{"list", "List dead-lettered messages"},
+		{"redrive", "Move dead-lettered messages back to their queue"},
+	} {
+		cmd.AddCommand(&cobra.Command{
+			Use:   verb.name + " [flags]",
+			Short: verb.short,
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				if queueURL != "" || dlqURL != "" {
+					if queueURL == "" || dlqURL == "" {
+						return &exitError{code: exitRejected, err: errors.New("--queue-url and --dlq-url go together (the stack outputs QueueUrl and DlqUrl)")}
+					}
+					return dlqSQS(cmd.Context(), verb.name, queueURL, dlqURL, stdout)
+				}
+				return dlqLocal(cmd.Context(), verb.name, dir, stdout)
+			},
+		})
 	}
-	if queueURL != "" || dlqURL != "" {
-		if queueURL == "" || dlqURL == "" {
-			return &exitError{code: exitRejected, err: errors.New("--queue-url and --dlq-url go together (the stack outputs QueueUrl and DlqUrl)")}
-		}
-		return dlqSQS(ctx, verb, queueURL, dlqURL, stdout)
-	}
-	return dlqLocal(ctx, verb, dir, stdout)
+	return cmd
 }
 
 // dlqSQS works the deployed queues through the default AWS configuration

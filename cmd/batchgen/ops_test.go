@@ -59,8 +59,9 @@ func TestRetryRerunsOnlyFailedRows(t *testing.T) {
 	second := httptest.NewServer(healed)
 	defer second.Close()
 	out := filepath.Join(dir, "retried.xlsx")
-	r = runBinary(t, context.Background(), "retry", "--data", data, "--out", out, "--error-class", "content_filter",
-		"--provider", "openai", "--base-url", second.URL+"/v1", id)
+	// As the README writes it: the task first, the flags after it.
+	r = runBinary(t, context.Background(), "retry", id, "--data", data, "--out", out, "--error-class", "content_filter",
+		"--provider", "openai", "--base-url", second.URL+"/v1")
 	if r.code != 0 {
 		t.Fatalf("retry: exit %d; stderr:\n%s", r.code, r.stderr)
 	}
@@ -115,7 +116,7 @@ func TestCancelRunningJob(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatalf("running task not listed:\n%s\n%s", tasks.stdout, tasks.stderr)
 	}
-	c := runBinary(t, context.Background(), "cancel", "--data", data, id[1])
+	c := runBinary(t, context.Background(), "cancel", id[1], "--data", data)
 	if c.code != 0 || !strings.Contains(c.stdout, "cancelled") {
 		t.Errorf("cancel: exit %d\n%s\n%s", c.code, c.stdout, c.stderr)
 	}

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
@@ -28,15 +30,38 @@ type providerOptions struct {
 	simJitter   time.Duration
 }
 
-func (p *providerOptions) register(fs *flag.FlagSet) {
+func (p *providerOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&p.name, "provider", "sim", "model provider: sim (in-process simulator, no key) or openai (any OpenAI-compatible server)")
 	fs.StringVar(&p.baseURL, "base-url", "", "OpenAI-compatible API base URL, e.g. http://127.0.0.1:8089/v1; default OpenAI's")
 	fs.StringVar(&p.model, "model", "", "model name; default sim-1 for sim, gpt-4o-mini for openai")
-	fs.Float64Var(&p.temperature, "temperature", math.NaN(), "sampling temperature; default the provider's")
+	p.temperature = math.NaN()
+	fs.Var(optionalFloat{&p.temperature}, "temperature", "sampling temperature, 0 to 2; default the provider's")
 	fs.IntVar(&p.maxTokens, "max-tokens", 0, "completion token cap; 0 for the provider's default")
 	fs.DurationVar(&p.simLatency, "sim-latency", 300*time.Millisecond, "simulated call latency (provider sim)")
 	fs.DurationVar(&p.simJitter, "sim-jitter", 50*time.Millisecond, "simulated latency jitter (provider sim)")
 }
+
+// optionalFloat is a float flag whose unset value is NaN, shown in the help
+// as no default at all.
+type optionalFloat struct{ p *float64 }
+
+func (f optionalFloat) String() string {
+	if f.p == nil || math.IsNaN(*f.p) {
+		return ""
+	}
+	return strconv.FormatFloat(*f.p, 'g', -1, 64)
+}
+
+func (f optionalFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) {
+		return fmt.Errorf("%q is not a number", s)
+	}
+	*f.p = v
+	return nil
+}
+
+func (f optionalFloat) Type() string { return "float" }
 
 func (p *providerOptions) validate() error {
 	switch p.name {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -52,7 +54,7 @@ type retryOptions struct {
 	lease         time.Duration
 }
 
-func (o *runOptions) register(fs *flag.FlagSet) {
+func (o *runOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.in, "in", "", "input spreadsheet (.xlsx or .csv); required")
 	fs.StringVar(&o.out, "out", "", "result workbook (.xlsx); default <in>.result.xlsx beside the input")
 	fs.StringVar(&o.prompt, "prompt", "", "prompt template with {{column}} placeholders")
@@ -67,7 +69,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 
 // registerEngine registers the flags of everything that calls the model:
 // run and retry.
-func (o *runOptions) registerEngine(fs *flag.FlagSet) {
+func (o *runOptions) registerEngine(fs *pflag.FlagSet) {
 	fs.IntVar(&o.concurrency, "concurrency", 8, "model calls in flight at once")
 	fs.IntVar(&o.rpm, "rpm", 0, "provider quota in requests per minute across the job (0: unlimited)")
 	fs.BoolVar(&o.noCache, "no-cache", false, "call the model even for prompts answered before")
@@ -83,30 +85,40 @@ func (o *runOptions) registerEngine(fs *flag.FlagSet) {
 	o.provider.register(fs)
 }
 
-func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func newRunCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o runOptions
-	fs := flag.NewFlagSet("batchgen run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	cmd := &cobra.Command{
+		Use:   "run [--in] FILE [flags]",
+		Short: "Run a job: one model call per row of FILE, the result workbook beside it",
+		Long: `Run reads the sheet (.xlsx or .csv; the first row is the header), sends one model call
+per row and writes the result workbook. Running the same command again continues the
+same task: rows that already have a result are never sent to the model again.`,
+		Example: `  batchgen run --in skus.xlsx --prompt '为商品{{商品名称}}写一段营销文案'
+  batchgen run skus.csv --out copy.xlsx --prompt-file prompt.txt --provider openai --rpm 2000`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 || (len(args) == 1 && o.in != "") {
+				return fmt.Errorf("unexpected arguments %q: give the input once, as --in FILE or FILE", args)
+			}
 			return nil
-		}
-		return &exitError{code: exitRejected}
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				o.in = args[0]
+			}
+			job, err := newRunJob(o, stderr)
+			if err != nil {
+				return err
+			}
+			defer job.close()
+			return job.run(cmd.Context(), stdout)
+		},
 	}
-	if fs.NArg() > 0 {
-		if o.in == "" && fs.NArg() == 1 {
-			o.in = fs.Arg(0)
-		} else {
-			return &exitError{code: exitRejected, err: fmt.Errorf("unexpected arguments %q", fs.Args())}
-		}
-	}
-	job, err := newRunJob(o, stderr)
-	if err != nil {
-		return err
-	}
-	defer job.close()
-	return job.run(ctx, stdout)
+	o.register(cmd.Flags())
+	_ = cmd.MarkFlagFilename("in", "xlsx", "csv")
+	_ = cmd.MarkFlagFilename("out", "xlsx")
+	_ = cmd.MarkFlagFilename("prompt-file")
+	_ = cmd.MarkFlagDirname("data")
+	return cmd
 }
 
 // runJob is one `batchgen run`: the wiring of embedded adapters around the
