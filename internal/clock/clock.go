@@ -76,3 +76,30 @@ func (f *Fake) Advance(d time.Duration) {
 	}
 	f.waiters = kept
 }
+
+// Waiters returns how many After channels are waiting for the fake time to
+// advance. A test that drives goroutines on a Fake waits until every one of
+// them is parked in After before it advances, so that each step is
+// deterministic.
+func (f *Fake) Waiters() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.waiters)
+}
+
+// Next returns the earliest deadline a pending After waits for; false
+// when nobody waits.
+func (f *Fake) Next() (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.waiters) == 0 {
+		return time.Time{}, false
+	}
+	next := f.waiters[0].at
+	for _, w := range f.waiters[1:] {
+		if w.at.Before(next) {
+			next = w.at
+		}
+	}
+	return next, true
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"runtime"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,23 +13,10 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/quota/quotatest"
 )
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// maxInWindow returns the largest number of times in any half-open window
-// [t, t+w) that starts at one of them (the worst windows start at an event).
-func maxInWindow(times []time.Time, w time.Duration) int {
-	sorted := slices.SortedFunc(slices.Values(times), time.Time.Compare)
-	best, j := 0, 0
-	for i := range sorted {
-		for j < len(sorted) && sorted[j].Sub(sorted[i]) < w {
-			j++
-		}
-		best = max(best, j-i)
-	}
-	return best
-}
 
 func TestMaxInWindow(t *testing.T) {
 	t.Parallel()
@@ -55,8 +41,8 @@ func TestMaxInWindow(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := maxInWindow(tc.times, time.Second); got != tc.want {
-				t.Errorf("maxInWindow = %d, want %d", got, tc.want)
+			if got := quotatest.MaxInWindow(tc.times, time.Second); got != tc.want {
+				t.Errorf("MaxInWindow = %d, want %d", got, tc.want)
 			}
 		})
 	}
@@ -85,50 +71,6 @@ func TestNewLocalRate(t *testing.T) {
 				t.Errorf("Rate() (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-// TestSlidingWindowUnderLoad hammers Wait from many goroutines on the real
-// clock and checks the start times: no 1 s window over RPM/60 + 1, no 60 s
-// window over RPM, and the pace close to RPM/60.
-func TestSlidingWindowUnderLoad(t *testing.T) {
-	t.Parallel()
-	const (
-		rpm     = 6000
-		workers = 32
-		run     = 1500 * time.Millisecond
-	)
-	l := NewLocal(LocalConfig{RPM: rpm})
-	ctx, cancel := context.WithTimeout(context.Background(), run)
-	defer cancel()
-	var (
-		mu     sync.Mutex
-		starts []time.Time
-		wg     sync.WaitGroup
-	)
-	begin := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for l.Wait(ctx) == nil {
-				now := time.Now()
-				mu.Lock()
-				starts = append(starts, now)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(begin)
-
-	if got, limit := maxInWindow(starts, time.Second), rpm/60+1; got > limit {
-		t.Errorf("%d starts in one 1 s window, want <= %d", got, limit)
-	}
-	if got := maxInWindow(starts, time.Minute); got > rpm {
-		t.Errorf("%d starts in one 60 s window, want <= %d", got, rpm)
-	}
-	perSecond := float64(len(starts)) / elapsed.Seconds()
-	if want := float64(rpm) / 60; math.Abs(perSecond-want) > 0.05*want {
-		t.Errorf("pace = %.1f starts/s over %v (%d starts), want within 5%% of %.0f", perSecond, elapsed, len(starts), want)
 	}
 }
 
@@ -396,4 +338,11 @@ func BenchmarkWaitLimitedUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestLocalConformance(t *testing.T) {
+	t.Parallel()
+	quotatest.Run(t, func(_ *testing.T, cfg quotatest.Config) quotatest.Limiter {
+		return NewLocal(LocalConfig{RPM: cfg.RPM, MinPenalty: cfg.MinPenalty, Clock: cfg.Clock})
+	})
 }

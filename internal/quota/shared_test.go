@@ -3,93 +3,149 @@ package quota
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/quota/quotatest"
 )
 
 // memLeaser is an in-memory Leaser: the unit-test double of the shared
-// budget (dynamoquota is tested against the emulator).
+// budget (dynamoquota is tested against the emulator). It counts its
+// leases, each of which is one write to the real store.
 type memLeaser struct {
-	mu   sync.Mutex
-	used map[int64]int
+	mu     sync.Mutex
+	used   map[int64]int
+	leases atomic.Int64
 }
 
+func newMemLeaser() *memLeaser { return &memLeaser{used: map[int64]int{}} }
+
 func (m *memLeaser) Lease(_ context.Context, second int64, want, limit int) (int, error) {
+	m.leases.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	got := min(want, limit-m.used[second])
-	if got < 0 {
-		got = 0
-	}
+	got := max(min(want, limit-m.used[second]), 0)
 	m.used[second] += got
 	return got, nil
 }
 
-// TestSharedHoldsTheQuotaAcrossProcesses: three limiters (three Lambda
-// instances) sharing one budget never start more than a second's share in
-// any calendar second, and together use most of it.
-func TestSharedHoldsTheQuotaAcrossProcesses(t *testing.T) {
+func TestSharedConformance(t *testing.T) {
 	t.Parallel()
-	leaser := &memLeaser{used: map[int64]int{}}
-	const rpm = 1200 // 20 a second, 19 after the margin
-	var mu sync.Mutex
-	perSecond := map[int64]int{}
-	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
-	defer cancel()
-	var wg sync.WaitGroup
-	for range 3 {
-		s, err := NewShared(leaser, SharedConfig{RPM: rpm})
+	quotatest.Run(t, func(t *testing.T, cfg quotatest.Config) quotatest.Limiter {
+		s, err := NewShared(newMemLeaser(), SharedConfig{RPM: cfg.RPM, MinPenalty: cfg.MinPenalty, Clock: cfg.Clock})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for s.Wait(ctx) == nil {
-					now := time.Now().Unix()
-					mu.Lock()
-					perSecond[now]++
-					mu.Unlock()
-				}
-			}()
+		return s
+	})
+}
+
+// TestSharedHoldsTheQuotaAcrossProcesses: three limiters (three Lambda
+// instances) sharing one budget never start more than a second's share in
+// any calendar second, and together use most of it once warmed up.
+func TestSharedHoldsTheQuotaAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	leaser := newMemLeaser()
+	clk := clock.NewFake(quotatest.Base)
+	const rpm = 1200 // 20 a second, 19 after the margin
+	d := quotatest.NewDriver(t, clk)
+	for range 3 {
+		s, err := NewShared(leaser, SharedConfig{RPM: rpm, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
 		}
+		d.Start(s, 6)
 	}
-	wg.Wait()
-	start := time.Now().Unix() - 2
-	for sec, n := range perSecond {
+	const seconds = 10
+	d.RunUntil(quotatest.Base.Add(seconds * time.Second))
+	perSecond := map[int64]int{}
+	for _, s := range d.Stop() {
+		perSecond[s.Unix()]++
+	}
+	for sec := range int64(seconds) {
+		n := perSecond[quotatest.Base.Unix()+sec]
 		if n > 19 {
 			t.Errorf("second %d started %d requests, more than the 19 the quota allows", sec, n)
 		}
-	}
-	// A full second in the middle of the run is used almost entirely.
-	if n := perSecond[start+1]; n < 15 {
-		t.Errorf("a full second started only %d of 19 allowed requests: %v", n, perSecond)
+		if sec > 0 && n < 17 { // the first second sizes the blocks
+			t.Errorf("second %d started only %d of the 19 allowed requests: %v", sec, n, perSecond)
+		}
 	}
 }
 
-func TestSharedPenalizePauses(t *testing.T) {
+// TestSharedLeaseCost: at steady state the goroutines of a process share
+// one lease a second, a block sized to the rate they draw, so the shared
+// store sees at most one write per 20 model calls, whether the process is
+// held back by the quota or by its own concurrency (model latency).
+func TestSharedLeaseCost(t *testing.T) {
 	t.Parallel()
-	s, err := NewShared(&memLeaser{used: map[int64]int{}}, SharedConfig{RPM: 6000})
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name    string
+		rpm     int
+		workers int
+		latency time.Duration // of a model call, between a start and the next Wait
+	}{
+		{name: "held by the quota", rpm: 6000, workers: 32},
+		{name: "held by concurrency", rpm: 60000, workers: 16, latency: 400 * time.Millisecond},
+		{name: "one worker", rpm: 60000, workers: 1, latency: 40 * time.Millisecond},
 	}
-	s.Penalize(300 * time.Millisecond)
-	start := time.Now()
-	if err := s.Wait(context.Background()); err != nil {
-		t.Fatal(err)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			leaser := newMemLeaser()
+			clk := clock.NewFake(quotatest.Base)
+			s, err := NewShared(leaser, SharedConfig{RPM: tc.rpm, Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var l quotatest.Limiter = s
+			if tc.latency > 0 {
+				l = slowCaller{s, clk, tc.latency}
+			}
+			d := quotatest.NewDriver(t, clk)
+			d.Start(l, tc.workers)
+			// Warm up for 5 s (the first seconds size the block), then
+			// count 30 s of steady state.
+			d.RunUntil(quotatest.Base.Add(5 * time.Second))
+			warm, leases := len(d.Starts()), leaser.leases.Load()
+			d.RunUntil(quotatest.Base.Add(35 * time.Second))
+			calls := len(d.Stop()) - warm
+			writes := leaser.leases.Load() - leases
+			if calls < 20*30 {
+				t.Fatalf("only %d calls in 30 s", calls)
+			}
+			if float64(writes) > float64(calls)/20 {
+				t.Errorf("%d lease writes for %d calls (%.3f a call), want at most 1 per 20", writes, calls, float64(writes)/float64(calls))
+			}
+		})
 	}
-	if waited := time.Since(start); waited < 280*time.Millisecond {
-		t.Errorf("Wait returned after %v, inside the 300ms Retry-After pause", waited)
+}
+
+// slowCaller is a worker loop with a model call of latency after each
+// start: the next Wait comes latency after the previous start.
+type slowCaller struct {
+	*Shared
+	clk     clock.Clock
+	latency time.Duration
+}
+
+func (c slowCaller) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.clk.After(c.latency):
 	}
+	return c.Shared.Wait(ctx)
 }
 
 func TestNewSharedRejectsTinyQuota(t *testing.T) {
 	t.Parallel()
-	if _, err := NewShared(&memLeaser{}, SharedConfig{RPM: 30}); err == nil {
+	if _, err := NewShared(newMemLeaser(), SharedConfig{RPM: 30}); err == nil {
 		t.Error("a 30 RPM quota (under one request a second) was accepted")
 	}
-	if _, err := NewShared(&memLeaser{}, SharedConfig{RPM: 0}); err == nil {
+	if _, err := NewShared(newMemLeaser(), SharedConfig{RPM: 0}); err == nil {
 		t.Error("RPM 0 was accepted")
 	}
 }
