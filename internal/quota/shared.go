@@ -10,15 +10,27 @@ import (
 	"github.com/batchgen/batchgen/internal/clock"
 )
 
-// Leaser hands out request tokens of one calendar second shared by every
+// Leaser hands out request tokens of calendar seconds shared by every
 // worker of a deployment. dynamoquota implements it with one conditional
-// DynamoDB update per block.
+// DynamoDB update per lease (two when the seconds span a minute).
 type Leaser interface {
-	// Lease takes up to want tokens of second (Unix seconds) out of limit
-	// and returns how many it got: fewer when others took the rest, 0 when
-	// the second is spent. It never grants beyond limit in total.
-	Lease(ctx context.Context, second int64, want, limit int) (int, error)
+	// Lease takes up to want[i] tokens of second from+i (Unix seconds),
+	// each second out of limit, and returns how many it got for each: fewer
+	// when others took the rest, 0 when a second is spent. It never grants
+	// beyond limit in total for a second.
+	Lease(ctx context.Context, from int64, want []int, limit int) ([]int, error)
 }
+
+// Tuning of the blocks a Shared limiter leases.
+const (
+	// leaseTokens is the least a lease should cover at the rate the
+	// process draws: one lease (one write to the store) per this many
+	// model calls at steady state.
+	leaseTokens = 25
+	// maxLeaseSeconds bounds how far ahead a lease reaches, and so how
+	// many tokens a process that stops drawing (or dies) can leave unused.
+	maxLeaseSeconds = 10
+)
 
 // SharedConfig configures a Shared limiter.
 type SharedConfig struct {
@@ -37,37 +49,43 @@ type SharedConfig struct {
 }
 
 // Shared paces requests against a quota shared by many processes (Lambda
-// instances): each second's budget lives in the Leaser, and a process leases
-// a block of it and spends the block evenly over the rest of the second.
-// Tokens a process leased but did not use in their second are lost, which
-// errs on the side of the quota.
+// instances): each second's budget lives in the Leaser, a process leases
+// blocks of it, and spends each second's tokens evenly over that second,
+// never faster than the quota's own pace. Tokens a process leased but did
+// not use in their second are lost, which errs on the side of the quota.
 //
 // A lease is a write to the shared store, so a process makes as few as it
-// can: its goroutines share one lease in flight (single flight: whoever
+// can. Its goroutines share one lease in flight (single flight: whoever
 // finds the block empty leases, the others wait for that lease instead of
-// taking their own), and the block is sized to the rate the process draws,
-// namely the starts of its previous second with a quarter of headroom, or
-// the goroutines waiting now if more. At steady state that is one lease per
-// process per second however many goroutines wait. The price of large
-// blocks is that processes racing for a second the quota cannot cover in
-// full are served first come, first served within that second.
+// taking their own). The block is sized to the rate the process draws (its
+// starts in the previous second plus a quarter, or the goroutines waiting
+// now if more) and reaches as many seconds ahead as it takes to cover
+// leaseTokens at that rate, up to maxLeaseSeconds: at steady state one
+// write per leaseTokens model calls or fewer, however many goroutines wait.
+// Processes racing for seconds the quota cannot cover in full are served
+// first come, first served.
 type Shared struct {
 	leaser Leaser
 	cfg    SharedConfig
 	limit  int // tokens per calendar second
 
-	mu         sync.Mutex
-	second     int64     // the second the block belongs to
-	left       int       // tokens left in the block
-	next       time.Time // when the next token of the block may start
+	mu sync.Mutex
+	// grants holds the leased tokens not taken yet, by second.
+	grants map[int64]int
+	// Pacing within second cur: the next token starts at next, spacing
+	// after the one before.
+	cur        int64
+	next       time.Time
 	spacing    time.Duration
 	pauseUntil time.Time
-	// spent is a second the store has no tokens left for: nobody leases
-	// for it again.
-	spent int64
+	// full holds the seconds the store has no tokens left for (a lease got
+	// less than it asked, or this process took the whole second): nobody
+	// leases for them again.
+	full map[int64]bool
 	// leasing is closed when the lease in flight ends; nil when none is.
 	leasing chan struct{}
-	// waiting counts goroutines inside Wait, the demand a block must cover.
+	// waiting counts goroutines inside Wait without a token, the demand a
+	// block must cover.
 	waiting int
 	// started counts the starts of second startedSec; prevStarted those of
 	// the second before it, the rate the next block is sized to.
@@ -101,7 +119,7 @@ func NewShared(leaser Leaser, cfg SharedConfig) (*Shared, error) {
 		// overshoot them.
 		return nil, fmt.Errorf("shared quota: RPM %d is below one request a second; use a lower concurrency instead", cfg.RPM)
 	}
-	return &Shared{leaser: leaser, cfg: cfg, limit: limit}, nil
+	return &Shared{leaser: leaser, cfg: cfg, limit: limit, grants: map[int64]int{}, full: map[int64]bool{}}, nil
 }
 
 // Wait blocks until one request may start, or ctx ends.
@@ -125,33 +143,18 @@ func (s *Shared) Wait(ctx context.Context) error {
 		sec := now.Unix()
 		s.mu.Lock()
 		changed := s.changedLocked()
-		switch {
-		case now.Before(s.pauseUntil):
+		if now.Before(s.pauseUntil) {
 			wait := s.pauseUntil.Sub(now)
 			s.mu.Unlock()
 			if err := s.sleep(ctx, wait, changed); err != nil {
 				return err
 			}
 			continue
-		case s.second == sec && s.left > 0:
-			at := s.next
-			if at.Before(now) {
-				at = now
-			}
-			if at.Unix() != sec {
-				// The block's pace leaves its last tokens beyond their
-				// second: they are lost, as unused ones are.
-				s.left = 0
-				s.mu.Unlock()
-				continue
-			}
-			s.left--
-			s.next = at.Add(s.spacing)
+		}
+		if at, ok := s.takeLocked(now); ok {
 			s.countStartLocked(sec)
-			if !holding {
-				holding = true
-				s.waiting--
-			}
+			holding = true
+			s.waiting--
 			s.mu.Unlock()
 			if err := s.sleep(ctx, at.Sub(now), changed); err != nil {
 				return err
@@ -168,14 +171,16 @@ func (s *Shared) Wait(ctx context.Context) error {
 			default:
 				return nil
 			}
-		case s.spent >= sec:
+		}
+		if s.full[sec] || (s.startedSec == sec && s.started >= s.limit) {
 			// The store has nothing left for this second.
 			s.mu.Unlock()
 			if err := s.sleep(ctx, time.Unix(sec+1, 0).Sub(now), changed); err != nil {
 				return err
 			}
 			continue
-		case s.leasing != nil:
+		}
+		if s.leasing != nil {
 			// Another goroutine is leasing for all of us.
 			done := s.leasing
 			s.mu.Unlock()
@@ -200,24 +205,69 @@ func (s *Shared) Wait(ctx context.Context) error {
 			s.mu.Unlock()
 			return fmt.Errorf("lease quota tokens: %w", err)
 		}
-		if got == 0 {
-			s.spent = max(s.spent, sec)
-			s.mu.Unlock()
-			continue
+		for i, w := range want {
+			n := 0
+			if i < len(got) {
+				n = got[i]
+			}
+			if n > 0 {
+				s.grants[sec+int64(i)] += n
+			}
+			if n < w {
+				s.full[sec+int64(i)] = true
+			}
 		}
-		now = s.cfg.Clock.Now()
-		if s.second == sec {
-			s.left += got
-		} else {
-			s.second, s.left, s.next = sec, got, now
+		if s.cur == sec && len(got) > 0 && got[0] > 0 {
+			// Topped up mid-second: spread the rest over what is left.
+			s.spacing = s.spacingLocked(s.cfg.Clock.Now(), s.grants[sec])
 		}
-		// Spread the block over the rest of the second, but never faster
-		// than the quota's pace, so that a block topped up late in a second
-		// does not burst into the first tokens of the next.
-		end := time.Unix(sec+1, 0)
-		s.spacing = max(end.Sub(now)/time.Duration(s.left+1), time.Second/time.Duration(s.limit))
 		s.mu.Unlock()
 	}
+}
+
+// takeLocked takes a token of now's second, if the block holds one, and
+// returns when it may start.
+func (s *Shared) takeLocked(now time.Time) (time.Time, bool) {
+	sec := now.Unix()
+	left := s.grants[sec]
+	if left <= 0 {
+		return time.Time{}, false
+	}
+	if s.cur != sec {
+		for k := range s.grants {
+			if k < sec {
+				delete(s.grants, k) // unused tokens of past seconds
+			}
+		}
+		for k := range s.full {
+			if k < sec {
+				delete(s.full, k)
+			}
+		}
+		s.cur, s.next = sec, now
+		s.spacing = s.spacingLocked(now, left)
+	}
+	at := s.next
+	if at.Before(now) {
+		at = now
+	}
+	if at.Unix() != sec {
+		// The quota's pace leaves the block's last tokens beyond their
+		// second: they are lost, as unused ones are.
+		delete(s.grants, sec)
+		return time.Time{}, false
+	}
+	s.grants[sec]--
+	s.next = at.Add(s.spacing)
+	return at, true
+}
+
+// spacingLocked spreads left tokens over the rest of now's second, but
+// never faster than the quota's pace, so that a block topped up late in a
+// second does not burst into the first tokens of the next.
+func (s *Shared) spacingLocked(now time.Time, left int) time.Duration {
+	end := time.Unix(now.Unix()+1, 0)
+	return max(end.Sub(now)/time.Duration(left+1), time.Second/time.Duration(s.limit))
 }
 
 // changedLocked returns the channel the next Penalize closes.
@@ -228,10 +278,11 @@ func (s *Shared) changedLocked() chan struct{} {
 	return s.changed
 }
 
-// blockLocked is how many tokens to lease for sec: what the process
-// started in its last full second plus a quarter, less what it started in
-// sec already, or the goroutines waiting now if they are more.
-func (s *Shared) blockLocked(sec int64) int {
+// blockLocked is what to lease from sec on: per second what the process
+// started in its last full second plus a quarter (less what it started in
+// sec already, for sec), or the goroutines waiting now if they are more;
+// over enough seconds to cover leaseTokens.
+func (s *Shared) blockLocked(sec int64) []int {
 	rate, already := 0, 0
 	switch s.startedSec {
 	case sec:
@@ -239,8 +290,20 @@ func (s *Shared) blockLocked(sec int64) int {
 	case sec - 1:
 		rate = s.started
 	}
-	want := max(rate+(rate+3)/4-already, s.waiting)
-	return min(max(want, 1), s.limit)
+	perSecond := min(max(rate+(rate+3)/4, s.waiting, 1), s.limit)
+	first := min(max(perSecond-already, s.waiting, 1), s.limit)
+	seconds := 1
+	if rate > 0 {
+		// Only a measured rate reaches ahead: a burst of waiting
+		// goroutines may be gone next second.
+		seconds = min(max((leaseTokens+perSecond-1)/perSecond, 1), maxLeaseSeconds)
+	}
+	want := make([]int, seconds)
+	want[0] = first
+	for i := 1; i < seconds; i++ {
+		want[i] = perSecond
+	}
+	return want
 }
 
 // countStartLocked records a start in sec for sizing the next block.
@@ -265,7 +328,7 @@ func (s *Shared) Penalize(retryAfter time.Duration) {
 	if until.After(s.pauseUntil) {
 		s.pauseUntil = until
 	}
-	s.left = 0 // tokens leased before the 429 are suspect
+	clear(s.grants) // tokens leased before the 429 are suspect
 	if s.changed != nil {
 		close(s.changed)
 		s.changed = nil

@@ -22,12 +22,16 @@ type memLeaser struct {
 
 func newMemLeaser() *memLeaser { return &memLeaser{used: map[int64]int{}} }
 
-func (m *memLeaser) Lease(_ context.Context, second int64, want, limit int) (int, error) {
+func (m *memLeaser) Lease(_ context.Context, from int64, want []int, limit int) ([]int, error) {
 	m.leases.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	got := max(min(want, limit-m.used[second]), 0)
-	m.used[second] += got
+	got := make([]int, len(want))
+	for i, w := range want {
+		sec := from + int64(i)
+		got[i] = max(min(w, limit-m.used[sec]), 0)
+		m.used[sec] += got[i]
+	}
 	return got, nil
 }
 
@@ -64,14 +68,20 @@ func TestSharedHoldsTheQuotaAcrossProcesses(t *testing.T) {
 	for _, s := range d.Stop() {
 		perSecond[s.Unix()]++
 	}
+	used := 0
 	for sec := range int64(seconds) {
 		n := perSecond[quotatest.Base.Unix()+sec]
 		if n > 19 {
 			t.Errorf("second %d started %d requests, more than the 19 the quota allows", sec, n)
 		}
-		if sec > 0 && n < 17 { // the first second sizes the blocks
-			t.Errorf("second %d started only %d of the 19 allowed requests: %v", sec, n, perSecond)
+		if sec > 0 { // the first second sizes the blocks
+			used += n
 		}
+	}
+	// Tokens a process leased but could not pace into their second are
+	// lost; together they stay under 5 %.
+	if want := 19 * (seconds - 1) * 95 / 100; used < want {
+		t.Errorf("seconds 1 to %d started %d requests, want >= %d (95%% of the quota): %v", seconds-1, used, want, perSecond)
 	}
 }
 
@@ -86,10 +96,13 @@ func TestSharedLeaseCost(t *testing.T) {
 		rpm     int
 		workers int
 		latency time.Duration // of a model call, between a start and the next Wait
+		rate    int           // calls a second the process can make
 	}{
-		{name: "held by the quota", rpm: 6000, workers: 32},
-		{name: "held by concurrency", rpm: 60000, workers: 16, latency: 400 * time.Millisecond},
-		{name: "one worker", rpm: 60000, workers: 1, latency: 40 * time.Millisecond},
+		{name: "held by the quota", rpm: 6000, workers: 32, rate: 99},
+		{name: "held by the quota, low", rpm: 600, workers: 32, rate: 9},
+		{name: "held by concurrency", rpm: 60000, workers: 16, latency: 400 * time.Millisecond, rate: 40},
+		{name: "a slow Lambda", rpm: 60000, workers: 8, latency: time.Second, rate: 8},
+		{name: "one worker", rpm: 60000, workers: 1, latency: 40 * time.Millisecond, rate: 25},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,12 +113,8 @@ func TestSharedLeaseCost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var l quotatest.Limiter = s
-			if tc.latency > 0 {
-				l = slowCaller{s, clk, tc.latency}
-			}
 			d := quotatest.NewDriver(t, clk)
-			d.Start(l, tc.workers)
+			d.StartCalling(s, tc.workers, tc.latency)
 			// Warm up for 5 s (the first seconds size the block), then
 			// count 30 s of steady state.
 			d.RunUntil(quotatest.Base.Add(5 * time.Second))
@@ -113,31 +122,14 @@ func TestSharedLeaseCost(t *testing.T) {
 			d.RunUntil(quotatest.Base.Add(35 * time.Second))
 			calls := len(d.Stop()) - warm
 			writes := leaser.leases.Load() - leases
-			if calls < 20*30 {
-				t.Fatalf("only %d calls in 30 s", calls)
+			if calls < tc.rate*30*9/10 {
+				t.Fatalf("only %d calls in 30 s, want about %d a second", calls, tc.rate)
 			}
 			if float64(writes) > float64(calls)/20 {
 				t.Errorf("%d lease writes for %d calls (%.3f a call), want at most 1 per 20", writes, calls, float64(writes)/float64(calls))
 			}
 		})
 	}
-}
-
-// slowCaller is a worker loop with a model call of latency after each
-// start: the next Wait comes latency after the previous start.
-type slowCaller struct {
-	*Shared
-	clk     clock.Clock
-	latency time.Duration
-}
-
-func (c slowCaller) Wait(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.clk.After(c.latency):
-	}
-	return c.Shared.Wait(ctx)
 }
 
 func TestNewSharedRejectsTinyQuota(t *testing.T) {

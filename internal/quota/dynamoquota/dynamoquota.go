@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -16,13 +17,15 @@ import (
 	"github.com/batchgen/batchgen/internal/quota"
 )
 
-// keepSeconds is how long a second's counter item lives (TTL), long enough
+// keepSeconds is how long a minute's counter item lives (TTL), long enough
 // for an operator to look at recent usage.
 const keepSeconds = 3600
 
-// Leaser leases tokens from per-second counter items: PK "QUOTA#<name>",
-// SK "S#<unix second>", attribute used. One lease is one conditional
-// update; when the block does not fit, a second update takes what is left.
+// Leaser leases tokens from per-minute counter items: PK "QUOTA#<name>",
+// SK "M#<unix second of the minute>", one number attribute per second of
+// the minute ("s00" to "s59", the tokens handed out). A lease of several
+// seconds of one minute is one conditional update; when a second cannot
+// cover what was asked, the update is retried with what is left.
 type Leaser struct {
 	client *dynamodb.Client
 	table  string
@@ -37,44 +40,82 @@ func New(client *dynamodb.Client, table, name string) *Leaser {
 	return &Leaser{client: client, table: table, name: name}
 }
 
-// Lease takes up to want of second's limit tokens and returns how many it got.
-func (l *Leaser) Lease(ctx context.Context, second int64, want, limit int) (int, error) {
-	for want > 0 {
+// Lease takes up to want[i] of second from+i's limit tokens and returns how
+// many it got for each second: one update per minute the seconds touch.
+func (l *Leaser) Lease(ctx context.Context, from int64, want []int, limit int) ([]int, error) {
+	got := make([]int, len(want))
+	for i := 0; i < len(want); {
+		minute := (from + int64(i)) / 60 * 60
+		n := min(len(want)-i, int(minute+60-(from+int64(i))))
+		if err := l.leaseMinute(ctx, minute, from+int64(i), want[i:i+n], got[i:i+n], limit); err != nil {
+			return nil, err
+		}
+		i += n
+	}
+	return got, nil
+}
+
+// leaseMinute leases want[j] tokens of second from+j, all in the minute
+// starting at minute, into got.
+func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got []int, limit int) error {
+	ask := make([]int, len(want))
+	for j, w := range want {
+		ask[j] = max(min(w, limit), 0)
+	}
+	for {
+		var adds, conds []string
+		names := map[string]string{}
+		values := map[string]types.AttributeValue{
+			":ttl": &types.AttributeValueMemberN{Value: strconv.FormatInt(minute+60+keepSeconds, 10)},
+		}
+		for j, n := range ask {
+			if n == 0 {
+				continue
+			}
+			attr := fmt.Sprintf("s%02d", from+int64(j)-minute)
+			names["#"+attr] = attr
+			values[":n"+attr] = &types.AttributeValueMemberN{Value: strconv.Itoa(n)}
+			values[":m"+attr] = &types.AttributeValueMemberN{Value: strconv.Itoa(limit - n)}
+			adds = append(adds, fmt.Sprintf("#%s :n%s", attr, attr))
+			conds = append(conds, fmt.Sprintf("(attribute_not_exists(#%s) OR #%s <= :m%s)", attr, attr, attr))
+		}
+		if len(adds) == 0 {
+			return nil // every second asked for is spent
+		}
 		_, err := l.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: aws.String(l.table),
 			Key: map[string]types.AttributeValue{
 				"PK": &types.AttributeValueMemberS{Value: "QUOTA#" + l.name},
-				"SK": &types.AttributeValueMemberS{Value: "S#" + strconv.FormatInt(second, 10)},
+				"SK": &types.AttributeValueMemberS{Value: "M#" + strconv.FormatInt(minute, 10)},
 			},
-			UpdateExpression:                    aws.String("ADD used :n SET expires_at = if_not_exists(expires_at, :ttl)"),
-			ConditionExpression:                 aws.String("attribute_not_exists(used) OR used <= :max"),
+			UpdateExpression:                    aws.String("ADD " + strings.Join(adds, ", ") + " SET expires_at = if_not_exists(expires_at, :ttl)"),
+			ConditionExpression:                 aws.String(strings.Join(conds, " AND ")),
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":n":   &types.AttributeValueMemberN{Value: strconv.Itoa(want)},
-				":max": &types.AttributeValueMemberN{Value: strconv.Itoa(limit - want)},
-				":ttl": &types.AttributeValueMemberN{Value: strconv.FormatInt(second+keepSeconds, 10)},
-			},
+			ExpressionAttributeNames:            names,
+			ExpressionAttributeValues:           values,
 		})
 		if err == nil {
-			return want, nil
+			copy(got, ask)
+			return nil
 		}
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return 0, fmt.Errorf("lease %d tokens of quota %s second %d: %w", want, l.name, second, err)
+			return fmt.Errorf("lease tokens of quota %s seconds %d to %d: %w", l.name, from, from+int64(len(want))-1, err)
 		}
-		used := limit
-		if n, ok := ccf.Item["used"].(*types.AttributeValueMemberN); ok {
-			if v, err := strconv.Atoi(n.Value); err == nil {
-				used = v
+		// Ask again for what is left of each second. At least one ask
+		// shrinks each round (the one whose condition failed), and the
+		// counters only grow, so a lease racing others always ends.
+		for j := range ask {
+			attr := fmt.Sprintf("s%02d", from+int64(j)-minute)
+			used := 0
+			if n, ok := ccf.Item[attr].(*types.AttributeValueMemberN); ok {
+				if v, err := strconv.Atoi(n.Value); err == nil {
+					used = v
+				}
+			} else if len(ccf.Item) == 0 {
+				used = limit // no item to read back: assume the worst
 			}
+			ask[j] = max(min(ask[j], limit-used), 0)
 		}
-		left := limit - used
-		if left <= 0 {
-			return 0, nil // this second is spent
-		}
-		// Ask again for what is left; never the same amount twice, so a
-		// lease racing others always ends.
-		want = min(want-1, left)
 	}
-	return 0, nil
 }

@@ -251,7 +251,12 @@ func NewDriver(t *testing.T, clk *clock.Fake) *Driver {
 // Start starts n workers on l, each calling Wait again as soon as it
 // returns. Workers of several limiters (processes sharing a quota) may
 // share one driver, and so one clock.
-func (d *Driver) Start(l Limiter, n int) {
+func (d *Driver) Start(l Limiter, n int) { d.StartCalling(l, n, 0) }
+
+// StartCalling starts n workers on l that each make a model call of
+// latency (a wait on the clock) after every start, as a generator does:
+// a process held back by its concurrency rather than by the quota.
+func (d *Driver) StartCalling(l Limiter, n int, latency time.Duration) {
 	for range n {
 		d.live.Add(1)
 		d.wg.Go(func() {
@@ -266,6 +271,13 @@ func (d *Driver) Start(l Limiter, n int) {
 				d.mu.Lock()
 				d.starts = append(d.starts, d.clk.Now())
 				d.mu.Unlock()
+				if latency > 0 {
+					select {
+					case <-d.ctx.Done():
+						return
+					case <-d.clk.After(latency):
+					}
+				}
 			}
 		})
 	}
