@@ -299,6 +299,20 @@ func oddCorpus(t testing.TB) map[string][]byte {
 		fmt.Fprintf(&tv, "%s,\"%s\"\n", v[0], strings.ReplaceAll(v[1], `"`, `""`))
 	}
 
+	// Excel stores characters XML cannot hold as _xHHHH_ (ECMA-376 ST_Xstring): a carriage return pasted from
+	// Windows text is _x000D_, and the text "_x000D_" itself is _x005F_x000D_.
+	escapesSST := []string{`<t>转义</t>`, "<t>第一行_x000D_\n第二行</t>", `<t>字面 _x005F_x000D_</t>`, `<t>小写_x000d_</t>`}
+	escapes := `<row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="inlineStr"><is><t>内联</t></is></c>` +
+		`<c r="C1" t="str"><f>"公式"</f><v>公式</v></c><c r="D1" t="inlineStr"><is><t>无坐标</t></is></c></row>` +
+		`<row r="2"><c r="A2" t="s"><v>1</v></c><c r="B2" t="inlineStr"><is><t>制表_x0009_符 _x000D_</t></is></c>` +
+		`<c r="C2" t="str"><f>"结果"&amp;CHAR(13)&amp;"换行"</f><v>结果_x000D_换行</v></c></row>` +
+		`<row r="3"><c r="A3" t="s"><v>2</v></c><c r="B3" t="inlineStr"><is><r><t>字面 _x005F_</t></r><r><t>x000D_</t></r></is></c>` +
+		`<c r="C3" t="str"><f>"字面 _x000D_"</f><v>字面 _x005F_x000D_</v></c></row>` +
+		`<row r="4"><c r="A4" t="s"><v>3</v></c><c r="B4" t="inlineStr"><is><t>不是转义 _x12_ _xZZZZ_</t></is></c>` +
+		`<c r="C4" t="str"><f>UNICHAR(128512)</f><v>_xD83D__xDE00_ 与孤立的 _xD83D_</v></c>` +
+		`<c t="str"><f>"无 r 属性"</f><v>第四列_x000A_</v></c></row>`
+	escapesPrompt := `<row r="1"><c r="A1" t="str"><f>"为{{转义}}写文案"&amp;CHAR(10)&amp;"要简短"</f><v>为{{转义}}写文案_x000A_要简短</v></c></row>`
+
 	return map[string][]byte{
 		"formulas.xlsx": buildBook(t, testBook{sheets: []testSheet{{name: "Sheet1", rows: formulaRows}},
 			contentTypes: `<Override PartName="/xl/externalLinks/externalLink1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.externalLink+xml"/>`,
@@ -316,7 +330,9 @@ func oddCorpus(t testing.TB) map[string][]byte {
 			testSheet{name: "prompt", rows: row(1, "为{{名称}}写文案")}),
 		"rich_text.xlsx":      buildBook(t, testBook{sheets: []testSheet{{name: "Sheet1", rows: rich}}, sst: richSST}),
 		"number_formats.xlsx": numFmts,
-		"dates_1904.xlsx":     dates1904,
+		"escapes.xlsx": buildBook(t, testBook{sheets: []testSheet{{name: "Sheet1", rows: escapes}, {name: "prompt", rows: escapesPrompt}},
+			sst: escapesSST}),
+		"dates_1904.xlsx": dates1904,
 		"sparse_1048576.xlsx": buildBook(t, testBook{sheets: []testSheet{{name: "Sheet1", rows: sparse,
 			before: `<dimension ref="A1:C1048576"/>`}}, styles: styleSheet(cellStyle{border: true})}),
 		"cell_types.xlsx": buildBook(t, testBook{sheets: []testSheet{{name: "Sheet1", rows: types}}, sst: typesSST,
@@ -364,6 +380,14 @@ var oddCases = []struct {
 		return readResult{Sheet: "Sheet1", Header: []string{"名称", "描述", "内联"}, Records: []Record{
 			rec(2, "红富士 苹果 （特级）", "東京", "加粗 普通"), rec(3, "制表\t符", "字面的 _x0041_", "空的第一段"),
 		}}
+	}},
+	{"escapes.xlsx", Options{}, func(testing.TB) readResult {
+		return readResult{Sheet: "Sheet1", Header: []string{"转义", "内联", "公式", "无坐标"}, Prompt: "为{{转义}}写文案\n要简短", HasPrompt: true,
+			Records: []Record{
+				rec(2, "第一行\r\n第二行", "制表\t符 \r", "结果\r换行", ""),
+				rec(3, "字面 _x000D_", "字面 _x000D_", "字面 _x000D_", ""),
+				rec(4, "小写\r", "不是转义 _x12_ _xZZZZ_", "😀 与孤立的 \uFFFD", "第四列\n"),
+			}}
 	}},
 	{"number_formats.xlsx", Options{}, func(t testing.TB) readResult {
 		_, want := formatBook(t, numberFormatRows, nil, false)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -76,12 +78,14 @@ func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error
 		}
 		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
 	}
-	if err := checkXMLParts(zr, xf.CharsetReader); err != nil {
+	parts := sheetParts(zr)
+	escapes, err := checkXMLParts(zr, parts, xf.CharsetReader)
+	if err != nil {
 		_ = xf.Close()
 		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
 	}
 	readGeneralInFull(xf)
-	src, err := r.pickSheet(xf, want)
+	src, err := r.pickSheet(xf, want, func(sheet string) cellEscapes { return escapes[strings.ToLower(parts[sheet])] })
 	if err != nil {
 		_ = xf.Close()
 		return nil, err
@@ -156,31 +160,209 @@ func verifyEntries(zr *zip.Reader) error {
 // checkXMLParts parses the worksheets and the shared strings once with the decoder settings excelize uses.
 // excelize's row iterator treats an XML error as the end of the sheet, so a control character or a broken tag
 // written by a faulty exporter silently dropped every row after it (and Excel refuses such a file until it has
-// "repaired" it). A damaged worksheet rejects the whole workbook, even one that is not read: the file needs
-// repairing either way, and checking by part name needs no knowledge of the workbook's relationships.
-func checkXMLParts(zr *zip.Reader, charsetReader func(string, io.Reader) (io.Reader, error)) error {
+// "repaired" it); it reads a part with no root element at all (empty, or cut off after the XML declaration) as an
+// empty sheet. A damaged worksheet rejects the whole workbook, even one that is not read: the file needs repairing
+// either way. The parts checked are those under xl/worksheets/ and wherever the workbook's relationships point its
+// sheets (sheets maps each sheet to its part); a sheet whose part is missing is damage too.
+//
+// The same pass collects the cached string results of formulas (t="str") that hold _xHHHH_ escapes: excelize
+// decodes the escapes in shared and inline strings but returns formula results as stored. The result is keyed by
+// the part's lower-case name.
+func checkXMLParts(zr *zip.Reader, sheets map[string]string, charsetReader func(string, io.Reader) (io.Reader, error)) (map[string]cellEscapes, error) {
+	files := make(map[string]*zip.File, len(zr.File))
 	for _, zf := range zr.File {
-		name := strings.ToLower(zf.Name)
-		sheetPart := strings.HasPrefix(name, "xl/worksheets/") && !strings.Contains(name[len("xl/worksheets/"):], "/") &&
-			strings.HasSuffix(name, ".xml")
-		if !sheetPart && name != "xl/sharedstrings.xml" {
-			continue
-		}
-		rc, err := zf.Open()
-		if err != nil {
-			return fmt.Errorf("%s: %w", zf.Name, err)
-		}
-		d := xml.NewDecoder(bufio.NewReaderSize(rc, 64<<10))
-		d.CharsetReader = charsetReader
-		for err == nil {
-			_, err = d.Token()
-		}
-		_ = rc.Close()
-		if !errors.Is(err, io.EOF) {
-			return fmt.Errorf("%s: %w", zf.Name, err)
+		files[strings.ToLower(zf.Name)] = zf
+	}
+	check := map[string]bool{}
+	for name := range files {
+		if strings.HasPrefix(name, "xl/worksheets/") && !strings.Contains(name[len("xl/worksheets/"):], "/") &&
+			strings.HasSuffix(name, ".xml") {
+			check[name] = true
 		}
 	}
-	return nil
+	names := make([]string, 0, len(sheets))
+	for name := range sheets {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, sheet := range names {
+		part := strings.ToLower(sheets[sheet])
+		if files[part] == nil {
+			return nil, fmt.Errorf("sheet %q: its part %s is missing from the file", sheet, sheets[sheet])
+		}
+		check[part] = true
+	}
+	escapes := map[string]cellEscapes{}
+	for _, zf := range zr.File {
+		name := strings.ToLower(zf.Name)
+		if !check[name] && name != "xl/sharedstrings.xml" {
+			continue
+		}
+		esc, err := checkXMLPart(zf, check[name], charsetReader)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", zf.Name, err)
+		}
+		if len(esc) > 0 {
+			escapes[name] = esc
+		}
+	}
+	return escapes, nil
+}
+
+// checkXMLPart reads every token of one part; for a worksheet it also collects the escaped formula results.
+func checkXMLPart(zf *zip.File, worksheet bool, charsetReader func(string, io.Reader) (io.Reader, error)) (cellEscapes, error) {
+	rc, err := zf.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	d := xml.NewDecoder(bufio.NewReaderSize(rc, 64<<10))
+	d.CharsetReader = charsetReader
+	var (
+		esc          cellEscapes
+		root         bool
+		rowNo, colNo int
+		inStr, inV   bool
+		v            strings.Builder
+	)
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			if !root {
+				return nil, errors.New("the part has no XML root element (it is empty or cut short)")
+			}
+			return esc, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !worksheet {
+			if _, ok := tok.(xml.StartElement); ok {
+				root = true
+			}
+			continue
+		}
+		// Rows and cells are numbered as excelize numbers them: by their r attribute, else one past the previous.
+		switch t := tok.(type) {
+		case xml.StartElement:
+			root = true
+			switch t.Name.Local {
+			case "row":
+				rowNo++
+				if n, err := strconv.Atoi(attr(t, "r")); err == nil {
+					rowNo = n
+				}
+				colNo = 0
+			case "c":
+				colNo++
+				if c, _, err := excelize.CellNameToCoordinates(attr(t, "r")); err == nil {
+					colNo = c
+				}
+				inStr = attr(t, "t") == "str"
+			case "v":
+				inV = inStr
+				v.Reset()
+			}
+		case xml.CharData:
+			if inV {
+				v.Write(t)
+			}
+		case xml.EndElement:
+			switch t.Name.Local {
+			case "v":
+				if inV && hasXstringEscape(v.String()) {
+					if esc == nil {
+						esc = cellEscapes{}
+					}
+					if esc[rowNo] == nil {
+						esc[rowNo] = map[int]string{}
+					}
+					esc[rowNo][colNo] = decodeXstring(v.String())
+				}
+				inV = false
+			case "c":
+				inStr, inV = false, false
+			}
+		}
+	}
+}
+
+// attr returns the value of the attribute with the given local name, or "".
+func attr(e xml.StartElement, local string) string {
+	for _, a := range e.Attr {
+		if a.Name.Local == local {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+// cellEscapes holds decoded values of cells by sheet row and 1-based column.
+type cellEscapes map[int]map[int]string
+
+// sheetParts maps each sheet of the workbook to the zip part that holds it, resolved the way excelize resolves it
+// (the workbook found through _rels/.rels, its relationships, targets relative to the workbook's folder or absolute
+// from the package root). A workbook whose relationships cannot be read gets an empty map: excelize then reports
+// the damage itself, or reads no sheet at all.
+func sheetParts(zr *zip.Reader) map[string]string {
+	type rel struct {
+		ID     string `xml:"Id,attr"`
+		Type   string `xml:"Type,attr"`
+		Target string `xml:"Target,attr"`
+	}
+	type rels struct {
+		Rels []rel `xml:"Relationship"`
+	}
+	type workbook struct {
+		Sheets []struct {
+			Name string `xml:"name,attr"`
+			ID   string `xml:"http://schemas.openxmlformats.org/officeDocument/2006/relationships id,attr"`
+		} `xml:"sheets>sheet"`
+	}
+	load := func(name string, v any) bool {
+		for _, zf := range zr.File {
+			if !strings.EqualFold(zf.Name, name) {
+				continue
+			}
+			rc, err := zf.Open()
+			if err != nil {
+				return false
+			}
+			defer rc.Close()
+			return xml.NewDecoder(rc).Decode(v) == nil
+		}
+		return false
+	}
+	wbPath := "xl/workbook.xml"
+	var root rels
+	if load("_rels/.rels", &root) {
+		for _, r := range root.Rels {
+			if strings.HasSuffix(r.Type, "/officeDocument") {
+				wbPath = strings.TrimPrefix(r.Target, "/")
+			}
+		}
+	}
+	var wb workbook
+	var wbRels rels
+	relsPath := strings.TrimPrefix(path.Dir(wbPath)+"/_rels/"+path.Base(wbPath)+".rels", "./")
+	if !load(wbPath, &wb) || !load(relsPath, &wbRels) {
+		return nil
+	}
+	out := make(map[string]string, len(wb.Sheets))
+	for _, s := range wb.Sheets {
+		for _, r := range wbRels.Rels {
+			if r.ID != s.ID || !strings.HasSuffix(r.Type, "/worksheet") {
+				continue
+			}
+			target := strings.ReplaceAll(r.Target, `\`, "/")
+			if strings.HasPrefix(target, "/") {
+				out[s.Name] = strings.TrimPrefix(path.Clean(target), "/")
+			} else {
+				out[s.Name] = strings.TrimPrefix(path.Clean(path.Dir(wbPath)+"/"+target), "/")
+			}
+		}
+	}
+	return out
 }
 
 // zipKindReason names what a zip that is not an xlsx appears to be.
@@ -222,7 +404,7 @@ func mimetypeOf(zr *zip.Reader) string {
 }
 
 // pickSheet chooses the sheet to read, reads the prompt sheet's A1 and starts the row iterator.
-func (r *Reader) pickSheet(xf *excelize.File, want string) (rowSource, error) {
+func (r *Reader) pickSheet(xf *excelize.File, want string, escapes func(sheet string) cellEscapes) (rowSource, error) {
 	list := xf.GetSheetList()
 	var sheet string
 	if want != "" {
@@ -267,7 +449,7 @@ func (r *Reader) pickSheet(xf *excelize.File, want string) (rowSource, error) {
 
 	for _, name := range list {
 		if strings.EqualFold(name, promptSheet) {
-			if err := r.readPrompt(xf, name); err != nil {
+			if err := r.readPrompt(xf, name, escapes(name)); err != nil {
 				return nil, err
 			}
 			break
@@ -278,11 +460,11 @@ func (r *Reader) pickSheet(xf *excelize.File, want string) (rowSource, error) {
 	if err != nil {
 		return nil, r.inputErr(0, -1, fmt.Sprintf("the sheet is damaged and cannot be read (%v)", err))
 	}
-	return &xlsxSource{xf: xf, rows: rows}, nil
+	return &xlsxSource{xf: xf, rows: rows, escapes: escapes(sheet)}, nil
 }
 
 // readPrompt reads cell A1 of the prompt sheet by streaming only its first row.
-func (r *Reader) readPrompt(xf *excelize.File, name string) error {
+func (r *Reader) readPrompt(xf *excelize.File, name string, escapes cellEscapes) error {
 	fail := func(reason string) error {
 		return &InputError{File: r.file, Sheet: name, Row: 1, Column: "A", Reason: reason}
 	}
@@ -301,6 +483,7 @@ func (r *Reader) readPrompt(xf *excelize.File, name string) error {
 	if err != nil {
 		return fail(fmt.Sprintf("the prompt sheet is damaged and cannot be read (%v)", err))
 	}
+	escapes.apply(1, cells)
 	if len(cells) == 0 {
 		return nil
 	}
@@ -315,9 +498,10 @@ func (r *Reader) readPrompt(xf *excelize.File, name string) error {
 // xlsxSource walks a worksheet with excelize's streaming iterator. Its Next visits every row number, including
 // rows absent from the XML, so counting calls gives the sheet row number.
 type xlsxSource struct {
-	xf   *excelize.File
-	rows *excelize.Rows
-	row  int
+	xf      *excelize.File
+	rows    *excelize.Rows
+	row     int
+	escapes cellEscapes // decoded formula results, see checkXMLParts
 }
 
 func (s *xlsxSource) next() (int, []string, error) {
@@ -332,7 +516,17 @@ func (s *xlsxSource) next() (int, []string, error) {
 	if err != nil {
 		return 0, nil, &InputError{Row: s.row, Reason: fmt.Sprintf("the row is damaged and cannot be read (%v)", err)}
 	}
+	s.escapes.apply(s.row, cells)
 	return s.row, cells, nil
+}
+
+// apply puts the decoded values of row's escaped cells into cells.
+func (e cellEscapes) apply(row int, cells []string) {
+	for col, v := range e[row] {
+		if col >= 1 && col <= len(cells) {
+			cells[col-1] = v
+		}
+	}
 }
 
 // close releases the iterator and excelize's temporary files. The iterator's own error was already reported by
