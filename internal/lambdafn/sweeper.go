@@ -41,7 +41,8 @@ func (h *Sweeper) Handle(ctx context.Context, _ events.EventBridgeEvent) (pipeli
 		return report, err
 	}
 	if report != (pipeline.SweepReport{}) {
-		log.Info("sweep", "requeued", report.Requeued, "leases_reset", report.LeasesReset, "exports_started", report.ExportsStarted)
+		log.Info("sweep", "requeued", report.Requeued, "leases_reset", report.LeasesReset, "exports_started", report.ExportsStarted,
+			"batches_failed", report.BatchesFailed, "parked", report.Parked, "incomplete", report.Incomplete)
 	}
 	return report, nil
 }

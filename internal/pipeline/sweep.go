@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/batchgen/batchgen/internal/clock"
@@ -18,8 +19,19 @@ type SweeperConfig struct {
 	// claimed, or RUNNING without a lease renewal) before the sweeper acts.
 	// Defaults to 5 minutes.
 	PendingAfter time.Duration
-	// Limit caps the batches handled in one sweep. Defaults to 500.
+	// Limit is the page size: how many open batches one listing returns.
+	// A sweep pages on until it has seen every open batch or its time is
+	// up. Defaults to 500.
 	Limit int
+	// MaxDuration bounds one sweep's paging; a sweep that runs out of time
+	// resumes where it stopped on its next run, so every open batch is
+	// reached over a few runs however many there are. Defaults to 30 s
+	// (the sweeper function has 60 s).
+	MaxDuration time.Duration
+	// DeadlineMargin is the time a sweep leaves before its context's
+	// deadline (a Lambda invocation's end) to send what it re-enqueues and
+	// start missing exports. Defaults to 10 s.
+	DeadlineMargin time.Duration
 	// TaskID, when set, restricts the sweep to one task: `batchgen run`
 	// sweeps only its own task, whose queue it owns.
 	TaskID string
@@ -40,6 +52,12 @@ func (c SweeperConfig) withDefaults() SweeperConfig {
 	}
 	if c.Limit <= 0 {
 		c.Limit = 500
+	}
+	if c.MaxDuration <= 0 {
+		c.MaxDuration = 30 * time.Second
+	}
+	if c.DeadlineMargin <= 0 {
+		c.DeadlineMargin = 10 * time.Second
 	}
 	if c.RecentTasks <= 0 {
 		c.RecentTasks = 200
@@ -64,6 +82,13 @@ type SweepReport struct {
 	// BatchesFailed counts batches claimed MaxClaims times without
 	// finishing, whose remaining rows were failed as stuck.
 	BatchesFailed int `json:"batches_failed"`
+	// Parked counts open batches of finished, cancelled or missing tasks
+	// taken out of the open-batches index: no work is left for them, and
+	// left there they would crowd live batches out of every sweep.
+	Parked int `json:"parked,omitempty"`
+	// Incomplete is true when the sweep ran out of time before it listed
+	// every open batch; the next sweep resumes where this one stopped.
+	Incomplete bool `json:"incomplete,omitempty"`
 }
 
 // ClassStuck marks rows of a batch that was claimed too often without
@@ -74,6 +99,13 @@ const ClassStuck = "stuck"
 // batches that waited too long, resets expired leases and starts exports
 // that never started. Every action is idempotent, so sweeping twice, or
 // alongside live workers, is safe.
+//
+// A sweep pages through the whole open-batches index, oldest change first,
+// for at most MaxDuration; when time runs out it keeps its place, and the
+// next sweep of the same Sweeper (the next tick, or the next invocation of a
+// warm Lambda) carries on from there. Batches of finished and cancelled
+// tasks are parked (taken out of the index) on sight, so they cost one
+// write once and never again.
 type Sweeper struct {
 	Store   store.Store
 	Queue   queue.Queue
@@ -81,6 +113,11 @@ type Sweeper struct {
 	Clock   clock.Clock
 	Logger  *slog.Logger
 	Config  SweeperConfig
+
+	mu sync.Mutex
+	// resume is where the last sweep stopped for lack of time; zero to
+	// start from the oldest open batch.
+	resume store.OpenCursor
 }
 
 // Sweep runs one pass. It carries on past per-item failures and returns them
@@ -98,12 +135,60 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	var report SweepReport
 	var errs []error
 	now := clk.Now()
-	batches, err := s.Store.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: now.Add(-cfg.PendingAfter), Limit: cfg.Limit})
-	if err != nil {
-		return report, fmt.Errorf("sweep: list open batches: %w", err)
+	s.mu.Lock()
+	after := s.resume
+	s.mu.Unlock()
+	outOfTime := func() bool {
+		if clk.Now().Sub(now) >= cfg.MaxDuration {
+			return true
+		}
+		dl, ok := ctx.Deadline()
+		return ok && time.Until(dl) < cfg.DeadlineMargin
 	}
-	var msgs []queue.Outgoing
 	finished := map[string]bool{} // per task: no batch of it needs work
+	seen := 0
+	for {
+		batches, err := s.Store.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: now.Add(-cfg.PendingAfter), After: after, Limit: cfg.Limit})
+		if err != nil {
+			// Keep the place: the next sweep retries this page.
+			s.keepPlace(after)
+			return report, errors.Join(append(errs, fmt.Errorf("sweep: list open batches: %w", err))...)
+		}
+		seen += len(batches)
+		errs = s.sweepPage(ctx, cfg, batches, finished, now, log, &report, errs)
+		if len(batches) < cfg.Limit {
+			after = store.OpenCursor{}
+			break
+		}
+		after = batches[len(batches)-1].Cursor()
+		if outOfTime() {
+			report.Incomplete = true
+			log.Warn("sweeper ran out of time before it saw every open batch; the next sweep carries on", "seen", seen, "resume_after", after.UpdatedAt)
+			break
+		}
+	}
+	s.keepPlace(after)
+
+	if s.Exports == nil {
+		return report, errors.Join(errs...)
+	}
+	report.ExportsStarted, errs = s.startMissingExports(ctx, cfg, now, log, errs)
+	return report, errors.Join(errs...)
+}
+
+// keepPlace records where the next sweep starts.
+func (s *Sweeper) keepPlace(c store.OpenCursor) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resume = c
+}
+
+// sweepPage acts on one page of open batches: parks those of tasks with no
+// work left, fails stuck ones, re-enqueues stale ones and resets expired
+// leases.
+func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []store.Batch, finished map[string]bool, now time.Time, log *slog.Logger, report *SweepReport, errs []error) []error {
+	var msgs []queue.Outgoing
+	parked := map[string]int{}
 	for _, b := range batches {
 		if cfg.TaskID != "" && b.TaskID != cfg.TaskID {
 			continue
@@ -111,16 +196,30 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		done, seen := finished[b.TaskID]
 		if !seen {
 			t, err := s.Store.GetTask(ctx, b.TaskID)
-			if err != nil {
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				done = true // expired or deleted: nothing will ever run it
+			case err != nil:
 				errs = append(errs, fmt.Errorf("task of batch %s/%d: %w", b.TaskID, b.No, err))
 				continue
+			default:
+				// A cancelled or failed task's open batches stay as they
+				// are: its remaining rows are not to run.
+				done = t.State.Final()
 			}
-			// A cancelled or failed task's open batches stay as they are:
-			// its remaining rows are not to run.
-			done = t.State.Final()
 			finished[b.TaskID] = done
 		}
 		if done {
+			err := s.Store.ParkBatch(ctx, store.ParkBatchParams{TaskID: b.TaskID, BatchNo: b.No, UpdatedAt: b.UpdatedAt})
+			switch {
+			case err == nil:
+				report.Parked++
+				parked[b.TaskID]++
+			case isConflict(err) || errors.Is(err, store.ErrNotFound):
+				// changed meanwhile (reopened, finished): not ours to park
+			default:
+				errs = append(errs, fmt.Errorf("park batch %s/%d: %w", b.TaskID, b.No, err))
+			}
 			continue
 		}
 		stale := b.State == store.BatchPending || (b.State == store.BatchRunning && b.LeaseUntil.Before(now))
@@ -162,17 +261,15 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 		msgs = append(msgs, queue.Outgoing{Body: EncodeBatchMessage(b.TaskID, b.No)})
 	}
+	for id, n := range parked {
+		log.Info("sweeper parked the open batches of a task with no work left", "task", id, "batches", n)
+	}
 	for start := 0; start < len(msgs); start += sendChunk {
 		if err := s.Queue.Send(ctx, msgs[start:min(start+sendChunk, len(msgs))]); err != nil {
 			errs = append(errs, fmt.Errorf("re-enqueue: %w", err))
 		}
 	}
-
-	if s.Exports == nil {
-		return report, errors.Join(errs...)
-	}
-	report.ExportsStarted, errs = s.startMissingExports(ctx, cfg, now, log, errs)
-	return report, errors.Join(errs...)
+	return errs
 }
 
 // startMissingExports starts the export of recent tasks whose batches are all

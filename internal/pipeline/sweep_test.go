@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -201,5 +202,131 @@ func TestSweeperExportsCancelledTask(t *testing.T) {
 	}
 	if report.Requeued != 0 {
 		t.Errorf("the sweeper re-enqueued %d batches of a cancelled task", report.Requeued)
+	}
+}
+
+// drainQueue deletes every visible message and returns how often each
+// task/batch was enqueued.
+func drainQueue(t *testing.T, e *env) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	got := map[string]int{}
+	for {
+		ds, err := e.queue.Receive(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 0 {
+			return got
+		}
+		for _, d := range ds {
+			m, err := pipeline.DecodeBatchMessage(d.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[fmt.Sprintf("%s/%d", m.TaskID, m.BatchNo)]++
+			if err := e.queue.Delete(ctx, d.Receipt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestSweeperNotStarvedByCancelledTask: a cancelled task leaves thousands of
+// open batches at the oldest end of the index. One sweep still finds the
+// live task's lost batch behind them, and parks the stranded batches so the
+// next sweeps do not even list them.
+func TestSweeperNotStarvedByCancelledTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	e.splitter.Clock = clk
+	const stranded = 3000
+	dead := e.splitProducts("cancelled", "{{id}}", stranded, 1).TaskID
+	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: dead, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	live := e.splitProducts("live", "{{id}}", 2, 2).TaskID
+	drainQueue(t, e) // every message is lost
+
+	clk.Advance(6 * time.Minute)
+	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Clock: clk}
+	report, err := sw.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(pipeline.SweepReport{Requeued: 1, Parked: stranded}, report); diff != "" {
+		t.Errorf("first sweep (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{live + "/1": 1}, drainQueue(t, e)); diff != "" {
+		t.Errorf("re-enqueued (-want +got):\n%s", diff)
+	}
+	open, err := e.store.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: clk.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(open) != 1 || open[0].TaskID != live {
+		t.Errorf("open index after the sweep holds %d batches, want only the live one", len(open))
+	}
+	// The cancelled task's batches keep their state: only the index forgot them.
+	b, err := e.store.GetBatch(ctx, dead, stranded)
+	if err != nil || b.State != store.BatchPending {
+		t.Errorf("stranded batch = %+v, %v; want it still PENDING", b, err)
+	}
+}
+
+// tickingClock advances by step on every reading, so a sweep's time budget
+// runs out after a known number of pages.
+type tickingClock struct {
+	*clock.Fake
+	step time.Duration
+}
+
+func (c tickingClock) Now() time.Time {
+	now := c.Fake.Now()
+	c.Fake.Advance(c.step)
+	return now
+}
+
+// TestSweeperResumesWhereItRanOutOfTime: open batches the sweeper cannot act
+// on (long leases, renewed long ago) fill more than one page. A sweep that
+// runs out of time after one page keeps its place, and the next sweep
+// reaches the lost batch behind them instead of rereading the same page.
+func TestSweeperResumesWhereItRanOutOfTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	fake := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	e.splitter.Clock = fake
+	const leased, page = 1200, 500
+	busy := e.splitProducts("busy", "{{id}}", leased, 1).TaskID
+	for no := 1; no <= leased; no++ {
+		if _, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: busy, BatchNo: no, Owner: "slow", Now: fake.Now(), LeaseUntil: fake.Now().Add(24 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake.Advance(time.Minute)
+	live := e.splitProducts("live", "{{id}}", 1, 1).TaskID
+	drainQueue(t, e)
+	fake.Advance(6 * time.Minute)
+
+	clk := tickingClock{Fake: fake, step: time.Second}
+	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Clock: clk, Config: pipeline.SweeperConfig{Limit: page, MaxDuration: time.Second}}
+	var reports []pipeline.SweepReport
+	for range 3 {
+		report, err := sw.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports = append(reports, report)
+	}
+	want := []pipeline.SweepReport{{Incomplete: true}, {Incomplete: true}, {Requeued: 1}}
+	if diff := cmp.Diff(want, reports); diff != "" {
+		t.Errorf("sweeps of one page each (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{live + "/1": 1}, drainQueue(t, e)); diff != "" {
+		t.Errorf("re-enqueued (-want +got):\n%s", diff)
 	}
 }

@@ -263,8 +263,36 @@ type ListOpenBatchesParams struct {
 	// UpdatedBefore keeps batches last changed (created, claimed, renewed or
 	// released) before this time.
 	UpdatedBefore time.Time
+	// After, when its TaskID is set, resumes a listing after that place in
+	// the index: the next page starts with the batch that follows it, so a
+	// caller pages through every open batch however many there are.
+	After OpenCursor
 	// Limit caps the result; 0 means no limit.
 	Limit int
+}
+
+// OpenCursor is a batch's place in the open-batches index, which is ordered
+// by last change, then task, then batch number.
+type OpenCursor struct {
+	UpdatedAt time.Time
+	TaskID    string
+	No        int
+}
+
+// Cursor returns b's place in the open-batches index, to resume a listing
+// after it.
+func (b Batch) Cursor() OpenCursor {
+	return OpenCursor{UpdatedAt: b.UpdatedAt, TaskID: b.TaskID, No: b.No}
+}
+
+// ParkBatchParams takes an open batch out of the open-batches index.
+type ParkBatchParams struct {
+	TaskID  string
+	BatchNo int
+	// UpdatedAt is the batch's last change as the caller saw it; the park
+	// is fenced on it, so a batch changed meanwhile (claimed, reopened)
+	// stays in the index.
+	UpdatedAt time.Time
 }
 
 // Store persists tasks, batches and rows.
@@ -298,11 +326,20 @@ type Store interface {
 	GetBatch(ctx context.Context, taskID string, no int) (Batch, error)
 	// ListBatches returns batches of a task in batch order.
 	ListBatches(ctx context.Context, p ListBatchesParams) ([]Batch, error)
-	// ListOpenBatches returns batches of any task that are not DONE and were
-	// last changed before p.UpdatedBefore, oldest change first. Adapters
+	// ListOpenBatches returns batches of any task that are not DONE, not
+	// parked, and were last changed before p.UpdatedBefore, oldest change
+	// first (ties by task, then number), starting after p.After. Adapters
 	// answer it from an index that holds only open batches (a sparse index),
 	// never by scanning finished work; it is the sweeper's query.
 	ListOpenBatches(ctx context.Context, p ListOpenBatchesParams) ([]Batch, error)
+	// ParkBatch takes a batch that is not DONE and unchanged since
+	// p.UpdatedAt out of the open-batches index, leaving its state as it is;
+	// otherwise ErrConflict (ErrNotFound for no such batch). The sweeper
+	// parks the leftover batches of finished and cancelled tasks, so that
+	// they do not crowd live work out of its listing. The next write that
+	// leaves the batch open (claim, renew, release, touch, reopen) puts it
+	// back in the index.
+	ParkBatch(ctx context.Context, p ParkBatchParams) error
 	// ClaimBatch moves a batch that is PENDING, or RUNNING with a lease that
 	// expired before p.Now, to RUNNING with a new lease, an incremented
 	// Attempt and p.Owner, in one conditional write. It returns the claimed

@@ -186,18 +186,32 @@ func (s *Store) ListOpenBatches(ctx context.Context, p store.ListOpenBatchesPara
 // before p.UpdatedBefore, oldest first, at most p.Limit (0: all).
 func (s *Store) queryOpenShard(ctx context.Context, shard string, p store.ListOpenBatchesParams) ([]openBatch, error) {
 	e := newExpr()
+	keyCond := fmt.Sprintf("%s = %s AND %s < %s",
+		e.n(attrOpenPK), e.s(shard), e.n(attrOpenSK), e.s(openBefore(p.UpdatedBefore)))
+	after := ""
+	if p.After.TaskID != "" {
+		// BETWEEN is inclusive: the cursor's own batch comes back and is
+		// dropped below; openBefore never equals an open_sk, so the upper
+		// bound stays exclusive.
+		after = openSK(p.After.UpdatedAt, p.After.TaskID, p.After.No)
+		if after >= openBefore(p.UpdatedBefore) {
+			return nil, nil
+		}
+		keyCond = fmt.Sprintf("%s = %s AND %s BETWEEN %s AND %s",
+			e.n(attrOpenPK), e.s(shard), e.n(attrOpenSK), e.s(after), e.s(openBefore(p.UpdatedBefore)))
+	}
 	in := &dynamodb.QueryInput{
-		TableName: aws.String(s.table),
-		IndexName: aws.String(indexOpen),
-		KeyConditionExpression: aws.String(fmt.Sprintf("%s = %s AND %s < %s",
-			e.n(attrOpenPK), e.s(shard), e.n(attrOpenSK), e.s(openBefore(p.UpdatedBefore)))),
-		ScanIndexForward: aws.Bool(true),
+		TableName:              aws.String(s.table),
+		IndexName:              aws.String(indexOpen),
+		KeyConditionExpression: aws.String(keyCond),
+		ScanIndexForward:       aws.Bool(true),
 	}
 	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
 	var out []openBatch
 	for {
 		if p.Limit > 0 {
-			in.Limit = aws.Int32(int32(min(p.Limit-len(out), 1000)))
+			// +1: the cursor's own batch may take a place in the page.
+			in.Limit = aws.Int32(int32(min(p.Limit-len(out)+1, 1000)))
 		}
 		page, err := s.db.Query(ctx, in)
 		if err != nil {
@@ -212,6 +226,9 @@ func (s *Store) queryOpenShard(ctx context.Context, shard string, p store.ListOp
 			if sk == nil || b.State == store.BatchDone {
 				continue // a DONE batch never keeps open_sk; skip one if a write raced the index
 			}
+			if sk.Value == after {
+				continue // the cursor itself
+			}
 			out = append(out, openBatch{sk: sk.Value, b: b})
 		}
 		if len(page.LastEvaluatedKey) == 0 || (p.Limit > 0 && len(out) >= p.Limit) {
@@ -219,6 +236,38 @@ func (s *Store) queryOpenShard(ctx context.Context, shard string, p store.ListOp
 		}
 		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
+}
+
+// ParkBatch is one conditional UpdateItem: a batch that is not DONE and
+// still carries the change time p.UpdatedAt loses open_pk and open_sk, and
+// with them its place in the sparse open-batches index.
+func (s *Store) ParkBatch(ctx context.Context, p store.ParkBatchParams) error {
+	what := fmt.Sprintf("park batch %s/%d", p.TaskID, p.BatchNo)
+	if err := checkBatchNo(p.BatchNo); err != nil {
+		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	e := newExpr()
+	cond := fmt.Sprintf("attribute_exists(%s) AND %s <> %s AND %s = %s",
+		e.n(attrPK), e.n(attrState), e.s(string(store.BatchDone)), e.n(attrUpdatedAt), e.s(encodeTime(p.UpdatedAt)))
+	u := &update{e: e}
+	u.del(attrOpenPK)
+	u.del(attrOpenSK)
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 key(taskPK(p.TaskID), batchSK(p.BatchNo)),
+		ConditionExpression:                 aws.String(cond),
+		UpdateExpression:                    aws.String(u.String()),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, retryConflicts)
+	if old, ok := conditionFailed(err); ok {
+		return fmt.Errorf("%s: %s, changed since %s: %w", what, describeBatch(old), encodeTime(p.UpdatedAt), notFoundOrConflict(old))
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
 // ClaimBatch is one conditional UpdateItem: PENDING, or RUNNING with a

@@ -152,6 +152,14 @@ func (s *Store) ListOpenBatches(ctx context.Context, p store.ListOpenBatchesPara
 	return s.inner.ListOpenBatches(ctx, p)
 }
 
+// ParkBatch implements store.Store.
+func (s *Store) ParkBatch(ctx context.Context, p store.ParkBatchParams) error {
+	if err := s.fault("ParkBatch"); err != nil {
+		return err
+	}
+	return s.inner.ParkBatch(ctx, p)
+}
+
 // ClaimBatch implements store.Store.
 func (s *Store) ClaimBatch(ctx context.Context, p store.ClaimBatchParams) (store.Batch, error) {
 	if err := s.fault("ClaimBatch"); err != nil {

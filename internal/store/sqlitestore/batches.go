@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -116,12 +117,18 @@ func (s *Store) ListBatches(ctx context.Context, p store.ListBatchesParams) ([]s
 	return out, nil
 }
 
-// ListOpenBatches returns unfinished batches of every task last changed
-// before p.UpdatedBefore, through the partial index batches_open_updated.
+// ListOpenBatches returns unfinished, unparked batches of every task last
+// changed before p.UpdatedBefore, after p.After, through the partial index
+// batches_open_updated.
 func (s *Store) ListOpenBatches(ctx context.Context, p store.ListOpenBatchesParams) ([]store.Batch, error) {
 	query := `SELECT ` + batchColumns + ` FROM batches INDEXED BY batches_open_updated
-		WHERE state <> 'DONE' AND updated_at < ? ORDER BY updated_at, task_id, no`
+		WHERE state <> 'DONE' AND parked = 0 AND updated_at < ?`
 	args := []any{p.UpdatedBefore.UnixMilli()}
+	if p.After.TaskID != "" {
+		query += ` AND (updated_at, task_id, no) > (?, ?, ?)`
+		args = append(args, p.After.UpdatedAt.UnixMilli(), p.After.TaskID, p.After.No)
+	}
+	query += ` ORDER BY updated_at, task_id, no`
 	if p.Limit > 0 {
 		query += ` LIMIT ?`
 		args = append(args, p.Limit)
@@ -145,12 +152,34 @@ func (s *Store) ListOpenBatches(ctx context.Context, p store.ListOpenBatchesPara
 	return out, nil
 }
 
+// ParkBatch takes an open batch unchanged since p.UpdatedAt out of the
+// partial index batches_open_updated.
+func (s *Store) ParkBatch(ctx context.Context, p store.ParkBatchParams) error {
+	what := fmt.Sprintf("park batch %s/%d", p.TaskID, p.BatchNo)
+	res, err := s.write.ExecContext(ctx, `UPDATE batches SET parked = 1
+		WHERE task_id = ? AND no = ? AND state <> 'DONE' AND updated_at = ?`,
+		p.TaskID, p.BatchNo, millis(p.UpdatedAt))
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	} else if n == 0 {
+		cur, err := s.GetBatch(ctx, p.TaskID, p.BatchNo)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return fmt.Errorf("%s: batch is %s, changed at %s: %w", what, cur.State, cur.UpdatedAt.Format(time.RFC3339Nano), store.ErrConflict)
+	}
+	return nil
+}
+
 // ClaimBatch takes a PENDING batch, or a RUNNING one whose lease expired
 // before p.Now, in one conditional UPDATE ... RETURNING.
 func (s *Store) ClaimBatch(ctx context.Context, p store.ClaimBatchParams) (store.Batch, error) {
 	what := fmt.Sprintf("claim batch %s/%d for %s", p.TaskID, p.BatchNo, p.Owner)
 	b, err := scanBatch(s.write.QueryRowContext(ctx, `UPDATE batches SET
-			state = 'RUNNING', attempt = attempt + 1, owner = ?, lease_until = ?, updated_at = ?
+			state = 'RUNNING', attempt = attempt + 1, owner = ?, lease_until = ?, updated_at = ?, parked = 0
 		WHERE task_id = ? AND no = ?
 			AND (state = 'PENDING' OR (state = 'RUNNING' AND coalesce(lease_until, 0) < ?))
 		RETURNING `+batchColumns,
@@ -173,7 +202,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p store.ClaimBatchParams) (store
 // RenewLease extends the lease of a RUNNING batch still at p.Attempt.
 func (s *Store) RenewLease(ctx context.Context, p store.RenewLeaseParams) error {
 	what := fmt.Sprintf("renew lease of batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
-	return s.fencedBatchUpdate(ctx, what, `UPDATE batches SET lease_until = ?, updated_at = ?
+	return s.fencedBatchUpdate(ctx, what, `UPDATE batches SET lease_until = ?, updated_at = ?, parked = 0
 		WHERE task_id = ? AND no = ? AND state = 'RUNNING' AND attempt = ?`,
 		millis(p.LeaseUntil), millis(p.Now), p.TaskID, p.BatchNo, p.Attempt)
 }
@@ -184,7 +213,7 @@ func (s *Store) RenewLease(ctx context.Context, p store.RenewLeaseParams) error 
 func (s *Store) ReleaseBatch(ctx context.Context, p store.ReleaseBatchParams) error {
 	what := fmt.Sprintf("release batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
 	return s.fencedBatchUpdate(ctx, what, `UPDATE batches SET
-			state = 'PENDING', lease_until = NULL, last_error = coalesce(nullif(?, ''), last_error), updated_at = ?
+			state = 'PENDING', lease_until = NULL, last_error = coalesce(nullif(?, ''), last_error), updated_at = ?, parked = 0
 		WHERE task_id = ? AND no = ? AND state = 'RUNNING' AND attempt = ?`,
 		p.LastError, millis(p.Now), p.TaskID, p.BatchNo, p.Attempt)
 }
@@ -192,7 +221,7 @@ func (s *Store) ReleaseBatch(ctx context.Context, p store.ReleaseBatchParams) er
 // TouchBatch bumps updated_at of a batch still PENDING at p.Attempt.
 func (s *Store) TouchBatch(ctx context.Context, p store.TouchBatchParams) error {
 	what := fmt.Sprintf("touch batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
-	return s.fencedBatchUpdate(ctx, what, `UPDATE batches SET updated_at = ?
+	return s.fencedBatchUpdate(ctx, what, `UPDATE batches SET updated_at = ?, parked = 0
 		WHERE task_id = ? AND no = ? AND state = 'PENDING' AND attempt = ?`,
 		millis(p.Now), p.TaskID, p.BatchNo, p.Attempt)
 }

@@ -52,6 +52,14 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 				AND r.state = 'PENDING')`, millis(now), taskID); err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: reopen batches: %w", what, err)
 	}
+	// A cancelled task's unfinished batches may have been parked by the
+	// sweeper: put them back in its index, as if changed now, so that a lost
+	// message is found again.
+	if _, err := tx.ExecContext(ctx, `UPDATE batches SET parked = 0,
+			updated_at = CASE WHEN state = 'PENDING' THEN ? ELSE updated_at END
+		WHERE task_id = ? AND state <> 'DONE'`, millis(now), taskID); err != nil {
+		return store.Task{}, nil, fmt.Errorf("%s: unpark batches: %w", what, err)
+	}
 	var open []int
 	rows, err := tx.QueryContext(ctx, `SELECT no FROM batches WHERE task_id = ? AND state <> 'DONE' ORDER BY no`, taskID)
 	if err != nil {

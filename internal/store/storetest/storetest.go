@@ -78,6 +78,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"GetBatchNotFound", testGetBatchNotFound},
 		{"ListBatches", testListBatches},
 		{"ListOpenBatches", testListOpenBatches},
+		{"ListOpenBatchesPaged", testListOpenBatchesPaged},
+		{"ParkBatch", testParkBatch},
+		{"StrandedBatches", testStrandedBatches},
 		{"TouchBatch", testTouchBatch},
 		{"ClaimBatch", testClaimBatch},
 		{"ClaimBatchRefused", testClaimBatchRefused},
@@ -676,6 +679,170 @@ func testListOpenBatches(t *testing.T, s store.Store) {
 	if len(limited) != 1 {
 		t.Errorf("limit 1 returned %d batches", len(limited))
 	}
+}
+
+// openOf lists open batches changed before before, page by page of limit
+// from the start of the index, and returns them in listing order with the
+// number of pages it took.
+func openOf(t *testing.T, s store.Store, before time.Time, limit int) ([]store.Batch, int) {
+	t.Helper()
+	var all []store.Batch
+	var after store.OpenCursor
+	for pages := 1; ; pages++ {
+		page, err := s.ListOpenBatches(t.Context(), store.ListOpenBatchesParams{UpdatedBefore: before, After: after, Limit: limit})
+		noErr(t, err, fmt.Sprintf("list open batches, page %d", pages))
+		all = append(all, page...)
+		if len(page) < limit || limit == 0 {
+			return all, pages
+		}
+		if pages > 10_000 {
+			t.Fatalf("paging through open batches does not end")
+		}
+		after = page[len(page)-1].Cursor()
+	}
+}
+
+// batchKeys names batches "task/no" in the order given.
+func batchKeys(batches []store.Batch) []string {
+	out := make([]string, len(batches))
+	for i, b := range batches {
+		out[i] = fmt.Sprintf("%s/%d", b.TaskID, b.No)
+	}
+	return out
+}
+
+// testListOpenBatchesPaged checks that a cursor pages through the open
+// index in its order (change time, task, number), each batch exactly once,
+// ties on the change time included.
+func testListOpenBatchesPaged(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a := seed(t, s, 7, 1) // seven batches changed at the same instant
+	seed(t, s, 3, 1)
+	later := base.Add(time.Minute)
+	for _, no := range []int{2, 5} {
+		b := claim(t, s, a.ID, no, "w", later)
+		noErr(t, s.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: a.ID, BatchNo: no, Attempt: b.Attempt, Now: later}), "release")
+	}
+	whole, _ := openOf(t, s, later.Add(time.Second), 0)
+	if len(whole) != 10 {
+		t.Fatalf("unpaged listing has %d batches, want 10: %v", len(whole), batchKeys(whole))
+	}
+	want := batchKeys(whole)
+	sorted := slices.Clone(whole)
+	slices.SortStableFunc(sorted, func(x, y store.Batch) int {
+		if c := x.UpdatedAt.Compare(y.UpdatedAt); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.TaskID, y.TaskID); c != 0 {
+			return c
+		}
+		return x.No - y.No
+	})
+	diff(t, "unpaged listing order (change time, task, number)", batchKeys(sorted), want)
+	for _, limit := range []int{1, 2, 3, 4, 9, 10, 11} {
+		got, pages := openOf(t, s, later.Add(time.Second), limit)
+		diff(t, fmt.Sprintf("paged by %d", limit), want, batchKeys(got))
+		if wantPages := 10/limit + 1; pages != wantPages {
+			t.Errorf("paged by %d: %d pages, want %d", limit, pages, wantPages)
+		}
+	}
+	// A cursor at or past UpdatedBefore gives an empty page, not an error.
+	page, err := s.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: later, After: whole[len(whole)-1].Cursor(), Limit: 5})
+	noErr(t, err, "list after the last batch")
+	if len(page) != 0 {
+		t.Errorf("listing after the window's end = %v, want nothing", batchKeys(page))
+	}
+}
+
+// testParkBatch checks that a parked batch leaves the open index until its
+// next change, and that the park is fenced on the change time it saw.
+func testParkBatch(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 4, 1)
+	later := base.Add(time.Minute)
+	running := claim(t, s, task.ID, 2, "w", later)
+	done := claim(t, s, task.ID, 3, "w", later)
+	_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 3, Attempt: done.Attempt, Succeeded: 1, Now: later})
+	noErr(t, err, "finish batch 3")
+
+	noErr(t, s.ParkBatch(ctx, store.ParkBatchParams{TaskID: task.ID, BatchNo: 1, UpdatedAt: base}), "park pending batch 1")
+	noErr(t, s.ParkBatch(ctx, store.ParkBatchParams{TaskID: task.ID, BatchNo: 2, UpdatedAt: running.UpdatedAt}), "park running batch 2")
+	noErr(t, s.ParkBatch(ctx, store.ParkBatchParams{TaskID: task.ID, BatchNo: 1, UpdatedAt: base}), "park batch 1 again")
+	wantErr(t, s.ParkBatch(ctx, store.ParkBatchParams{TaskID: task.ID, BatchNo: 4, UpdatedAt: base.Add(-time.Second)}), store.ErrConflict, "park at a stale change time")
+	wantErr(t, s.ParkBatch(ctx, store.ParkBatchParams{TaskID: task.ID, BatchNo: 3, UpdatedAt: later}), store.ErrConflict, "park a done batch")
+	wantErr(t, s.ParkBatch(ctx, store.ParkBatchParams{TaskID: task.ID, BatchNo: 99, UpdatedAt: base}), store.ErrNotFound, "park a missing batch")
+
+	open, _ := openOf(t, s, later.Add(time.Hour), 0)
+	diff(t, "open after parking 1 and 2", []string{task.ID + "/4"}, batchKeys(open))
+	diff(t, "a parked batch keeps its state", store.BatchPending, getBatch(t, s, task.ID, 1).State)
+
+	// The next change puts a parked batch back: a claim of batch 1, a
+	// release of batch 2 once its lease is gone.
+	claim(t, s, task.ID, 1, "w2", later.Add(2*time.Minute))
+	noErr(t, s.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: task.ID, BatchNo: 2, Attempt: running.Attempt, Now: later.Add(2 * time.Minute)}), "release batch 2")
+	open, _ = openOf(t, s, later.Add(time.Hour), 0)
+	got := batchKeys(open)
+	slices.Sort(got)
+	want := []string{task.ID + "/1", task.ID + "/2", task.ID + "/4"}
+	slices.Sort(want)
+	diff(t, "open after the parked batches changed", want, got)
+}
+
+// testStrandedBatches is the sweeper's starvation case: a cancelled task
+// leaves thousands of open batches at the oldest end of the index, and one
+// live batch of another task changed later. Paging must reach the live
+// batch; parking the stranded ones must bring it to the first page.
+func testStrandedBatches(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	const stranded, page = 2000, 500
+	dead := seed(t, s, stranded, 1)
+	live := seed(t, s, 1, 1)
+	liveAt := base.Add(time.Minute)
+	lb := claim(t, s, live.ID, 1, "w", liveAt)
+	noErr(t, s.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: live.ID, BatchNo: 1, Attempt: lb.Attempt, Now: liveAt}), "release the live batch")
+	before := liveAt.Add(time.Minute)
+
+	first, err := s.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: before, Limit: page})
+	noErr(t, err, "first page")
+	if slices.Contains(batchKeys(first), live.ID+"/1") {
+		t.Fatalf("the live batch is on the first page before parking; the test does not set up starvation")
+	}
+	all, pages := openOf(t, s, before, page)
+	if len(all) != stranded+1 || all[len(all)-1].TaskID != live.ID {
+		t.Fatalf("paging found %d batches in %d pages, last %v; want %d ending with the live batch", len(all), pages, batchKeys(all[max(0, len(all)-1):]), stranded+1)
+	}
+	seen := map[string]bool{}
+	for _, k := range batchKeys(all) {
+		if seen[k] {
+			t.Fatalf("paging listed %s twice", k)
+		}
+		seen[k] = true
+	}
+
+	_, err = s.TransitionTask(ctx, store.TransitionTaskParams{ID: dead.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: liveAt})
+	noErr(t, err, "cancel the stranded task")
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, b := range all[:stranded] {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := s.ParkBatch(ctx, store.ParkBatchParams{TaskID: b.TaskID, BatchNo: b.No, UpdatedAt: b.UpdatedAt}); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	noErr(t, errors.Join(errs...), "park the stranded batches")
+	first, err = s.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: before, Limit: page})
+	noErr(t, err, "first page after parking")
+	diff(t, "first page after parking", []string{live.ID + "/1"}, batchKeys(first))
 }
 
 func testTouchBatch(t *testing.T, s store.Store) {
