@@ -464,14 +464,14 @@ func TestOddInputs(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			want := c.want(t)
+			want := c.want(t).withEncoding(strings.EqualFold(filepath.Ext(c.file), ".csv"))
 			path := filepath.Join(oddDir, c.file)
 			r, err := Open(path, c.opts)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
 			defer r.Close()
-			got := readResult{Sheet: r.Sheet(), Header: r.Header()}
+			got := readResult{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding()}
 			got.Prompt, got.HasPrompt = r.Prompt()
 			got.Records = readAll(t, r)
 			if diff := cmp.Diff(want, got); diff != "" {
@@ -481,7 +481,7 @@ func TestOddInputs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
-			wantSum := Summary{Sheet: want.Sheet, Header: want.Header, Rows: len(want.Records), Prompt: want.Prompt, HasPrompt: want.HasPrompt}
+			wantSum := want.summary()
 			if diff := cmp.Diff(wantSum, sum); diff != "" {
 				t.Errorf("Validate (-want +got):\n%s", diff)
 			}

@@ -102,7 +102,7 @@ func badCorpus(t testing.TB) map[string][]byte {
 		"image.csv":       []byte("\x89PNG\r\n\x1A\n\x00\x00\x00\x0DIHDR"),
 		"too_big.csv":     bytes.Repeat([]byte("a,b\n"), 512),
 		"bom_invalid.csv": []byte("\xEF\xBB\xBFa,b\n\xFF,1\n"),
-		"latin1.csv":      []byte("name,city\nJos\xE9,Z\xFCrich\n"),
+		"binary.csv":      []byte("name,city\n\x81\x20\xFF\xFE\x81\n"),
 
 		// Zip bombs.
 		"zipbomb_claims.xlsx": buildZip(t, claimed...),
@@ -173,7 +173,7 @@ var badCases = []struct {
 	{"image.csv", Options{}, "image.csv: looks like a PNG image, not a spreadsheet"},
 	{"too_big.csv", Options{Limits: Limits{MaxFileBytes: 1024}}, "too_big.csv: file is 2 KiB; the limit is 1 KiB (configurable)"},
 	{"bom_invalid.csv", Options{}, "bom_invalid.csv: not UTF-8 text (despite its UTF-8 byte-order mark): invalid byte 0xFF at offset 7"},
-	{"latin1.csv", Options{}, "latin1.csv: not UTF-8 or GB18030 text: invalid byte 0xE9 at offset 13"},
+	{"binary.csv", Options{}, "binary.csv: not text in any encoding batchgen recognises (UTF-8, GB18030, Big5, Shift_JIS, Windows-1252): invalid byte 0x81 at offset 10 (read as utf-8, the longest readable start); save the file as \"CSV UTF-8\""},
 
 	{"zipbomb_claims.xlsx", Options{}, "zipbomb_claims.xlsx: the workbook expands to 4 GiB when unzipped; the limit is 1 GiB (zip-bomb guard, configurable)"},
 	{"zipbomb_zeros.xlsx", Options{Limits: Limits{MaxUnzippedBytes: 64 << 10}}, "zipbomb_zeros.xlsx: the workbook expands to 101.9 KiB when unzipped; the limit is 64 KiB (zip-bomb guard, configurable)"},
@@ -196,7 +196,7 @@ var badCases = []struct {
 	{"orphan.csv", Options{}, "orphan.csv: row 3 column C: cell has a value but its column has no header (the header is row 1)"},
 	{"orphan.xlsx", Options{}, `orphan.xlsx: sheet "Sheet1" row 7 column H: cell has a value but its column has no header (the header is row 1)`},
 	{"nul.csv", Options{}, `nul.csv: row 3 column B ("描述"): cell contains a NUL byte (0x00); the file may be binary, damaged, or UTF-16 text without a byte-order mark`},
-	{"bad_quote.csv", Options{}, `bad_quote.csv: row 2: invalid CSV at line 2: extraneous or missing " in quoted-field`},
+	{"bad_quote.csv", Options{}, `bad_quote.csv: row 2 column B ("b"): invalid CSV at line 2: text follows the closing quote of a quoted field ("y" after the quote); to put a quote inside a quoted field, double it ("")`},
 	{"missing_sheet.xlsx", Options{Sheet: "Nope"}, `missing_sheet.xlsx: sheet "Nope" not found; the workbook has sheets "Sheet1", "prompt"`},
 	{"prompt_only.xlsx", Options{}, `prompt_only.xlsx: the workbook has no visible sheet to read (other than "prompt")`},
 	{"bad_row_ref.xlsx", Options{}, `bad_row_ref.xlsx: sheet "Sheet1" row 2: the row is damaged and cannot be read (cannot convert cell "A0" to coordinates: invalid cell name "A0")`},

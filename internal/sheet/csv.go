@@ -3,84 +3,110 @@ package sheet
 import (
 	"bufio"
 	"bytes"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
-	"golang.org/x/text/encoding/simplifiedchinese"
-	"golang.org/x/text/encoding/unicode"
+	"golang.org/x/text/encoding"
 	"golang.org/x/text/transform"
 )
 
-// openCSV settles the text encoding (BOM, else UTF-8, else GB18030) with streaming passes over the file, then wraps
-// it in a decoding reader and encoding/csv. head holds the first bytes of the file. The source owns f.
-func (r *Reader) openCSV(f *os.File, head []byte, tsv bool) (rowSource, error) {
-	var text io.Reader
-	switch {
-	case bytes.HasPrefix(head, []byte{0xFF, 0xFE}):
-		text = transform.NewReader(f, unicode.UTF16(unicode.LittleEndian, unicode.ExpectBOM).NewDecoder())
-	case bytes.HasPrefix(head, []byte{0xFE, 0xFF}):
-		text = transform.NewReader(f, unicode.UTF16(unicode.BigEndian, unicode.ExpectBOM).NewDecoder())
-	case bytes.HasPrefix(head, []byte{0xEF, 0xBB, 0xBF}):
-		bad, err := firstInvalidUTF8(f, 3)
-		if err != nil {
-			return nil, fmt.Errorf("read %q: %w", r.file, err)
-		}
-		if bad >= 0 {
-			b, err := byteAt(f, bad)
-			if err != nil {
-				return nil, fmt.Errorf("read %q: %w", r.file, err)
-			}
-			return nil, r.fileErr(fmt.Sprintf("not UTF-8 text (despite its UTF-8 byte-order mark): invalid byte 0x%02X at offset %d", b, bad))
-		}
-		if _, err := f.Seek(3, io.SeekStart); err != nil {
-			return nil, fmt.Errorf("read %q: %w", r.file, err)
-		}
-		text = f
-	default:
-		badUTF8, err := firstInvalidUTF8(f, 0)
-		if err != nil {
-			return nil, fmt.Errorf("read %q: %w", r.file, err)
-		}
-		if badUTF8 < 0 {
-			text = f
-			break
-		}
-		badGB, err := firstInvalidGB18030(f)
-		if err != nil {
-			return nil, fmt.Errorf("read %q: %w", r.file, err)
-		}
-		if badGB >= 0 {
-			// Report the position that got further: it belongs to the encoding the file most likely is.
-			bad := max(badUTF8, badGB)
-			b, err := byteAt(f, bad)
-			if err != nil {
-				return nil, fmt.Errorf("read %q: %w", r.file, err)
-			}
-			return nil, r.fileErr(fmt.Sprintf("not UTF-8 or GB18030 text: invalid byte 0x%02X at offset %d", b, bad))
-		}
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return nil, fmt.Errorf("read %q: %w", r.file, err)
-		}
-		text = transform.NewReader(f, simplifiedchinese.GB18030.NewDecoder())
+// openCSV settles the text encoding (a byte-order mark, else opts.Encoding, else detection by plausibility: see
+// detectEncoding), wraps the file in a decoding reader, settles the dialect (a leading "sep=" line, else the
+// delimiter sniffed from the first lines) and returns a source of records. head holds the first bytes of the file.
+// The source owns f.
+func (r *Reader) openCSV(f *os.File, head []byte, tsv bool, forced string) (rowSource, error) {
+	name, enc, skip, err := r.csvEncoding(f, head, forced)
+	if err != nil {
+		return nil, err
 	}
-
+	if _, err := f.Seek(skip, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("read %q: %w", r.file, err)
+	}
+	r.encoding = name
+	var text io.Reader = f
+	if enc != nil {
+		text = transform.NewReader(f, enc.NewDecoder())
+	}
 	br := bufio.NewReaderSize(transform.NewReader(text, loneCRToLF{}), 64<<10)
-	comma := ','
-	if tsv || headerLooksTabbed(br) {
-		comma = '\t'
+	lx := &csvLexer{br: br}
+	comma, sepLine, err := sniffDialect(br, tsv)
+	if err != nil {
+		return nil, r.fileErr(err.Error())
 	}
-	cr := csv.NewReader(br)
-	cr.Comma = comma
-	cr.FieldsPerRecord = -1
-	cr.LazyQuotes = false
-	cr.ReuseRecord = true
-	return &csvSource{f: f, cr: cr}, nil
+	lx.comma = comma
+	if sepLine {
+		lx.line = 1
+	}
+	// A forced legacy encoding is not checked up front: bytes it cannot decode arrive as U+FFFD, caught per cell.
+	checkFFFD := forced != "" && name != EncodingUTF8 && !strings.HasPrefix(name, "utf-16")
+	return &csvSource{f: f, lx: lx, encoding: name, checkFFFD: checkFFFD}, nil
+}
+
+// csvEncoding returns the encoding's name, its decoder (nil for UTF-8, which needs none) and how many bytes of
+// byte-order mark to skip.
+func (r *Reader) csvEncoding(f *os.File, head []byte, forced string) (string, encoding.Encoding, int64, error) {
+	var bom string
+	var bomLen int64
+	switch {
+	case bytes.HasPrefix(head, []byte{0xEF, 0xBB, 0xBF}):
+		bom, bomLen = EncodingUTF8, 3
+	case bytes.HasPrefix(head, []byte{0xFF, 0xFE}):
+		bom = EncodingUTF16LE
+	case bytes.HasPrefix(head, []byte{0xFE, 0xFF}):
+		bom = EncodingUTF16BE
+	}
+	if forced != "" {
+		name, enc, err := lookupEncoding(forced)
+		if err != nil {
+			return "", nil, 0, r.fileErr(err.Error())
+		}
+		switch {
+		case name == EncodingUTF8:
+			enc = nil
+			if bom != EncodingUTF8 {
+				bomLen = 0
+			}
+			if err := r.checkUTF8(f, bomLen, "asked for"); err != nil {
+				return "", nil, 0, err
+			}
+			return name, nil, bomLen, nil
+		case name == bom: // UTF-16 with its own mark: the decoder drops the mark
+			return name, utf16Decoder(name == EncodingUTF16BE), 0, nil
+		}
+		return name, enc, 0, nil
+	}
+	switch bom {
+	case EncodingUTF16LE, EncodingUTF16BE:
+		return bom, utf16Decoder(bom == EncodingUTF16BE), 0, nil
+	case EncodingUTF8:
+		if err := r.checkUTF8(f, 3, "despite its UTF-8 byte-order mark"); err != nil {
+			return "", nil, 0, err
+		}
+		return EncodingUTF8, nil, 3, nil
+	}
+	name, enc, err := r.detectEncoding(f)
+	return name, enc, 0, err
+}
+
+// checkUTF8 rejects a file that must be UTF-8 (a byte-order mark says so, or the caller asked for it) but is not.
+func (r *Reader) checkUTF8(f *os.File, from int64, why string) error {
+	bad, err := firstInvalidUTF8(f, from)
+	if err != nil {
+		return fmt.Errorf("read %q: %w", r.file, err)
+	}
+	if bad < 0 {
+		return nil
+	}
+	b, err := byteAt(f, bad)
+	if err != nil {
+		return fmt.Errorf("read %q: %w", r.file, err)
+	}
+	return r.fileErr(fmt.Sprintf("not UTF-8 text (%s): invalid byte 0x%02X at offset %d", why, b, bad))
 }
 
 // loneCRToLF turns a carriage return that is not followed by a line feed into a line feed. encoding/csv ends
@@ -124,196 +150,285 @@ func (loneCRToLF) Transform(dst, src []byte, atEOF bool) (nDst, nSrc int, err er
 	return nDst, nSrc, nil
 }
 
-// headerLooksTabbed peeks at the first non-empty line: tabs and no commas means Excel's "Unicode text" or a TSV
-// saved with a .csv name.
-func headerLooksTabbed(br *bufio.Reader) bool {
-	peek, _ := br.Peek(64 << 10) // a short peek (small file, or a read error that csv will report) is fine
-	for len(peek) > 0 {
-		line := peek
+// sniffPeek is how much decoded text the dialect sniffer looks at.
+const sniffPeek = 64 << 10
+
+// delimiters are the field separators the sniffer considers, in order of preference on a tie: a tab is almost
+// never inside text, a semicolon rarely, a comma often ("Dupont, Jean").
+var delimiters = []byte{'\t', ';', ','}
+
+// sniffDialect settles the field delimiter. A first line "sep=X" (Excel's own convention, written by many
+// exporters) names it and is consumed, so it is neither the header nor a row, as in Excel. Otherwise the first
+// records are parsed with each candidate delimiter, quotes respected: the one that splits the header into the
+// most consistent number of fields over the following records wins; a file no delimiter splits is one column.
+func sniffDialect(br *bufio.Reader, tsv bool) (comma byte, sepLine bool, err error) {
+	peek, _ := br.Peek(sniffPeek) // a short peek (small file, or a read error the lexer will report) is fine
+	if len(peek) >= 4 && strings.EqualFold(string(peek[:4]), "sep=") {
+		line, consumed := peek, len(peek)
 		if i := bytes.IndexByte(peek, '\n'); i >= 0 {
-			line, peek = peek[:i], peek[i+1:]
-		} else {
-			peek = nil
+			line, consumed = peek[:i], i+1
 		}
-		if len(bytes.TrimSpace(line)) == 0 {
+		sep := bytes.TrimSuffix(line[4:], []byte{'\r'})
+		r, size := utf8.DecodeRune(sep)
+		switch {
+		case len(sep) == 1 && r != '"' && r != ' ':
+			if _, err := br.Discard(consumed); err != nil {
+				return 0, false, err
+			}
+			return byte(r), true, nil
+		case len(sep) > 0 && size == len(sep):
+			return 0, false, fmt.Errorf("line 1 (%q) names a delimiter batchgen does not support; use one ASCII character such as sep=; or sep=,", string(line))
+		}
+		// "sep=" with nothing usable after it is ordinary text.
+	}
+	if tsv {
+		return '\t', false, nil
+	}
+	atEOF := len(peek) < sniffPeek
+	best, bestScore, bestFields := byte(','), -1.0, 1
+	for _, d := range delimiters {
+		score, fields := delimiterScore(peek, d, atEOF)
+		if fields < 2 {
 			continue
 		}
-		return bytes.IndexByte(line, '\t') >= 0 && bytes.IndexByte(line, ',') < 0
+		if score > bestScore || (score == bestScore && fields > bestFields) {
+			best, bestScore, bestFields = d, score, fields
+		}
 	}
-	return false
+	return best, false, nil
 }
 
-// csvSource yields CSV records with Excel's row numbers. encoding/csv skips empty lines and lets quoted fields
-// span lines, so the row number is rebuilt from the line each record starts on: empty lines skipped since the
-// previous record become blank rows, while a multi-line record stays one row.
+// sniffRecords bounds how many records the sniffer parses.
+const sniffRecords = 50
+
+// delimiterScore parses the sample with delimiter d and returns the header's field count and the share of the
+// following non-blank records with that many fields (1 when there are none). An incomplete last record (the
+// sample was cut) and everything after a quoting error are left out.
+func delimiterScore(sample []byte, d byte, atEOF bool) (float64, int) {
+	lx := &csvLexer{br: bufio.NewReaderSize(bytes.NewReader(sample), 16), comma: d}
+	header, same, data := 0, 0, 0
+	var counts []int
+	for len(counts) <= sniffRecords {
+		_, rec, err := lx.read()
+		if err != nil {
+			break
+		}
+		if isBlank(rec) {
+			continue
+		}
+		n := len(rec)
+		for n > 1 && rec[n-1] == "" {
+			n-- // "a;b;;" and "1;2;;": trailing empty cells do not count
+		}
+		counts = append(counts, n)
+	}
+	if !atEOF && len(counts) > 1 {
+		counts = counts[:len(counts)-1]
+	}
+	if len(counts) == 0 {
+		return 0, 0
+	}
+	header = counts[0]
+	for _, n := range counts[1:] {
+		data++
+		if n == header {
+			same++
+		}
+	}
+	if data == 0 {
+		return 1, header
+	}
+	return float64(same) / float64(data), header
+}
+
+// csvLexer splits decoded text (LF line ends, see loneCRToLF; a CR before an LF is dropped) into records the way
+// Excel opens a CSV file:
+//   - a field that starts with a quote is quoted: it runs to the next lone quote, "" inside it is one quote, and
+//     delimiters and line breaks inside it are text;
+//   - a quote anywhere else is text: TV 40" screen reads as written (encoding/csv rejects it; its LazyQuotes mode
+//     accepts it but also lets an unclosed quote swallow the rest of the file without a word, so it cannot be
+//     used);
+//   - every line is a row, an empty line a blank row, a multi-line quoted field one row.
+//
+// Two things Excel would show are rejected instead, because they mean the file is damaged and reading on would
+// change the data silently: text after the closing quote of a quoted field ("x"y: Excel shows xy, dropping the
+// quotes the writer probably meant to double), and a quoted field never closed (Excel puts the rest of the file
+// into that one cell).
+type csvLexer struct {
+	br    *bufio.Reader
+	comma byte
+	line  int // physical lines consumed so far
+	row   int // records returned so far: Excel's row number of the last one
+
+	pending []byte // a line longer than the bufio buffer, being assembled
+	buf     []byte // the current record's field bytes
+	ends    []int  // end offset of each field in buf
+	rec     []string
+}
+
+// csvError is a malformed record: where it is, and what is wrong.
+type csvError struct {
+	line, field int
+	reason      string
+}
+
+func (e *csvError) Error() string {
+	return fmt.Sprintf("line %d field %d: %s", e.line, e.field+1, e.reason)
+}
+
+// readLine returns the next physical line with its line feed (none at the end of the file), CRLF folded to LF, or
+// io.EOF. The slice is valid until the next call.
+func (l *csvLexer) readLine() ([]byte, error) {
+	line, err := l.br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		l.pending = append(l.pending[:0], line...)
+		for errors.Is(err, bufio.ErrBufferFull) {
+			line, err = l.br.ReadSlice('\n')
+			l.pending = append(l.pending, line...)
+		}
+		line = l.pending
+	}
+	if len(line) > 0 && errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.line++
+	if n := len(line); n >= 2 && line[n-2] == '\r' && line[n-1] == '\n' {
+		line[n-2] = '\n'
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+// read returns the next record and its row, io.EOF after the last, a *csvError for a malformed record, or a read
+// error. The record is reused by the next call.
+func (l *csvLexer) read() (int, []string, error) {
+	line, err := l.readLine()
+	if err != nil {
+		return 0, nil, err
+	}
+	l.row++
+	l.buf, l.ends = l.buf[:0], l.ends[:0]
+	pos := 0
+	for field := 0; ; field++ {
+		if pos < len(line) && line[pos] == '"' {
+			startLine := l.line
+			pos++
+			for {
+				i := bytes.IndexByte(line[pos:], '"')
+				if i < 0 {
+					// The field goes on past the end of this line.
+					l.buf = append(l.buf, line[pos:]...)
+					if line, err = l.readLine(); err != nil {
+						if errors.Is(err, io.EOF) {
+							return 0, nil, &csvError{line: startLine, field: field,
+								reason: "the quoted field that starts here is never closed (a quote is missing; Excel would put the rest of the file into this cell)"}
+						}
+						return 0, nil, err
+					}
+					pos = 0
+					continue
+				}
+				l.buf = append(l.buf, line[pos:pos+i]...)
+				pos += i + 1
+				if pos < len(line) && line[pos] == '"' {
+					l.buf = append(l.buf, '"')
+					pos++
+					continue
+				}
+				// The closing quote: spaces may follow it (Excel keeps them), then the field must end.
+				j := pos
+				for j < len(line) && (line[j] == ' ' || line[j] == '\t') && line[j] != l.comma {
+					j++
+				}
+				if j < len(line) && line[j] != l.comma && line[j] != '\n' {
+					return 0, nil, &csvError{line: l.line, field: field,
+						reason: fmt.Sprintf("text follows the closing quote of a quoted field (%s); to put a quote inside a quoted field, double it (\"\")", excerpt(line, j))}
+				}
+				l.buf = append(l.buf, line[pos:j]...)
+				pos = j
+				break
+			}
+		} else {
+			i := bytes.IndexByte(line[pos:], l.comma)
+			if i < 0 {
+				i = len(line) - pos
+				if i > 0 && line[len(line)-1] == '\n' {
+					i--
+				}
+			}
+			l.buf = append(l.buf, line[pos:pos+i]...)
+			pos += i
+		}
+		l.ends = append(l.ends, len(l.buf))
+		if pos < len(line) && line[pos] == l.comma {
+			pos++
+			continue
+		}
+		break
+	}
+	// One string for the whole record, sliced per field, as encoding/csv does.
+	s := string(l.buf)
+	l.rec = l.rec[:0]
+	prev := 0
+	for _, e := range l.ends {
+		l.rec = append(l.rec, s[prev:e])
+		prev = e
+	}
+	return l.row, l.rec, nil
+}
+
+// excerpt quotes up to 20 bytes of line from i (whole UTF-8 characters), for messages.
+func excerpt(line []byte, i int) string {
+	rest := bytes.TrimSuffix(line[i:], []byte{'\n'})
+	if len(rest) > 20 {
+		cut := 20
+		for cut > 0 && !utf8.RuneStart(rest[cut]) {
+			cut--
+		}
+		return strconv.Quote(string(rest[:cut])+"…") + " after the quote"
+	}
+	return strconv.Quote(string(rest)) + " after the quote"
+}
+
+// csvSource yields CSV records with Excel's row numbers.
 type csvSource struct {
-	f       *os.File
-	cr      *csv.Reader
-	row     int // Excel row of the last record returned
-	lastEnd int // physical line the last record ended on
+	f         *os.File
+	lx        *csvLexer
+	encoding  string
+	checkFFFD bool // the encoding was forced: undecodable bytes arrive as U+FFFD and must be rejected
 }
 
 func (s *csvSource) next() (int, []string, error) {
-	rec, err := s.cr.Read()
+	row, rec, err := s.lx.read()
 	if errors.Is(err, io.EOF) {
 		return 0, nil, io.EOF
 	}
-	var pe *csv.ParseError
-	if errors.As(err, &pe) {
-		row := s.row + max(pe.StartLine-s.lastEnd, 1)
-		return 0, nil, &InputError{Row: row, Reason: fmt.Sprintf("invalid CSV at line %d: %v", pe.Line, pe.Err)}
+	var ce *csvError
+	if errors.As(err, &ce) {
+		return 0, nil, &InputError{Row: s.lx.row, Column: ColumnName(ce.field + 1),
+			Reason: fmt.Sprintf("invalid CSV at line %d: %s", ce.line, ce.reason)}
 	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("read CSV: %w", err)
 	}
-	start, _ := s.cr.FieldPos(0)
-	lastStart, _ := s.cr.FieldPos(len(rec) - 1)
-	s.row += max(start-s.lastEnd, 1)
-	s.lastEnd = lastStart + strings.Count(rec[len(rec)-1], "\n")
-	return s.row, rec, nil
+	if s.checkFFFD {
+		for i, c := range rec {
+			if strings.ContainsRune(c, utf8.RuneError) {
+				return 0, nil, &InputError{Row: row, Column: ColumnName(i + 1),
+					Reason: fmt.Sprintf("cell has bytes that are not %s text (the encoding asked for); check the encoding", s.encoding)}
+			}
+		}
+	}
+	return row, rec, nil
 }
 
 func (s *csvSource) close() error { return s.f.Close() }
 
 // scanChunk is the read size of the encoding passes; they never hold more than one chunk.
 const scanChunk = 256 << 10
-
-// firstInvalidUTF8 streams f from offset from and returns the offset of the first byte that is not valid UTF-8,
-// or -1 when all of it is valid.
-func firstInvalidUTF8(f *os.File, from int64) (int64, error) {
-	buf := make([]byte, scanChunk+utf8.UTFMax)
-	off := from // file offset of buf[0]
-	carry := 0
-	for {
-		n, err := f.ReadAt(buf[carry:carry+scanChunk], off+int64(carry))
-		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-		end := carry + n
-		atEOF := err != nil
-		data := buf[:end]
-		// Hold back an incomplete rune at the end of the chunk for the next round.
-		cut := end
-		if !atEOF {
-			for i := end - 1; i >= 0 && i >= end-utf8.UTFMax; i-- {
-				if utf8.RuneStart(data[i]) {
-					if !utf8.FullRune(data[i:end]) {
-						cut = i
-					}
-					break
-				}
-			}
-		}
-		if !utf8.Valid(data[:cut]) {
-			for i := 0; i < cut; {
-				c, size := utf8.DecodeRune(data[i:cut])
-				if c == utf8.RuneError && size <= 1 {
-					return off + int64(i), nil
-				}
-				i += size
-			}
-		}
-		if atEOF {
-			return -1, nil
-		}
-		carry = copy(buf, data[cut:end])
-		off += int64(cut)
-	}
-}
-
-// firstInvalidGB18030 streams f and returns the offset of the first byte sequence the GB18030 decoder would turn
-// into U+FFFD, or -1 when the whole file decodes cleanly. It follows golang.org/x/text's decoder byte for byte.
-func firstInvalidGB18030(f *os.File) (int64, error) {
-	buf := make([]byte, scanChunk+4)
-	var off int64
-	carry := 0
-	for {
-		n, err := f.ReadAt(buf[carry:carry+scanChunk], off+int64(carry))
-		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-		end := carry + n
-		atEOF := err != nil
-		i := 0
-		for i < end {
-			c0 := buf[i]
-			if c0 < 0x80 || c0 == 0x80 { // ASCII; 0x80 is the euro sign in code page 936
-				i++
-				continue
-			}
-			if c0 == 0xFF {
-				return off + int64(i), nil
-			}
-			if i+1 >= end {
-				if atEOF {
-					return off + int64(i), nil
-				}
-				break
-			}
-			c1 := buf[i+1]
-			switch {
-			case (0x40 <= c1 && c1 < 0x7F) || (0x80 <= c1 && c1 < 0xFF):
-				if !gbTwoByteValid(c0, c1) {
-					return off + int64(i), nil
-				}
-				i += 2
-				continue
-			case 0x30 <= c1 && c1 < 0x40:
-				if i+3 >= end {
-					if atEOF {
-						return off + int64(i), nil
-					}
-					break
-				}
-				c2, c3 := buf[i+2], buf[i+3]
-				if c2 < 0x81 || c2 == 0xFF || c3 < 0x30 || c3 >= 0x3A {
-					return off + int64(i), nil
-				}
-				v := ((int(c0-0x81)*10+int(c1-0x30))*126+int(c2-0x81))*10 + int(c3-0x30)
-				if v >= 39420 && (v < 189000 || v >= 189000+0x100000) {
-					return off + int64(i), nil
-				}
-				i += 4
-				continue
-			default:
-				return off + int64(i), nil
-			}
-			break // incomplete four-byte sequence at the end of the chunk
-		}
-		if atEOF {
-			return -1, nil
-		}
-		carry = copy(buf, buf[i:end])
-		off += int64(i)
-	}
-}
-
-// gbTwoByteValid reports whether a two-byte GBK sequence maps to a character. The table is built once by asking
-// the real decoder, so this check cannot drift from the decoding that follows it.
-func gbTwoByteValid(c0, c1 byte) bool {
-	return gbTwoByteTable()[int(c0-0x81)*256+int(c1)]
-}
-
-var gbTwoByteTable = sync.OnceValue(func() []bool {
-	t := make([]bool, 126*256)
-	dec := simplifiedchinese.GB18030.NewDecoder()
-	out := make([]byte, 8)
-	for c0 := 0x81; c0 <= 0xFE; c0++ {
-		for c1 := 0x40; c1 <= 0xFE; c1++ {
-			if c1 == 0x7F {
-				continue
-			}
-			dec.Reset()
-			n, _, err := dec.Transform(out, []byte{byte(c0), byte(c1)}, true)
-			if err != nil {
-				continue
-			}
-			c, _ := utf8.DecodeRune(out[:n])
-			t[(c0-0x81)*256+c1] = c != utf8.RuneError
-		}
-	}
-	return t
-})
 
 // byteAt reads the single byte at off, for error messages.
 func byteAt(f *os.File, off int64) (byte, error) {

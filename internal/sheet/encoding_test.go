@@ -45,10 +45,11 @@ func TestEncodingScansAcrossChunks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gotGB, err := firstInvalidGB18030(f)
+			gb, err := weigh(f, candidates()[1])
 			if err != nil {
 				t.Fatal(err)
 			}
+			gotGB := gb.bad
 			if diff := cmp.Diff([2]int64{c.wantUTF8, c.wantGB1830}, [2]int64{gotUTF8, gotGB}); diff != "" {
 				t.Errorf("[utf8, gb18030] offsets (-want +got):\n%s", diff)
 			}
@@ -79,7 +80,7 @@ func TestMostlyUTF8ReportsTheUTF8Offset(t *testing.T) {
 	good := "名称,描述\n" + strings.Repeat("苹果,很甜\n", 100)
 	data := append([]byte(good), 0xFF, '\n')
 	_, err := Validate(writeFile(t, t.TempDir(), "x.csv", data), Options{})
-	want := "x.csv: not UTF-8 or GB18030 text: invalid byte 0xFF at offset " + strconv.Itoa(len(good))
+	want := "x.csv: not valid UTF-8 text: invalid byte 0xFF at offset " + strconv.Itoa(len(good)) + ` (the rest of the file is UTF-8; fix that byte or save the file again as "CSV UTF-8")`
 	if err == nil || err.Error() != want {
 		t.Errorf("Validate = %v, want %q", err, want)
 	}

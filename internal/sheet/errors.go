@@ -24,7 +24,13 @@ type InputError struct {
 	Header string
 	// Reason says what is wrong and, for limits, what the limit is.
 	Reason string
+
+	// cause is a typed detail callers may inspect with errors.As (e.g. *AmbiguousEncodingError); nil for most.
+	cause error
 }
+
+// Unwrap returns the typed detail of the rejection, if any.
+func (e *InputError) Unwrap() error { return e.cause }
 
 // Error renders the location parts that are set, then the reason. A header is quoted up to 50 characters.
 func (e *InputError) Error() string {
@@ -82,6 +88,23 @@ func ColumnName(n int) string {
 		n /= 26
 	}
 	return string(buf[i:])
+}
+
+// columnIndex is the inverse of ColumnName: the 0-based index of a column's letters, or -1 for "" or anything
+// that is not column letters.
+func columnIndex(name string) int {
+	if name == "" || len(name) > 7 {
+		return -1
+	}
+	n := 0
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c < 'A' || c > 'Z' {
+			return -1
+		}
+		n = n*26 + int(c-'A') + 1
+	}
+	return n - 1
 }
 
 // formatBytes renders a byte count the way people read file sizes: "512 bytes", "64 KiB", "1.5 MiB".

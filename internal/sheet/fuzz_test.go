@@ -80,8 +80,24 @@ func FuzzReadCSV(f *testing.F) {
 		"a\n\x00\n",
 		"\n\n\na\n\n\n1\n\n",
 		"a,b\n1,2,3\n",
+		"Name,Size\nTV 40\" screen,40\"\n", // bare quotes, kept as text
+		"a,b\n1,\"x\"y\n",                  // text after a closing quote
+		"a;b\n1;\"open\n",                  // a quote never closed
+		"Nom;Prix\r\nPomme;2,50\r\n",       // semicolons and decimal commas
+		"sep=;\r\na;b\r\n1;2\r\n",          // Excel's sep= line
+		"sep=|\na|b\n",                     // sep= with a header and no rows
+		"sep=",                             // nothing after sep=
+		"\"a;b\",c\n\"1;2\",3\n",           // a quoted delimiter
+		"Cat\xE9gorie;Entr\xE9es\r\nL\xE9gumes;2\r\n", // Windows-1252, also valid GB18030
+		"Code\r\n\xC0\xC9\r\n",                        // ambiguous: Windows-1252 or GB18030
+		"\x83\x8A\x83\x93\x83S,x\n1,2\n",              // Shift_JIS
 	} {
 		f.Add([]byte(s))
+	}
+	for name, data := range encodingCorpus(f) {
+		if strings.HasSuffix(name, ".csv") {
+			f.Add(data)
+		}
 	}
 	odd := oddCorpus(f)
 	for _, name := range []string{"lone_cr.csv", "bom_crlf.csv", "header_spaces.csv"} {
@@ -93,6 +109,8 @@ func FuzzReadCSV(f *testing.F) {
 			t.Fatal(err)
 		}
 		checkReads(t, path, Options{Limits: Limits{MaxRows: 1000, MaxColumns: 100, MaxCellChars: 1000}})
+		// Forcing an encoding must not break the contract either (undecodable bytes are an *InputError).
+		checkReads(t, path, Options{Encoding: "shift_jis", Limits: Limits{MaxRows: 1000, MaxColumns: 100, MaxCellChars: 1000}})
 	})
 }
 

@@ -22,7 +22,10 @@
 //     cell has the same limit as any cell, MaxCellChars. Data values are not trimmed (a row of white space only is
 //     a blank row).
 //   - CSV: a byte-order mark is dropped; CRLF, LF and a lone CR each end a row; a NUL byte rejects the file, naming
-//     its row and column.
+//     its row and column. Without a byte-order mark or Options.Encoding, a file that is valid UTF-8 is UTF-8, and
+//     otherwise the one of GB18030, Big5, Shift_JIS and Windows-1252 whose text reads plausibly (two close readings
+//     are an error naming both). The delimiter is a first line "sep=X", else ",", ";" or tab as sniffed from the
+//     first records; a quote inside an unquoted field is text, as in Excel.
 //   - Rows without cells cost nothing: a sheet whose last row is 1,048,576 with three data rows reads three rows.
 package sheet
 
@@ -94,6 +97,10 @@ type Options struct {
 	// DisplayName is how the file is named in error messages, e.g. the original upload name when path is a
 	// temporary file. Defaults to the base name of the path. Its extension ".tsv" also selects tab-separated input.
 	DisplayName string
+	// Encoding names the text encoding of CSV/TSV input ("windows-1252", "gb18030", "latin1", "sjis", ...: any
+	// WHATWG encoding label or Windows code page name). "" detects it: a byte-order mark, else UTF-8 when the file
+	// is valid UTF-8, else the plausible one of GB18030, Big5, Shift_JIS and Windows-1252. Ignored for xlsx.
+	Encoding string
 }
 
 // Record is one data row.
@@ -113,6 +120,8 @@ type Summary struct {
 	Sheet string
 	// Header is the trimmed header texts.
 	Header []string
+	// Encoding is the text encoding a CSV/TSV file was read with ("utf-8", "windows-1252", ...; "" for xlsx).
+	Encoding string
 	// Rows counts the data rows Next returns, blank rows in the middle included, trailing blank rows excluded.
 	Rows int
 	// Prompt is cell A1 of the "prompt" sheet; meaningful only when HasPrompt is true.
@@ -138,6 +147,7 @@ type Reader struct {
 	headerRow int
 	prompt    string
 	hasPrompt bool
+	encoding  string // CSV/TSV text encoding; "" for xlsx
 
 	lastRow   int     // sheet row of the last non-blank row read from src (header or data)
 	blankNext int     // next blank row to return before held, when blankNext < held.SheetRow
@@ -209,7 +219,7 @@ func (r *Reader) openSource(f *os.File, opts Options) (rowSource, error) {
 		return nil, r.ole2Error(f)
 	case kindText:
 		tsv := strings.EqualFold(filepath.Ext(r.file), ".tsv")
-		return r.openCSV(f, head, tsv)
+		return r.openCSV(f, head, tsv, opts.Encoding)
 	default:
 		return nil, r.fileErr(kind.reason())
 	}
@@ -272,6 +282,10 @@ func (r *Reader) setHeader(row int, cells []string) error {
 // Sheet returns the worksheet being read, or "" for CSV/TSV input (which has no sheets; callers that need a name
 // for the result sheet should derive one from the file name).
 func (r *Reader) Sheet() string { return r.sheet }
+
+// Encoding returns the canonical name of the text encoding a CSV/TSV file is read with ("utf-8", "windows-1252",
+// "gb18030", ...), detected or as asked for in Options.Encoding; "" for xlsx.
+func (r *Reader) Encoding() string { return r.encoding }
 
 // Header returns the trimmed header texts: none blank, none duplicate. The slice must not be modified.
 func (r *Reader) Header() []string { return r.header }
@@ -415,11 +429,15 @@ func (r *Reader) fileErr(reason string) *InputError {
 	return &InputError{File: r.file, Reason: reason}
 }
 
-// fixErr completes a source's partial *InputError with the file and sheet; other errors pass through.
+// fixErr completes a source's partial *InputError with the file, the sheet and the header of its column; other
+// errors pass through.
 func (r *Reader) fixErr(err error) error {
 	var ie *InputError
 	if errors.As(err, &ie) {
 		ie.File, ie.Sheet = r.file, r.sheet
+		if col := columnIndex(ie.Column); ie.Header == "" && col >= 0 && col < len(r.header) {
+			ie.Header = r.header[col]
+		}
 	}
 	return err
 }
@@ -444,7 +462,7 @@ func Validate(path string, opts Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	sum := Summary{Sheet: r.Sheet(), Header: r.Header()}
+	sum := Summary{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding()}
 	sum.Prompt, sum.HasPrompt = r.Prompt()
 	for {
 		_, err := r.Next()

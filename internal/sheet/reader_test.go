@@ -19,7 +19,23 @@ type readResult struct {
 	Header    []string
 	Prompt    string
 	HasPrompt bool
-	Records   []Record
+	// Encoding is the text encoding of CSV input; "" in a want means "utf-8" for CSV (see withEncoding).
+	Encoding string
+	Records  []Record
+}
+
+// withEncoding fills in the default encoding of a CSV want: "utf-8" unless the case says otherwise. xlsx input
+// (which has a sheet) has none.
+func (r readResult) withEncoding(csv bool) readResult {
+	if csv && r.Encoding == "" {
+		r.Encoding = EncodingUTF8
+	}
+	return r
+}
+
+// summary is what Validate must return for a file that reads as r.
+func (r readResult) summary() Summary {
+	return Summary{Sheet: r.Sheet, Header: r.Header, Encoding: r.Encoding, Rows: len(r.Records), Prompt: r.Prompt, HasPrompt: r.HasPrompt}
 }
 
 func encode(t *testing.T, enc interface{ Bytes([]byte) ([]byte, error) }, s string) []byte {
@@ -68,7 +84,7 @@ func TestReadGoodInputs(t *testing.T) {
 			name: "gb18030 csv",
 			file: "gbk.csv",
 			data: func(t *testing.T) []byte { return encode(t, simplifiedchinese.GB18030.NewEncoder(), zh) },
-			want: readResult{Header: []string{"名称", "价格", "描述"}, Records: zhRecords},
+			want: readResult{Header: []string{"名称", "价格", "描述"}, Encoding: EncodingGB18030, Records: zhRecords},
 		},
 		{
 			name: "utf16le tab separated (Excel unicode text)",
@@ -76,7 +92,7 @@ func TestReadGoodInputs(t *testing.T) {
 			data: func(t *testing.T) []byte {
 				return encode(t, unicode.UTF16(unicode.LittleEndian, unicode.UseBOM).NewEncoder(), "名称\t价格\r\n苹果,红\t3\r\n")
 			},
-			want: readResult{Header: []string{"名称", "价格"}, Records: []Record{rec(2, "苹果,红", "3")}},
+			want: readResult{Header: []string{"名称", "价格"}, Encoding: EncodingUTF16LE, Records: []Record{rec(2, "苹果,红", "3")}},
 		},
 		{
 			name: "utf16be with bom",
@@ -84,7 +100,7 @@ func TestReadGoodInputs(t *testing.T) {
 			data: func(t *testing.T) []byte {
 				return encode(t, unicode.UTF16(unicode.BigEndian, unicode.UseBOM).NewEncoder(), "a,b\n1,2\n")
 			},
-			want: readResult{Header: []string{"a", "b"}, Records: []Record{rec(2, "1", "2")}},
+			want: readResult{Header: []string{"a", "b"}, Encoding: EncodingUTF16BE, Records: []Record{rec(2, "1", "2")}},
 		},
 		{
 			name: "tsv by extension keeps commas in values",
@@ -167,10 +183,11 @@ func TestReadGoodInputs(t *testing.T) {
 				t.Fatalf("Open: %v", err)
 			}
 			defer r.Close()
-			got := readResult{Sheet: r.Sheet(), Header: r.Header()}
+			got := readResult{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding()}
 			got.Prompt, got.HasPrompt = r.Prompt()
 			got.Records = readAll(t, r)
-			if diff := cmp.Diff(c.want, got); diff != "" {
+			want := c.want.withEncoding(r.Sheet() == "")
+			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("read (-want +got):\n%s", diff)
 			}
 			if _, err := r.Next(); !errors.Is(err, io.EOF) {
@@ -184,7 +201,7 @@ func TestReadGoodInputs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
-			wantSum := Summary{Sheet: c.want.Sheet, Header: c.want.Header, Rows: len(c.want.Records), Prompt: c.want.Prompt, HasPrompt: c.want.HasPrompt}
+			wantSum := want.summary()
 			if diff := cmp.Diff(wantSum, sum); diff != "" {
 				t.Errorf("Validate (-want +got):\n%s", diff)
 			}
