@@ -196,7 +196,7 @@ func TestCreateTaskRejects(t *testing.T) {
 		{"hidden filename", `{"filename": ".a.xlsx"}`, 400, "invalid_request", "dot"},
 		{"extension only", `{"filename": ".csv"}`, 400, "invalid_request", "dot"},
 		{"control character", `{"filename": "a\u0007.xlsx"}`, 400, "invalid_request", "control"},
-		{"legacy excel", `{"filename": "a.xls"}`, 400, "invalid_request", "only .xlsx and .csv"},
+		{"legacy excel", `{"filename": "a.xls"}`, 400, "invalid_request", "only .xlsx, .xlsm, .csv and .tsv"},
 		{"bad template", `{"filename": "a.csv", "prompt": "copy for {{name"}`, 400, "invalid_request", "prompt template"},
 		{"temperature too high", `{"filename": "a.csv", "temperature": 2.5}`, 400, "invalid_request", "temperature"},
 		{"negative max tokens", `{"filename": "a.csv", "max_tokens": -1}`, 400, "invalid_request", "max_tokens"},

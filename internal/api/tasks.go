@@ -16,6 +16,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/prompt"
+	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -109,8 +110,8 @@ type UploadRecord struct {
 func UploadRecordKey(taskID string) string { return "uploads/" + taskID + ".json" }
 
 // IncomingKey is the object key a client uploads a task's sheet to. The
-// extension is lowercased because the bucket notification that starts the
-// splitter matches ".xlsx" and ".csv" case-sensitively.
+// extension is lowercased so keys are uniform; the splitter accepts any case
+// (lambdafn.IsInputKey).
 func IncomingKey(taskID, filename string) string {
 	ext := path.Ext(filename)
 	return "incoming/" + taskID + "/" + strings.TrimSuffix(filename, ext) + strings.ToLower(ext)
@@ -259,14 +260,10 @@ func validFilename(name string) error {
 	case strings.TrimSpace(name) != name || strings.HasPrefix(name, "."):
 		return fmt.Errorf("filename %q: must not start with a dot or start or end with spaces", name)
 	}
-	switch ext := strings.ToLower(path.Ext(name)); ext {
-	case ".xlsx", ".csv":
-		if len(name) == len(ext) {
-			return fmt.Errorf("filename %q has no name before the extension", name)
-		}
-		return nil
+	if !sheet.IsSheetName(name) {
+		return fmt.Errorf("filename %q: only .xlsx, .xlsm, .csv and .tsv sheets are accepted", name)
 	}
-	return fmt.Errorf("filename %q: only .xlsx and .csv sheets are accepted", name)
+	return nil
 }
 
 // cancelTask stops a task: no new row starts (running batches see the state

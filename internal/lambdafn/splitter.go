@@ -25,6 +25,14 @@ import (
 // IncomingPrefix is the drop folder: objects created under it are inputs.
 const IncomingPrefix = "incoming/"
 
+// IsInputKey reports whether the object key (decoded) is an input: a sheet (.xlsx, .xlsm, .csv or .tsv, the
+// extension in any letter case) under the drop folder. The bucket notification filters on the prefix only,
+// because S3 suffix filters are case-sensitive and cannot list every spelling of an extension; this decides the
+// rest, for the deployed stack and the local drop-folder watch alike.
+func IsInputKey(key string) bool {
+	return strings.HasPrefix(key, IncomingPrefix) && !strings.HasSuffix(key, "/") && sheet.IsSheetName(key)
+}
+
 // DefaultMaxInputBytes is the largest input the splitter downloads.
 const DefaultMaxInputBytes = 100 << 20
 
@@ -124,8 +132,8 @@ func (h *Splitter) handleRecord(ctx context.Context, rec events.S3EventRecord) (
 		log.Error("ignoring object with an undecodable key", "key", rec.S3.Object.Key, "error", err)
 		return outcomeIgnored, nil
 	}
-	if !strings.HasPrefix(key, IncomingPrefix) || strings.HasSuffix(key, "/") {
-		log.Info("ignoring object outside the drop folder", "key", key)
+	if !IsInputKey(key) {
+		log.Info("ignoring object that is not a sheet in the drop folder", "key", key)
 		return outcomeIgnored, nil
 	}
 	in, err := h.identify(ctx, key, rec.S3.Object)

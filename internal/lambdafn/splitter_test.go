@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"strings"
 	"testing"
 
@@ -317,6 +318,9 @@ func TestSplitterIgnores(t *testing.T) {
 	}{
 		{"outside the drop folder", func(ev *events.S3Event) { ev.Records[0].S3.Object.Key = "results/a.csv" }, true},
 		{"folder marker", func(ev *events.S3Event) { ev.Records[0].S3.Object.Key = "incoming/team/" }, false},
+		{"not a sheet", func(ev *events.S3Event) { ev.Records[0].S3.Object.Key = "incoming/readme.txt" }, true},
+		{"macOS folder metadata", func(ev *events.S3Event) { ev.Records[0].S3.Object.Key = "incoming/.DS_Store" }, true},
+		{"extension only", func(ev *events.S3Event) { ev.Records[0].S3.Object.Key = "incoming/.csv" }, true},
 		{"removal event", func(ev *events.S3Event) { ev.Records[0].EventName = "ObjectRemoved:Delete" }, true},
 		{"undecodable key", func(ev *events.S3Event) { ev.Records[0].S3.Object.Key = "incoming/%zz.csv" }, false},
 		{"object deleted before the event arrived", func(*events.S3Event) {}, false},
@@ -326,8 +330,9 @@ func TestSplitterIgnores(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			if tc.stored {
-				e.put("incoming/a.csv", csvBytes(header, rows(1)))
-				e.put("results/a.csv", csvBytes(header, rows(1)))
+				for _, key := range []string{"incoming/a.csv", "results/a.csv", "incoming/readme.txt", "incoming/.DS_Store", "incoming/.csv"} {
+					e.put(key, csvBytes(header, rows(1)))
+				}
 			}
 			ev := s3Event(t, "incoming/a.csv", "etag-1")
 			tc.edit(&ev)
@@ -338,6 +343,49 @@ func TestSplitterIgnores(t *testing.T) {
 				t.Errorf("got %d tasks, want none", n)
 			}
 		})
+	}
+}
+
+// TestSplitterAcceptsExtensionsInAnyCase splits sheets whose extension is in any letter case, as Windows and Excel
+// users save them; the bucket notification passes every key under incoming/ and the splitter decides.
+func TestSplitterAcceptsExtensionsInAnyCase(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{"incoming/A.CSV", "incoming/b.Csv", "incoming/c.XLSX", "incoming/d.Xlsx", "incoming/e.xlsx", "incoming/f.XLSM", "incoming/g.TSV"} {
+		t.Run(key, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			var body []byte
+			switch strings.ToLower(path.Ext(key)) {
+			case ".xlsx", ".xlsm":
+				body = xlsx(t, header, rows(3), "")
+			case ".tsv":
+				body = []byte(strings.ReplaceAll(string(csvBytes(header, rows(3))), ",", "\t"))
+			default:
+				body = csvBytes(header, rows(3))
+			}
+			e.put(key, body)
+			if err := e.splitter(sheet.Limits{}).Handle(t.Context(), s3Event(t, key, "etag-1")); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			ts := e.tasks()
+			if len(ts) != 1 || ts[0].State == store.TaskFailed || ts[0].RowsTotal != 3 {
+				t.Fatalf("tasks = %+v; want one split task of 3 rows", summarize(ts))
+			}
+		})
+	}
+}
+
+func TestIsInputKey(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]bool{
+		"incoming/a.xlsx": true, "incoming/A.XLSX": true, "incoming/a.Xlsx": true, "incoming/x/a.CSV": true,
+		"incoming/a.csv": true, "incoming/a.xlsm": true, "incoming/a.Tsv": true,
+		"incoming/a.xls": false, "incoming/a.txt": false, "incoming/a.csv/": false, "incoming/": false,
+		"results/a.xlsx": false, "Incoming/a.xlsx": false, "incoming/.xlsx": false, "incoming/a.xlsx.error.txt": false,
+	} {
+		if got := lambdafn.IsInputKey(key); got != want {
+			t.Errorf("IsInputKey(%q) = %v, want %v", key, got, want)
+		}
 	}
 }
 

@@ -480,3 +480,20 @@ func Validate(path string, opts Options) (Summary, error) {
 	}
 	return sum, nil
 }
+
+// sheetExtensions are the file name extensions of the formats Open reads, lower-case.
+var sheetExtensions = []string{".xlsx", ".xlsm", ".csv", ".tsv"}
+
+// IsSheetName reports whether name (a file name, path or object key) ends in the extension of a format Open reads,
+// in any letter case: Windows and Excel users save REPORT.XLSX and Data.Csv. Open itself goes by the content (and
+// takes ".tsv" in any case as tab-separated); this is for places that must decide from the name alone, such as the
+// drop folder.
+func IsSheetName(name string) bool {
+	base := name[strings.LastIndexAny(name, `/\`)+1:] // a bare extension (".csv") names no file
+	for _, ext := range sheetExtensions {
+		if len(base) > len(ext) && strings.EqualFold(base[len(base)-len(ext):], ext) {
+			return true
+		}
+	}
+	return false
+}

@@ -369,7 +369,9 @@ func (s *Stack) watchOnce(ctx context.Context, seen map[string]bool, report func
 		for _, o := range page.Contents {
 			key := aws.ToString(o.Key)
 			id := key + "@" + aws.ToString(o.ETag)
-			if seen[id] || strings.HasSuffix(key, "/") {
+			// The notification passes every key under the prefix; keys that are not sheets would reach the
+			// splitter only to be ignored, so they are not handed over (nor reported) at all.
+			if seen[id] || !lambdafn.IsInputKey(key) {
 				continue
 			}
 			// HeadObject for the version, which the listing lacks and the
