@@ -318,6 +318,10 @@ func (j *runJob) openEngine(taskID string) error {
 		Config: pipeline.GeneratorConfig{
 			Concurrency: o.concurrency, Lease: o.retry.lease, CallTimeout: o.retry.callTimeout,
 			CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
+			// SQLite writes are local and cheap: group results only while
+			// a write is under way, so a kill costs no more repeated calls
+			// than were in flight.
+			FlushInterval: pipeline.FlushAtOnce,
 		},
 	}
 	if !o.noCache {

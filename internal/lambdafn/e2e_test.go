@@ -164,7 +164,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		g.Generator.Config.BackoffMax = 50 * time.Millisecond
 		g.Generator.Config.ErrorDelay = time.Second
 		if opts.storageFaults {
-			g.Generator.Store = faultstore.New(g.Generator.Store, faultstore.EveryNth(4, "ClaimBatch", "SaveRowResult", "FinishBatch", "GetTask"))
+			g.Generator.Store = faultstore.New(g.Generator.Store, faultstore.EveryNth(4, "ClaimBatch", "SaveRowResults", "FinishBatch", "GetTask"))
 		}
 	}
 	return e

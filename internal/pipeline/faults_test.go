@@ -22,7 +22,7 @@ func TestStorageFaultsLoseNothing(t *testing.T) {
 	t.Parallel()
 	provider := newCounting(sim.New(sim.Config{Latency: time.Millisecond}))
 	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 4})
-	faulty := faultstore.New(e.store, faultstore.EveryNth(3, "SaveRowResult", "FinishBatch", "ClaimBatch", "ListRows", "GetTask"))
+	faulty := faultstore.New(e.store, faultstore.EveryNth(3, "SaveRowResults", "FinishBatch", "ClaimBatch", "ListRows", "GetTask"))
 	e.gen.Store = faulty
 	id := e.splitProducts("faults", "{{id}} {{name}}", 90, 10).TaskID
 	done := e.runToCompletion(context.Background(), id)
@@ -30,7 +30,7 @@ func TestStorageFaultsLoseNothing(t *testing.T) {
 		t.Fatalf("state = %s, want SUCCEEDED", done.State)
 	}
 	injected := faulty.Injected()
-	for _, m := range []string{"SaveRowResult", "FinishBatch", "ClaimBatch"} {
+	for _, m := range []string{"SaveRowResults", "FinishBatch", "ClaimBatch"} {
 		if injected[m] == 0 {
 			t.Errorf("no fault injected into %s; the test proves nothing about it", m)
 		}

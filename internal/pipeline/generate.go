@@ -62,10 +62,26 @@ type GeneratorConfig struct {
 	// (a store outage, say) is delivered again. Defaults to 10 seconds, the
 	// first of the default RetryDelays.
 	ErrorDelay time.Duration
-	// CancelCheck is how often a running batch looks for its task being
-	// cancelled; once it is, no new row starts. Defaults to 2 seconds.
-	CancelCheck time.Duration
+	// FlushRows is how many row results are written together at most: a
+	// result waits for company until FlushRows results are pending or
+	// FlushInterval has passed since the first of them, whichever comes
+	// first (and the batch's end flushes the rest). A crash loses the
+	// pending results, whose rows are then called again, so the window is
+	// kept small. Defaults to 10; at most store.MaxSaveRows.
+	FlushRows int
+	// FlushInterval is how long a row result may wait to be written with
+	// others. Defaults to 200 milliseconds. FlushAtOnce writes each result
+	// as soon as no other write of its batch is in progress.
+	FlushInterval time.Duration
 }
+
+// FlushAtOnce is the GeneratorConfig.FlushInterval of a store whose writes
+// cost little and nothing per call (SQLite): a result is written as soon as
+// the batch's previous write has finished, together with every result that
+// arrived during it (group commit). Under load the groups are as large as
+// the writes are slow; at a kill only results that were being written are
+// lost, as with one write per row.
+const FlushAtOnce time.Duration = -1
 
 func (c GeneratorConfig) withDefaults() GeneratorConfig {
 	if c.Concurrency <= 0 {
@@ -95,8 +111,12 @@ func (c GeneratorConfig) withDefaults() GeneratorConfig {
 	if c.ErrorDelay <= 0 {
 		c.ErrorDelay = DefaultErrorDelay
 	}
-	if c.CancelCheck <= 0 {
-		c.CancelCheck = 2 * time.Second
+	if c.FlushRows <= 0 {
+		c.FlushRows = 10
+	}
+	c.FlushRows = min(c.FlushRows, store.MaxSaveRows)
+	if c.FlushInterval == 0 {
+		c.FlushInterval = 200 * time.Millisecond
 	}
 	return c
 }
@@ -106,7 +126,10 @@ func (c GeneratorConfig) withDefaults() GeneratorConfig {
 // and its memory of fatal provider errors are process-wide.
 type Generator struct {
 	Store store.Store
-	// Cache, when non-nil, short-circuits prompts answered before.
+	// Cache, when non-nil, short-circuits prompts answered before: a
+	// batch's keys are looked up in one batched read, and new outputs are
+	// written to the cache of Store together with their rows (see
+	// store.SaveRowResultsParams.Cache), so Cache should be Store's own.
 	Cache    store.Cache
 	Provider llm.Provider
 	// Limiter, when non-nil, paces calls to the provider's quota.
@@ -232,10 +255,14 @@ func (g *Generator) maybeExport(ctx context.Context, task store.Task) error {
 // rowOutcome is what generating one row came to.
 type rowOutcome struct {
 	result store.RowResult
-	// fenced means the write was refused: the batch has a newer owner.
-	fenced bool
+	// save means result is to be written (with cache, if non-nil), and
+	// event observed once it is.
+	save  bool
+	cache *store.CacheEntry
+	event Event
 	// aborted means the row was not finished because the batch context
-	// ended (shutdown or lost lease); it stays as it was.
+	// ended (shutdown or lost lease) or no new call could start; it stays
+	// as it was.
 	aborted bool
 }
 
@@ -250,19 +277,21 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		g.heartbeat(batchCtx, b, keepAlive, func() { lost.Store(true); cancel() }, log)
 	}()
 	// startCtx ends when no new row may start: the batch context ended, or
-	// the task was cancelled (rows already calling the model finish).
+	// the task was cancelled (rows already calling the model finish). The
+	// cancel is learnt from the result writes (SaveRowResults), not by
+	// polling the task.
 	startCtx, stopStarting := context.WithCancel(batchCtx)
 	defer stopStarting()
 	var cancelled atomic.Bool
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		g.watchCancel(startCtx, task.ID, func() { cancelled.Store(true); stopStarting() })
-	}()
+	f := &flusher{
+		g: g, b: b, ctx: ctx, log: log, stop: make(chan struct{}),
+		onFenced:    func() { lost.Store(true); cancel() },
+		onCancelled: func() { cancelled.Store(true); stopStarting() },
+	}
 	finish := func(o Outcome) Outcome {
+		close(f.stop)
 		cancel()
 		<-hbDone
-		<-watchDone
 		return o
 	}
 
@@ -283,6 +312,32 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		return finish(Outcome{Err: fmt.Errorf("batch %s/%d: load rows: %w", task.ID, b.No, err)})
 	}
 
+	reqs := make([]llm.Request, len(rows))
+	keys := make([]string, len(rows))
+	var open []string
+	for i, r := range rows {
+		if r.State.Final() {
+			continue
+		}
+		spec := task.Spec
+		reqs[i] = llm.Request{
+			Model: spec.Model, System: spec.System, Prompt: bound.Render(r.Values),
+			Temperature: spec.Temperature, TopP: spec.TopP, MaxTokens: spec.MaxTokens,
+		}
+		keys[i] = CacheKey(spec.Provider, reqs[i])
+		open = append(open, keys[i])
+	}
+	var cached map[string]string
+	if g.Cache != nil && len(open) > 0 {
+		// One batched read for the whole batch instead of one per row.
+		if cached, err = g.Cache.GetCached(batchCtx, open); err != nil {
+			if batchCtx.Err() != nil {
+				return finish(Outcome{Err: fmt.Errorf("batch %s/%d: %w", task.ID, b.No, batchCtx.Err())})
+			}
+			log.Warn("cache lookup failed; calling the model", "error", err)
+		}
+	}
+
 	outcomes := make([]rowOutcome, len(rows))
 	var wg sync.WaitGroup
 	for i := range rows {
@@ -290,9 +345,28 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			outcomes[i] = rowOutcome{result: rows[i].RowResult}
 			continue
 		}
+		if startCtx.Err() != nil {
+			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
+			continue
+		}
+		if out, ok := cached[keys[i]]; ok {
+			outcomes[i] = rowOutcome{
+				result: store.RowResult{State: store.RowSucceeded, Output: out, Cached: true, Attempts: rows[i].Attempts},
+				save:   true,
+				event:  Event{TaskID: task.ID, RowNo: rows[i].No, State: store.RowSucceeded, Cached: true},
+			}
+			f.add(rows[i].No, outcomes[i])
+			continue
+		}
 		select {
 		case g.sem <- struct{}{}:
 		case <-startCtx.Done():
+			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
+			continue
+		}
+		if startCtx.Err() != nil {
+			// Both were ready: a cancel learnt meanwhile wins.
+			<-g.sem
 			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 			continue
 		}
@@ -310,18 +384,31 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 					outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 				}
 			}()
-			outcomes[i] = g.generateRow(batchCtx, startCtx, task, b, rows[i], bound)
-			if outcomes[i].fenced {
-				lost.Store(true)
-				cancel()
+			o := g.generateRow(batchCtx, startCtx, task, rows[i], reqs[i], keys[i])
+			if o.save {
+				// The row keeps its concurrency slot while a full group is
+				// written, so results never pile up faster than they are
+				// saved.
+				f.add(rows[i].No, o)
 			}
+			outcomes[i] = o
 		}(i)
 	}
 	wg.Wait()
+	f.flush()
 
 	if lost.Load() {
 		log.Warn("batch taken over by a newer claim; leaving it to the new owner")
 		return finish(Outcome{Ack: true})
+	}
+	for i := range outcomes {
+		if err := f.failure(rows[i].No); err != nil {
+			o := outcomes[i]
+			outcomes[i] = rowOutcome{
+				result:  store.RowResult{State: store.RowPending, Attempts: o.result.Attempts, Error: "could not save result: " + err.Error()},
+				aborted: true,
+			}
+		}
 	}
 	if cancelled.Load() {
 		// Rows that had started are saved; the rest stay PENDING and are
@@ -385,23 +472,6 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	return finish(Outcome{Ack: true})
 }
 
-// watchCancel polls the task's state every CancelCheck until ctx ends and
-// calls onCancel once if the task was cancelled.
-func (g *Generator) watchCancel(ctx context.Context, taskID string, onCancel func()) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-g.Clock.After(g.cfg.CancelCheck):
-		}
-		t, err := g.Store.GetTask(ctx, taskID)
-		if err == nil && t.State == store.TaskCancelled {
-			onCancel()
-			return
-		}
-	}
-}
-
 // heartbeat renews the lease every Lease/3 until ctx ends. If the lease is
 // lost to a newer claim it calls onLost.
 func (g *Generator) heartbeat(ctx context.Context, b store.Batch, keepAlive func(context.Context) error, onLost func(), log *slog.Logger) {
@@ -463,35 +533,23 @@ func CacheKey(provider string, req llm.Request) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// generateRow produces one row's result. Model calls run under ctx; waits
-// before a call (quota, backoff) end with startCtx, which ends when no new
-// call may start (shutdown, lost lease, task cancelled).
-func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, b store.Batch, row store.Row, bound *prompt.Bound) rowOutcome {
-	spec := task.Spec
-	req := llm.Request{
-		Model: spec.Model, System: spec.System, Prompt: bound.Render(row.Values),
-		Temperature: spec.Temperature, TopP: spec.TopP, MaxTokens: spec.MaxTokens,
+// generateRow produces one row's result (to be saved by the caller). Model
+// calls run under ctx; waits before a call (quota, backoff) end with
+// startCtx, which ends when no new call may start (shutdown, lost lease,
+// task cancelled).
+func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, row store.Row, req llm.Request, key string) rowOutcome {
+	done := func(res store.RowResult, calls int, class string) rowOutcome {
+		return rowOutcome{result: res, save: true, event: Event{
+			TaskID: task.ID, RowNo: row.No, State: res.State, Cached: res.Cached, Calls: calls, ErrorClass: class,
+		}}
 	}
-	key := CacheKey(spec.Provider, req)
 	prior := row.RowResult
-	if g.Cache != nil {
-		out, ok, err := g.Cache.GetCached(ctx, key)
-		if err != nil && ctx.Err() != nil {
-			return rowOutcome{result: prior, aborted: true}
-		}
-		if err != nil {
-			g.Logger.Warn("cache lookup failed; calling the model", "task", task.ID, "row", row.No, "error", err)
-		}
-		if ok {
-			return g.save(ctx, b, row.No, store.RowResult{State: store.RowSucceeded, Output: out, Cached: true, Attempts: prior.Attempts}, 0, "")
-		}
-	}
 	attempts := prior.Attempts
 	maxAttempts := g.cfg.CallsPerRound * g.cfg.Rounds
 	var last *llm.Error
 	for i := 0; i < g.cfg.CallsPerRound && attempts < maxAttempts; i++ {
 		if f := g.fatal.Load(); f != nil {
-			return g.save(ctx, b, row.No, store.RowResult{
+			return done(store.RowResult{
 				State: store.RowFailed, ErrorClass: string(f.Class), Attempts: attempts,
 				Error: "not sent: the provider refused an earlier call in this run: " + f.Error(),
 			}, 0, string(f.Class))
@@ -511,14 +569,13 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, 
 		cancelCall()
 		if err == nil {
 			attempts++
-			if g.Cache != nil {
-				if err := g.Cache.PutCached(context.WithoutCancel(ctx), key, resp.Text); err != nil {
-					g.Logger.Warn("cache store failed", "task", task.ID, "row", row.No, "error", err)
-				}
-			}
-			return g.save(ctx, b, row.No, store.RowResult{
+			o := done(store.RowResult{
 				State: store.RowSucceeded, Output: resp.Text, Attempts: attempts, LatencyMS: latency.Milliseconds(),
 			}, 1, "")
+			if g.Cache != nil {
+				o.cache = &store.CacheEntry{Key: key, Output: resp.Text}
+			}
+			return o
 		}
 		if ctx.Err() != nil {
 			// Shutdown or lost lease, not the call's own timeout: the call
@@ -532,7 +589,7 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, 
 			g.fatal.CompareAndSwap(nil, e)
 		}
 		if !e.Class.Retryable() {
-			return g.save(ctx, b, row.No, store.RowResult{
+			return done(store.RowResult{
 				State: store.RowFailed, Error: e.Error(), ErrorClass: string(e.Class), Attempts: attempts, LatencyMS: latency.Milliseconds(),
 			}, 1, string(e.Class))
 		}
@@ -558,9 +615,9 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, 
 		res.State = store.RowFailed
 		res.ErrorClass = string(llm.ClassRetryExhausted)
 		res.Error = fmt.Sprintf("gave up after %d attempts; last error: %s", attempts, res.Error)
-		return g.save(ctx, b, row.No, res, 0, res.ErrorClass)
+		return done(res, 0, res.ErrorClass)
 	}
-	return g.save(ctx, b, row.No, res, 0, "")
+	return done(res, 0, "")
 }
 
 // pendingResult is a row left PENDING after attempts calls, the last of
@@ -587,25 +644,136 @@ func (g *Generator) backoff(i int, e *llm.Error) time.Duration {
 	return d
 }
 
-func (g *Generator) save(ctx context.Context, b store.Batch, rowNo int, res store.RowResult, calls int, class string) rowOutcome {
+// flusher collects a batch's row results and writes them in groups, each
+// one SaveRowResults under the batch's fence with the cache entries that
+// came with its rows (river's BatchCompleter is the model). A group is
+// written by the row that fills it to FlushRows (which keeps its
+// concurrency slot meanwhile, so results never pile up faster than they
+// are saved), FlushInterval after its first result, or at the batch's end.
+// A fenced write means the batch has a newer owner (onFenced); a write
+// that reports the task cancelled stops new rows (onCancelled).
+type flusher struct {
+	g   *Generator
+	b   store.Batch
+	ctx context.Context
+	log *slog.Logger
+	// stop ends pending timers when the batch is over.
+	stop                  chan struct{}
+	onFenced, onCancelled func()
+
+	mu      sync.Mutex
+	pending []pendingRow
+	gen     int // counts groups taken, so a timer only flushes its own group
+	failed  map[int]error
+
+	writeMu   sync.Mutex // one group write at a time, in order
+	fenced    atomic.Bool
+	cancelled atomic.Bool
+}
+
+// pendingRow is a row result waiting to be written.
+type pendingRow struct {
+	write store.RowResultWrite
+	cache *store.CacheEntry
+	event Event
+}
+
+// add queues a row's result; it writes the group when it is full.
+func (f *flusher) add(rowNo int, o rowOutcome) {
+	f.mu.Lock()
+	f.pending = append(f.pending, pendingRow{write: store.RowResultWrite{RowNo: rowNo, Result: o.result}, cache: o.cache, event: o.event})
+	n, gen := len(f.pending), f.gen
+	f.mu.Unlock()
+	if n >= f.g.cfg.FlushRows || f.g.cfg.FlushInterval < 0 {
+		f.flush()
+		return
+	}
+	if n == 1 {
+		go func() {
+			select {
+			case <-f.g.Clock.After(f.g.cfg.FlushInterval):
+			case <-f.stop:
+				return
+			}
+			f.mu.Lock()
+			mine := f.gen == gen
+			f.mu.Unlock()
+			if mine {
+				f.flush()
+			}
+		}()
+	}
+}
+
+// flush writes every pending result, in groups of at most
+// store.MaxSaveRows.
+func (f *flusher) flush() {
+	f.writeMu.Lock()
+	defer f.writeMu.Unlock()
+	f.mu.Lock()
+	group := f.pending
+	f.pending = nil
+	f.gen++
+	f.mu.Unlock()
+	for len(group) > 0 {
+		n := min(len(group), store.MaxSaveRows)
+		f.write(group[:n])
+		group = group[n:]
+	}
+}
+
+// write saves one group, retrying transient store errors.
+func (f *flusher) write(group []pendingRow) {
+	if f.fenced.Load() {
+		return // the batch has a newer owner; nothing of ours may be written
+	}
+	p := store.SaveRowResultsParams{TaskID: f.b.TaskID, BatchNo: f.b.No, Attempt: f.b.Attempt, Now: f.g.Clock.Now()}
+	for _, r := range group {
+		p.Rows = append(p.Rows, r.write)
+		if r.cache != nil {
+			p.Cache = append(p.Cache, *r.cache)
+		}
+	}
 	// Persist even if the batch context was just cancelled (shutdown): the
-	// call was made and paid for, so its result must not be lost.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	// calls were made and paid for, so their results must not be lost.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(f.ctx), 30*time.Second)
 	defer cancel()
-	err := g.retryStore(sctx, func() error {
-		return g.Store.SaveRowResult(sctx, store.SaveRowResultParams{
-			TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, RowNo: rowNo, Result: res, Now: g.Clock.Now(),
-		})
+	var res store.SaveRowResultsResult
+	err := f.g.retryStore(sctx, func() error {
+		var err error
+		res, err = f.g.Store.SaveRowResults(sctx, p)
+		return err
 	})
 	if isConflict(err) {
-		return rowOutcome{result: res, fenced: true}
+		f.fenced.Store(true)
+		f.onFenced()
+		return
 	}
 	if err != nil {
-		g.Logger.Error("save row result failed; the row will be retried", "task", b.TaskID, "row", rowNo, "error", err)
-		return rowOutcome{result: store.RowResult{State: store.RowPending, Attempts: res.Attempts, Error: "could not save result: " + err.Error()}, aborted: true}
+		f.log.Error("save row results failed; the rows will be retried", "rows", len(group), "error", err)
+		f.mu.Lock()
+		if f.failed == nil {
+			f.failed = map[int]error{}
+		}
+		for _, r := range group {
+			f.failed[r.write.RowNo] = err
+		}
+		f.mu.Unlock()
+		return
 	}
-	g.observe(Event{TaskID: b.TaskID, RowNo: rowNo, State: res.State, Cached: res.Cached, Calls: calls, ErrorClass: class})
-	return rowOutcome{result: res}
+	for _, r := range group {
+		f.g.observe(r.event)
+	}
+	if res.TaskCancelled && !f.cancelled.Swap(true) {
+		f.onCancelled()
+	}
+}
+
+// failure returns why a row's result could not be written, or nil.
+func (f *flusher) failure(rowNo int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed[rowNo]
 }
 
 // storeAttempts bounds retries of a store write whose failure would waste

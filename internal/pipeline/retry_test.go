@@ -90,7 +90,10 @@ func TestCancelStopsNewRowsAndExportsPartial(t *testing.T) {
 		}
 		return llm.Response{Text: "ok"}, nil
 	})
-	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2, CancelCheck: 10 * time.Millisecond})
+	// The cancel reaches the batch through its next result write; writing
+	// every result at once makes that the write of the first row to finish
+	// after the cancel.
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2, FlushRows: 1})
 	id := e.splitProducts("cancel", "{{id}}", 40, 10).TaskID
 	wctx, stop := context.WithCancel(ctx)
 	drain := make(chan struct{})
@@ -104,8 +107,7 @@ func TestCancelStopsNewRowsAndExportsPartial(t *testing.T) {
 	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the cancel watcher see it
-	close(gate)                       // the two calls in flight finish
+	close(gate) // the two calls in flight finish
 	close(drain)
 	<-finished
 	calls := started.Load()

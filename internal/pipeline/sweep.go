@@ -314,7 +314,10 @@ func (s *Sweeper) failStuck(ctx context.Context, b store.Batch, now time.Time, l
 	if err != nil {
 		return fmt.Errorf("rows of stuck batch %s/%d: %w", b.TaskID, b.No, err)
 	}
-	var succeeded, failed, skipped int
+	var (
+		succeeded, failed, skipped int
+		writes                     []store.RowResultWrite
+	)
 	for _, r := range rows {
 		switch r.State {
 		case store.RowSucceeded:
@@ -330,10 +333,15 @@ func (s *Sweeper) failStuck(ctx context.Context, b store.Batch, now time.Time, l
 		res := r.RowResult
 		res.State, res.ErrorClass = store.RowFailed, ClassStuck
 		res.Error = fmt.Sprintf("the batch was claimed %d times without finishing (its worker keeps dying); last error: %s", b.Attempt, b.LastError)
-		if err := s.Store.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, RowNo: r.No, Result: res, Now: now}); err != nil {
-			return fmt.Errorf("fail row %d of stuck batch %s/%d: %w", r.No, b.TaskID, b.No, err)
-		}
+		writes = append(writes, store.RowResultWrite{RowNo: r.No, Result: res})
 		failed++
+	}
+	for len(writes) > 0 {
+		n := min(len(writes), store.MaxSaveRows)
+		if _, err := s.Store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, Rows: writes[:n], Now: now}); err != nil {
+			return fmt.Errorf("fail rows %d.. of stuck batch %s/%d: %w", writes[0].RowNo, b.TaskID, b.No, err)
+		}
+		writes = writes[n:]
 	}
 	task, err := s.Store.FinishBatch(ctx, store.FinishBatchParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: now})
 	if err != nil {

@@ -138,7 +138,8 @@ func TestSweeperFailsCrashLoopingBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: id, BatchNo: 1, Attempt: b.Attempt, RowNo: 2, Result: store.RowResult{State: store.RowSucceeded, Output: "kept", Attempts: 1}, Now: clk.Now()}); err != nil {
+	if _, err := e.store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: id, BatchNo: 1, Attempt: b.Attempt,
+		Rows: []store.RowResultWrite{{RowNo: 2, Result: store.RowResult{State: store.RowSucceeded, Output: "kept", Attempts: 1}}}, Now: clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < 3; i++ { // two more claims, each dying with its lease

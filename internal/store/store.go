@@ -10,6 +10,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -220,15 +221,46 @@ type ReleaseBatchParams struct {
 	Now       time.Time
 }
 
-// SaveRowResultParams records one row's result under a claim.
-type SaveRowResultParams struct {
+// MaxSaveRows is the most row results one SaveRowResults call may carry
+// (and, with them, as many cache entries): DynamoDB writes a group in one
+// transaction of at most 100 items.
+const MaxSaveRows = 40
+
+// RowResultWrite is one row's result in a SaveRowResults group.
+type RowResultWrite struct {
+	RowNo  int
+	Result RowResult
+}
+
+// CacheEntry is one model output to remember under its cache key (see
+// Cache).
+type CacheEntry struct {
+	Key    string
+	Output string
+}
+
+// SaveRowResultsParams records a group of row results under a claim.
+type SaveRowResultsParams struct {
 	TaskID  string
 	BatchNo int
 	// Attempt is the claim's attempt; the write is fenced on it.
 	Attempt int
-	RowNo   int
-	Result  RowResult
-	Now     time.Time
+	// Rows are the results, at most MaxSaveRows, each row at most once.
+	Rows []RowResultWrite
+	// Cache entries, at most MaxSaveRows, are put into the store's result
+	// cache in the same write, put-if-absent (an existing entry is kept).
+	// An entry too large for the backend is left out: the cache only saves
+	// calls, it never decides a result.
+	Cache []CacheEntry
+	Now   time.Time
+}
+
+// SaveRowResultsResult is what the store learnt while saving a group.
+type SaveRowResultsResult struct {
+	// TaskCancelled reports that the batch's task was cancelled: the
+	// results were saved, and the caller should start no new row. It is
+	// how cancellation reaches a running batch without polling the task.
+	TaskCancelled bool
 }
 
 // TouchBatchParams records that the sweeper acted on a PENDING batch.
@@ -356,11 +388,16 @@ type Store interface {
 	// p.Attempt to p.Now, so a sweeper that re-enqueued it does not do so
 	// again on its next pass; otherwise ErrConflict.
 	TouchBatch(ctx context.Context, p TouchBatchParams) error
-	// SaveRowResult records a row's result if the batch is RUNNING with
-	// Attempt p.Attempt and the row is not already SUCCEEDED or SKIPPED;
-	// otherwise ErrConflict. A late write from a fenced-out worker therefore
-	// never overwrites a newer owner's result.
-	SaveRowResult(ctx context.Context, p SaveRowResultParams) error
+	// SaveRowResults records a group of row results, and the cache entries
+	// that came with them, in one all-or-nothing write: if the batch is
+	// RUNNING with Attempt p.Attempt and holds every row, and no row is
+	// already SUCCEEDED or SKIPPED, all are written; otherwise nothing is
+	// and the error is ErrConflict (ErrNotFound for a missing batch or
+	// row). A late write from a fenced-out worker therefore never
+	// overwrites a newer owner's result. The result says whether the task
+	// has been cancelled (see SaveRowResultsResult). An empty group writes
+	// nothing and checks nothing.
+	SaveRowResults(ctx context.Context, p SaveRowResultsParams) (SaveRowResultsResult, error)
 	// FinishBatch atomically marks a RUNNING batch with Attempt p.Attempt
 	// DONE and adds it and its row counts to the task's counters, returning
 	// the updated task. ErrConflict if the batch is not so (already done or
@@ -369,10 +406,46 @@ type Store interface {
 }
 
 // Cache maps a hash of everything that determines a model's output to that
-// output, so identical prompts are not billed twice.
+// output, so identical prompts are not billed twice. Outputs are written to
+// the cache together with their rows, by Store.SaveRowResults; PutCached is
+// for callers outside a batch.
 type Cache interface {
-	// GetCached returns the cached output for key and whether there was one.
-	GetCached(ctx context.Context, key string) (string, bool, error)
+	// GetCached returns the cached outputs of those keys that have one, in
+	// as few reads as the backend allows (one per 100 keys on DynamoDB).
+	// Keys may repeat; a missing key is simply absent from the map.
+	GetCached(ctx context.Context, keys []string) (map[string]string, error)
 	// PutCached stores output under key; an existing entry is kept.
 	PutCached(ctx context.Context, key, output string) error
+}
+
+// Valid reports whether a row may be stored in state s.
+func (s RowState) Valid() bool {
+	switch s {
+	case RowPending, RowSucceeded, RowFailed, RowSkipped:
+		return true
+	}
+	return false
+}
+
+// Validate returns why SaveRowResults must refuse p, or nil: more than
+// MaxSaveRows rows or cache entries, a row twice, a row number below 1, or
+// a state that is not a row state (an empty state means PENDING).
+func (p SaveRowResultsParams) Validate() error {
+	if len(p.Rows) > MaxSaveRows || len(p.Cache) > MaxSaveRows {
+		return fmt.Errorf("%d rows and %d cache entries in one group; at most %d of each", len(p.Rows), len(p.Cache), MaxSaveRows)
+	}
+	seen := make(map[int]bool, len(p.Rows))
+	for _, w := range p.Rows {
+		if w.RowNo < 1 {
+			return fmt.Errorf("row %d: row numbers start at 1", w.RowNo)
+		}
+		if seen[w.RowNo] {
+			return fmt.Errorf("row %d appears twice in one group", w.RowNo)
+		}
+		seen[w.RowNo] = true
+		if w.Result.State != "" && !w.Result.State.Valid() {
+			return fmt.Errorf("row %d: invalid state %q", w.RowNo, w.Result.State)
+		}
+	}
+	return nil
 }

@@ -6,7 +6,7 @@
 //
 // Every state change that two workers could race on is one conditional
 // write: ClaimBatch, RenewLease, ReleaseBatch and TransitionTask are one
-// UpdateItem each; SaveRowResult (fenced on the batch) and FinishBatch (batch
+// UpdateItem each; SaveRowResults (fenced on the batch) and FinishBatch (batch
 // DONE plus task counters) are one TransactWriteItems each. A failed
 // condition changes nothing and comes back as store.ErrConflict, or
 // store.ErrNotFound when the item is missing (told apart from the item the
@@ -83,7 +83,7 @@ var (
 // Defaults of Options.
 const (
 	// DefaultOverflowAbove leaves about 100 KB of a 400 KB item for the
-	// row's result (output and error), which SaveRowResult adds later.
+	// row's result (output and error), which SaveRowResults adds later.
 	DefaultOverflowAbove = 300 << 10
 	// DefaultWriteConcurrency is how many PutItem calls PutRows and
 	// PutBatches keep in flight. At ~5 ms per call on AWS that writes a

@@ -137,7 +137,8 @@ func TestOverflowRow(t *testing.T) {
 		t.Fatalf("claim: %v", err)
 	}
 	result := store.RowResult{State: store.RowSucceeded, Output: "copy", Attempts: 1}
-	if err := s.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: task.ID, BatchNo: 1, Attempt: claimed.Attempt, RowNo: 2, Result: result, Now: base}); err != nil {
+	if _, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: claimed.Attempt,
+		Rows: []store.RowResultWrite{{RowNo: 2, Result: result}}, Now: base}); err != nil {
 		t.Fatalf("save result: %v", err)
 	}
 	// Putting the rows again (a resumed split) changes nothing.

@@ -39,6 +39,9 @@ const (
 	attrCached     = "cached"
 	attrCells      = "cells"
 	attrCellsRef   = "cells_ref"
+	// attrTaskCancelled marks the open batches of a cancelled task (see
+	// TransitionTask), so their next SaveRowResults reports it.
+	attrTaskCancelled = "task_cancelled"
 
 	attrBatchesDone   = "batches_done"
 	attrRowsSucceeded = "rows_succeeded"
@@ -78,7 +81,7 @@ type taskItem struct {
 }
 
 // batchItem is a batch as stored. LastRow (FirstRow+RowCount-1) lets
-// SaveRowResult's condition check that a row belongs to the batch without
+// SaveRowResults' condition check that a row belongs to the batch without
 // arithmetic, which condition expressions lack.
 type batchItem struct {
 	PK         string `dynamodbav:"PK"`
@@ -307,15 +310,6 @@ func rowFromAV(av map[string]types.AttributeValue) (r store.Row, ref string, err
 			Cached:     it.Cached,
 		},
 	}, it.CellsRef, nil
-}
-
-// validRowState reports whether st is a state a row may be stored in.
-func validRowState(st store.RowState) bool {
-	switch st {
-	case store.RowPending, store.RowSucceeded, store.RowFailed, store.RowSkipped:
-		return true
-	}
-	return false
 }
 
 // maxItemSize is DynamoDB's item size limit: 400 KB, counted in binary

@@ -69,7 +69,7 @@ func TestBatchItem(t *testing.T) {
 	b := store.Batch{TaskID: "t", No: 3, FirstRow: 201, RowCount: 100, State: store.BatchDone, Attempt: 9, CreatedAt: base}
 	it := batchToItem(b)
 	// A new batch is PENDING, never claimed, changed when created, open,
-	// and knows its last row for SaveRowResult's condition.
+	// and knows its last row for SaveRowResults' condition.
 	want := batchItem{
 		PK: "TASK#t", SK: "BATCH#00000003", TaskID: "t", No: 3, FirstRow: 201, RowCount: 100, LastRow: 300,
 		State: "PENDING", CreatedAt: encodeTime(base), UpdatedAt: encodeTime(base),
@@ -206,7 +206,7 @@ func TestContentionOnly(t *testing.T) {
 	}
 }
 
-func TestSaveRowError(t *testing.T) {
+func TestSaveRowsError(t *testing.T) {
 	batch, err := marshal(batchItem{TaskID: "t", No: 1, State: "RUNNING", Attempt: 2, Owner: "w2"})
 	if err != nil {
 		t.Fatal(err)
@@ -221,27 +221,27 @@ func TestSaveRowError(t *testing.T) {
 		{"saved", nil, nil, ""},
 		{"fenced", cancelled(reason("ConditionalCheckFailed", batch), reason("None", nil)), store.ErrConflict, `attempt 2 by "w2"`},
 		{"no batch", cancelled(reason("ConditionalCheckFailed", nil), reason("None", nil)), store.ErrNotFound, "no such batch"},
-		{"row final", cancelled(reason("None", nil), reason("ConditionalCheckFailed", row)), store.ErrConflict, "already SUCCEEDED"},
-		{"no row", cancelled(reason("None", nil), reason("ConditionalCheckFailed", nil)), store.ErrNotFound, "no such row"},
+		{"row final", cancelled(reason("None", nil), reason("None", nil), reason("ConditionalCheckFailed", row)), store.ErrConflict, "row 8 is already SUCCEEDED"},
+		{"no row", cancelled(reason("None", nil), reason("ConditionalCheckFailed", nil), reason("None", nil)), store.ErrNotFound, "no such row 7"},
 		{"other", errors.New("network"), nil, "network"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := saveRowError("save", tt.err)
+			got := saveRowsError("save", []store.RowResultWrite{{RowNo: 7}, {RowNo: 8}}, tt.err)
 			if tt.err == nil {
 				if got != nil {
-					t.Fatalf("saveRowError(nil) = %v", got)
+					t.Fatalf("saveRowsError(nil) = %v", got)
 				}
 				return
 			}
 			if tt.want != nil && !errors.Is(got, tt.want) {
-				t.Errorf("saveRowError = %v, want %v", got, tt.want)
+				t.Errorf("saveRowsError = %v, want %v", got, tt.want)
 			}
 			if tt.want == nil && (errors.Is(got, store.ErrConflict) || errors.Is(got, store.ErrNotFound)) {
-				t.Errorf("saveRowError = %v, want neither sentinel", got)
+				t.Errorf("saveRowsError = %v, want neither sentinel", got)
 			}
 			if !strings.Contains(got.Error(), tt.contains) {
-				t.Errorf("saveRowError = %q, want it to mention %q", got, tt.contains)
+				t.Errorf("saveRowsError = %q, want it to mention %q", got, tt.contains)
 			}
 		})
 	}

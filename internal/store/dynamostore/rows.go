@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -48,7 +50,7 @@ func (s *Store) PutRows(ctx context.Context, rows []store.Row) error {
 		if err := checkRowNo(r.No); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		if r.State != "" && !validRowState(r.State) {
+		if r.State != "" && !r.State.Valid() {
 			return fmt.Errorf("%s: row %d: invalid state %q", what, r.No, r.State)
 		}
 		av, err := marshal(rowToItem(r))
@@ -202,32 +204,142 @@ func (s *Store) loadOverflow(ctx context.Context, ref string) ([]string, error) 
 	return cells, nil
 }
 
-// SaveRowResult is one TransactWriteItems: a ConditionCheck that the batch
-// is RUNNING under p.Attempt and holds the row, and the row's update,
-// conditional on the row existing and not being SUCCEEDED or SKIPPED.
-// A failed batch check is ErrConflict (ErrNotFound for a missing batch); a
-// failed row check is ErrConflict (ErrNotFound for a missing row).
-func (s *Store) SaveRowResult(ctx context.Context, p store.SaveRowResultParams) error {
-	what := fmt.Sprintf("save result of row %s/%d (batch %d, attempt %d)", p.TaskID, p.RowNo, p.BatchNo, p.Attempt)
-	r := p.Result
+// SaveRowResults is one TransactWriteItems: a ConditionCheck that the
+// batch is RUNNING under p.Attempt, holds every row and has not been told
+// its task was cancelled; an Update per row, conditional on the row
+// existing and not being SUCCEEDED or SKIPPED; and an Update per new cache
+// entry that sets its output only if it has none (put-if-absent that
+// cannot fail, so a cached key never cancels the group). A batch that
+// fails only the cancelled clause is written again without it, and the
+// result says TaskCancelled: the cancel flag rides on the flush (see
+// TransitionTask) instead of a poll of the task item.
+func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams) (store.SaveRowResultsResult, error) {
+	what := fmt.Sprintf("save %d row results of batch %s/%d (attempt %d)", len(p.Rows), p.TaskID, p.BatchNo, p.Attempt)
+	if err := p.Validate(); err != nil {
+		return store.SaveRowResultsResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(p.Rows) == 0 && len(p.Cache) == 0 {
+		return store.SaveRowResultsResult{}, nil
+	}
+	if err := checkBatchNo(p.BatchNo); err != nil {
+		return store.SaveRowResultsResult{}, fmt.Errorf("%s: %w: %w", what, err, store.ErrNotFound)
+	}
+	lo, hi := maxRowNo, 0
+	for _, w := range p.Rows {
+		if err := checkRowNo(w.RowNo); err != nil {
+			return store.SaveRowResultsResult{}, fmt.Errorf("%s: %w: %w", what, err, store.ErrNotFound)
+		}
+		lo, hi = min(lo, w.RowNo), max(hi, w.RowNo)
+	}
+	if len(p.Rows) == 0 {
+		lo, hi = 0, 0
+	}
+	items := make([]types.TransactWriteItem, 0, 1+len(p.Rows)+len(p.Cache))
+	items = append(items, types.TransactWriteItem{}) // the batch check, below
+	for _, w := range p.Rows {
+		items = append(items, types.TransactWriteItem{Update: s.rowResultUpdate(p.TaskID, w, p.Now)})
+	}
+	seen := make(map[string]bool, len(p.Cache))
+	for _, c := range p.Cache {
+		if seen[c.Key] {
+			continue // one item may appear once in a transaction; the first output stays
+		}
+		seen[c.Key] = true
+		if u := s.cacheUpdate(c); u != nil {
+			items = append(items, types.TransactWriteItem{Update: u})
+		}
+	}
+	items[0].ConditionCheck = s.batchCheck(p, lo, hi, true)
+	err := s.transact(ctx, items)
+	reasons, ok := cancelReasons(err)
+	if ok && reasonCode(reasons, 0) == reasonCondition && cancelledOnly(reasons[0].Item, p.Attempt, lo, hi) {
+		items[0].ConditionCheck = s.batchCheck(p, lo, hi, false)
+		err = s.transact(ctx, items)
+		if err == nil {
+			return store.SaveRowResultsResult{TaskCancelled: true}, nil
+		}
+	}
+	return store.SaveRowResultsResult{}, saveRowsError(what, p.Rows, err)
+}
+
+// saveRowsError maps SaveRowResults' transaction outcome to the store's
+// errors: which check failed, and whether its item existed.
+func saveRowsError(what string, rows []store.RowResultWrite, err error) error {
+	if err == nil {
+		return nil
+	}
+	if reasons, ok := cancelReasons(err); ok {
+		if reasonCode(reasons, 0) == reasonCondition {
+			old := reasons[0].Item
+			return fmt.Errorf("%s: %s, not RUNNING under this attempt or not holding the rows: %w",
+				what, describeBatch(old), notFoundOrConflict(old))
+		}
+		for i, w := range rows {
+			if reasonCode(reasons, 1+i) != reasonCondition {
+				continue
+			}
+			old := reasons[1+i].Item
+			if len(old) == 0 {
+				return fmt.Errorf("%s: no such row %d: %w", what, w.RowNo, store.ErrNotFound)
+			}
+			got := "unknown"
+			if state, _ := old[attrState].(*types.AttributeValueMemberS); state != nil {
+				got = state.Value
+			}
+			return fmt.Errorf("%s: row %d is already %s: %w", what, w.RowNo, got, store.ErrConflict)
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// batchCheck is the fence of a SaveRowResults group: the batch is RUNNING
+// under p.Attempt and holds rows lo..hi (no rows: lo = hi = 0), and, with
+// notCancelled, carries no cancel flag.
+func (s *Store) batchCheck(p store.SaveRowResultsParams, lo, hi int, notCancelled bool) *types.ConditionCheck {
+	e := newExpr()
+	cond := heldCondition(e, p.Attempt)
+	if hi > 0 {
+		cond += fmt.Sprintf(" AND %s <= %s AND %s >= %s", e.n(attrFirstRow), e.i(int64(lo)), e.n(attrLastRow), e.i(int64(hi)))
+	}
+	if notCancelled {
+		cond += fmt.Sprintf(" AND attribute_not_exists(%s)", e.n(attrTaskCancelled))
+	}
+	return &types.ConditionCheck{
+		TableName:                           aws.String(s.table),
+		Key:                                 key(taskPK(p.TaskID), batchSK(p.BatchNo)),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// cancelledOnly reports whether a batch that failed the group's check
+// failed only because it carries the cancel flag: it is held under attempt
+// and holds rows lo..hi.
+func cancelledOnly(old map[string]types.AttributeValue, attempt, lo, hi int) bool {
+	if _, ok := old[attrTaskCancelled]; !ok {
+		return false
+	}
+	var it batchItem
+	if err := attributevalue.UnmarshalMap(old, &it); err != nil {
+		return false
+	}
+	return it.State == string(store.BatchRunning) && it.Attempt == attempt &&
+		(hi == 0 || (it.FirstRow <= lo && it.LastRow >= hi))
+}
+
+// rowResultUpdate writes one row's result unless the row is missing or
+// already SUCCEEDED or SKIPPED.
+func (s *Store) rowResultUpdate(taskID string, w store.RowResultWrite, now time.Time) *types.Update {
+	r := w.Result
 	if r.State == "" {
 		r.State = store.RowPending
 	}
-	if !validRowState(r.State) {
-		return fmt.Errorf("%s: invalid state %q", what, r.State)
-	}
-	if err := errors.Join(checkBatchNo(p.BatchNo), checkRowNo(p.RowNo)); err != nil {
-		return fmt.Errorf("%s: %w: %w", what, err, store.ErrNotFound)
-	}
-
-	be := newExpr()
-	bcond := fmt.Sprintf("%s AND %s <= %s AND %s >= %s", heldCondition(be, p.Attempt),
-		be.n(attrFirstRow), be.i(int64(p.RowNo)), be.n(attrLastRow), be.i(int64(p.RowNo)))
-
-	re := newExpr()
-	rcond := fmt.Sprintf("attribute_exists(%s) AND (attribute_not_exists(%s) OR NOT %s)",
-		re.n(attrPK), re.n(attrState), re.in(attrState, []string{string(store.RowSucceeded), string(store.RowSkipped)}))
-	u := &update{e: re}
+	e := newExpr()
+	cond := fmt.Sprintf("attribute_exists(%s) AND (attribute_not_exists(%s) OR NOT %s)",
+		e.n(attrPK), e.n(attrState), e.in(attrState, []string{string(store.RowSucceeded), string(store.RowSkipped)}))
+	u := &update{e: e}
 	u.setS(attrState, string(r.State))
 	u.setOrRemove(attrOutput, r.Output)
 	u.setOrRemove(attrError, r.Error)
@@ -243,58 +355,18 @@ func (s *Store) SaveRowResult(ctx context.Context, p store.SaveRowResultParams) 
 		u.del(attrLatencyMS)
 	}
 	if r.Cached {
-		u.set = append(u.set, re.n(attrCached)+" = "+re.v(&types.AttributeValueMemberBOOL{Value: true}))
+		u.set = append(u.set, e.n(attrCached)+" = "+e.v(&types.AttributeValueMemberBOOL{Value: true}))
 	} else {
 		u.del(attrCached)
 	}
-	u.setOrRemove(attrUpdatedAt, encodeTime(p.Now))
-
-	err := s.transact(ctx, []types.TransactWriteItem{
-		{ConditionCheck: &types.ConditionCheck{
-			TableName:                           aws.String(s.table),
-			Key:                                 key(taskPK(p.TaskID), batchSK(p.BatchNo)),
-			ConditionExpression:                 aws.String(bcond),
-			ExpressionAttributeNames:            be.attrNames(),
-			ExpressionAttributeValues:           be.attrValues(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}},
-		{Update: &types.Update{
-			TableName:                           aws.String(s.table),
-			Key:                                 key(taskPK(p.TaskID), rowSK(p.RowNo)),
-			ConditionExpression:                 aws.String(rcond),
-			UpdateExpression:                    aws.String(u.String()),
-			ExpressionAttributeNames:            re.attrNames(),
-			ExpressionAttributeValues:           re.attrValues(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}},
-	})
-	return saveRowError(what, err)
-}
-
-// saveRowError maps SaveRowResult's transaction outcome to the store's
-// errors: which check failed, and whether its item existed.
-func saveRowError(what string, err error) error {
-	if err == nil {
-		return nil
+	u.setOrRemove(attrUpdatedAt, encodeTime(now))
+	return &types.Update{
+		TableName:                           aws.String(s.table),
+		Key:                                 key(taskPK(taskID), rowSK(w.RowNo)),
+		ConditionExpression:                 aws.String(cond),
+		UpdateExpression:                    aws.String(u.String()),
+		ExpressionAttributeNames:            e.attrNames(),
+		ExpressionAttributeValues:           e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
-	if reasons, ok := cancelReasons(err); ok {
-		switch {
-		case reasonCode(reasons, 0) == reasonCondition:
-			old := reasons[0].Item
-			return fmt.Errorf("%s: %s, not RUNNING under this attempt or not holding the row: %w",
-				what, describeBatch(old), notFoundOrConflict(old))
-		case reasonCode(reasons, 1) == reasonCondition:
-			old := reasons[1].Item
-			if len(old) == 0 {
-				return fmt.Errorf("%s: no such row: %w", what, store.ErrNotFound)
-			}
-			state, _ := old[attrState].(*types.AttributeValueMemberS)
-			got := "unknown"
-			if state != nil {
-				got = state.Value
-			}
-			return fmt.Errorf("%s: row is already %s: %w", what, got, store.ErrConflict)
-		}
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }

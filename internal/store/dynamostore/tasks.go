@@ -106,7 +106,11 @@ func (s *Store) ListTasks(ctx context.Context, limit int) ([]store.Task, error) 
 
 // TransitionTask is one conditional UpdateItem: the task must exist and be
 // in one of p.From. Moving to a final state also sets FinishedAt and the
-// item's TTL.
+// item's TTL. Moving to CANCELLED then flags the task's open batches (one
+// UpdateItem each; see flagCancelled), so that their workers learn it from
+// their next SaveRowResults; a repeated cancel of a CANCELLED task flags
+// them again before returning ErrConflict, so a caller can retry a cancel
+// whose flagging failed.
 func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams) (store.Task, error) {
 	what := fmt.Sprintf("transition task %s to %s", p.ID, p.To)
 	if p.To == "" {
@@ -158,6 +162,11 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 		if derr != nil {
 			return store.Task{}, fmt.Errorf("%s: %w (and %w)", what, store.ErrConflict, derr)
 		}
+		if p.To == store.TaskCancelled && cur.State == store.TaskCancelled {
+			if err := s.flagCancelled(ctx, p.ID); err != nil {
+				return store.Task{}, fmt.Errorf("%s: %w", what, err)
+			}
+		}
 		return store.Task{}, fmt.Errorf("%s: task is %s, not one of %v: %w", what, cur.State, p.From, store.ErrConflict)
 	}
 	if err != nil {
@@ -167,7 +176,42 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 	if err != nil {
 		return store.Task{}, fmt.Errorf("%s: %w", what, err)
 	}
+	if p.To == store.TaskCancelled {
+		if err := s.flagCancelled(ctx, p.ID); err != nil {
+			return store.Task{}, fmt.Errorf("%s: the task is cancelled, but %w", what, err)
+		}
+	}
 	return t, nil
+}
+
+// flagCancelled sets the cancel flag on every batch of the task that is not
+// DONE. Running batches see it in their next SaveRowResults, which is how
+// cancellation reaches them without each polling the task item; batches
+// claimed later see the task's state when their message is processed.
+func (s *Store) flagCancelled(ctx context.Context, taskID string) error {
+	open, err := s.ListBatches(ctx, store.ListBatchesParams{TaskID: taskID, States: []store.BatchState{store.BatchPending, store.BatchRunning}})
+	if err != nil {
+		return fmt.Errorf("flag open batches cancelled: %w", err)
+	}
+	err = forEach(ctx, len(open), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+		e := newExpr()
+		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.table),
+			Key:                       key(taskPK(taskID), batchSK(open[i].No)),
+			ConditionExpression:       aws.String("attribute_exists(" + e.n(attrPK) + ")"),
+			UpdateExpression:          aws.String("SET " + e.n(attrTaskCancelled) + " = " + e.v(&types.AttributeValueMemberBOOL{Value: true})),
+			ExpressionAttributeNames:  e.attrNames(),
+			ExpressionAttributeValues: e.attrValues(),
+		}, retryConflicts)
+		if err != nil {
+			return fmt.Errorf("batch %d: %w", open[i].No, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("flag open batches cancelled: %w", err)
+	}
+	return nil
 }
 
 // requireTasks checks, with one strongly consistent read each, that the

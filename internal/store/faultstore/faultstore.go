@@ -192,12 +192,12 @@ func (s *Store) TouchBatch(ctx context.Context, p store.TouchBatchParams) error 
 	return s.inner.TouchBatch(ctx, p)
 }
 
-// SaveRowResult implements store.Store.
-func (s *Store) SaveRowResult(ctx context.Context, p store.SaveRowResultParams) error {
-	if err := s.fault("SaveRowResult"); err != nil {
-		return err
+// SaveRowResults implements store.Store.
+func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams) (store.SaveRowResultsResult, error) {
+	if err := s.fault("SaveRowResults"); err != nil {
+		return store.SaveRowResultsResult{}, err
 	}
-	return s.inner.SaveRowResult(ctx, p)
+	return s.inner.SaveRowResults(ctx, p)
 }
 
 // FinishBatch implements store.Store.

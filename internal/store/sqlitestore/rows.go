@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -22,15 +24,6 @@ const (
 	// so that workers' claims and results interleave with it.
 	rowsPerTx = 10_000
 )
-
-// validRowState reports whether st is a state a row may be stored in.
-func validRowState(st store.RowState) bool {
-	switch st {
-	case store.RowPending, store.RowSucceeded, store.RowFailed, store.RowSkipped:
-		return true
-	}
-	return false
-}
 
 // PutRows inserts rows that do not exist yet, with multi-row INSERT ... ON
 // CONFLICT DO NOTHING statements in transactions of rowsPerTx rows. Rows
@@ -65,7 +58,7 @@ func (s *Store) putRowsTx(ctx context.Context, rows []store.Row, args []any) err
 			if r.State == "" {
 				r.State = store.RowPending
 			}
-			if !validRowState(r.State) {
+			if !r.State.Valid() {
 				return fmt.Errorf("row %d: invalid state %q", r.No, r.State)
 			}
 			cells, err := json.Marshal(r.Values)
@@ -137,50 +130,128 @@ func (s *Store) ListRows(ctx context.Context, p store.ListRowsParams) ([]store.R
 	return out, nil
 }
 
-// SaveRowResult records a row's result in one UPDATE that is fenced on the
-// batch's state and attempt and on the row's range and current state.
-func (s *Store) SaveRowResult(ctx context.Context, p store.SaveRowResultParams) error {
-	what := fmt.Sprintf("save result of row %s/%d (batch %d, attempt %d)", p.TaskID, p.RowNo, p.BatchNo, p.Attempt)
-	r := p.Result
-	if r.State == "" {
-		r.State = store.RowPending
+// SaveRowResults writes a group in one transaction: it checks the batch's
+// fence and row range, updates each row unless it is already SUCCEEDED or
+// SKIPPED, inserts the cache entries that are new, and reads the task's
+// state for TaskCancelled. Any refused row rolls the whole group back.
+func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams) (store.SaveRowResultsResult, error) {
+	what := fmt.Sprintf("save %d row results of batch %s/%d (attempt %d)", len(p.Rows), p.TaskID, p.BatchNo, p.Attempt)
+	if err := p.Validate(); err != nil {
+		return store.SaveRowResultsResult{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if !validRowState(r.State) {
-		return fmt.Errorf("%s: invalid state %q", what, r.State)
+	if len(p.Rows) == 0 && len(p.Cache) == 0 {
+		return store.SaveRowResultsResult{}, nil
 	}
-	res, err := s.write.ExecContext(ctx, `UPDATE rows SET
-			state = ?, output = ?, error = ?, error_class = ?, attempts = ?, latency_ms = ?, cached = ?, updated_at = ?
-		WHERE task_id = ? AND no = ? AND state NOT IN ('SUCCEEDED', 'SKIPPED')
-			AND EXISTS (SELECT 1 FROM batches b
-				WHERE b.task_id = rows.task_id AND b.no = ? AND b.state = 'RUNNING' AND b.attempt = ?
-					AND rows.no BETWEEN b.first_row AND b.first_row + b.row_count - 1)`,
-		r.State, r.Output, r.Error, r.ErrorClass, r.Attempts, r.LatencyMS, r.Cached, millis(p.Now),
-		p.TaskID, p.RowNo, p.BatchNo, p.Attempt)
+	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return store.SaveRowResultsResult{}, fmt.Errorf("%s: begin: %w", what, err)
 	}
-	n, err := res.RowsAffected()
+	defer tx.Rollback()
+	var (
+		state, taskState         string
+		attempt, first, rowCount int
+	)
+	err = tx.QueryRowContext(ctx, `SELECT b.state, b.attempt, b.first_row, b.row_count, t.state
+		FROM batches b JOIN tasks t ON t.id = b.task_id
+		WHERE b.task_id = ? AND b.no = ?`, p.TaskID, p.BatchNo).Scan(&state, &attempt, &first, &rowCount, &taskState)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.SaveRowResultsResult{}, fmt.Errorf("%s: no such batch: %w", what, store.ErrNotFound)
+	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return store.SaveRowResultsResult{}, fmt.Errorf("%s: read batch: %w", what, err)
 	}
-	if n == 0 {
-		return fmt.Errorf("%s: batch not held by this attempt, row outside it, or row already final: %w", what, store.ErrConflict)
+	if state != string(store.BatchRunning) || attempt != p.Attempt {
+		return store.SaveRowResultsResult{}, fmt.Errorf("%s: batch is %s under attempt %d: %w", what, state, attempt, store.ErrConflict)
+	}
+	if len(p.Rows) > 0 {
+		stmt, err := tx.PrepareContext(ctx, `UPDATE rows SET
+				state = ?, output = ?, error = ?, error_class = ?, attempts = ?, latency_ms = ?, cached = ?, updated_at = ?
+			WHERE task_id = ? AND no = ? AND state NOT IN ('SUCCEEDED', 'SKIPPED')`)
+		if err != nil {
+			return store.SaveRowResultsResult{}, fmt.Errorf("%s: prepare: %w", what, err)
+		}
+		defer stmt.Close()
+		for _, w := range p.Rows {
+			if w.RowNo < first || w.RowNo >= first+rowCount {
+				return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d is not in the batch (rows %d..%d): %w",
+					what, w.RowNo, first, first+rowCount-1, store.ErrConflict)
+			}
+			r := w.Result
+			if r.State == "" {
+				r.State = store.RowPending
+			}
+			res, err := stmt.ExecContext(ctx, r.State, r.Output, r.Error, r.ErrorClass, r.Attempts, r.LatencyMS, r.Cached,
+				millis(p.Now), p.TaskID, w.RowNo)
+			if err != nil {
+				return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d: %w", what, w.RowNo, err)
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d: %w", what, w.RowNo, err)
+			} else if n == 0 {
+				return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d is missing or already final: %w", what, w.RowNo, store.ErrConflict)
+			}
+		}
+	}
+	if err := putCached(ctx, tx, p.Cache, s.clock.Now()); err != nil {
+		return store.SaveRowResultsResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return store.SaveRowResultsResult{}, fmt.Errorf("%s: commit: %w", what, err)
+	}
+	return store.SaveRowResultsResult{TaskCancelled: taskState == string(store.TaskCancelled)}, nil
+}
+
+// putCached inserts the cache entries whose keys are not cached yet.
+func putCached(ctx context.Context, tx *sql.Tx, entries []store.CacheEntry, now time.Time) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 3*len(entries))
+	for _, c := range entries {
+		args = append(args, c.Key, c.Output, now.UnixMilli())
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO cache (key, output, created_at) VALUES `+placeholders(len(entries), 3)+`
+		ON CONFLICT (key) DO NOTHING`, args...)
+	if err != nil {
+		return fmt.Errorf("put %d cache entries: %w", len(entries), err)
 	}
 	return nil
 }
 
-// GetCached returns the cached output for key and whether there was one.
-func (s *Store) GetCached(ctx context.Context, key string) (string, bool, error) {
-	var out string
-	err := s.read.QueryRowContext(ctx, `SELECT output FROM cache WHERE key = ?`, key).Scan(&out)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
+// GetCached returns the cached outputs of keys, in one query per
+// cacheKeysPerQuery keys.
+func (s *Store) GetCached(ctx context.Context, keys []string) (map[string]string, error) {
+	out := make(map[string]string, len(keys))
+	for start := 0; start < len(keys); start += cacheKeysPerQuery {
+		part := keys[start:min(start+cacheKeysPerQuery, len(keys))]
+		args := make([]any, len(part))
+		for i, k := range part {
+			args[i] = k
+		}
+		rows, err := s.read.QueryContext(ctx, `SELECT key, output FROM cache WHERE key IN (`+
+			strings.TrimSuffix(strings.Repeat("?, ", len(part)), ", ")+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("get %d cached outputs: %w", len(part), err)
+		}
+		for rows.Next() {
+			var k, o string
+			if err := rows.Scan(&k, &o); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("get cached outputs: %w", err)
+			}
+			out[k] = o
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("get cached outputs: %w", err)
+		}
 	}
-	if err != nil {
-		return "", false, fmt.Errorf("get cached %s: %w", key, err)
-	}
-	return out, true, nil
+	return out, nil
 }
+
+// cacheKeysPerQuery bounds the bound variables of one GetCached query.
+const cacheKeysPerQuery = 500
 
 // PutCached stores output under key unless the key is already cached.
 func (s *Store) PutCached(ctx context.Context, key, output string) error {

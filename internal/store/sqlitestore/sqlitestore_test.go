@@ -174,10 +174,14 @@ func TestInvalidInput(t *testing.T) {
 			return s.PutRows(ctx, []store.Row{{TaskID: "task-1", No: 9, RowResult: store.RowResult{State: "DONE"}}})
 		}, false},
 		{"result in unknown state", func() error {
-			return s.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: "task-1", BatchNo: 1, Attempt: b.Attempt, RowNo: 1, Result: store.RowResult{State: "DONE"}})
+			_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: "task-1", BatchNo: 1, Attempt: b.Attempt,
+				Rows: []store.RowResultWrite{{RowNo: 1, Result: store.RowResult{State: "DONE"}}}})
+			return err
 		}, false},
 		{"result for a row outside the batch", func() error {
-			return s.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: "task-1", BatchNo: 1, Attempt: b.Attempt, RowNo: 3, Result: store.RowResult{State: store.RowSucceeded}})
+			_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: "task-1", BatchNo: 1, Attempt: b.Attempt,
+				Rows: []store.RowResultWrite{{RowNo: 3, Result: store.RowResult{State: store.RowSucceeded}}}})
+			return err
 		}, true},
 		{"negative counts", func() error {
 			_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: "task-1", BatchNo: 1, Attempt: b.Attempt, Succeeded: -1})

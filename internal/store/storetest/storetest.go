@@ -86,8 +86,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ClaimBatchRefused", testClaimBatchRefused},
 		{"RenewLease", testRenewLease},
 		{"ReleaseBatch", testReleaseBatch},
-		{"SaveRowResult", testSaveRowResult},
-		{"SaveRowResultFenced", testSaveRowResultFenced},
+		{"SaveRowResults", testSaveRowResults},
+		{"SaveRowResultsFenced", testSaveRowResultsFenced},
+		{"SaveRowResultsCancelled", testSaveRowResultsCancelled},
+		{"SaveRowResultsCache", testSaveRowResultsCache},
+		{"SaveRowResultsInvalid", testSaveRowResultsInvalid},
 		{"FinishBatch", testFinishBatch},
 		{"FinishBatchFenced", testFinishBatchFenced},
 		{"ConcurrentClaim", testConcurrentClaim},
@@ -454,9 +457,10 @@ func testPutRowsIdempotent(t *testing.T, s store.Store) {
 	before := listRows(t, s, task.ID)
 	b := claim(t, s, task.ID, 1, "w1", base.Add(time.Minute))
 	result := store.RowResult{State: store.RowSucceeded, Output: "Bright kites", Attempts: 1, LatencyMS: 290}
-	noErr(t, s.SaveRowResult(ctx, store.SaveRowResultParams{
-		TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, RowNo: 2, Result: result, Now: base.Add(time.Minute),
-	}), "save row 2")
+	_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{
+		TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Rows: []store.RowResultWrite{{RowNo: 2, Result: result}}, Now: base.Add(time.Minute),
+	})
+	noErr(t, err, "save row 2")
 
 	// A resumed split puts the same rows again, possibly with changed
 	// values; nothing already stored changes.
@@ -986,7 +990,16 @@ func testReleaseBatch(t *testing.T, s store.Store) {
 	diff(t, "batch of the new owner", b2, getBatch(t, s, task.ID, 1))
 }
 
-func testSaveRowResult(t *testing.T, s store.Store) {
+// writes builds a SaveRowResults group from row number, result pairs.
+func writes(pairs ...any) []store.RowResultWrite {
+	var out []store.RowResultWrite
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, store.RowResultWrite{RowNo: pairs[i].(int), Result: pairs[i+1].(store.RowResult)})
+	}
+	return out
+}
+
+func testSaveRowResults(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	task := sampleTask()
 	noErr(t, s.CreateTask(ctx, task), "create task")
@@ -995,9 +1008,11 @@ func testSaveRowResult(t *testing.T, s store.Store) {
 		{TaskID: task.ID, No: 2, SheetRow: 3, Values: []string{"b"}},
 		{TaskID: task.ID, No: 3, SheetRow: 4, Values: []string{"c"}},
 		{TaskID: task.ID, No: 4, SheetRow: 5, Values: []string{""}, RowResult: store.RowResult{State: store.RowSkipped}},
+		{TaskID: task.ID, No: 5, SheetRow: 6, Values: []string{"e"}},
+		{TaskID: task.ID, No: 6, SheetRow: 7, Values: []string{"outside the batch"}},
 	}
 	noErr(t, s.PutRows(ctx, rows), "put rows")
-	noErr(t, s.PutBatches(ctx, []store.Batch{{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 4, CreatedAt: base, UpdatedAt: base}}), "put batch")
+	noErr(t, s.PutBatches(ctx, []store.Batch{{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 5, CreatedAt: base, UpdatedAt: base}}), "put batch")
 	now := base.Add(time.Hour)
 	b := claim(t, s, task.ID, 1, "w1", now)
 
@@ -1005,58 +1020,66 @@ func testSaveRowResult(t *testing.T, s store.Store) {
 	failed := store.RowResult{State: store.RowFailed, Error: "request timed out", ErrorClass: "transient", Attempts: 3, LatencyMS: 30000}
 	retried := store.RowResult{State: store.RowSucceeded, Output: "second time lucky", Attempts: 4, LatencyMS: 310, Cached: true}
 	permanent := store.RowResult{State: store.RowFailed, Error: "content filter", ErrorClass: "permanent", Attempts: 1}
+	pending := store.RowResult{State: store.RowPending, Error: "rate limited", ErrorClass: "rate_limited", Attempts: 2}
 	steps := []struct {
 		name    string
-		row     int
 		attempt int
-		result  store.RowResult
+		rows    []store.RowResultWrite
 		wantErr error
 	}{
-		{"pending to succeeded", 1, b.Attempt, succeeded, nil},
-		{"succeeded is never overwritten", 1, b.Attempt, failed, store.ErrConflict},
-		{"pending to failed", 2, b.Attempt, failed, nil},
-		{"failed may be overwritten", 2, b.Attempt, retried, nil},
-		{"pending to permanent failure", 3, b.Attempt, permanent, nil},
-		{"skipped is never overwritten", 4, b.Attempt, succeeded, store.ErrConflict},
-		{"attempt that never claimed", 3, b.Attempt + 1, succeeded, store.ErrConflict},
+		{"a group of pending rows", b.Attempt, writes(1, succeeded, 2, failed, 5, pending), nil},
+		{"failed and pending may be overwritten", b.Attempt, writes(2, retried, 3, permanent), nil},
+		// All or nothing: row 5 would be writable, but row 1 is SUCCEEDED.
+		{"a group with a succeeded row is refused whole", b.Attempt, writes(5, failed, 1, failed), store.ErrConflict},
+		{"a group with a skipped row is refused whole", b.Attempt, writes(5, failed, 4, succeeded), store.ErrConflict},
+		{"a group with a row outside the batch is refused whole", b.Attempt, writes(5, failed, 6, succeeded), store.ErrConflict},
+		{"an attempt that never claimed", b.Attempt + 1, writes(5, succeeded), store.ErrConflict},
+		{"an empty group", b.Attempt, nil, nil},
 	}
 	for _, st := range steps {
-		err := s.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: task.ID, BatchNo: 1, Attempt: st.attempt, RowNo: st.row, Result: st.result, Now: now})
+		res, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: st.attempt, Rows: st.rows, Now: now})
 		if st.wantErr != nil {
 			wantErr(t, err, st.wantErr, st.name)
 		} else {
 			noErr(t, err, st.name)
+		}
+		if res.TaskCancelled {
+			t.Errorf("%s: TaskCancelled for a running task", st.name)
 		}
 	}
 	want := append([]store.Row(nil), rows...)
 	want[0].RowResult = succeeded
 	want[1].RowResult = retried
 	want[2].RowResult = permanent
+	want[4].RowResult = pending
+	want[5].RowResult = store.RowResult{State: store.RowPending}
 	diff(t, "rows", want, listRows(t, s, task.ID))
 }
 
-func testSaveRowResultFenced(t *testing.T, s store.Store) {
+func testSaveRowResultsFenced(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	task := seed(t, s, 2, 3)
 	t1 := base.Add(time.Hour)
-	save := func(batch, attempt, row int, r store.RowResult, now time.Time) error {
-		return s.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: task.ID, BatchNo: batch, Attempt: attempt, RowNo: row, Result: r, Now: now})
+	save := func(batch, attempt int, rows []store.RowResultWrite, now time.Time) error {
+		_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: batch, Attempt: attempt, Rows: rows, Now: now})
+		return err
 	}
 	old := store.RowResult{State: store.RowFailed, Error: "late", ErrorClass: "transient", Attempts: 1}
 	newer := store.RowResult{State: store.RowSucceeded, Output: "new owner's text", Attempts: 1, LatencyMS: 250}
 
-	wantErr(t, save(1, 0, 1, newer, t1), store.ErrConflict, "save into an unclaimed batch")
+	wantErr(t, save(1, 0, writes(1, newer), t1), store.ErrConflict, "save into an unclaimed batch")
+	wantErr(t, save(3, 1, writes(1, newer), t1), store.ErrNotFound, "save into a missing batch")
 
 	b1 := claim(t, s, task.ID, 1, "w1", t1)
 	t2 := b1.LeaseUntil.Add(time.Second)
 	b2 := claim(t, s, task.ID, 1, "w2", t2)
-	noErr(t, save(1, b2.Attempt, 1, newer, t2), "save by the new owner")
-	wantErr(t, save(1, b1.Attempt, 1, old, t2), store.ErrConflict, "late save over the new owner's result")
-	wantErr(t, save(1, b1.Attempt, 2, old, t2), store.ErrConflict, "late save into a pending row")
+	noErr(t, save(1, b2.Attempt, writes(1, newer), t2), "save by the new owner")
+	wantErr(t, save(1, b1.Attempt, writes(1, old), t2), store.ErrConflict, "late save over the new owner's result")
+	wantErr(t, save(1, b1.Attempt, writes(2, old, 3, old), t2), store.ErrConflict, "late save into pending rows")
 
 	_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b2.Attempt, Succeeded: 1, Failed: 2, Now: t2})
 	noErr(t, err, "finish")
-	wantErr(t, save(1, b2.Attempt, 3, old, t2), store.ErrConflict, "save into a done batch")
+	wantErr(t, save(1, b2.Attempt, writes(3, old), t2), store.ErrConflict, "save into a done batch")
 
 	rows := listRows(t, s, task.ID)
 	want := []store.RowResult{newer, {State: store.RowPending}, {State: store.RowPending}}
@@ -1065,6 +1088,105 @@ func testSaveRowResultFenced(t *testing.T, s store.Store) {
 		got = append(got, r.RowResult)
 	}
 	diff(t, "row results", want, got)
+}
+
+// testSaveRowResultsCancelled: cancelling a task reaches its running batch
+// through the batch's next group write, which is still saved.
+func testSaveRowResultsCancelled(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 2, 3)
+	now := base.Add(time.Hour)
+	b1 := claim(t, s, task.ID, 1, "w1", now)
+	ok := store.RowResult{State: store.RowSucceeded, Output: "done", Attempts: 1}
+	res, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: b1.Attempt, Rows: writes(1, ok), Now: now})
+	noErr(t, err, "save before the cancel")
+	if res.TaskCancelled {
+		t.Error("TaskCancelled before the task was cancelled")
+	}
+	_, err = s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: now})
+	noErr(t, err, "cancel")
+	b2 := claim(t, s, task.ID, 2, "w2", now) // claimed after the cancel
+	for _, c := range []struct {
+		batch, attempt int
+		rows           []store.RowResultWrite
+	}{{1, b1.Attempt, writes(2, ok, 3, ok)}, {2, b2.Attempt, writes(4, ok)}} {
+		res, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: c.batch, Attempt: c.attempt, Rows: c.rows, Now: now})
+		noErr(t, err, fmt.Sprintf("save into batch %d after the cancel", c.batch))
+		if !res.TaskCancelled {
+			t.Errorf("batch %d: TaskCancelled = false after the task was cancelled", c.batch)
+		}
+	}
+	// The fence still holds for a cancelled task's batch.
+	_, err = s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 2, Attempt: b2.Attempt + 1, Rows: writes(5, ok), Now: now})
+	wantErr(t, err, store.ErrConflict, "save by an attempt that never claimed, after the cancel")
+	var got []store.RowState
+	for _, r := range listRows(t, s, task.ID) {
+		got = append(got, r.State)
+	}
+	diff(t, "row states", []store.RowState{store.RowSucceeded, store.RowSucceeded, store.RowSucceeded, store.RowSucceeded, store.RowPending, store.RowPending}, got)
+}
+
+// testSaveRowResultsCache: cache entries ride with the group: written when
+// it is, kept first-wins, and not written when the group is refused.
+func testSaveRowResultsCache(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	c, ok := s.(store.Cache)
+	if !ok {
+		t.Fatalf("%T does not implement store.Cache; every store adapter keeps the result cache", s)
+	}
+	task := seed(t, s, 1, 3)
+	now := base.Add(time.Hour)
+	b := claim(t, s, task.ID, 1, "w1", now)
+	k1, k2, k3 := newID("key"), newID("key"), newID("key")
+	noErr(t, c.PutCached(ctx, k2, "cached before"), "put cached")
+	ok1 := store.RowResult{State: store.RowSucceeded, Output: "one", Attempts: 1}
+	_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{
+		TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Rows: writes(1, ok1, 2, ok1),
+		Cache: []store.CacheEntry{{Key: k1, Output: "one"}, {Key: k2, Output: "not kept"}, {Key: k1, Output: "not kept either"}},
+		Now:   now,
+	})
+	noErr(t, err, "save with cache entries")
+	_, err = s.SaveRowResults(ctx, store.SaveRowResultsParams{
+		TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt + 1, Rows: writes(3, ok1),
+		Cache: []store.CacheEntry{{Key: k3, Output: "refused"}}, Now: now,
+	})
+	wantErr(t, err, store.ErrConflict, "fenced save with a cache entry")
+	got, err := c.GetCached(ctx, []string{k1, k2, k3, k1})
+	noErr(t, err, "get cached")
+	diff(t, "cached outputs", map[string]string{k1: "one", k2: "cached before"}, got)
+}
+
+func testSaveRowResultsInvalid(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 1, store.MaxSaveRows+1)
+	now := base.Add(time.Hour)
+	b := claim(t, s, task.ID, 1, "w1", now)
+	ok := store.RowResult{State: store.RowSucceeded, Output: "x", Attempts: 1}
+	var tooMany []store.RowResultWrite
+	for no := 1; no <= store.MaxSaveRows+1; no++ {
+		tooMany = append(tooMany, store.RowResultWrite{RowNo: no, Result: ok})
+	}
+	for _, tc := range []struct {
+		name string
+		rows []store.RowResultWrite
+	}{
+		{"more than MaxSaveRows rows", tooMany},
+		{"a row twice", writes(1, ok, 1, ok)},
+		{"an invalid state", writes(1, store.RowResult{State: "DONE"})},
+	} {
+		_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Rows: tc.rows, Now: now})
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s: error = %v, want a validation error", tc.name, err)
+		}
+	}
+	for _, r := range listRows(t, s, task.ID) {
+		if r.State != store.RowPending {
+			t.Fatalf("row %d is %s after refused groups, want PENDING", r.No, r.State)
+		}
+	}
+	// At MaxSaveRows the group is written.
+	_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Rows: tooMany[:store.MaxSaveRows], Now: now})
+	noErr(t, err, "save MaxSaveRows rows")
 }
 
 func testFinishBatch(t *testing.T, s store.Store) {
@@ -1241,11 +1363,12 @@ func RunCache(t *testing.T, newCache func(t *testing.T) store.Cache) {
 		fn   func(t *testing.T, ctx context.Context, c store.Cache)
 	}{
 		{"Miss", func(t *testing.T, ctx context.Context, c store.Cache) {
-			got, ok, err := c.GetCached(ctx, newID("key"))
+			got, err := c.GetCached(ctx, []string{newID("key")})
 			noErr(t, err, "get")
-			if ok || got != "" {
-				t.Errorf("GetCached of a missing key = %q, %v; want \"\", false", got, ok)
-			}
+			diff(t, "GetCached of a missing key", map[string]string{}, got)
+			got, err = c.GetCached(ctx, nil)
+			noErr(t, err, "get no keys")
+			diff(t, "GetCached of no keys", map[string]string{}, got)
 		}},
 		{"RoundTrip", func(t *testing.T, ctx context.Context, c store.Cache) {
 			key := newID("key")
@@ -1258,23 +1381,38 @@ func RunCache(t *testing.T, newCache func(t *testing.T) store.Cache) {
 			for k, out := range outputs {
 				noErr(t, c.PutCached(ctx, k, out), "put "+k)
 			}
-			for k, want := range outputs {
-				got, ok, err := c.GetCached(ctx, k)
-				noErr(t, err, "get "+k)
-				if !ok || got != want {
-					t.Errorf("GetCached(%s) = %d bytes, %v; want %d bytes, true", k, len(got), ok, len(want))
+			keys := []string{key + "-missing"}
+			for k := range outputs {
+				keys = append(keys, k)
+			}
+			got, err := c.GetCached(ctx, keys)
+			noErr(t, err, "get")
+			diff(t, "GetCached", outputs, got)
+		}},
+		{"ManyKeys", func(t *testing.T, ctx context.Context, c store.Cache) {
+			// More keys than one batched read takes (DynamoDB: 100).
+			key := newID("key")
+			want := map[string]string{}
+			var keys []string
+			for i := range 250 {
+				k := fmt.Sprintf("%s-%d", key, i)
+				keys = append(keys, k)
+				if i%3 == 0 {
+					want[k] = fmt.Sprintf("out %d", i)
+					noErr(t, c.PutCached(ctx, k, want[k]), "put "+k)
 				}
 			}
+			got, err := c.GetCached(ctx, keys)
+			noErr(t, err, "get")
+			diff(t, "GetCached of 250 keys", want, got)
 		}},
 		{"KeepsFirst", func(t *testing.T, ctx context.Context, c store.Cache) {
 			key := newID("key")
 			noErr(t, c.PutCached(ctx, key, "first"), "first put")
 			noErr(t, c.PutCached(ctx, key, "second"), "second put")
-			got, ok, err := c.GetCached(ctx, key)
+			got, err := c.GetCached(ctx, []string{key})
 			noErr(t, err, "get")
-			if !ok || got != "first" {
-				t.Errorf("GetCached = %q, %v; want \"first\", true", got, ok)
-			}
+			diff(t, "GetCached", map[string]string{key: "first"}, got)
 		}},
 		{"Concurrent", func(t *testing.T, ctx context.Context, c store.Cache) {
 			key := newID("key")
@@ -1287,10 +1425,10 @@ func RunCache(t *testing.T, newCache func(t *testing.T) store.Cache) {
 			for i, err := range errs {
 				noErr(t, err, fmt.Sprintf("put %d", i))
 			}
-			got, ok, err := c.GetCached(ctx, key)
+			got, err := c.GetCached(ctx, []string{key})
 			noErr(t, err, "get")
-			if !ok || len(got) < len("out 0") || got[:4] != "out " {
-				t.Errorf("GetCached = %q, %v; want one of the outputs put", got, ok)
+			if out, ok := got[key]; !ok || !strings.HasPrefix(out, "out ") {
+				t.Errorf("GetCached = %q, %v; want one of the outputs put", out, ok)
 			}
 		}},
 	}

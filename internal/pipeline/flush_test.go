@@ -1,0 +1,149 @@
+package pipeline_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/sqlitestore"
+)
+
+// recordingStore is the SQLite store recording the generator's grouped
+// writes and batched cache reads.
+type recordingStore struct {
+	*sqlitestore.Store
+	mu       sync.Mutex
+	groups   []int // rows per SaveRowResults call
+	cached   int   // cache entries written with the groups
+	lookups  int   // GetCached calls
+	onSave   func(store.SaveRowResultsParams)
+	lookedUp int // keys looked up
+}
+
+func (s *recordingStore) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams) (store.SaveRowResultsResult, error) {
+	s.mu.Lock()
+	s.groups = append(s.groups, len(p.Rows))
+	s.cached += len(p.Cache)
+	s.mu.Unlock()
+	if s.onSave != nil {
+		s.onSave(p)
+	}
+	return s.Store.SaveRowResults(ctx, p)
+}
+
+func (s *recordingStore) GetCached(ctx context.Context, keys []string) (map[string]string, error) {
+	s.mu.Lock()
+	s.lookups++
+	s.lookedUp += len(keys)
+	s.mu.Unlock()
+	return s.Store.GetCached(ctx, keys)
+}
+
+func record(e *env) *recordingStore {
+	rs := &recordingStore{Store: e.store}
+	e.gen.Store, e.gen.Cache = rs, rs
+	return rs
+}
+
+// TestResultsWrittenInGroups: with a long flush interval, results are
+// written FlushRows (or a few more that arrived meanwhile) at a time, the
+// cache entries ride with them, and each batch's cache lookups are one
+// read.
+func TestResultsWrittenInGroups(t *testing.T) {
+	t.Parallel()
+	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		return llm.Response{Text: "copy for " + req.Prompt}, nil
+	})
+	const rows, batchSize, flushRows = 60, 30, 5
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 4, FlushRows: flushRows, FlushInterval: time.Hour})
+	rs := record(e)
+	id := e.splitProducts("groups", "{{id}} {{name}}", rows, batchSize).TaskID
+	task := e.runToCompletion(context.Background(), id)
+	if task.State != store.TaskSucceeded || task.RowsSucceeded != rows {
+		t.Fatalf("task %s with %d rows succeeded, want SUCCEEDED with %d", task.State, task.RowsSucceeded, rows)
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	written := 0
+	for _, n := range rs.groups {
+		written += n
+		if n > store.MaxSaveRows {
+			t.Errorf("a group of %d rows, more than MaxSaveRows %d", n, store.MaxSaveRows)
+		}
+	}
+	if written != rows {
+		t.Errorf("%d row results written in groups %v, want %d", written, rs.groups, rows)
+	}
+	if max := rows / flushRows; len(rs.groups) > max {
+		t.Errorf("%d writes for %d rows (groups %v), want at most %d", len(rs.groups), rows, rs.groups, max)
+	}
+	if rs.cached != rows {
+		t.Errorf("%d cache entries written with the results, want %d", rs.cached, rows)
+	}
+	if want := rows / batchSize; rs.lookups != want || rs.lookedUp != rows {
+		t.Errorf("%d cache reads for %d keys, want %d reads (one per batch) for %d keys", rs.lookups, rs.lookedUp, want, rows)
+	}
+
+	// A second task of the same prompts is answered from the cache in one
+	// read per batch, without a model call.
+	calls := atomic.Int32{}
+	e.gen.Provider = providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		calls.Add(1)
+		return llm.Response{Text: "fresh"}, nil
+	})
+	rs.groups, rs.lookups, rs.lookedUp = nil, 0, 0
+	rs.mu.Unlock()
+	id2 := e.splitProducts("groups again", "{{id}} {{name}}", rows, batchSize).TaskID
+	task = e.runToCompletion(context.Background(), id2)
+	rs.mu.Lock()
+	if task.RowsSucceeded != rows || calls.Load() != 0 {
+		t.Errorf("second task: %d rows succeeded after %d model calls, want %d from the cache", task.RowsSucceeded, calls.Load(), rows)
+	}
+	if rs.lookups != rows/batchSize {
+		t.Errorf("second task: %d cache reads, want %d", rs.lookups, rows/batchSize)
+	}
+}
+
+// TestFlushIntervalWritesALoneResult: a result that finds no company is
+// written after FlushInterval, while the rest of its batch is still
+// running.
+func TestFlushIntervalWritesALoneResult(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var first atomic.Bool
+	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		if first.CompareAndSwap(false, true) {
+			return llm.Response{Text: "first"}, nil
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return llm.Response{}, ctx.Err()
+		}
+		return llm.Response{Text: "later"}, nil
+	})
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2, FlushRows: 10, FlushInterval: 20 * time.Millisecond})
+	rs := record(e)
+	saved := make(chan int, 16)
+	rs.onSave = func(p store.SaveRowResultsParams) { saved <- len(p.Rows) }
+	id := e.splitProducts("lone", "{{id}}", 6, 6).TaskID
+	done := make(chan store.Task, 1)
+	go func() { done <- e.runToCompletion(context.Background(), id) }()
+	select {
+	case n := <-saved:
+		if n != 1 {
+			t.Errorf("the first write had %d rows, want the lone first result", n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lone result was never written while its batch ran")
+	}
+	close(gate)
+	if task := <-done; task.RowsSucceeded != 6 {
+		t.Errorf("%d rows succeeded, want 6", task.RowsSucceeded)
+	}
+}
