@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
@@ -238,33 +239,33 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	task, err := st.TransitionTask(ctx, store.TransitionTaskParams{
-		ID: id, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskCancelled,
-		Error: "cancelled by operator", Now: time.Now(),
-	})
-	st.Close()
+	defer st.Close()
+	// With the lock free no run is working the task: the partial result is
+	// written now. Otherwise the run sees the cancel and writes it.
+	var exports pipeline.ExportStarter
+	data, lockErr := openDataDir(dir, "")
+	if lockErr == nil {
+		defer data.close()
+		exports = &pipeline.Exporter{Store: data.store, Blobs: data.blobs, Clock: clock.Real{}}
+	}
+	_, err = pipeline.Cancel(ctx, st, pipeline.CancelParams{TaskID: id, Reason: "cancelled by operator", Now: time.Now(), Exports: exports})
+	var state *pipeline.StateError
+	var export *pipeline.ExportNotStartedError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s", id, dir)}
-	case errors.Is(err, store.ErrConflict):
-		return &exitError{code: exitRejected, err: fmt.Errorf("task %s cannot be cancelled: %v", id, err)}
+		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
+	case errors.As(err, &state):
+		return &exitError{code: exitRejected, err: state}
+	case errors.As(err, &export):
+		return fmt.Errorf("%w; the task stays cancelled: run batchgen cancel again, or batchgen retry %s", export, id)
 	case err != nil:
-		return fmt.Errorf("cancel %s: %w", id, err)
+		return err
 	}
-	// With the lock free no run is working the task: write the partial
-	// result now. Otherwise the run sees the cancel and writes it.
-	data, err := openDataDir(dir, "")
-	if err != nil {
+	if exports == nil {
 		fmt.Fprintf(stdout, "task %s cancelled; the running batchgen finishes the rows in flight and writes the partial result\n", id)
 		return nil
 	}
-	defer data.close()
-	exporter := &pipeline.Exporter{Store: data.store, Blobs: data.blobs}
-	task, err = exporter.Export(ctx, task.ID)
-	if err != nil {
-		return fmt.Errorf("task %s cancelled, but exporting the partial result failed: %w", id, err)
-	}
-	path, _ := data.blobs.Path(task.ResultKey)
+	path, _ := data.blobs.Path(pipeline.ResultKey(id))
 	fmt.Fprintf(stdout, "task %s cancelled; partial result: %s\n", id, path)
 	return nil
 }
@@ -305,48 +306,45 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	if _, err := os.Stat(filepath.Join(dir, "batchgen.db")); err != nil {
 		return &exitError{code: exitRejected, err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
 	}
+	if j.opts.out != "" && !strings.EqualFold(filepath.Ext(j.opts.out), ".xlsx") {
+		return &exitError{code: exitRejected, err: fmt.Errorf("--out %s: use a name ending in .xlsx", j.opts.out)}
+	}
 	j.opts.dataDir = dir
 	if j.data, err = openDataDir(dir, ""); err != nil {
 		return err
 	}
 	defer j.close()
-	task, err := j.data.store.GetTask(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
-	} else if err != nil {
-		return fmt.Errorf("read task %s: %w", id, err)
-	}
-	if task.Spec.Provider != o.provider.name || task.Spec.Model != o.provider.modelName() {
-		return &exitError{code: exitRejected, err: fmt.Errorf("task %s ran with --provider %s --model %s; retry with the same (the endpoint and key may differ)", id, task.Spec.Provider, task.Spec.Model)}
-	}
-	if j.opts.out == "" {
-		j.opts.out = filepath.Join(filepath.Dir(filepath.Clean(dir)), strings.TrimSuffix(task.Source, filepath.Ext(task.Source))+".result.xlsx")
-	}
-	if !strings.EqualFold(filepath.Ext(j.opts.out), ".xlsx") {
-		return &exitError{code: exitRejected, err: fmt.Errorf("--out %s: use a name ending in .xlsx", j.opts.out)}
-	}
 	if err := j.openEngine(id); err != nil {
 		return err
 	}
-	if !task.State.Final() {
-		// A run died midway: retry just continues it.
-		if err := j.recover(ctx, task); err != nil {
-			return err
+	outcome, err := pipeline.Retry(ctx, j.data.store, j.queue, pipeline.RetryParams{
+		TaskID: id, ErrorClass: errorClass, Provider: o.provider.name, Model: o.provider.modelName(), Now: time.Now(),
+	})
+	var state *pipeline.StateError
+	var mismatch *pipeline.MismatchError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
+	case errors.As(err, &state):
+		return &exitError{code: exitRejected, err: state}
+	case errors.As(err, &mismatch):
+		return &exitError{code: exitRejected, err: mismatch}
+	case err != nil:
+		return err
+	}
+	task := outcome.Task
+	if j.opts.out == "" {
+		j.opts.out = filepath.Join(filepath.Dir(filepath.Clean(dir)), strings.TrimSuffix(task.Source, filepath.Ext(task.Source))+".result.xlsx")
+	}
+	switch {
+	case outcome.Resumed:
+		if !o.quiet {
+			fmt.Fprintf(stderr, "batchgen: task %s was stopped midway; continuing it\n", id)
 		}
-	} else {
-		reopened, n, err := pipeline.Reopen(ctx, j.data.store, j.queue, id, errorClass, time.Now())
-		if errors.Is(err, store.ErrConflict) {
-			return &exitError{code: exitRejected, err: err}
-		}
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			fmt.Fprintf(stderr, "batchgen: task %s has no failed rows%s to retry; writing its result again\n", id, classSuffix(errorClass))
-		} else if !o.quiet {
-			fmt.Fprintf(stderr, "batchgen: retrying task %s: %d batch(es) with failed rows%s\n", id, n, classSuffix(errorClass))
-		}
-		task = reopened
+	case outcome.Batches == 0:
+		fmt.Fprintf(stderr, "batchgen: task %s has no failed rows%s to retry; writing its result again\n", id, classSuffix(errorClass))
+	case !o.quiet:
+		fmt.Fprintf(stderr, "batchgen: retrying task %s: %d batch(es) with failed rows%s\n", id, outcome.Batches, classSuffix(errorClass))
 	}
 	return j.complete(ctx, task, stdout)
 }

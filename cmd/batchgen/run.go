@@ -377,30 +377,14 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 
 // recover makes a task whose previous run was killed runnable at once: this
 // process holds the data directory's lock, so every RUNNING lease belongs to
-// a dead process. Its batches are released and every unfinished batch gets a
-// fresh message (duplicates are harmless: claims are conditional).
+// a dead process (pipeline.Resume).
 func (j *runJob) recover(ctx context.Context, task store.Task) error {
-	batches, err := j.data.store.ListBatches(ctx, store.ListBatchesParams{TaskID: task.ID, States: []store.BatchState{store.BatchPending, store.BatchRunning}})
+	n, err := pipeline.Resume(ctx, j.data.store, j.queue, task.ID, time.Now())
 	if err != nil {
-		return fmt.Errorf("recover task %s: list batches: %w", task.ID, err)
+		return err
 	}
-	msgs := make([]queue.Outgoing, 0, len(batches))
-	for _, b := range batches {
-		if b.State == store.BatchRunning {
-			err := j.data.store.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: task.ID, BatchNo: b.No, Attempt: b.Attempt, LastError: "previous run stopped", Now: time.Now()})
-			if err != nil && !errors.Is(err, store.ErrConflict) {
-				return fmt.Errorf("recover task %s: release batch %d: %w", task.ID, b.No, err)
-			}
-		}
-		msgs = append(msgs, queue.Outgoing{Body: pipeline.EncodeBatchMessage(task.ID, b.No)})
-	}
-	for start := 0; start < len(msgs); start += 10 {
-		if err := j.queue.Send(ctx, msgs[start:min(start+10, len(msgs))]); err != nil {
-			return fmt.Errorf("recover task %s: enqueue: %w", task.ID, err)
-		}
-	}
-	if len(batches) > 0 {
-		j.logger.Info("recovered unfinished batches", "task", task.ID, "batches", len(batches))
+	if n > 0 {
+		j.logger.Info("recovered unfinished batches", "task", task.ID, "batches", n)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batchgen/batchgen/internal/blob"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/prompt"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
@@ -275,32 +276,28 @@ func (s *server) cancelTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no task "+strconv.Quote(id))
 		return
 	}
-	ctx := r.Context()
-	task, err := s.cfg.Store.TransitionTask(ctx, store.TransitionTaskParams{
-		ID: id, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskCancelled,
-		Error: "cancelled through the API", Now: s.cfg.Clock.Now(),
+	var exports pipeline.ExportStarter
+	if s.cfg.Exports != nil {
+		exports = s.cfg.Exports
+	}
+	task, err := pipeline.Cancel(r.Context(), s.cfg.Store, pipeline.CancelParams{
+		TaskID: id, Reason: "cancelled through the API", Now: s.cfg.Clock.Now(), Exports: exports,
 	})
+	var state *pipeline.StateError
+	var export *pipeline.ExportNotStartedError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", "no task "+strconv.Quote(id))
 		return
-	case errors.Is(err, store.ErrConflict):
-		cur, gerr := s.cfg.Store.GetTask(ctx, id)
-		if gerr != nil {
-			s.internalError(w, r, "get task", gerr)
-			return
-		}
-		writeError(w, http.StatusConflict, "conflict", "task "+id+" is "+string(cur.State)+"; only a pending or running task can be cancelled")
+	case errors.As(err, &state):
+		writeError(w, http.StatusConflict, "conflict", state.Error())
 		return
+	case errors.As(err, &export):
+		// The task is cancelled; the sweeper starts the export later.
+		s.cfg.Logger.Warn("start export of a cancelled task failed; the sweeper will retry", "task", id, "error", export.Err)
 	case err != nil:
 		s.internalError(w, r, "cancel task", err)
 		return
-	}
-	if s.cfg.Exports != nil {
-		if err := s.cfg.Exports.StartExport(ctx, id); err != nil {
-			// The task is cancelled; the sweeper starts the export later.
-			s.cfg.Logger.Warn("start export of a cancelled task failed; the sweeper will retry", "task", id, "error", err)
-		}
 	}
 	writeJSON(w, http.StatusAccepted, viewOf(task))
 }

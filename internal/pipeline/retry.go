@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,29 +17,137 @@ type Reopener interface {
 	// ReopenTask resets the FAILED rows of class errorClass (all failed rows
 	// when empty) to PENDING with a fresh attempt budget, reopens their
 	// batches and the task, and returns the task with the batch numbers to
-	// enqueue; none when there is nothing to run.
+	// enqueue; none when there is nothing to run. A task that is not
+	// SUCCEEDED, PARTIAL or CANCELLED is store.ErrConflict.
 	ReopenTask(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, []int, error)
 }
+
+// reopenable are the states whose failed rows Reopen can rerun.
+var reopenable = []store.TaskState{store.TaskSucceeded, store.TaskPartial, store.TaskCancelled}
 
 // Reopen re-queues a finished task's failed rows: succeeded rows keep their
 // results (they are not billed again) and the cache still answers prompts
 // seen before. It returns the reopened task and how many batches were
-// enqueued; zero means there was nothing to retry.
+// enqueued; zero means there was nothing to retry. A task in another state
+// (FAILED: rejected input or a failed export) is a *StateError.
 func Reopen(ctx context.Context, r Reopener, q queue.Queue, taskID, errorClass string, now time.Time) (store.Task, int, error) {
 	task, batches, err := r.ReopenTask(ctx, taskID, errorClass, now)
+	if errors.Is(err, store.ErrConflict) {
+		if st, ok := r.(store.Store); ok {
+			if cur, gerr := st.GetTask(ctx, taskID); gerr == nil {
+				return cur, 0, &StateError{Task: cur, Action: "retried", Allowed: reopenable}
+			}
+		}
+	}
 	if err != nil {
 		return store.Task{}, 0, fmt.Errorf("reopen task %s: %w", taskID, err)
 	}
-	msgs := make([]queue.Outgoing, 0, sendChunk)
-	for i, no := range batches {
-		msgs = append(msgs, queue.Outgoing{Body: EncodeBatchMessage(taskID, no)})
-		if len(msgs) == sendChunk || i == len(batches)-1 {
-			if err := q.Send(ctx, msgs); err != nil {
-				// The batches are PENDING; the sweeper re-enqueues them.
-				return task, 0, fmt.Errorf("reopen task %s: enqueue: %w", taskID, err)
-			}
-			msgs = msgs[:0]
-		}
+	if err := q.Send(ctx, batchMessages(taskID, batches)); err != nil {
+		// The batches are PENDING; the sweeper re-enqueues them.
+		return task, 0, fmt.Errorf("reopen task %s: enqueue: %w", taskID, err)
 	}
 	return task, len(batches), nil
+}
+
+func batchMessages(taskID string, batches []int) []queue.Outgoing {
+	msgs := make([]queue.Outgoing, len(batches))
+	for i, no := range batches {
+		msgs[i] = queue.Outgoing{Body: EncodeBatchMessage(taskID, no)}
+	}
+	return msgs
+}
+
+// Resume makes an unfinished task whose workers are known to be dead (the
+// embedded runtime holds its data directory's lock, so no other process
+// works it) runnable at once, instead of waiting for leases and visibility
+// timeouts to run out: every RUNNING batch is released and every unfinished
+// batch gets a fresh message (duplicates are harmless: claims are
+// conditional). It returns how many batches were re-enqueued.
+func Resume(ctx context.Context, st store.Store, q queue.Queue, taskID string, now time.Time) (int, error) {
+	batches, err := st.ListBatches(ctx, store.ListBatchesParams{TaskID: taskID, States: []store.BatchState{store.BatchPending, store.BatchRunning}})
+	if err != nil {
+		return 0, fmt.Errorf("resume task %s: list batches: %w", taskID, err)
+	}
+	nos := make([]int, 0, len(batches))
+	for _, b := range batches {
+		if b.State == store.BatchRunning {
+			err := st.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: taskID, BatchNo: b.No, Attempt: b.Attempt, LastError: "previous run stopped", Now: now})
+			if err != nil && !errors.Is(err, store.ErrConflict) {
+				return 0, fmt.Errorf("resume task %s: release batch %d: %w", taskID, b.No, err)
+			}
+		}
+		nos = append(nos, b.No)
+	}
+	if err := q.Send(ctx, batchMessages(taskID, nos)); err != nil {
+		return 0, fmt.Errorf("resume task %s: enqueue: %w", taskID, err)
+	}
+	return len(nos), nil
+}
+
+// RetryStore is what Retry needs of a store: the port and reopening.
+type RetryStore interface {
+	store.Store
+	Reopener
+}
+
+// RetryParams say which task to retry and with what.
+type RetryParams struct {
+	TaskID string
+	// ErrorClass limits the retry to rows that failed with this class;
+	// empty retries every failed row.
+	ErrorClass string
+	// Provider and Model are what the retry would call. They must be the
+	// task's own: the cache and the result columns are per model.
+	Provider, Model string
+	// Now is the time of the retry.
+	Now time.Time
+}
+
+// RetryOutcome says what Retry did.
+type RetryOutcome struct {
+	// Task is the task as reopened (or as found, when resumed).
+	Task store.Task
+	// Resumed is set when the task was unfinished: its run stopped midway
+	// and the retry just continues it.
+	Resumed bool
+	// Batches is how many batches were enqueued; zero for a finished task
+	// with no failed rows to retry (its result can simply be written again).
+	Batches int
+}
+
+// MismatchError is a retry asked of another provider or model than the
+// task ran with.
+type MismatchError struct {
+	Task            store.Task
+	Provider, Model string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("task %s ran with --provider %s --model %s, not %s %s; retry with the same (the endpoint and key may differ)",
+		e.Task.ID, e.Task.Spec.Provider, e.Task.Spec.Model, e.Provider, e.Model)
+}
+
+// Retry puts a task back to work for the embedded runtime: an unfinished
+// task (its run was killed) is resumed; a finished one has its failed rows
+// reopened (see Reopen). The caller holds the only workers of the task and
+// runs them afterwards. An unknown task is store.ErrNotFound, a task in a
+// state that cannot be retried a *StateError, another provider or model a
+// *MismatchError.
+func Retry(ctx context.Context, st RetryStore, q queue.Queue, p RetryParams) (RetryOutcome, error) {
+	task, err := st.GetTask(ctx, p.TaskID)
+	if err != nil {
+		return RetryOutcome{}, fmt.Errorf("retry task %s: %w", p.TaskID, err)
+	}
+	if task.Spec.Provider != p.Provider || task.Spec.Model != p.Model {
+		return RetryOutcome{Task: task}, &MismatchError{Task: task, Provider: p.Provider, Model: p.Model}
+	}
+	if !task.State.Final() {
+		n, err := Resume(ctx, st, q, task.ID, p.Now)
+		return RetryOutcome{Task: task, Resumed: true, Batches: n}, err
+	}
+	reopened, n, err := Reopen(ctx, st, q, task.ID, p.ErrorClass, p.Now)
+	if err != nil {
+		return RetryOutcome{Task: reopened}, err
+	}
+	return RetryOutcome{Task: reopened, Batches: n}, nil
 }

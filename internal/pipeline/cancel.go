@@ -1,0 +1,135 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// StateError is an operator action refused because of the task's state:
+// cancelling a finished task, retrying a failed one. Its message names the
+// state and what would be allowed, for the user as is. It matches
+// store.ErrConflict with errors.Is.
+type StateError struct {
+	// Task is the task as it is now.
+	Task store.Task
+	// Action is what was refused, e.g. "cancelled" or "retried".
+	Action string
+	// Allowed are the states in which Action is possible.
+	Allowed []store.TaskState
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("task %s is %s; only a %s task can be %s", e.Task.ID, e.Task.State, joinStates(e.Allowed), e.Action)
+}
+
+// Is makes a StateError match store.ErrConflict.
+func (e *StateError) Is(target error) bool { return target == store.ErrConflict }
+
+func joinStates(states []store.TaskState) string {
+	names := make([]string, len(states))
+	for i, s := range states {
+		names[i] = lowerState(s)
+	}
+	switch len(names) {
+	case 0:
+		return "?"
+	case 1:
+		return names[0]
+	}
+	out := names[0]
+	for _, n := range names[1 : len(names)-1] {
+		out += ", " + n
+	}
+	return out + " or " + names[len(names)-1]
+}
+
+func lowerState(s store.TaskState) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// ExportNotStartedError is a task that was cancelled but whose partial
+// result could not be started or written. The task stays CANCELLED and the
+// sweeper (or a later export) writes the result; callers report it.
+type ExportNotStartedError struct {
+	Task store.Task
+	Err  error
+}
+
+func (e *ExportNotStartedError) Error() string {
+	return fmt.Sprintf("task %s is cancelled, but exporting its partial result failed: %v", e.Task.ID, e.Err)
+}
+func (e *ExportNotStartedError) Unwrap() error { return e.Err }
+
+// cancellable are the states a task can be cancelled from.
+var cancellable = []store.TaskState{store.TaskPending, store.TaskRunning}
+
+// CancelParams say which task to cancel and why.
+type CancelParams struct {
+	TaskID string
+	// Reason is recorded as the task's error, e.g. "cancelled by operator".
+	Reason string
+	// Now is the time of the cancel.
+	Now time.Time
+	// Exports, when non-nil, starts the export of the partial result at
+	// once. Leave it nil when a running worker will export it (it sees the
+	// cancel) or when the sweeper should.
+	Exports ExportStarter
+}
+
+// Cancel stops a task: no new row starts (running batches see the state and
+// stop claiming rows), rows in flight finish, and the export writes a
+// partial result that marks the rows that never ran not_started. An unknown
+// task is store.ErrNotFound; a task that is no longer pending or running is
+// a *StateError. When the export cannot be started the task is still
+// cancelled and the error is an *ExportNotStartedError.
+func Cancel(ctx context.Context, st store.Store, p CancelParams) (store.Task, error) {
+	var task store.Task
+	for attempt := 1; ; attempt++ {
+		var err error
+		task, err = st.TransitionTask(ctx, store.TransitionTaskParams{
+			ID: p.TaskID, From: cancellable, To: store.TaskCancelled, Error: p.Reason, Now: p.Now,
+		})
+		if err == nil {
+			break
+		}
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return store.Task{}, fmt.Errorf("cancel task %s: %w", p.TaskID, store.ErrNotFound)
+		case errors.Is(err, store.ErrConflict):
+			cur, gerr := st.GetTask(ctx, p.TaskID)
+			if gerr != nil {
+				return store.Task{}, fmt.Errorf("cancel task %s: read its state: %w", p.TaskID, gerr)
+			}
+			if !slices.Contains(cancellable, cur.State) || attempt == 3 {
+				return cur, &StateError{Task: cur, Action: "cancelled", Allowed: cancellable}
+			}
+			// It moved under us (PENDING -> RUNNING): try again.
+		default:
+			return store.Task{}, fmt.Errorf("cancel task %s: %w", p.TaskID, err)
+		}
+	}
+	if p.Exports != nil {
+		if err := p.Exports.StartExport(ctx, p.TaskID); err != nil {
+			return task, &ExportNotStartedError{Task: task, Err: err}
+		}
+	}
+	return task, nil
+}
+
+// StartExport runs the export in-process, for callers that have no
+// separate export trigger (the embedded runtime with no run active).
+func (e *Exporter) StartExport(ctx context.Context, taskID string) error {
+	_, err := e.Export(ctx, taskID)
+	return err
+}
