@@ -3,11 +3,12 @@
 //
 // The AWS adapters (DynamoDB store, SQS queue, S3 blobs, Step Functions
 // export trigger) are tested against moto server started by
-// infra/emulator/start.sh, which prints AWS_ENDPOINT_URL; any emulator that
-// speaks the AWS APIs works, LocalStack included. Provision reads the
-// deployment template itself rather than a copy of its settings, so a
-// template that disagrees with the code fails the adapters' tests instead of
-// a deployment.
+// infra/emulator/start.sh, which prints AWS_ENDPOINT_URL. Provision deploys
+// the deployment template itself, rather than a copy of its settings,
+// through the emulator's CloudFormation (the SAM translation, as
+// `sam deploy` submits it), so a template that disagrees with the code
+// fails the adapters' tests instead of a deployment. Provision needs the
+// project's Python virtualenv (infra/venv.sh) for the SAM translator.
 //
 // The package is plain Go so that `go vet ./...` sees it; tests that need the
 // emulator carry the build tag `emulator` and fail, never skip, when

@@ -154,7 +154,10 @@ func TestProvisionMatchesTemplate(t *testing.T) {
 			},
 			TTL:  "expires_at",
 			PITR: "ENABLED",
-			SSE:  "ENABLED",
+			// moto's CloudFormation drops SSESpecification and moto has no
+			// call to turn it on later (TestMotoCloudFormationGaps);
+			// TestTemplateTable checks that the template declares it.
+			SSE: "",
 		}
 		if diff := cmp.Diff(want, describeTable(t, cfg, res.TableName)); diff != "" {
 			t.Errorf("table mismatch (-want +got):\n%s", diff)
@@ -424,8 +427,12 @@ func TestProvisionFollowsTemplateEdits(t *testing.T) {
 				if err != nil {
 					t.Fatalf("DescribeStateMachine: %v", err)
 				}
-				want := `{"StartAt": "Done", "States": {"Done": {"Type": "Pass", "Result": "` + res.TableName + `", "End": true}}}`
-				if diff := cmp.Diff(want, aws.ToString(out.Definition)); diff != "" {
+				want := map[string]any{"StartAt": "Done", "States": map[string]any{"Done": map[string]any{"Type": "Pass", "Result": res.TableName, "End": true}}}
+				var got map[string]any
+				if err := json.Unmarshal([]byte(aws.ToString(out.Definition)), &got); err != nil {
+					t.Fatalf("definition: %v", err)
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
 					t.Errorf("definition mismatch (-want +got):\n%s", diff)
 				}
 			},

@@ -318,8 +318,7 @@ func TestTemplateTable(t *testing.T) {
 		got.Keys = append(got.Keys, *k.AttributeName+" "+string(k.KeyType))
 	}
 	for _, raw := range props["GlobalSecondaryIndexes"].([]any) {
-		p := &provisioner{}
-		g, err := p.gsi(raw)
+		g, err := parseGSI(raw)
 		if err != nil {
 			t.Fatal(err)
 		}

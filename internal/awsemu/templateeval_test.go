@@ -5,16 +5,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 )
 
-// template is the part of a CloudFormation/SAM template that provisioning
-// reads. Values are plain Go trees (map[string]any, []any, string, int,
+// template is a CloudFormation/SAM template as the template checks
+// (template_test.go) read it: they assert what template.yaml declares
+// without the emulator or Python, so this small evaluator of its intrinsic
+// functions lives with the tests. Provision itself hands the SAM
+// translation to the emulator's CloudFormation. Values are plain Go trees (map[string]any, []any, string, int,
 // float64, bool, nil); intrinsic functions are kept in their long form
 // ({"Ref": x}, {"Fn::Sub": x}, ...) whether the file used !Ref or Ref.
 type template struct {
@@ -434,9 +435,6 @@ func (e *evaluator) ref(id string) (any, error) {
 	return nil, fmt.Errorf("Ref %s: no such parameter or resource", id)
 }
 
-// subVar matches ${Name}, ${Resource.Attr} and the escape ${!Literal}.
-var subVar = regexp.MustCompile(`\$\{([^}]*)\}`)
-
 func (e *evaluator) sub(arg any) (any, error) {
 	var (
 		text string
@@ -588,62 +586,4 @@ func (e *evaluator) enabled(r resource) (bool, error) {
 		return true, nil
 	}
 	return e.condition(r.condition)
-}
-
-// scalarString renders a resolved scalar the way CloudFormation would
-// substitute it into a string.
-func scalarString(v any) (string, error) {
-	switch x := v.(type) {
-	case string:
-		return x, nil
-	case int:
-		return strconv.Itoa(x), nil
-	case int64:
-		return strconv.FormatInt(x, 10), nil
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64), nil
-	case bool:
-		return strconv.FormatBool(x), nil
-	default:
-		return "", fmt.Errorf("value %v (%T) is not a scalar", v, v)
-	}
-}
-
-// toInt converts a resolved scalar (CloudFormation allows "5" and 5) to an int64.
-func toInt(v any) (int64, error) {
-	switch x := v.(type) {
-	case int:
-		return int64(x), nil
-	case int64:
-		return x, nil
-	case float64:
-		if x != float64(int64(x)) {
-			return 0, fmt.Errorf("%v is not an integer", x)
-		}
-		return int64(x), nil
-	case string:
-		n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%q is not an integer", x)
-		}
-		return n, nil
-	default:
-		return 0, fmt.Errorf("%v (%T) is not an integer", v, v)
-	}
-}
-
-// toBool converts a resolved scalar (true or "true") to a bool.
-func toBool(v any) (bool, error) {
-	switch x := v.(type) {
-	case bool:
-		return x, nil
-	case string:
-		b, err := strconv.ParseBool(x)
-		if err != nil {
-			return false, fmt.Errorf("%q is not a boolean", x)
-		}
-		return b, nil
-	default:
-		return false, fmt.Errorf("%v (%T) is not a boolean", v, v)
-	}
 }
