@@ -197,6 +197,9 @@ func summarize(ctx context.Context, st store.Store, task store.Task, stats *runS
 func (s runSummary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "task      %s  %s\n", s.task.ID, s.task.State)
+	if s.task.Encoding != "" {
+		fmt.Fprintf(&b, "input     %s  (%s)\n", s.task.Source, s.task.Encoding)
+	}
 	fmt.Fprintf(&b, "rows      %d  (succeeded %d, failed %d, skipped %d, cached %d)\n",
 		s.counts.total, s.counts.succeeded, s.counts.failed, s.counts.skipped, s.counts.cached)
 	fmt.Fprintf(&b, "requests  %d this run  (rate limited %d, errors %d)\n",

@@ -31,6 +31,7 @@ type runOptions struct {
 	prompt, promptF  string
 	system           string
 	sheetName        string
+	encoding         string
 	dataDir          string
 	batchSize        int
 	maxRows          int
@@ -61,6 +62,7 @@ func (o *runOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.promptF, "prompt-file", "", "file holding the prompt template")
 	fs.StringVar(&o.system, "system", "", "system prompt")
 	fs.StringVar(&o.sheetName, "sheet", "", "input sheet name; default the first visible sheet not named \"prompt\"")
+	fs.StringVar(&o.encoding, "encoding", "", "text encoding of a CSV input: utf-8, windows-1252 (latin1), gb18030 (gbk), big5, shift_jis, ...; default: detected")
 	fs.StringVar(&o.dataDir, "data", "", "state directory (SQLite database, result blobs); default .batchgen beside the input")
 	fs.IntVar(&o.batchSize, "batch-size", pipeline.DefaultBatchSize, "rows per batch")
 	fs.IntVar(&o.maxRows, "max-rows", 200_000, "reject inputs with more data rows than this")
@@ -237,11 +239,15 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return &exitError{code: exitRejected, err: fmt.Errorf("input %s: %w", o.in, err)}
 	}
-	taskID := pipeline.DeriveTaskID(identity+"|sheet="+o.sheetName+"|max-rows="+fmt.Sprint(o.maxRows), j.spec)
+	identity += "|sheet=" + o.sheetName + "|max-rows=" + fmt.Sprint(o.maxRows)
+	if o.encoding != "" {
+		identity += "|encoding=" + strings.ToLower(o.encoding) // another reading of the same bytes is another task
+	}
+	taskID := pipeline.DeriveTaskID(identity, j.spec)
 
 	params := pipeline.SplitParams{
 		TaskID: taskID, Path: o.in, Source: filepath.Base(o.in), Spec: j.spec, Sheet: o.sheetName,
-		Limits: sheet.Limits{MaxRows: o.maxRows},
+		Encoding: o.encoding, Limits: sheet.Limits{MaxRows: o.maxRows},
 	}
 	// Validate before touching the data directory: rejected input writes
 	// nothing but the error.
@@ -284,7 +290,11 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		if existed {
 			verb = "continuing"
 		}
-		fmt.Fprintf(j.stderr, "batchgen: %s task %s: %d rows in %d batches (data: %s)\n", verb, task.ID, task.RowsTotal, task.BatchesTotal, j.data.dir)
+		read := ""
+		if task.Encoding != "" {
+			read = ", read as " + task.Encoding
+		}
+		fmt.Fprintf(j.stderr, "batchgen: %s task %s: %d rows in %d batches%s (data: %s)\n", verb, task.ID, task.RowsTotal, task.BatchesTotal, read, j.data.dir)
 	}
 	if existed && !task.State.Final() {
 		if err := j.recover(ctx, task); err != nil {

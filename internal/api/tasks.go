@@ -71,6 +71,7 @@ type TaskView struct {
 	State         string `json:"state"`
 	Source        string `json:"source,omitempty"`
 	Sheet         string `json:"sheet,omitempty"`
+	Encoding      string `json:"encoding,omitempty"`
 	Provider      string `json:"provider,omitempty"`
 	Model         string `json:"model,omitempty"`
 	RowsTotal     int    `json:"rows_total"`
@@ -373,7 +374,7 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) {
 
 func viewOf(t store.Task) TaskView {
 	v := TaskView{
-		TaskID: t.ID, State: string(t.State), Source: t.Source, Sheet: t.Sheet,
+		TaskID: t.ID, State: string(t.State), Source: t.Source, Sheet: t.Sheet, Encoding: t.Encoding,
 		Provider: t.Spec.Provider, Model: t.Spec.Model,
 		RowsTotal: t.RowsTotal, RowsSucceeded: t.RowsSucceeded, RowsFailed: t.RowsFailed, RowsSkipped: t.RowsSkipped,
 		BatchesDone: t.BatchesDone, BatchesTotal: t.BatchesTotal, Error: t.Error,

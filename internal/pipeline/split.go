@@ -50,6 +50,8 @@ type SplitParams struct {
 	Spec store.TaskSpec
 	// Sheet selects the input sheet; empty takes the first visible one.
 	Sheet string
+	// Encoding names the text encoding of a CSV input; empty detects it (see sheet.Options.Encoding).
+	Encoding string
 	// Limits bound the input; zero fields take sheet's defaults.
 	Limits sheet.Limits
 	// Validated, when non-nil, is the result of Validate(p) run just
@@ -70,7 +72,7 @@ type Validated struct {
 // syntax and that every placeholder names a column. Bad input returns
 // *RejectedError.
 func Validate(p SplitParams) (Validated, error) {
-	opts := sheet.Options{Sheet: p.Sheet, Limits: p.Limits, DisplayName: p.Source}
+	opts := sheet.Options{Sheet: p.Sheet, Limits: p.Limits, DisplayName: p.Source, Encoding: p.Encoding}
 	summary, err := sheet.Validate(p.Path, opts)
 	if err != nil {
 		return Validated{}, rejectIfInput(err)
@@ -110,7 +112,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		return store.Task{}, fmt.Errorf("split %s: look up task: %w", p.TaskID, err)
 	}
 
-	opts := sheet.Options{Sheet: p.Sheet, Limits: p.Limits, DisplayName: p.Source}
+	opts := sheet.Options{Sheet: p.Sheet, Limits: p.Limits, DisplayName: p.Source, Encoding: p.Encoding}
 	v := p.Validated
 	if v == nil {
 		checked, err := Validate(p)
@@ -129,6 +131,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		Spec:         spec,
 		Source:       p.Source,
 		Sheet:        summary.Sheet,
+		Encoding:     summary.Encoding,
 		Header:       summary.Header,
 		RowsTotal:    summary.Rows,
 		BatchesTotal: batches,
@@ -161,7 +164,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("split %s: start task: %w", task.ID, err)
 	}
-	s.logger().Info("task split", "task", t.ID, "source", t.Source, "rows", t.RowsTotal, "batches", t.BatchesTotal)
+	s.logger().Info("task split", "task", t.ID, "source", t.Source, "encoding", t.Encoding, "rows", t.RowsTotal, "batches", t.BatchesTotal)
 	return t, nil
 }
 

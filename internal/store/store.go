@@ -101,6 +101,9 @@ type Task struct {
 	Source string
 	// Sheet is the name of the input sheet the rows came from.
 	Sheet string
+	// Encoding is the text encoding a CSV input was read with ("utf-8", "windows-1252", "gb18030", ...), detected
+	// or as asked for; "" for xlsx input.
+	Encoding string
 	// Header holds the input column names in input order.
 	Header []string
 

@@ -60,6 +60,7 @@ type taskItem struct {
 	Spec          string   `dynamodbav:"spec"`
 	Source        string   `dynamodbav:"source,omitempty"`
 	Sheet         string   `dynamodbav:"sheet,omitempty"`
+	Encoding      string   `dynamodbav:"encoding,omitempty"`
 	Header        []string `dynamodbav:"header,omitempty"`
 	RowsTotal     int      `dynamodbav:"rows_total"`
 	BatchesTotal  int      `dynamodbav:"batches_total"`
@@ -163,6 +164,7 @@ func taskToItem(t store.Task) (taskItem, error) {
 		Spec:          string(spec),
 		Source:        t.Source,
 		Sheet:         t.Sheet,
+		Encoding:      t.Encoding,
 		Header:        t.Header,
 		RowsTotal:     t.RowsTotal,
 		BatchesTotal:  t.BatchesTotal,
@@ -190,6 +192,7 @@ func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 		State:         store.TaskState(it.State),
 		Source:        it.Source,
 		Sheet:         it.Sheet,
+		Encoding:      it.Encoding,
 		Header:        it.Header,
 		RowsTotal:     it.RowsTotal,
 		BatchesTotal:  it.BatchesTotal,

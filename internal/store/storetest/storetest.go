@@ -243,6 +243,7 @@ func testTaskRoundTrip(t *testing.T, s store.Store) {
 				},
 				Source:        "incoming/商品.xlsx",
 				Sheet:         "Products",
+				Encoding:      "windows-1252",
 				Header:        []string{"name", "category", "价格", ""},
 				RowsTotal:     5000,
 				BatchesTotal:  100,
