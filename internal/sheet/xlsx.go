@@ -79,7 +79,9 @@ func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error
 		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
 	}
 	parts := sheetParts(zr)
-	escapes, err := checkXMLParts(zr, parts, xf.CharsetReader)
+	nf := newNumFormatter(xf)
+	escapes, err := checkXMLParts(zr, parts, nf, xf.CharsetReader)
+	nf.close()
 	if err != nil {
 		_ = xf.Close()
 		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
@@ -165,10 +167,11 @@ func verifyEntries(zr *zip.Reader) error {
 // either way. The parts checked are those under xl/worksheets/ and wherever the workbook's relationships point its
 // sheets (sheets maps each sheet to its part); a sheet whose part is missing is damage too.
 //
-// The same pass collects the cached string results of formulas (t="str") that hold _xHHHH_ escapes: excelize
-// decodes the escapes in shared and inline strings but returns formula results as stored. The result is keyed by
-// the part's lower-case name.
-func checkXMLParts(zr *zip.Reader, sheets map[string]string, charsetReader func(string, io.Reader) (io.Reader, error)) (map[string]cellEscapes, error) {
+// The same pass collects the cells excelize would read differently from Excel: the cached string results of
+// formulas (t="str") that hold _xHHHH_ escapes (excelize decodes the escapes in shared and inline strings but
+// returns formula results as stored), and numbers whose format excelize renders wrongly (see numFormatter). The
+// result is keyed by the part's lower-case name.
+func checkXMLParts(zr *zip.Reader, sheets map[string]string, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error)) (map[string]cellEscapes, error) {
 	files := make(map[string]*zip.File, len(zr.File))
 	for _, zf := range zr.File {
 		files[strings.ToLower(zf.Name)] = zf
@@ -198,7 +201,7 @@ func checkXMLParts(zr *zip.Reader, sheets map[string]string, charsetReader func(
 		if !check[name] && name != "xl/sharedstrings.xml" {
 			continue
 		}
-		esc, err := checkXMLPart(zf, check[name], charsetReader)
+		esc, err := checkXMLPart(zf, check[name], nf, charsetReader)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", zf.Name, err)
 		}
@@ -210,7 +213,7 @@ func checkXMLParts(zr *zip.Reader, sheets map[string]string, charsetReader func(
 }
 
 // checkXMLPart reads every token of one part; for a worksheet it also collects the escaped formula results.
-func checkXMLPart(zf *zip.File, worksheet bool, charsetReader func(string, io.Reader) (io.Reader, error)) (cellEscapes, error) {
+func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error)) (cellEscapes, error) {
 	rc, err := zf.Open()
 	if err != nil {
 		return nil, err
@@ -223,8 +226,19 @@ func checkXMLPart(zf *zip.File, worksheet bool, charsetReader func(string, io.Re
 		root         bool
 		rowNo, colNo int
 		inStr, inV   bool
+		inNum        bool // a number cell whose style has a format fix
+		style        int
 		v            strings.Builder
 	)
+	put := func(text string) {
+		if esc == nil {
+			esc = cellEscapes{}
+		}
+		if esc[rowNo] == nil {
+			esc[rowNo] = map[int]string{}
+		}
+		esc[rowNo][colNo] = text
+	}
 	for {
 		tok, err := d.Token()
 		if errors.Is(err, io.EOF) {
@@ -258,9 +272,12 @@ func checkXMLPart(zf *zip.File, worksheet bool, charsetReader func(string, io.Re
 				if c, _, err := excelize.CellNameToCoordinates(attr(t, "r")); err == nil {
 					colNo = c
 				}
-				inStr = attr(t, "t") == "str"
+				typ := attr(t, "t")
+				inStr = typ == "str"
+				style, _ = strconv.Atoi(attr(t, "s"))
+				inNum = (typ == "" || typ == "n") && nf != nil && nf.fixes[style] != nil
 			case "v":
-				inV = inStr
+				inV = inStr || inNum
 				v.Reset()
 			}
 		case xml.CharData:
@@ -270,18 +287,18 @@ func checkXMLPart(zf *zip.File, worksheet bool, charsetReader func(string, io.Re
 		case xml.EndElement:
 			switch t.Name.Local {
 			case "v":
-				if inV && hasXstringEscape(v.String()) {
-					if esc == nil {
-						esc = cellEscapes{}
+				switch {
+				case !inV:
+				case inStr && hasXstringEscape(v.String()):
+					put(decodeXstring(v.String()))
+				case inNum:
+					if text, ok := nf.fixCell(style, v.String()); ok {
+						put(text)
 					}
-					if esc[rowNo] == nil {
-						esc[rowNo] = map[int]string{}
-					}
-					esc[rowNo][colNo] = decodeXstring(v.String())
 				}
 				inV = false
 			case "c":
-				inStr, inV = false, false
+				inStr, inNum, inV = false, false, false
 			}
 		}
 	}
@@ -297,7 +314,8 @@ func attr(e xml.StartElement, local string) string {
 	return ""
 }
 
-// cellEscapes holds decoded values of cells by sheet row and 1-based column.
+// cellEscapes holds the values of cells that read differently from what excelize returns (decoded escapes,
+// corrected number formats), by sheet row and 1-based column.
 type cellEscapes map[int]map[int]string
 
 // sheetParts maps each sheet of the workbook to the zip part that holds it, resolved the way excelize resolves it
