@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,24 +57,32 @@ var base = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 // seed creates task id with batches batches of size rows each.
 func seed(t testing.TB, s store.Store, id string, batches, size int) {
 	t.Helper()
+	if err := seedStore(s, id, batches, size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seedStore creates a RUNNING task with batches of size rows each.
+func seedStore(s store.Store, id string, batches, size int) error {
 	ctx := context.Background()
 	if err := s.CreateTask(ctx, store.Task{ID: id, State: store.TaskRunning, BatchesTotal: batches, RowsTotal: batches * size, CreatedAt: base, UpdatedAt: base}); err != nil {
-		t.Fatalf("create task: %v", err)
+		return fmt.Errorf("create task: %w", err)
 	}
 	rows := make([]store.Row, batches*size)
 	for i := range rows {
 		rows[i] = store.Row{TaskID: id, No: i + 1, SheetRow: i + 2, Values: []string{fmt.Sprintf("product %d", i+1), "toys", "9.99"}}
 	}
 	if err := s.PutRows(ctx, rows); err != nil {
-		t.Fatalf("put rows: %v", err)
+		return fmt.Errorf("put rows: %w", err)
 	}
 	bs := make([]store.Batch, batches)
 	for i := range bs {
 		bs[i] = store.Batch{TaskID: id, No: i + 1, FirstRow: i*size + 1, RowCount: size, CreatedAt: base}
 	}
 	if err := s.PutBatches(ctx, bs); err != nil {
-		t.Fatalf("put batches: %v", err)
+		return fmt.Errorf("put batches: %w", err)
 	}
+	return nil
 }
 
 func TestOpenRejectsPaths(t *testing.T) {
@@ -318,32 +328,43 @@ func TestTwoStoresOnOneFile(t *testing.T) {
 // the process that TestRecoverAfterKill kills.
 const helperEnv = "SQLITESTORE_KILL_HELPER_DB"
 
-// TestKillHelper is not a test: run by TestRecoverAfterKill as a child
-// process, it writes to the database, reports "ready" and waits to be killed
-// with its transactions committed but the WAL not checkpointed.
-func TestKillHelper(t *testing.T) {
-	path := os.Getenv(helperEnv)
-	if path == "" {
-		return // an ordinary run: nothing to do
+// TestMain turns the test binary into the process TestRecoverAfterKill
+// kills when helperEnv is set, so that helper is not a test that passes.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(helperEnv); path != "" {
+		os.Exit(killHelper(path))
 	}
+	os.Exit(m.Run())
+}
+
+// killHelper writes to the database at path, reports "ready" and waits to
+// be killed with its transactions committed but the WAL not checkpointed.
+func killHelper(path string) int {
 	s, err := sqlitestore.Open(path, sqlitestore.Options{})
 	if err != nil {
 		fmt.Println("error:", err)
-		os.Exit(1)
+		return 1
 	}
-	ctx := context.Background()
-	seed(t, s, "task-1", 2, 3)
-	if _, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: "task-1", BatchNo: 1, Owner: "killed", Now: base, LeaseUntil: base.Add(time.Minute)}); err != nil {
+	if err := seedStore(s, "task-1", 2, 3); err != nil {
 		fmt.Println("error:", err)
-		os.Exit(1)
+		return 1
+	}
+	if _, err := s.ClaimBatch(context.Background(), store.ClaimBatchParams{TaskID: "task-1", BatchNo: 1, Owner: "killed", Now: base, LeaseUntil: base.Add(time.Minute)}); err != nil {
+		fmt.Println("error:", err)
+		return 1
 	}
 	fmt.Println("ready")
-	select {} // wait for SIGKILL
+	// Wait for SIGKILL. Waiting on a signal channel (which SIGKILL never
+	// reaches) keeps the runtime from calling a bare select{} a deadlock.
+	wait := make(chan os.Signal, 1)
+	signal.Notify(wait, syscall.SIGTERM)
+	<-wait
+	return 1
 }
 
 func TestRecoverAfterKill(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "batchgen.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillHelper$")
+	cmd := exec.Command(os.Args[0], "-test.run=^$") // TestMain runs killHelper instead of tests
 	cmd.Env = append(os.Environ(), helperEnv+"="+path)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
