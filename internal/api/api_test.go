@@ -261,14 +261,14 @@ func TestGetTask(t *testing.T) {
 		{
 			name: "partial task links its result",
 			task: store.Task{
-				ID: "t-partial", State: store.TaskPartial, Source: "a.csv",
+				ID: "t-partial", State: store.TaskPartial, Source: "a.csv", Encoding: "windows-1252",
 				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 10},
 				RowsTotal: 2, BatchesTotal: 1, BatchesDone: 1, RowsSucceeded: 1, RowsFailed: 1,
 				ResultKey: "results/t-partial.xlsx", CreatedAt: created, UpdatedAt: finished, FinishedAt: finished,
 			},
 			presigner: fakePresigner{},
 			want: map[string]any{
-				"task_id": "t-partial", "state": "PARTIAL", "source": "a.csv", "provider": "sim",
+				"task_id": "t-partial", "state": "PARTIAL", "source": "a.csv", "encoding": "windows-1252", "provider": "sim",
 				"rows_total": 2.0, "rows_succeeded": 1.0, "rows_failed": 1.0, "rows_skipped": 0.0,
 				"batches_done": 1.0, "batches_total": 1.0,
 				"result_url":        "https://bucket.test/results/t-partial.xlsx?method=GET&ttl=1h0m0s",

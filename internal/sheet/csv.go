@@ -205,7 +205,7 @@ const sniffRecords = 50
 // following non-blank records with that many fields (1 when there are none). An incomplete last record (the
 // sample was cut) and everything after a quoting error are left out.
 func delimiterScore(sample []byte, d byte, atEOF bool) (float64, int) {
-	lx := &csvLexer{br: bufio.NewReaderSize(bytes.NewReader(sample), 16), comma: d}
+	lx := &csvLexer{br: bufio.NewReaderSize(bytes.NewReader(sample), 4096), comma: d}
 	header, same, data := 0, 0, 0
 	var counts []int
 	for len(counts) <= sniffRecords {

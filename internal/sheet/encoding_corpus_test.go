@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -196,5 +198,41 @@ func TestAmbiguousEncoding(t *testing.T) {
 	}
 	if diff := cmp.Diff([2]string{EncodingWindows1252, EncodingGB18030}, amb.Encodings); diff != "" {
 		t.Errorf("Encodings (-want +got):\n%s", diff)
+	}
+}
+
+// TestDetectEncodingOnLongText reads a few hundred rows of product copy in each legacy encoding: on long text the
+// chance patterns (GBK pairs that happen to be valid UTF-8, Big5 pairs that are valid GBK) add up, and must not
+// tip the choice.
+func TestDetectEncodingOnLongText(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		enc  encoding.Encoding
+		name string
+		text string
+	}{
+		{simplifiedchinese.GBK, EncodingGB18030, "精选高原有机苹果，阳光充足、昼夜温差大，果肉脆甜多汁，每一口都是自然的味道。产地直发，新鲜到家。"},
+		{traditionalchinese.Big5, EncodingBig5, "精選高原有機蘋果，陽光充足、晝夜溫差大，果肉脆甜多汁，每一口都是自然的味道。產地直送，新鮮到家。"},
+		{japanese.ShiftJIS, EncodingShiftJIS, "高原で育った有機りんごです。日当たりがよく、昼と夜の寒暖差が大きいので、甘くてジューシーに育ちます。"},
+		{charmap.Windows1252, EncodingWindows1252, "Pommes bio des hauts plateaux, gorgées de soleil : chair croquante et sucrée, expédiées du verger."},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var b bytes.Buffer
+			b.WriteString("id,text\n")
+			for i := range 300 {
+				b.WriteString(strconv.Itoa(i) + ",\"" + c.text[:len(c.text)-len(c.text)*(i%3)/10] + "\"\n")
+			}
+			data := excelBytes(t, c.enc, strings.ToValidUTF8(b.String(), ""))
+			r, err := Open(writeFile(t, t.TempDir(), "long.csv", data), Options{})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer r.Close()
+			if r.Encoding() != c.name {
+				t.Errorf("Encoding = %s, want %s", r.Encoding(), c.name)
+			}
+		})
 	}
 }
