@@ -32,7 +32,7 @@ type providerOptions struct {
 
 func (p *providerOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&p.name, "provider", "sim", "model provider: sim (in-process simulator, no key) or openai (any OpenAI-compatible server)")
-	fs.StringVar(&p.baseURL, "base-url", "", "OpenAI-compatible API base URL, e.g. http://127.0.0.1:8089/v1; default OpenAI's")
+	fs.StringVar(&p.baseURL, "base-url", "", "OpenAI-compatible API base URL, e.g. http://127.0.0.1:8089/v1; default $OPENAI_BASE_URL, else OpenAI's")
 	fs.StringVar(&p.model, "model", "", "model name; default sim-1 for sim, gpt-4o-mini for openai")
 	p.temperature = math.NaN()
 	fs.Var(optionalFloat{&p.temperature}, "temperature", "sampling temperature, 0 to 2; default the provider's")
@@ -68,6 +68,10 @@ func (p *providerOptions) validate() error {
 	case "sim", "openai":
 	default:
 		return fmt.Errorf("--provider %q: use sim or openai", p.name)
+	}
+	if p.baseURL == "" {
+		// As the OpenAI SDKs and tools read it.
+		p.baseURL = os.Getenv("OPENAI_BASE_URL")
 	}
 	if p.name == "openai" && p.baseURL == "" && os.Getenv("OPENAI_API_KEY") == "" {
 		return errors.New("--provider openai needs OPENAI_API_KEY in the environment (or --base-url for a local OpenAI-compatible server)")
