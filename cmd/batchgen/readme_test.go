@@ -153,8 +153,8 @@ var (
 
 // readmeCommands extracts the batchgen command lines: those of the fenced
 // code blocks (with their continuations and comments, parsed as shell),
-// and the inline code spans that give arguments (`batchgen run` alone
-// names the command). `a|b` alternatives give one command each, `[...]`
+// and the inline code spans that give arguments (`batchgen run` alone, or
+// `batchgen ...`, names the command). `a|b` alternatives give one command each, `[...]`
 // optional parts are kept.
 func readmeCommands(readme string) ([]readmeCommand, error) {
 	var out []readmeCommand
@@ -191,7 +191,7 @@ func readmeCommands(readme string) ([]readmeCommand, error) {
 				}
 				namesOnly := true
 				for _, a := range args {
-					namesOnly = namesOnly && commandWords[a]
+					namesOnly = namesOnly && (commandWords[a] || a == "...")
 				}
 				if namesOnly {
 					continue
