@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -45,10 +46,16 @@ func (s *Store) PutBatches(ctx context.Context, batches []store.Batch) error {
 			ids = append(ids, b.TaskID)
 		}
 	}
-	if err := s.requireTasks(ctx, ids); err != nil {
+	horizons, err := s.requireTasks(ctx, ids)
+	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	err := forEach(ctx, len(items), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+	for i := range items {
+		if h := horizons[batches[i].TaskID]; h > 0 {
+			items[i][attrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(h, 10)}
+		}
+	}
+	err = forEach(ctx, len(items), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
 		if _, err := s.putIfAbsent(ctx, items[i]); err != nil {
 			return fmt.Errorf("batch %d: %w", batches[i].No, err)
 		}

@@ -48,14 +48,16 @@
 //
 // # Expiry
 //
-// The table's TTL attribute is expires_at (epoch seconds). TransitionTask to
-// a final state sets it on the task item (FinishedAt + Options.ResultTTL),
-// and cache entries get CreatedAt + Options.CacheTTL. Batches and rows of a
-// finished task are not stamped here: stamping them costs one write per
-// item (200,000 for a large sheet) at the moment the task finishes. The plan
-// is for the sweeper, which already visits finished tasks, to stamp their
-// batches and rows in the background with the task's expires_at, or to
-// delete them outright once the task item has expired.
+// The table's TTL attribute is expires_at (epoch seconds), and every item
+// carries it. A task's items are written with the task's horizon,
+// CreatedAt + Options.MaxTaskAge + Options.ResultTTL: the task item by
+// CreateTask, its batches and rows by PutBatches and PutRows (which read the
+// task anyway, to refuse orphans). Stamping them when the task finishes
+// instead would cost one more write per item (200,000 for a large sheet).
+// TransitionTask to a final state then brings the task item forward to
+// FinishedAt + ResultTTL, which for a task finished within MaxTaskAge is
+// before its rows and batches expire, so a task that can still be read can
+// always be exported again. Cache entries get CreatedAt + Options.CacheTTL.
 package dynamostore
 
 import (
@@ -94,6 +96,10 @@ const (
 	DefaultResultTTL = 30 * 24 * time.Hour
 	// DefaultCacheTTL is how long a cached model output is kept.
 	DefaultCacheTTL = 30 * 24 * time.Hour
+	// DefaultMaxTaskAge is as long as a dead-lettered work message is
+	// kept (the DLQ's 14-day retention in template.yaml): a task still
+	// unfinished after that can no longer be completed from its messages.
+	DefaultMaxTaskAge = 14 * 24 * time.Hour
 )
 
 // Options tunes a Store. The zero value is ready to use.
@@ -114,6 +120,12 @@ type Options struct {
 	// CacheTTL is how long a cache entry lives. Defaults to
 	// DefaultCacheTTL; negative: forever.
 	CacheTTL time.Duration
+	// MaxTaskAge is how long a task may run before ResultTTL starts
+	// counting anyway: every item of a task expires at the latest
+	// CreatedAt + MaxTaskAge + ResultTTL (see Expiry in the package
+	// comment). Defaults to DefaultMaxTaskAge. Ignored when ResultTTL is
+	// negative.
+	MaxTaskAge time.Duration
 	// Clock stamps cache entries and paces transaction retries. Defaults
 	// to the wall clock.
 	Clock clock.Clock
@@ -138,6 +150,9 @@ func New(client *dynamodb.Client, table string, opts Options) *Store {
 	}
 	if opts.ResultTTL == 0 {
 		opts.ResultTTL = DefaultResultTTL
+	}
+	if opts.MaxTaskAge <= 0 {
+		opts.MaxTaskAge = DefaultMaxTaskAge
 	}
 	if opts.CacheTTL == 0 {
 		opts.CacheTTL = DefaultCacheTTL

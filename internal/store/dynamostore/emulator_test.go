@@ -325,3 +325,99 @@ func TestPutRowsUnknownTask(t *testing.T) {
 		t.Errorf("put batches of an unknown task: error = %v, want %v", err, store.ErrNotFound)
 	}
 }
+
+// TestEveryItemExpires walks a task through its life and checks that every
+// item it leaves in the table carries the TTL attribute: rows (the overflow
+// row's pointer item included) and batches expire at the task's horizon,
+// the finished task item at FinishedAt + ResultTTL, no later than its rows.
+func TestEveryItemExpires(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, _, res := newStore(t, dynamostore.Options{})
+	cfg, err := awsemu.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	s := dynamostore.New(db, res.TableName, dynamostore.Options{Overflow: overflowStore(t, res)})
+	task := createTask(t, s, "ttl", make([]string, 20))
+	horizon := base.Add(dynamostore.DefaultMaxTaskAge + dynamostore.DefaultResultTTL).Unix()
+
+	small := store.Row{TaskID: task.ID, No: 1, SheetRow: 2, Values: make([]string, 20)}
+	if err := s.PutRows(ctx, []store.Row{small, bigRow(task.ID, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutBatches(ctx, []store.Batch{
+		{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 2, CreatedAt: base},
+		{TaskID: task.ID, No: 2, FirstRow: 3, RowCount: 0, CreatedAt: base},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 1, Owner: "w", Now: base, LeaseUntil: base.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for no := 1; no <= 2; no++ {
+		if err := s.SaveRowResult(ctx, store.SaveRowResultParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, RowNo: no,
+			Result: store.RowResult{State: store.RowSucceeded, Output: "ok"}, Now: base}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 2, Now: base}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutCached(ctx, "ttl-key", "cached output"); err != nil {
+		t.Fatal(err)
+	}
+
+	expiry := func() map[string]string {
+		t.Helper()
+		got := map[string]string{}
+		pages := dynamodb.NewScanPaginator(db, &dynamodb.ScanInput{TableName: aws.String(res.TableName), ConsistentRead: aws.Bool(true)})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range page.Items {
+				pk := it["PK"].(*types.AttributeValueMemberS).Value
+				sk := it["SK"].(*types.AttributeValueMemberS).Value
+				name := sk
+				if !strings.HasPrefix(pk, "TASK#") {
+					name = "cache"
+				}
+				v, ok := it["expires_at"].(*types.AttributeValueMemberN)
+				if !ok {
+					got[name] = "<absent>"
+					continue
+				}
+				got[name] = v.Value
+			}
+		}
+		return got
+	}
+	h := fmt.Sprint(horizon)
+	want := map[string]string{
+		"TASK": h, "ROW#000000001": h, "ROW#000000002": h, "BATCH#00000001": h, "BATCH#00000002": h,
+	}
+	got := expiry()
+	cache, ok := got["cache"]
+	delete(got, "cache")
+	if !ok || cache == "<absent>" {
+		t.Errorf("the cache item has no expires_at: %q", cache)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("expires_at of a running task's items (-want +got):\n%s", d)
+	}
+
+	finished := base.Add(2 * time.Hour)
+	if _, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskSucceeded, Now: finished}); err != nil {
+		t.Fatal(err)
+	}
+	want["TASK"] = fmt.Sprint(finished.Add(dynamostore.DefaultResultTTL).Unix())
+	got = expiry()
+	delete(got, "cache")
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("expires_at of a finished task's items (-want +got):\n%s", d)
+	}
+}

@@ -77,7 +77,8 @@ type taskItem struct {
 	FinishedAt string `dynamodbav:"finished_at,omitempty"`
 	// ListPK puts the task in the tasks-by-time index.
 	ListPK string `dynamodbav:"list_pk"`
-	// ExpiresAt is the TTL (epoch seconds) of a task in a final state.
+	// ExpiresAt is the TTL (epoch seconds): the task's horizon until it
+	// reaches a final state, then FinishedAt + ResultTTL.
 	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
 }
 
@@ -103,6 +104,8 @@ type batchItem struct {
 	// open-batches index; FinishBatch removes them.
 	OpenPK string `dynamodbav:"open_pk,omitempty"`
 	OpenSK string `dynamodbav:"open_sk,omitempty"`
+	// ExpiresAt is the TTL (epoch seconds): the task's horizon.
+	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
 }
 
 // rowItem is a row as stored. The task ID is the partition key's. Values
@@ -122,6 +125,8 @@ type rowItem struct {
 	LatencyMS  int64    `dynamodbav:"latency_ms,omitempty"`
 	Cached     bool     `dynamodbav:"cached,omitempty"`
 	UpdatedAt  string   `dynamodbav:"updated_at,omitempty"`
+	// ExpiresAt is the TTL (epoch seconds): the task's horizon.
+	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
 }
 
 // cacheItem is one result cache entry.

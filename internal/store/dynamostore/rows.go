@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -72,10 +73,16 @@ func (s *Store) PutRows(ctx context.Context, rows []store.Row) error {
 			ids = append(ids, r.TaskID)
 		}
 	}
-	if err := s.requireTasks(ctx, ids); err != nil {
+	horizons, err := s.requireTasks(ctx, ids)
+	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	err := forEach(ctx, len(items), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+	for i := range items {
+		if h := horizons[rows[i].TaskID]; h > 0 {
+			items[i][attrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(h, 10)}
+		}
+	}
+	err = forEach(ctx, len(items), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
 		if overflow[i] {
 			return s.putOverflowRow(ctx, rows[i], items[i])
 		}

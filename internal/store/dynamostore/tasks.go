@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -27,6 +28,12 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 	}
 	if t.State.Final() && !t.FinishedAt.IsZero() && s.opts.ResultTTL > 0 {
 		it.ExpiresAt = t.FinishedAt.Add(s.opts.ResultTTL).Unix()
+	} else {
+		created := t.CreatedAt
+		if created.IsZero() {
+			created = s.opts.Clock.Now()
+		}
+		it.ExpiresAt = s.horizon(created)
 	}
 	av, err := marshal(it)
 	if err != nil {
@@ -214,27 +221,45 @@ func (s *Store) flagCancelled(ctx context.Context, taskID string) error {
 	return nil
 }
 
+// horizon is the TTL (epoch seconds) of the items of a task created at
+// created, or 0 (no TTL) when results are kept forever.
+func (s *Store) horizon(created time.Time) int64 {
+	if s.opts.ResultTTL < 0 {
+		return 0
+	}
+	return created.Add(s.opts.MaxTaskAge + s.opts.ResultTTL).Unix()
+}
+
 // requireTasks checks, with one strongly consistent read each, that the
 // tasks exist, so that rows and batches are never written for a missing
-// task (ErrNotFound, as the SQLite store's foreign keys do).
-func (s *Store) requireTasks(ctx context.Context, ids []string) error {
+// task (ErrNotFound, as the SQLite store's foreign keys do). It returns each
+// task's horizon, the TTL its rows and batches carry.
+func (s *Store) requireTasks(ctx context.Context, ids []string) (map[string]int64, error) {
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
+	horizons := make(map[string]int64, len(ids))
 	for _, id := range ids {
 		e := newExpr()
 		out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName:                aws.String(s.table),
 			Key:                      key(taskPK(id), taskSK),
 			ConsistentRead:           aws.Bool(true),
-			ProjectionExpression:     aws.String(e.n(attrPK)),
+			ProjectionExpression:     aws.String(e.n(attrPK) + ", " + e.n(attrCreatedAt)),
 			ExpressionAttributeNames: e.attrNames(),
 		})
 		if err != nil {
-			return fmt.Errorf("check task %s: %w", id, err)
+			return nil, fmt.Errorf("check task %s: %w", id, err)
 		}
 		if len(out.Item) == 0 {
-			return fmt.Errorf("task %s: %w", id, store.ErrNotFound)
+			return nil, fmt.Errorf("task %s: %w", id, store.ErrNotFound)
 		}
+		created := s.opts.Clock.Now()
+		if v, ok := out.Item[attrCreatedAt].(*types.AttributeValueMemberS); ok {
+			if t, err := decodeTime(v.Value); err == nil && !t.IsZero() {
+				created = t
+			}
+		}
+		horizons[id] = s.horizon(created)
 	}
-	return nil
+	return horizons, nil
 }
