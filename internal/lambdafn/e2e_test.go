@@ -51,6 +51,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsemu/asl"
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
+	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/lambdafn"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/metrics"
@@ -86,6 +87,9 @@ type e2eOptions struct {
 	// duplicateMessages sends every batch message a second time, in
 	// reverse order, as SQS's at-least-once delivery may.
 	duplicateMessages bool
+	// ops, when set, records the AWS operations of each function under its
+	// name (splitter, generator, exporter, sweeper, statemachine).
+	ops *awsops.Set
 }
 
 func newE2E(t *testing.T, opts e2eOptions) *e2e {
@@ -148,6 +152,10 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		TempDir:       t.TempDir(),
 		IntervalScale: 0.01,
 		Customize: func(function string, d *lambdafn.Deps) {
+			if opts.ops != nil {
+				name, _, _ := strings.Cut(function, "-") // generator-2 is a generator
+				d.AWS = opts.ops.For(name).Attach(d.AWS)
+			}
 			if function == "exporter" && opts.brokenExporter {
 				d.Env.BucketName = prefix + "-no-such-bucket"
 			}

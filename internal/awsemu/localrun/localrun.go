@@ -89,7 +89,8 @@ type Config struct {
 	IntervalScale float64
 	// Customize, when non-nil, adjusts a function's Deps before its handler
 	// is built. function is "splitter", "generator-N", "exporter",
-	// "sweeper", "starter" or "store".
+	// "sweeper", "statemachine" (the export definition's own DynamoDB
+	// call), "starter" or "store".
 	Customize func(function string, d *lambdafn.Deps)
 }
 
@@ -172,8 +173,10 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	s.Exports = &Exports{
 		runner: &asl.Runner{
-			Functions:     map[string]asl.Func{exporterARN: asl.Handler(exporter.Handle)},
-			DynamoDB:      dynamodb.NewFromConfig(cfg.AWS),
+			Functions: map[string]asl.Func{exporterARN: asl.Handler(exporter.Handle)},
+			// The definition's own DynamoDB call (the Catch path) runs
+			// with the state machine's role.
+			DynamoDB:      dynamodb.NewFromConfig(deps("statemachine").AWS),
 			IntervalScale: cfg.IntervalScale,
 		},
 		machine: machine,
@@ -184,7 +187,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	if s.Splitter, err = deps("splitter").Splitter(); err != nil {
 		return nil, fmt.Errorf("localrun: splitter: %w", err)
 	}
-	s.Splitter.Exports = s.Exports
+	s.Splitter.Exports = s.Exports.Via(s.Splitter.Exports)
 	s.Splitter.TempDir = cfg.TempDir
 
 	n := cfg.Generators
@@ -196,14 +199,14 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		if err != nil {
 			return nil, fmt.Errorf("localrun: generator: %w", err)
 		}
-		g.Generator.Exports = s.Exports
+		g.Generator.Exports = s.Exports.Via(g.Generator.Exports)
 		s.Generators = append(s.Generators, g)
 	}
 
 	if s.Sweeper, err = deps("sweeper").Sweeper(); err != nil {
 		return nil, fmt.Errorf("localrun: sweeper: %w", err)
 	}
-	s.Sweeper.Sweeper.Exports = s.Exports
+	s.Sweeper.Sweeper.Exports = s.Exports.Via(s.Sweeper.Sweeper.Exports)
 	return s, nil
 }
 
@@ -226,6 +229,10 @@ var _ pipeline.ExportStarter = (*Exports)(nil)
 // The emulator's own execution, whose Lambda call fails, starts after it:
 // its Catch path leaves the finished task alone.
 func (a *Exports) StartExport(ctx context.Context, taskID string) error {
+	return a.start(ctx, taskID, a.real)
+}
+
+func (a *Exports) start(ctx context.Context, taskID string, real pipeline.ExportStarter) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, done := a.runs[taskID]; !done {
@@ -239,7 +246,28 @@ func (a *Exports) StartExport(ctx context.Context, taskID string) error {
 		}
 		a.runs[taskID] = exec
 	}
-	return a.real.StartExport(ctx, taskID)
+	return real.StartExport(ctx, taskID)
+}
+
+// Via returns the stand-in for one function: the export runs as with
+// StartExport, but the execution on the emulator is started through real,
+// the function's own starter (built from its own AWS configuration), so
+// the call is made, and recorded, as that function's. A nil real falls
+// back to the stack's starter.
+func (a *Exports) Via(real pipeline.ExportStarter) pipeline.ExportStarter {
+	if real == nil {
+		real = a.real
+	}
+	return exportsVia{a: a, real: real}
+}
+
+type exportsVia struct {
+	a    *Exports
+	real pipeline.ExportStarter
+}
+
+func (v exportsVia) StartExport(ctx context.Context, taskID string) error {
+	return v.a.start(ctx, taskID, v.real)
 }
 
 // Execution returns the asl run of taskID's export, or nil if none ran.

@@ -1,0 +1,250 @@
+//go:build emulator
+
+package lambdafn_test
+
+// The IAM test: every AWS operation each function performs on the emulator
+// (moto enforces no IAM) must be granted to that function's role in
+// template.yaml, and each role grants nothing its function never uses
+// unless an entry of unobserved says why.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/awsemu"
+	"github.com/batchgen/batchgen/internal/awsemu/localrun"
+	"github.com/batchgen/batchgen/internal/awsops"
+	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// roles maps the function names the test records under to their logical
+// IDs in template.yaml.
+var roles = map[string]string{
+	"splitter":     "SplitterFunction",
+	"generator":    "GeneratorFunction",
+	"exporter":     "ExporterFunction",
+	"api":          "ApiFunction",
+	"sweeper":      "SweeperFunction",
+	"statemachine": "ExportStateMachine",
+}
+
+// unobserved lists the actions a role is granted that the runs below do
+// not exercise, each with the reason it is still needed. Keep it short: an
+// entry here is a grant no test proves necessary.
+var unobserved = map[string]map[string]string{
+	"SplitterFunction": {
+		"states:StartExecution": "starts the export of a task that split into no batches; a sheet with no data rows is rejected before that",
+	},
+	"ExporterFunction": {
+		"s3:GetObject":            "reads the cells of rows over 300 KB from overflow/; the test sheets have no such rows",
+		"s3:AbortMultipartUpload": "aborts a multipart upload (results over 5 MiB) that failed part-way",
+	},
+	"GeneratorFunction": {
+		"ssm:GetParameter": "reads the model API key at cold start, only when ModelApiKeyParam is set (the emulator runs use a keyless mock)",
+		"s3:GetObject":     "reads the cells of rows over 300 KB from overflow/; the test sheets have no such rows",
+	},
+	"ExportStateMachine": {
+		"lambda:InvokeFunction": "the Task state invokes the exporter; the emulator runs stand in for that call with the handler itself",
+		"dynamodb:UpdateItem":   "the Catch path marks the task FAILED when the export fails for good (TestEndToEndExportFailure runs it)",
+	},
+}
+
+func TestIAMGrantsMatchUse(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var ops awsops.Set
+	// Faults in the model take the generator's release paths (visibility
+	// changes) as well as the happy one.
+	e := newE2E(t, e2eOptions{ops: &ops, failRate: 0.2, callsPerRound: 2, rounds: 6})
+
+	// 1. A drop-folder sheet, run to its export.
+	ev := e.upload("iam.xlsx", []int{3})
+	dropped := e.taskID(ev)
+	if err := e.stack.Splitter.Handle(ctx, ev); err != nil {
+		t.Fatalf("splitter: %v", err)
+	}
+	e.pump(dropped, 90*time.Second)
+
+	// 2. A rejected sheet: the splitter writes the error file.
+	bad, err := e.stack.Upload(ctx, "no-rows.csv", []byte("a,b\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.stack.Splitter.Handle(ctx, bad); err != nil {
+		t.Fatalf("splitter on a rejected sheet: %v", err)
+	}
+
+	// 3. The API: create a task, upload through the presigned URL, split
+	// it, read it, list tasks, cancel it, read a finished one and an
+	// unknown one.
+	cfg, err := awsemu.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiDeps := lambdafn.NewDeps(e.stack.Env, ops.For("api").Attach(cfg), "api")
+	h, err := apiDeps.HTTP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(method, path, body string, want int) []byte {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.Handler.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)).WithContext(ctx))
+		if rec.Code != want {
+			t.Fatalf("%s %s = %d %s, want %d", method, path, rec.Code, rec.Body, want)
+		}
+		return rec.Body.Bytes()
+	}
+	var created api.CreateTaskResponse
+	if err := json.Unmarshal(call("POST", "/api/tasks", `{"filename":"via-api.xlsx"}`, http.StatusCreated), &created); err != nil {
+		t.Fatal(err)
+	}
+	call("GET", "/api/tasks/"+created.TaskID, "", http.StatusOK) // awaiting upload
+	body := xlsx(t, header, [][]string{{"a", "b"}, {"c", "d"}}, "{{商品名称}}")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, created.UploadURL, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT to the upload URL = %s", resp.Status)
+	}
+	key := api.IncomingKey(created.TaskID, "via-api.xlsx")
+	head, err := e.stack.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiEv := localrun.ObjectCreated(awsemu.Region, e.res.BucketName, localrun.Object{Key: key, Size: aws.ToInt64(head.ContentLength), ETag: aws.ToString(head.ETag)}, 1)
+	if err := e.stack.Splitter.Handle(ctx, apiEv); err != nil {
+		t.Fatalf("splitter on the API upload: %v", err)
+	}
+	call("GET", "/api/tasks?limit=10", "", http.StatusOK)
+	call("POST", "/api/tasks/"+created.TaskID+"/cancel", "", http.StatusAccepted)
+	call("GET", "/api/tasks/"+dropped, "", http.StatusOK) // finished: presigns the result
+	call("GET", "/api/tasks/no-such-task", "", http.StatusNotFound)
+
+	// 4. The sweeper: a split task nobody works on, with one batch claimed
+	// by a worker that died. The first pass re-enqueues the waiting batches
+	// and resets the expired lease; after every batch was claimed once
+	// more, the second pass fails them as stuck (a transaction with a
+	// condition check), which finishes the task and starts its export. The
+	// cancelled API task's export is started by the sweeper too.
+	stuckEv := e.upload("stuck.xlsx", nil)
+	stuck := e.taskID(stuckEv)
+	if err := e.stack.Splitter.Handle(ctx, stuckEv); err != nil {
+		t.Fatal(err)
+	}
+	task, err := e.stack.Store.GetTask(ctx, stuck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-time.Hour)
+	claimAll := func(nos ...int) {
+		t.Helper()
+		for _, no := range nos {
+			if _, err := e.stack.Store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: stuck, BatchNo: no, Owner: "dead", Now: past, LeaseUntil: past.Add(time.Minute)}); err != nil {
+				t.Fatalf("claim batch %d: %v", no, err)
+			}
+		}
+	}
+	claimAll(1)
+	sw := e.stack.Sweeper.Sweeper
+	sw.Config.PendingAfter = time.Nanosecond
+	report, err := e.stack.Sweeper.Handle(ctx, events.EventBridgeEvent{})
+	if err != nil {
+		t.Fatalf("first sweep: %v", err)
+	}
+	if report.Requeued == 0 || report.LeasesReset != 1 {
+		t.Errorf("first sweep = %+v, want requeued batches and one lease reset", report)
+	}
+	all := make([]int, task.BatchesTotal)
+	for i := range all {
+		all[i] = i + 1
+	}
+	claimAll(all...)
+	sw.Config.MaxClaims = 1
+	report, err = e.stack.Sweeper.Handle(ctx, events.EventBridgeEvent{})
+	if err != nil {
+		t.Fatalf("second sweep: %v", err)
+	}
+	if report.BatchesFailed != task.BatchesTotal {
+		t.Errorf("second sweep = %+v, want %d batches failed as stuck", report, task.BatchesTotal)
+	}
+	if got, err := e.stack.Store.GetTask(ctx, stuck); err != nil || !got.State.Final() {
+		t.Errorf("the stuck task is %s (%v), want final", got.State, err)
+	}
+
+	checkGrants(t, &ops)
+}
+
+// checkGrants compares what each function did with what template.yaml
+// grants its role.
+func checkGrants(t *testing.T, ops *awsops.Set) {
+	t.Helper()
+	file, err := awsemu.PolicyTemplatesFile("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	templates, err := awsemu.LoadPolicyTemplates(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants, err := awsemu.RoleGrants("../../template.yaml", templates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ops.Names() {
+		if _, ok := roles[name]; !ok && name != "store" && name != "starter" {
+			t.Errorf("operations recorded under %q, which is no function", name)
+		}
+	}
+	for name, id := range roles {
+		observed := ops.For(name).Actions()
+		if len(observed) == 0 && name != "statemachine" {
+			t.Errorf("%s performed no AWS operation: the runs did not exercise it", name)
+		}
+		granted := grants[id]
+		t.Logf("%s: observed %v", id, observed)
+		for _, a := range observed {
+			if !slices.ContainsFunc(granted, func(g awsemu.Grant) bool { return g.Matches(a) }) {
+				t.Errorf("%s needs %s (operations %v), which template.yaml does not grant its role", id, a, ops.For(name).Ops())
+			}
+		}
+		for _, g := range granted {
+			used := slices.ContainsFunc(observed, g.Matches)
+			reason, allowed := unobserved[id][g.Action]
+			switch {
+			case used && allowed:
+				t.Errorf("%s: %s is listed as unobserved (%q) but was used: drop the entry", id, g.Action, reason)
+			case !used && !allowed:
+				t.Errorf("%s is granted %s (%s) but never used it: remove the grant, or list it in unobserved with the reason", id, g.Action, g.From)
+			}
+		}
+		for a := range unobserved[id] {
+			if !slices.ContainsFunc(granted, func(g awsemu.Grant) bool { return g.Action == a }) {
+				t.Errorf("%s: unobserved lists %s, which the role is not granted", id, a)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Log(fmt.Sprintf("grants: %+v", grants))
+	}
+}
