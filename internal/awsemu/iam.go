@@ -1,12 +1,10 @@
 package awsemu
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -17,11 +15,11 @@ type Grant struct {
 	// Action is the action as written ("dynamodb:GetItem"), possibly with
 	// wildcards ("sqs:SendMessage*" in SAM's SQSSendMessagePolicy).
 	Action string
-	// From names where it came from: the statement's Sid, or the SAM policy
-	// template.
+	// From names where it came from: the statement's Sid, else the policy's
+	// name (SAM names policy templates' expansions <Role>Policy<N>).
 	From string
 	// Condition is the template condition the grant depends on (an !If
-	// branch), or empty.
+	// around the policy), or empty.
 	Condition string
 }
 
@@ -32,51 +30,96 @@ func (g Grant) Matches(action string) bool {
 	return err == nil && ok
 }
 
-// RoleGrants reads the SAM template at templatePath and returns, for each
-// AWS::Serverless::Function and AWS::Serverless::StateMachine, the actions
-// its Policies allow: inline statements (Effect Allow), both branches of an
-// !If, and SAM policy templates expanded through policyTemplates (see
-// LoadPolicyTemplates). A managed policy name or an unknown policy template
-// is an error: its actions could not be checked.
+// samManagedPolicies are the AWS managed policies SAM attaches to the roles
+// it generates: logging for every function, and the SQS event source
+// mapping's polling for a function with an SQS event. They serve Lambda's
+// own machinery, not the function's code, so RoleGrants leaves them out.
+var samManagedPolicies = []string{
+	"arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+	"arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole",
+}
+
+// RoleGrants returns, for each function (AWS::Lambda::Function) and state
+// machine the SAM template at templatePath deploys, keyed by logical ID, the
+// actions its generated role's policies allow: the template's statements
+// (Effect Allow; both branches of an !If) and the SAM policy templates as
+// SAM's own translator expands them (from its policy_templates.json; see
+// translate). Resources are not compared, only actions.
 //
-// Resources are not compared, only actions: the statements scope them to
-// the stack's own table, queues, bucket prefixes and state machine.
-func RoleGrants(templatePath string, policyTemplates map[string][]string) (map[string][]Grant, error) {
-	t, err := loadTemplate(templatePath)
+// A managed policy other than those SAM attaches by itself is an error: its
+// actions could not be checked.
+func RoleGrants(ctx context.Context, templatePath string) (map[string][]Grant, error) {
+	doc, err := translate(ctx, templatePath)
 	if err != nil {
 		return nil, err
 	}
+	return roleGrants(doc)
+}
+
+// roleGrants reads the roles out of a translated (plain CloudFormation)
+// template.
+func roleGrants(doc []byte) (map[string][]Grant, error) {
+	var tpl struct {
+		Resources map[string]struct {
+			Type       string         `json:"Type"`
+			Properties map[string]any `json:"Properties"`
+		} `json:"Resources"`
+	}
+	if err := json.Unmarshal(doc, &tpl); err != nil {
+		return nil, fmt.Errorf("translated template: %w", err)
+	}
 	out := map[string][]Grant{}
-	for _, id := range t.resourceIDs() {
-		r := t.resources[id]
-		if r.typ != "AWS::Serverless::Function" && r.typ != "AWS::Serverless::StateMachine" {
+	for id, r := range tpl.Resources {
+		var roleRef any
+		switch r.Type {
+		case "AWS::Lambda::Function":
+			roleRef = r.Properties["Role"]
+		case "AWS::StepFunctions::StateMachine":
+			roleRef = r.Properties["RoleArn"]
+		default:
 			continue
 		}
-		var grants []Grant
-		if err := policyGrants(r.properties["Policies"], "", policyTemplates, &grants); err != nil {
-			return nil, fmt.Errorf("%s Policies: %w", id, err)
+		ref, _ := roleRef.(map[string]any)
+		att, _ := ref["Fn::GetAtt"].([]any)
+		if len(att) != 2 {
+			return nil, fmt.Errorf("%s: role %v is not a role of the template", id, roleRef)
 		}
-		sort.Slice(grants, func(i, j int) bool { return grants[i].Action < grants[j].Action })
+		roleID, _ := att[0].(string)
+		role, ok := tpl.Resources[roleID]
+		if !ok || role.Type != "AWS::IAM::Role" {
+			return nil, fmt.Errorf("%s: role %s is not an AWS::IAM::Role of the template", id, roleID)
+		}
+		managed, err := stringList(role.Properties["ManagedPolicyArns"])
+		if err != nil && role.Properties["ManagedPolicyArns"] != nil {
+			return nil, fmt.Errorf("%s ManagedPolicyArns: %w", roleID, err)
+		}
+		for _, arn := range managed {
+			if !slices.Contains(samManagedPolicies, arn) {
+				return nil, fmt.Errorf("%s: managed policy %s: its actions are not known here; write the statements instead", roleID, arn)
+			}
+		}
+		var grants []Grant
+		if err := policyGrants(role.Properties["Policies"], "", &grants); err != nil {
+			return nil, fmt.Errorf("%s Policies: %w", roleID, err)
+		}
+		sort.SliceStable(grants, func(i, j int) bool { return grants[i].Action < grants[j].Action })
 		out[id] = grants
 	}
 	return out, nil
 }
 
-// policyGrants collects the grants of a Policies value (a list, a single
-// policy, or an intrinsic around either).
-func policyGrants(v any, cond string, templates map[string][]string, out *[]Grant) error {
+// policyGrants collects the grants of a role's Policies value.
+func policyGrants(v any, cond string, out *[]Grant) error {
 	switch p := v.(type) {
 	case nil:
 		return nil
 	case []any:
 		for _, x := range p {
-			if err := policyGrants(x, cond, templates, out); err != nil {
+			if err := policyGrants(x, cond, out); err != nil {
 				return err
 			}
 		}
 		return nil
-	case string:
-		return fmt.Errorf("managed policy %q: its actions are not known here; write the statements instead", p)
 	case map[string]any:
 		if ref, ok := p["Ref"]; ok && ref == "AWS::NoValue" {
 			return nil
@@ -87,38 +130,28 @@ func policyGrants(v any, cond string, templates map[string][]string, out *[]Gran
 			}
 			name, _ := args[0].(string)
 			for _, branch := range args[1:] {
-				if err := policyGrants(branch, name, templates, out); err != nil {
+				if err := policyGrants(branch, name, out); err != nil {
 					return err
 				}
 			}
 			return nil
 		}
-		if stmts, ok := p["Statement"]; ok {
-			return statementGrants(stmts, cond, out)
+		doc, ok := p["PolicyDocument"].(map[string]any)
+		if !ok {
+			return fmt.Errorf("policy %v has no PolicyDocument", p)
 		}
-		if len(p) != 1 {
-			return fmt.Errorf("policy %v is neither a statement list nor a policy template", p)
-		}
-		for name := range p {
-			actions, ok := templates[name]
-			if !ok {
-				return fmt.Errorf("unknown SAM policy template %q", name)
-			}
-			for _, a := range actions {
-				*out = append(*out, Grant{Action: a, From: name, Condition: cond})
-			}
-		}
-		return nil
+		name, _ := p["PolicyName"].(string)
+		return statementGrants(doc["Statement"], name, cond, out)
 	default:
 		return fmt.Errorf("unexpected policy %T", v)
 	}
 }
 
-func statementGrants(v any, cond string, out *[]Grant) error {
+func statementGrants(v any, policy, cond string, out *[]Grant) error {
 	switch s := v.(type) {
 	case []any:
 		for _, x := range s {
-			if err := statementGrants(x, cond, out); err != nil {
+			if err := statementGrants(x, policy, cond, out); err != nil {
 				return err
 			}
 		}
@@ -127,7 +160,7 @@ func statementGrants(v any, cond string, out *[]Grant) error {
 		if args, ok := s["Fn::If"].([]any); ok && len(s) == 1 && len(args) == 3 {
 			name, _ := args[0].(string)
 			for _, branch := range args[1:] {
-				if err := statementGrants(branch, name, out); err != nil {
+				if err := statementGrants(branch, policy, name, out); err != nil {
 					return err
 				}
 			}
@@ -139,13 +172,16 @@ func statementGrants(v any, cond string, out *[]Grant) error {
 		if effect, _ := s["Effect"].(string); effect != "Allow" {
 			return nil
 		}
-		sid, _ := s["Sid"].(string)
+		from, _ := s["Sid"].(string)
+		if from == "" {
+			from = policy
+		}
 		actions, err := stringList(s["Action"])
 		if err != nil {
-			return fmt.Errorf("statement %q Action: %w", sid, err)
+			return fmt.Errorf("statement %q Action: %w", from, err)
 		}
 		for _, a := range actions {
-			*out = append(*out, Grant{Action: a, From: sid, Condition: cond})
+			*out = append(*out, Grant{Action: a, From: from, Condition: cond})
 		}
 		return nil
 	default:
@@ -170,68 +206,4 @@ func stringList(v any) ([]string, error) {
 	default:
 		return nil, fmt.Errorf("%v is not a string or a list of strings", v)
 	}
-}
-
-// LoadPolicyTemplates reads SAM's policy_templates.json (shipped inside the
-// aws-sam-translator package, see PolicyTemplatesFile) and returns the
-// actions each template's definition allows: SAM's own expansion, not a copy
-// of it.
-func LoadPolicyTemplates(file string) (map[string][]string, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("SAM policy templates: %w", err)
-	}
-	var doc struct {
-		Templates map[string]struct {
-			Definition struct {
-				Statement []struct {
-					Effect string `json:"Effect"`
-					Action any    `json:"Action"`
-				} `json:"Statement"`
-			} `json:"Definition"`
-		} `json:"Templates"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("SAM policy templates %s: %w", file, err)
-	}
-	if len(doc.Templates) == 0 {
-		return nil, fmt.Errorf("SAM policy templates %s: no templates", file)
-	}
-	out := make(map[string][]string, len(doc.Templates))
-	for name, tpl := range doc.Templates {
-		var actions []string
-		for _, st := range tpl.Definition.Statement {
-			if st.Effect != "Allow" {
-				continue
-			}
-			a, err := stringList(st.Action)
-			if err != nil {
-				return nil, fmt.Errorf("SAM policy template %s: %w", name, err)
-			}
-			actions = append(actions, a...)
-		}
-		slices.Sort(actions)
-		out[name] = slices.Compact(actions)
-	}
-	return out, nil
-}
-
-// PolicyTemplatesFile finds policy_templates.json in the project's Python
-// virtualenv: $BATCHGEN_VENV, else <repoRoot>/.venv, as infra/venv.sh
-// creates it (infra/emulator/start.sh installs it before the emulator
-// tests run).
-func PolicyTemplatesFile(repoRoot string) (string, error) {
-	venv := os.Getenv("BATCHGEN_VENV")
-	if venv == "" {
-		venv = filepath.Join(repoRoot, ".venv")
-	}
-	matches, err := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages", "samtranslator", "policy_templates_data", "policy_templates.json"))
-	if err != nil {
-		return "", err
-	}
-	if len(matches) == 0 {
-		return "", errors.New("no samtranslator/policy_templates_data/policy_templates.json under " + venv +
-			"; run infra/venv.sh (or set BATCHGEN_VENV to the project's virtualenv)")
-	}
-	return matches[len(matches)-1], nil
 }

@@ -1,21 +1,36 @@
 package awsemu
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-var samTemplates = map[string][]string{
-	"SQSSendMessagePolicy": {"sqs:SendMessage*"},
-	"LambdaInvokePolicy":   {"lambda:InvokeFunction"},
-}
+// translated is the shape SAM's translator gives a function's and a state
+// machine's roles: statements, a Deny, an !If with AWS::NoValue, a policy
+// template's expansion without a Sid, and the managed policies SAM adds.
+const translated = `{"Resources": {
+  "Fn": {"Type": "AWS::Lambda::Function", "Properties": {"Role": {"Fn::GetAtt": ["FnRole", "Arn"]}}},
+  "FnRole": {"Type": "AWS::IAM::Role", "Properties": {
+    "ManagedPolicyArns": ["arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"],
+    "Policies": [
+      {"PolicyName": "FnRolePolicy0", "PolicyDocument": {"Statement": [
+        {"Sid": "Rw", "Effect": "Allow", "Action": ["dynamodb:UpdateItem", "dynamodb:GetItem"], "Resource": "*"},
+        {"Sid": "NoDelete", "Effect": "Deny", "Action": "dynamodb:DeleteItem", "Resource": "*"}]}},
+      {"PolicyName": "FnRolePolicy1", "PolicyDocument": {"Statement": [
+        {"Effect": "Allow", "Action": ["sqs:SendMessage*"], "Resource": "*"}]}},
+      {"Fn::If": ["HasKey",
+        {"PolicyName": "FnRolePolicy2", "PolicyDocument": {"Statement": [{"Sid": "Key", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": "*"}]}},
+        {"Ref": "AWS::NoValue"}]}]}},
+  "Machine": {"Type": "AWS::StepFunctions::StateMachine", "Properties": {"RoleArn": {"Fn::GetAtt": ["MachineRole", "Arn"]}}},
+  "MachineRole": {"Type": "AWS::IAM::Role", "Properties": {"Policies": [
+    {"PolicyName": "MachineRolePolicy0", "PolicyDocument": {"Statement": [{"Effect": "Allow", "Action": ["lambda:InvokeFunction"], "Resource": "*"}]}}]}},
+  "Table": {"Type": "AWS::DynamoDB::Table"}
+}}`
 
 func TestRoleGrants(t *testing.T) {
 	t.Parallel()
-	got, err := RoleGrants("testdata/iam-template.yaml", samTemplates)
+	got, err := roleGrants([]byte(translated))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,13 +38,13 @@ func TestRoleGrants(t *testing.T) {
 		"Fn": {
 			{Action: "dynamodb:GetItem", From: "Rw"},
 			{Action: "dynamodb:UpdateItem", From: "Rw"},
-			{Action: "sqs:SendMessage*", From: "SQSSendMessagePolicy"},
+			{Action: "sqs:SendMessage*", From: "FnRolePolicy1"},
 			{Action: "ssm:GetParameter", From: "Key", Condition: "HasKey"},
 		},
-		"Machine": {{Action: "lambda:InvokeFunction", From: "LambdaInvokePolicy"}},
+		"Machine": {{Action: "lambda:InvokeFunction", From: "MachineRolePolicy0"}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("RoleGrants (-want +got):\n%s", d)
+		t.Errorf("roleGrants (-want +got):\n%s", d)
 	}
 	send := got["Fn"][2]
 	for action, want := range map[string]bool{"sqs:SendMessage": true, "SQS:sendmessagebatch": true, "sqs:ReceiveMessage": false} {
@@ -41,37 +56,15 @@ func TestRoleGrants(t *testing.T) {
 
 func TestRoleGrantsRejectsWhatItCannotCheck(t *testing.T) {
 	t.Parallel()
-	for name, policies := range map[string]string{
-		"managed policy":          "- AWSLambdaExecute",
-		"unknown policy template": "- DynamoDBCrudPolicy: {TableName: t}",
+	for name, doc := range map[string]string{
+		"managed policy": `{"Resources": {"Fn": {"Type": "AWS::Lambda::Function", "Properties": {"Role": {"Fn::GetAtt": ["R", "Arn"]}}},
+			"R": {"Type": "AWS::IAM::Role", "Properties": {"ManagedPolicyArns": ["arn:aws:iam::aws:policy/AmazonDynamoDBFullAccess"]}}}}`,
+		"role from outside": `{"Resources": {"Fn": {"Type": "AWS::Lambda::Function", "Properties": {"Role": "arn:aws:iam::1:role/x"}}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "t.yaml")
-			doc := "Resources:\n  Fn:\n    Type: AWS::Serverless::Function\n    Properties:\n      Policies:\n        " + policies + "\n"
-			if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := RoleGrants(path, samTemplates); err == nil {
-				t.Errorf("RoleGrants accepted %q", policies)
+			if _, err := roleGrants([]byte(doc)); err == nil {
+				t.Errorf("roleGrants accepted %s", doc)
 			}
 		})
-	}
-}
-
-// TestLoadPolicyTemplates reads a file shaped like SAM's: the emulator
-// test of internal/lambdafn reads the real one from the virtualenv.
-func TestLoadPolicyTemplates(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "policy_templates.json")
-	doc := `{"Version":"0.0.1","Templates":{"X":{"Definition":{"Statement":[{"Effect":"Allow","Action":["b:Two","a:One"],"Resource":"*"},{"Effect":"Allow","Action":"a:One","Resource":"*"}]}}}}`
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := LoadPolicyTemplates(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := cmp.Diff(map[string][]string{"X": {"a:One", "b:Two"}}, got); d != "" {
-		t.Errorf("LoadPolicyTemplates (-want +got):\n%s", d)
 	}
 }
