@@ -76,6 +76,10 @@ type Env struct {
 	DefaultPrompt string
 
 	LogLevel slog.Level // LOG_LEVEL: debug, info, warn or error
+	// StackName is the CloudFormation stack (STACK_NAME, optional): the
+	// Stack dimension of the functions' metrics, which the template's
+	// alarms query. Empty writes metrics without dimensions.
+	StackName string
 	// LogStream is the instance's log stream (AWS_LAMBDA_LOG_STREAM_NAME,
 	// set by Lambda); it names the generator in batch claims.
 	LogStream string
@@ -96,6 +100,7 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		ModelAPIKeyParam: getenv("MODEL_API_KEY_PARAM"),
 		DefaultPrompt:    getenv("DEFAULT_PROMPT"),
 		LogStream:        getenv("AWS_LAMBDA_LOG_STREAM_NAME"),
+		StackName:        getenv("STACK_NAME"),
 	}
 	var errs []error
 	intVar := func(name string, def, minimum int) int {
@@ -214,9 +219,19 @@ func NewDeps(env Env, cfg aws.Config, function string) *Deps {
 		Env:     env,
 		AWS:     cfg,
 		Logger:  logger,
-		Metrics: metrics.New(os.Stdout, clock.Real{}, map[string]string{"function": function}),
+		Metrics: metrics.New(os.Stdout, clock.Real{}, metricProps(env, function)),
 		Clock:   clock.Real{},
 	}
+}
+
+// metricProps are the properties of every metrics line of function: its
+// name, and the stack as the metrics' dimension.
+func metricProps(env Env, function string) map[string]string {
+	props := map[string]string{"function": function}
+	if env.StackName != "" {
+		props[metrics.StackDimension] = env.StackName
+	}
+	return props
 }
 
 // Fatal logs a start-up error and exits: a function that cannot be wired

@@ -31,6 +31,7 @@ var templateEnv = map[string]string{
 	"MAX_ROWS":            "100000",
 	"LEASE_SECONDS":       "360",
 	"LOG_LEVEL":           "warn",
+	"STACK_NAME":          "batchgen",
 }
 
 func getenv(m map[string]string) func(string) string {
@@ -49,7 +50,7 @@ func TestLoadEnv(t *testing.T) {
 		ModelProvider: "openai", ModelName: "gpt-4o-mini", ModelAPIKeyParam: "/batchgen/openai-api-key",
 		QuotaRPM: 2000, MaxConcurrency: 10, Concurrency: 8, SimLatency: 300 * time.Millisecond,
 		BatchSize: 100, MaxRows: 100000, MaxInputBytes: 100 << 20, Lease: 360 * time.Second,
-		LogLevel: slog.LevelWarn,
+		LogLevel: slog.LevelWarn, StackName: "batchgen",
 	}
 	if diff := cmp.Diff(want, env); diff != "" {
 		t.Errorf("env mismatch (-want +got):\n%s", diff)

@@ -3,11 +3,14 @@
 // counts by printing to stdout instead of calling PutMetricData (no extra
 // permission, no extra latency, no lost metrics when the call would fail).
 //
-// Every metric is written in namespace "batchgen" with one empty dimension
-// set, which is what the template's alarms and dashboard query (for example
-// the FailedRowsAlarm on RowsFailed). Extra fields such as the function name
-// go into the line as properties: searchable in Logs Insights, but not
-// dimensions, so they never split a metric the alarms read.
+// Every metric is written in namespace "batchgen" with one dimension, the
+// stack's name (StackDimension), so two stacks in one account and region
+// never add up in one metric; the template's alarms and dashboard query
+// that dimension (for example the FailedRowsAlarm on RowsFailed). Without a
+// stack name (local runs) the dimension set is empty. Extra fields such as
+// the function name go into the line as properties: searchable in Logs
+// Insights, but not dimensions, so they never split a metric the alarms
+// read.
 package metrics
 
 import (
@@ -24,6 +27,11 @@ import (
 
 // Namespace is the CloudWatch namespace of every batchgen metric.
 const Namespace = "batchgen"
+
+// StackDimension is the dimension naming the stack that wrote a metric. An
+// Emitter whose properties set it (to the function's STACK_NAME) publishes
+// every metric with it as the one dimension.
+const StackDimension = "Stack"
 
 // Metric names. The generator reports the row and call counts, the queue
 // handlers the message counts, the sweeper its compensation counts.
@@ -122,6 +130,10 @@ func (e *Emitter) Emit(values []Value, props map[string]string) error {
 		}
 		line[k] = v
 	}
+	dims := []string{}
+	if all[StackDimension] != "" {
+		dims = []string{StackDimension}
+	}
 	sorted := slices.Clone(values)
 	slices.SortFunc(sorted, func(a, b Value) int {
 		switch {
@@ -154,9 +166,9 @@ func (e *Emitter) Emit(values []Value, props map[string]string) error {
 		Timestamp: e.clk.Now().UnixMilli(),
 		CloudWatchMetrics: []directive{{
 			Namespace: Namespace,
-			// One empty dimension set: the metrics carry no dimensions,
-			// which is what the alarms and the dashboard query.
-			Dimensions: [][]string{{}},
+			// One dimension set: the stack, which is what the alarms
+			// and the dashboard query.
+			Dimensions: [][]string{dims},
 			Metrics:    defs,
 		}},
 	}

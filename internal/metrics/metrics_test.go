@@ -83,12 +83,13 @@ type emfLine struct {
 }
 
 // TestEmitMatchesFailedRowsAlarm checks the contract the FailedRowsAlarm
-// relies on: namespace batchgen, metric RowsFailed, one empty dimension set
-// (an alarm without dimensions only sees a metric published without any).
+// relies on: namespace batchgen, metric RowsFailed, one dimension set
+// holding only Stack (an alarm sees a metric only under exactly the
+// dimensions it names).
 func TestEmitMatchesFailedRowsAlarm(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	e := New(&buf, clock.NewFake(start), map[string]string{"function": "generator"})
+	e := New(&buf, clock.NewFake(start), map[string]string{"function": "generator", StackDimension: "batchgen-prod"})
 	if err := e.Emit([]Value{{Name: RowsFailed, Value: 5}}, nil); err != nil {
 		t.Fatalf("Emit: %v", err)
 	}
@@ -116,9 +117,12 @@ func TestEmitMatchesFailedRowsAlarm(t *testing.T) {
 		}
 		got = append(got, g)
 	}
-	want := []directive{{Namespace: "batchgen", Dimensions: [][]string{{}}, Metrics: []string{"RowsFailed/Count"}}}
+	want := []directive{{Namespace: "batchgen", Dimensions: [][]string{{"Stack"}}, Metrics: []string{"RowsFailed/Count"}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("EMF directive mismatch (-want +got):\n%s", diff)
+	}
+	if raw["Stack"] != "batchgen-prod" {
+		t.Errorf("Stack = %v, want the stack name as the dimension's value", raw["Stack"])
 	}
 	if raw["RowsFailed"] != 5.0 {
 		t.Errorf("RowsFailed value = %v, want 5", raw["RowsFailed"])
