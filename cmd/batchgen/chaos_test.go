@@ -59,23 +59,23 @@ func TestChaosKillLoop(t *testing.T) {
 			deadline := time.Now().Add(time.Duration(50+rng.IntN(400)) * time.Millisecond)
 			at = func() bool { return time.Now().After(deadline) }
 		}
-		killed := false
-		for !killed {
+		// Poll the kill point until it is reached or the run ends.
+		poll := time.NewTicker(200 * time.Microsecond)
+		for killed := false; !killed; {
 			select {
 			case err := <-done:
 				t.Logf("kill %d: run ended before its kill point (%v)", k, err)
 				killed = true
-				continue
-			default:
+			case <-poll.C:
+				if at() {
+					phases[phaseOf(db)]++
+					_ = cmd.Process.Kill()
+					<-done
+					killed = true
+				}
 			}
-			if at() {
-				phases[phaseOf(db)]++
-				_ = cmd.Process.Kill()
-				<-done
-				killed = true
-			}
-			time.Sleep(200 * time.Microsecond)
 		}
+		poll.Stop()
 	}
 	t.Logf("kill points by task state: %v", phases)
 	twice := finishAndCheckResumed(t, mock, dir, rows, args)

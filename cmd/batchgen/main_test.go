@@ -240,7 +240,8 @@ func TestRunExitCode3WhenRowsFail(t *testing.T) {
 func TestKillAndResume(t *testing.T) {
 	t.Parallel()
 	mock := mockserver.New(mockserver.Config{Latency: 15 * time.Millisecond})
-	srv := httptest.NewServer(mock)
+	watch := newCallWatch(mock)
+	srv := httptest.NewServer(watch)
 	defer srv.Close()
 	dir := t.TempDir()
 	const rows, concurrency, kills = 300, 4, 3
@@ -256,13 +257,11 @@ func TestKillAndResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		target := int64(k * rows / (kills + 1))
-		deadline := time.Now().Add(60 * time.Second)
-		for mock.Stats().Succeeded < target {
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				t.Fatalf("kill %d: only %d calls succeeded; stderr:\n%s", k, mock.Stats().Succeeded, errb.String())
-			}
-			time.Sleep(2 * time.Millisecond)
+		select {
+		case <-watch.reached(target):
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("kill %d: only %d calls succeeded; stderr:\n%s", k, mock.Stats().Succeeded, errb.String())
 		}
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
@@ -91,7 +92,8 @@ func TestRetryRerunsOnlyFailedRows(t *testing.T) {
 func TestCancelRunningJob(t *testing.T) {
 	t.Parallel()
 	mock := mockserver.New(mockserver.Config{Latency: 40 * time.Millisecond})
-	srv := httptest.NewServer(mock)
+	watch := newCallWatch(mock)
+	srv := httptest.NewServer(watch)
 	defer srv.Close()
 	dir := t.TempDir()
 	in := productsCSV(t, dir, 300, nil)
@@ -101,13 +103,11 @@ func TestCancelRunningJob(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for mock.Stats().Succeeded < 20 {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no progress; stderr:\n%s", stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-watch.reached(20):
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("no progress; stderr:\n%s", stderr.String())
 	}
 	data := filepath.Join(dir, ".batchgen")
 	tasks := runBinary(t, context.Background(), "tasks", "--data", data)
@@ -161,7 +161,9 @@ func TestDLQListAndRedrive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(id), Visibility: 10 * time.Millisecond, MaxReceive: 1})
+	// The queue's own clock, moved past the visibility timeout by hand.
+	clk := clock.NewFake(time.Now())
+	q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(id), Visibility: time.Minute, MaxReceive: 1, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,20 +174,12 @@ func TestDLQListAndRedrive(t *testing.T) {
 	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 1 {
 		t.Fatalf("receive: %v %v", ds, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		dead, err := q.ListDead(ctx, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(dead) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("message never dead-lettered")
-		}
-		_, _ = q.Receive(ctx, 1) // moves it once its visibility ran out
-		time.Sleep(5 * time.Millisecond)
+	clk.Advance(2 * time.Minute)
+	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 0 {
+		t.Fatalf("receive past the max receive count: %v %v, want the message dead-lettered", ds, err)
+	}
+	if dead, err := q.ListDead(ctx, 10); err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters: %v %v, want the message", dead, err)
 	}
 	st.Close()
 
