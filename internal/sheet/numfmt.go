@@ -3,6 +3,7 @@ package sheet
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -24,6 +25,9 @@ import (
 //     shows the raw serial number.
 //   - Engineering notation (##0.0E+0): the exponent is a multiple of the integer digits; excelize prints the
 //     number unformatted.
+//   - Fractions without an integer part (??/??, 0/100): Excel folds the whole number into the numerator (12.3 is
+//     123/10); excelize drops it (3/10), and misreads 0 placeholders. With a # integer part below one Excel leaves
+//     the integer blank (" 2/7"); excelize writes "0 2/7".
 //
 // Colour codes ([Red]) and A/P, AM/PM are rendered correctly by excelize and are pinned by the golden table.
 
@@ -146,7 +150,7 @@ func (n *numFormatter) display(fix *numFmtFix, v float64) (string, bool) {
 		}
 		return sign + m, true
 	case strings.Contains(body, "/"):
-		return "", false
+		return n.displayFraction(sec, body, v, sign)
 	default:
 		dec, scale := decimalsOf(body)
 		fixed := roundDecimal(v*scale, dec) / scale
@@ -204,6 +208,93 @@ func (n *numFormatter) render(fix *numFmtFix, v float64) string {
 		return n.excelize(fix.id, "", v)
 	}
 	return n.excelize(-1, fix.code, v)
+}
+
+// improperFraction is a fraction section without an integer part (??/??, 0/100); hashMixedFraction a mixed one
+// whose integer part is only # (# ?/?).
+var (
+	improperFraction  = regexp.MustCompile(`^[#0?]+/(?:[#0?]+|[1-9][0-9]*)$`)
+	hashMixedFraction = regexp.MustCompile(`^#+ +[#0?]+/(?:[#0?]+|[1-9][0-9]*)$`)
+	mixedText         = regexp.MustCompile(`^(-?)(\d*)( +(\d+)/(\d+))? *$`)
+)
+
+// displayFraction corrects two fraction cases. Without an integer part Excel shows an improper fraction (12.3 in
+// ??/?? is 123/10); excelize drops the whole part (3/10). With a # integer part Excel leaves it blank below one
+// (0.3 in # ?/? is " 2/7"); excelize writes 0 2/7. Both are rendered through excelize's mixed fraction, which
+// chooses the numerator and denominator as Excel does, and reshaped.
+func (n *numFormatter) displayFraction(sec, body string, v float64, sign string) (string, bool) {
+	a := math.Abs(v)
+	if v < 0 && sign == "" {
+		return "", false // an explicit negative section: left to excelize
+	}
+	switch {
+	case improperFraction.MatchString(body):
+		numPH, denPH, _ := strings.Cut(body, "/")
+		// excelize mishandles 0 placeholders in fractions; ? chooses the same digits, and the padding is redone.
+		mixed := "# " + strings.ReplaceAll(numPH, "0", "?") + "/"
+		if fixedDenominator(denPH) {
+			mixed += denPH
+		} else {
+			mixed += strings.ReplaceAll(denPH, "0", "?")
+		}
+		m := mixedText.FindStringSubmatch(n.excelize(-1, mixed, a))
+		if m == nil {
+			return "", false
+		}
+		whole, _ := strconv.ParseInt(m[2], 10, 64)
+		num, den := int64(0), int64(1)
+		if m[3] != "" {
+			num, _ = strconv.ParseInt(m[4], 10, 64)
+			den, _ = strconv.ParseInt(m[5], 10, 64)
+		} else if fixedDenominator(denPH) {
+			den, _ = strconv.ParseInt(denPH, 10, 64)
+		}
+		num += whole * den
+		return sign + padPlaceholders(strconv.FormatInt(num, 10), numPH, true) + "/" +
+			padPlaceholders(strconv.FormatInt(den, 10), denPH, false), true
+	case hashMixedFraction.MatchString(body):
+		out := n.excelize(-1, sec, a)
+		m := mixedText.FindStringSubmatch(out)
+		if m == nil || m[2] != "0" || m[3] == "" {
+			return "", false
+		}
+		return sign + strings.TrimPrefix(out, "0"), true
+	}
+	return "", false
+}
+
+// fixedDenominator reports whether a fraction's denominator is a number (/100) rather than placeholders (/??).
+func fixedDenominator(den string) bool {
+	return den != "" && den[0] >= '1' && den[0] <= '9' && strings.Trim(den, "0123456789") == ""
+}
+
+// padPlaceholders pads digits to the width of its placeholders: ? pads with a space, 0 with a zero; numerators
+// are aligned right, denominators left. A fixed denominator (100) is written as is.
+func padPlaceholders(digits, ph string, right bool) string {
+	if fixedDenominator(ph) {
+		return digits
+	}
+	for len(digits) < len(ph) {
+		pad := ph[len(ph)-len(digits)-1]
+		if !right {
+			pad = ph[len(digits)]
+		}
+		c := ""
+		switch pad {
+		case '?':
+			c = " "
+		case '0':
+			c = "0"
+		default:
+			return digits
+		}
+		if right {
+			digits = c + digits
+		} else {
+			digits += c
+		}
+	}
+	return digits
 }
 
 // ampmToken returns the AM/PM or A/P token of a section as written (any case), or "".
@@ -295,6 +386,9 @@ func fixableSections(sections []string) bool {
 		case strings.ContainsAny(body, "Ee") && exponentSection(body):
 			any = true
 		case strings.Contains(body, "/"):
+			if improperFraction.MatchString(body) || hashMixedFraction.MatchString(body) {
+				any = true
+			}
 		default:
 			if dec, _ := decimalsOf(body); dec > 0 {
 				any = true
