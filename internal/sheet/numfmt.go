@@ -153,6 +153,12 @@ func (n *numFormatter) display(fix *numFmtFix, v float64) (string, bool) {
 		return n.displayFraction(sec, body, v, sign)
 	default:
 		dec, scale := decimalsOf(body)
+		// Binary and decimal rounding disagree only next to a half (1.005 is 1.00499999...); everything else,
+		// float noise included, is left to excelize without a second rendering.
+		x := math.Abs(v*scale) * math.Pow10(dec)
+		if math.Abs(x-math.Floor(x)-0.5) > 1e-6 {
+			return "", false
+		}
 		fixed := roundDecimal(v*scale, dec) / scale
 		if fixed == v {
 			return "", false
