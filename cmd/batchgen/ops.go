@@ -274,17 +274,28 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 // unfinished one) and writes a new result.
 func newRetryCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o runOptions
-	var dir, errorClass string
+	var dir, errorClass, table, queueURL string
 	cmd := &cobra.Command{
 		Use:   "retry TASK [flags]",
 		Short: "Rerun the failed rows of a task and write a new result",
 		Long: `Retry reruns only the failed rows of a finished task (all of them, or those of one
 --error-class) with a new attempt budget; succeeded rows are never billed again. A task
-whose run stopped midway is continued. Use the provider and model the task ran with.`,
-		Example:           `  batchgen retry TASK --data .batchgen --error-class content_filter`,
+whose run stopped midway is continued. Use the provider and model the task ran with.
+
+With --table and --queue-url (the stack outputs TableName and QueueUrl) it retries a task
+of the deployed AWS stack instead: the failed rows go back to the queue, the stack's
+generators rerun them, and the task is exported again under its next export generation.`,
+		Example: `  batchgen retry TASK --data .batchgen --error-class content_filter
+  batchgen retry TASK --table TABLE --queue-url QUEUE_URL --error-class retry_exhausted`,
 		Args:              taskArg("batchgen retry TASK [--data DIR] [--out FILE] [--error-class CLASS] [provider flags]"),
 		ValidArgsFunction: completeTask,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if table != "" || queueURL != "" {
+				if table == "" || queueURL == "" {
+					return &exitError{code: exitRejected, err: errors.New("--table and --queue-url go together (the stack outputs TableName and QueueUrl)")}
+				}
+				return retryAWS(cmd.Context(), table, queueURL, args[0], errorClass, stdout)
+			}
 			return retryTask(cmd.Context(), o, dir, args[0], errorClass, stdout, stderr)
 		},
 	}
@@ -292,6 +303,8 @@ whose run stopped midway is continued. Use the provider and model the task ran w
 	addDataFlag(fs, &dir)
 	fs.StringVar(&o.out, "out", "", "result workbook; default <source>.result.xlsx beside the data directory")
 	fs.StringVar(&errorClass, "error-class", "", "only rows that failed with this class (e.g. content_filter, retry_exhausted, insufficient_quota)")
+	fs.StringVar(&table, "table", "", "AWS: the stack's DynamoDB table (output TableName); with --queue-url, retries on the stack instead of --data")
+	fs.StringVar(&queueURL, "queue-url", "", "AWS: the work queue (output QueueUrl)")
 	o.registerEngine(fs)
 	_ = cmd.MarkFlagDirname("data")
 	_ = cmd.MarkFlagFilename("out", "xlsx")
@@ -347,6 +360,39 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 		fmt.Fprintf(stderr, "batchgen: retrying task %s: %d batch(es) with failed rows%s\n", id, outcome.Batches, classSuffix(errorClass))
 	}
 	return j.complete(ctx, task, stdout)
+}
+
+// retryAWS reopens the failed rows of a deployed stack's task through the
+// default AWS configuration (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL for an
+// emulator) and enqueues their batches; the stack does the rest.
+func retryAWS(ctx context.Context, table, queueURL, id, errorClass string, stdout io.Writer) error {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("AWS configuration: %w", err)
+	}
+	r := pipeline.Retrier{
+		Reopener: dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}),
+		Queue:    sqsqueue.New(sqs.NewFromConfig(cfg), queueURL, sqsqueue.Options{}),
+	}
+	task, n, err := r.Retry(ctx, id, errorClass, time.Now())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s (batchgen tasks --table %s lists them)", id, table, table)}
+	case errors.Is(err, store.ErrConflict):
+		return &exitError{code: exitRejected, err: err}
+	case err != nil && task.ID != "":
+		fmt.Fprintf(stdout, "task %s reopened, but enqueueing failed (%v); the stack's sweeper re-enqueues its batches within minutes\n", id, err)
+		return nil
+	case err != nil:
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintf(stdout, "task %s has no failed rows%s; nothing to retry\n", id, classSuffix(errorClass))
+		return nil
+	}
+	fmt.Fprintf(stdout, "task %s: %d batch(es) with failed rows%s re-enqueued; the stack exports it again when they finish (export generation %d)\n",
+		id, n, classSuffix(errorClass), task.ExportGen)
+	return nil
 }
 
 func classSuffix(class string) string {

@@ -76,11 +76,25 @@ type Config struct {
 	// Exports, when non-nil, starts the export of a cancelled task, so its
 	// partial result is written. Without it the sweeper starts it later.
 	Exports Exporter
+	// Retrier, when non-nil, serves POST /api/tasks/{id}/retry; without it
+	// that endpoint answers 501.
+	Retrier Retrier
+}
+
+// Retrier reruns the failed rows of a finished task (pipeline.Retrier: the
+// store's reopen and the work queue).
+type Retrier interface {
+	// Retry reopens the FAILED rows of class errorClass (all when empty),
+	// enqueues their batches and returns the reopened task and how many
+	// batches were enqueued; zero when nothing failed. It returns
+	// store.ErrNotFound for no such task and store.ErrConflict for a task
+	// that is not finished.
+	Retry(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, int, error)
 }
 
 // Exporter starts the export of a task (pipeline.ExportStarter).
 type Exporter interface {
-	StartExport(ctx context.Context, taskID string) error
+	StartExport(ctx context.Context, taskID string, generation int) error
 }
 
 func (c Config) withDefaults() Config {
@@ -136,11 +150,13 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /api/tasks", s.listTasks)
 	mux.HandleFunc("GET /api/tasks/{id}", s.getTask)
 	mux.HandleFunc("POST /api/tasks/{id}/cancel", s.cancelTask)
+	mux.HandleFunc("POST /api/tasks/{id}/retry", s.retryTask)
 	// Method-less patterns catch the other methods on known paths, so they
 	// get a JSON 405 instead of falling through to the JSON 404 below.
 	mux.HandleFunc("/api/tasks", methodNotAllowed("GET, HEAD, POST"))
 	mux.HandleFunc("/api/tasks/{id}", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("/api/tasks/{id}/cancel", methodNotAllowed("POST"))
+	mux.HandleFunc("/api/tasks/{id}/retry", methodNotAllowed("POST"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})

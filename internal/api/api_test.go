@@ -447,7 +447,7 @@ func TestIncomingKey(t *testing.T) {
 
 type recordingExports struct{ ids []string }
 
-func (r *recordingExports) StartExport(_ context.Context, id string) error {
+func (r *recordingExports) StartExport(_ context.Context, id string, _ int) error {
 	r.ids = append(r.ids, id)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -298,6 +299,75 @@ func (s *server) cancelTask(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Logger.Warn("start export of a cancelled task failed; the sweeper will retry", "task", id, "error", export.Err)
 	case err != nil:
 		s.internalError(w, r, "cancel task", err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, viewOf(task))
+}
+
+// retryRequest is the optional body of POST /api/tasks/{id}/retry.
+type retryRequest struct {
+	// ErrorClass, when set, reruns only rows that failed with this class
+	// (e.g. "content_filter", "retry_exhausted", "stuck").
+	ErrorClass string `json:"error_class"`
+}
+
+// errorClassPattern bounds an error class to what classes look like.
+var errorClassPattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+
+// retryTask reruns the failed rows of a finished or cancelled task (all, or
+// those of one error class): succeeded rows keep their results and are
+// never billed again, the task goes back to RUNNING and is exported again
+// under its next export generation when its batches finish.
+func (s *server) retryTask(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !ValidTaskID(id) {
+		writeError(w, http.StatusNotFound, "not_found", "no task "+strconv.Quote(id))
+		return
+	}
+	if s.cfg.Retrier == nil {
+		writeError(w, http.StatusNotImplemented, "not_implemented", "this deployment cannot retry tasks")
+		return
+	}
+	var req retryRequest
+	if r.ContentLength != 0 {
+		if !s.decodeJSON(w, r, &req) {
+			return
+		}
+	}
+	if req.ErrorClass != "" && !errorClassPattern.MatchString(req.ErrorClass) {
+		writeError(w, http.StatusBadRequest, "invalid_request", "error_class must be 1 to 64 lower-case letters, digits or underscores")
+		return
+	}
+	ctx := r.Context()
+	task, n, err := s.cfg.Retrier.Retry(ctx, id, req.ErrorClass, s.cfg.Clock.Now())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", "no task "+strconv.Quote(id))
+		return
+	case errors.Is(err, store.ErrConflict):
+		cur, gerr := s.cfg.Store.GetTask(ctx, id)
+		if gerr != nil {
+			s.internalError(w, r, "get task", gerr)
+			return
+		}
+		writeError(w, http.StatusConflict, "conflict", "task "+id+" is "+string(cur.State)+"; only a finished or cancelled task can be retried")
+		return
+	case err != nil && task.ID == "":
+		s.internalError(w, r, "retry task", err)
+		return
+	case err != nil:
+		// Reopened, but the messages were not all sent: the sweeper
+		// re-enqueues the batches that wait.
+		s.cfg.Logger.Warn("retry: enqueue failed; the sweeper will re-enqueue", "task", id, "error", err)
+		writeJSON(w, http.StatusAccepted, viewOf(task))
+		return
+	}
+	if n == 0 {
+		what := "no failed rows"
+		if req.ErrorClass != "" {
+			what += " of class " + req.ErrorClass
+		}
+		writeError(w, http.StatusConflict, "nothing_to_retry", "task "+id+" has "+what)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, viewOf(task))

@@ -72,6 +72,8 @@ type e2e struct {
 	mock  *mockserver.Server
 	logs  *syncBuffer
 	stack *localrun.Stack
+	// ops records every AWS operation the stack's functions perform.
+	ops *awsops.Recorder
 }
 
 type e2eOptions struct {
@@ -138,7 +140,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		t.Fatalf("LoadEnv: %v", err)
 	}
 
-	e := &e2e{t: t, res: res, mock: mock, logs: &syncBuffer{}}
+	e := &e2e{t: t, res: res, mock: mock, logs: &syncBuffer{}, ops: awsops.New()}
 	t.Cleanup(func() {
 		if t.Failed() {
 			lines := strings.Split(e.logs.String(), "\n")
@@ -156,6 +158,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 				name, _, _ := strings.Cut(function, "-") // generator-2 is a generator
 				d.AWS = opts.ops.For(name).Attach(d.AWS)
 			}
+			d.AWS = e.ops.Attach(d.AWS)
 			if function == "exporter" && opts.brokenExporter {
 				d.Env.BucketName = prefix + "-no-such-bucket"
 			}
@@ -433,6 +436,11 @@ func TestEndToEnd(t *testing.T) {
 			}
 			if run := e.stack.Exports.Execution(taskID); run == nil || run.Status != asl.StatusSucceeded {
 				t.Fatalf("export execution = %+v, want SUCCEEDED", run)
+			}
+			// One export, one StartExecution, however often the batches'
+			// messages or the upload event came.
+			if n := e.ops.Counts()[awsops.Name(sfn.ServiceID, "StartExecution")]; n != 1 {
+				t.Errorf("%d StartExecution calls for one export, want 1 (ops: %v)", n, e.ops.Counts())
 			}
 			e.checkResult(taskID, tc.filtered)
 			e.checkBilledOnce(tc.filtered)

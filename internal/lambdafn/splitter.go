@@ -200,7 +200,7 @@ func (h *Splitter) handleRecord(ctx context.Context, rec events.S3EventRecord) (
 	}
 	log.Info("input split", "rows", task.RowsTotal, "batches", task.BatchesTotal, "state", task.State, "upload", in.upload)
 	if h.Exports != nil && task.BatchesTotal == 0 && !task.State.Final() {
-		if err := h.Exports.StartExport(ctx, task.ID); err != nil {
+		if _, err := pipeline.StartExportOnce(ctx, h.Split.Store, h.Exports, task, h.clock().Now()); err != nil {
 			return outcomeSplit, fmt.Errorf("split %s: start export of empty task %s: %w", key, task.ID, err)
 		}
 	}

@@ -396,6 +396,7 @@ func (d *Deps) HTTP() (*HTTP, error) {
 		Handler: api.New(api.Config{
 			Store: d.Store(), Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
 			DefaultSpec: d.Env.DefaultSpec(), Exports: d.Exports(),
+			Retrier: pipeline.Retrier{Reopener: d.Store(), Queue: d.Queue()},
 		}),
 		Logger: d.Logger,
 	}, nil

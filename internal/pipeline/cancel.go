@@ -120,7 +120,7 @@ func Cancel(ctx context.Context, st store.Store, p CancelParams) (store.Task, er
 		}
 	}
 	if p.Exports != nil {
-		if err := p.Exports.StartExport(ctx, p.TaskID); err != nil {
+		if err := p.Exports.StartExport(ctx, p.TaskID, task.ExportGen); err != nil {
 			return task, &ExportNotStartedError{Task: task, Err: err}
 		}
 	}
@@ -129,7 +129,7 @@ func Cancel(ctx context.Context, st store.Store, p CancelParams) (store.Task, er
 
 // StartExport runs the export in-process, for callers that have no
 // separate export trigger (the embedded runtime with no run active).
-func (e *Exporter) StartExport(ctx context.Context, taskID string) error {
+func (e *Exporter) StartExport(ctx context.Context, taskID string, _ int) error {
 	_, err := e.Export(ctx, taskID)
 	return err
 }

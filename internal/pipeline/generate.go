@@ -246,10 +246,8 @@ func (g *Generator) maybeExport(ctx context.Context, task store.Task) error {
 	if task.BatchesDone < task.BatchesTotal || task.State.Final() {
 		return nil
 	}
-	if err := g.Exports.StartExport(ctx, task.ID); err != nil {
-		return fmt.Errorf("task %s: start export: %w", task.ID, err)
-	}
-	return nil
+	_, err := StartExportOnce(ctx, g.Store, g.Exports, task, g.Clock.Now())
+	return err
 }
 
 // rowOutcome is what generating one row came to.

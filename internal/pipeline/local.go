@@ -149,7 +149,7 @@ func (s *ExportSignal) channel() chan string {
 
 // StartExport signals that taskID is ready. It never blocks: if the run
 // loop is behind, it will find the task ready when it looks.
-func (s *ExportSignal) StartExport(_ context.Context, taskID string) error {
+func (s *ExportSignal) StartExport(_ context.Context, taskID string, _ int) error {
 	select {
 	case s.channel() <- taskID:
 	default:

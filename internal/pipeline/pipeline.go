@@ -97,10 +97,40 @@ type Event struct {
 type Observer func(Event)
 
 // ExportStarter starts the export of a task whose batches are all done. It
-// must be idempotent: a second start for the same task is a no-op (on AWS the
-// Step Functions execution is named after the task).
+// must be idempotent per export generation: a second start for the same task
+// and generation is a no-op (on AWS the Step Functions execution is named
+// after both), while a task reopened by a retry (generation + 1) is exported
+// again. The pipeline calls it once per export in the normal course (see
+// StartExportOnce); the sweeper repeats a start that was lost.
 type ExportStarter interface {
-	StartExport(ctx context.Context, taskID string) error
+	StartExport(ctx context.Context, taskID string, generation int) error
+}
+
+// StartExportOnce starts the export of task, whose batches are all done, once
+// per export: only the caller whose conditional PENDING/RUNNING -> EXPORTING
+// transition applies calls the starter, so a redelivered message, a second
+// worker that also saw the last batch finish, or a sweep finds the task
+// EXPORTING and leaves it alone. A cancelled task keeps its state (its
+// cancel is the one event that starts its export). It reports whether it
+// started the export. A start that fails after the transition leaves the
+// task EXPORTING; the sweeper starts it again once it has waited too long.
+func StartExportOnce(ctx context.Context, st store.Store, ex ExportStarter, task store.Task, now time.Time) (bool, error) {
+	if task.State != store.TaskCancelled {
+		t, err := st.TransitionTask(ctx, store.TransitionTaskParams{
+			ID: task.ID, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskExporting, Now: now,
+		})
+		if isConflict(err) {
+			return false, nil // exporting already, or finished
+		}
+		if err != nil {
+			return false, fmt.Errorf("task %s: mark exporting: %w", task.ID, err)
+		}
+		task = t
+	}
+	if err := ex.StartExport(ctx, task.ID, task.ExportGen); err != nil {
+		return false, fmt.Errorf("task %s: start export: %w", task.ID, err)
+	}
+	return true, nil
 }
 
 // isConflict reports whether err is the store's ErrConflict.

@@ -151,3 +151,15 @@ func Retry(ctx context.Context, st RetryStore, q queue.Queue, p RetryParams) (Re
 	}
 	return RetryOutcome{Task: reopened, Batches: n}, nil
 }
+
+// Retrier binds Reopen to a store and a queue, for entry points (the HTTP
+// API, the CLI against a deployed stack) that retry tasks.
+type Retrier struct {
+	Reopener Reopener
+	Queue    queue.Queue
+}
+
+// Retry is Reopen on r's store and queue.
+func (r Retrier) Retry(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, int, error) {
+	return Reopen(ctx, r.Reopener, r.Queue, taskID, errorClass, now)
+}

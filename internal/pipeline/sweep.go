@@ -290,7 +290,18 @@ func (s *Sweeper) startMissingExports(ctx context.Context, cfg SweeperConfig, no
 		if !(cancelled || ready) || !t.UpdatedAt.Before(now.Add(-cfg.PendingAfter)) {
 			continue
 		}
-		if err := s.Exports.StartExport(ctx, t.ID); err != nil {
+		var err error
+		if t.State == store.TaskExporting || t.State == store.TaskCancelled {
+			// Its start was lost (or its export died): start it again; the
+			// starter is idempotent per generation.
+			err = s.Exports.StartExport(ctx, t.ID, t.ExportGen)
+		} else {
+			var ok bool
+			if ok, err = StartExportOnce(ctx, s.Store, s.Exports, t, now); err == nil && !ok {
+				continue // someone else just started it
+			}
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("start export of %s: %w", t.ID, err))
 			continue
 		}
@@ -349,8 +360,8 @@ func (s *Sweeper) failStuck(ctx context.Context, b store.Batch, now time.Time, l
 	}
 	log.Error("sweeper failed the remaining rows of a stuck batch", "task", b.TaskID, "batch", b.No, "claims", b.Attempt, "last_error", b.LastError)
 	if s.Exports != nil && task.BatchesDone >= task.BatchesTotal {
-		if err := s.Exports.StartExport(ctx, task.ID); err != nil {
-			return fmt.Errorf("start export of %s: %w", task.ID, err)
+		if _, err := StartExportOnce(ctx, s.Store, s.Exports, task, now); err != nil {
+			return err
 		}
 	}
 	return nil

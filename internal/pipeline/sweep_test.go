@@ -20,7 +20,7 @@ type recordingStarter struct {
 	ids []string
 }
 
-func (r *recordingStarter) StartExport(_ context.Context, id string) error {
+func (r *recordingStarter) StartExport(_ context.Context, id string, _ int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ids = append(r.ids, id)

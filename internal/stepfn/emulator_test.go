@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,12 +43,12 @@ func TestStartExportIdempotent(t *testing.T) {
 
 	const task = "3f1a9c0e5b7d2a4c6e8f"
 	for i := range 2 {
-		if err := starter.StartExport(ctx, task); err != nil {
+		if err := starter.StartExport(ctx, task, 0); err != nil {
 			t.Fatalf("start #%d: %v", i+1, err)
 		}
 	}
 	// Another task gets its own execution.
-	if err := starter.StartExport(ctx, "another-task"); err != nil {
+	if err := starter.StartExport(ctx, "another-task", 0); err != nil {
 		t.Fatalf("start another task: %v", err)
 	}
 
@@ -89,7 +90,7 @@ func TestStartExportIdempotent(t *testing.T) {
 	if !errors.As(err, &exists) {
 		t.Fatalf("raw StartExecution of a closed execution's name: error = %v, want ExecutionAlreadyExists", err)
 	}
-	if err := starter.StartExport(ctx, task); err != nil {
+	if err := starter.StartExport(ctx, task, 0); err != nil {
 		t.Errorf("start after the execution closed: %v", err)
 	}
 	out, err = client.ListExecutions(ctx, &sfn.ListExecutionsInput{StateMachineArn: aws.String(res.StateMachineArn)})
@@ -101,6 +102,24 @@ func TestStartExportIdempotent(t *testing.T) {
 	}
 	if got := aws.ToString(out.Executions[0].ExecutionArn) + aws.ToString(out.Executions[1].ExecutionArn); !strings.Contains(got, arn) {
 		t.Errorf("executions %s do not include the original %s", got, arn)
+	}
+
+	// A retried task (export generation 1) is exported again under its own
+	// name, with the same input, although the first name is taken.
+	if err := starter.StartExport(ctx, task, 1); err != nil {
+		t.Fatalf("start generation 1: %v", err)
+	}
+	out, err = client.ListExecutions(ctx, &sfn.ListExecutionsInput{StateMachineArn: aws.String(res.StateMachineArn)})
+	if err != nil {
+		t.Fatalf("list executions: %v", err)
+	}
+	var names []string
+	for _, e := range out.Executions {
+		names = append(names, aws.ToString(e.Name))
+	}
+	slices.Sort(names)
+	if d := cmp.Diff([]string{task, task + "-g1", "another-task"}, names); d != "" {
+		t.Errorf("executions after a re-export (-want +got):\n%s", d)
 	}
 }
 

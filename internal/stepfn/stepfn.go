@@ -2,13 +2,13 @@
 // export.asl.json) on AWS Step Functions: the AWS implementation of
 // pipeline.ExportStarter.
 //
-// The execution is named after the task, and Step Functions keeps an
-// execution name for 90 days after the execution closes, so starting a
-// task's export is idempotent: a second start while the first runs (with
-// the same input) returns the running execution, and one after it has
-// closed fails with ExecutionAlreadyExists, which Starter treats as done.
-// The same rule means a task's export cannot be started again under its
-// name within those 90 days; re-exporting one needs another name.
+// The execution is named after the task and its export generation (see
+// ExecutionName), and Step Functions keeps an execution name for 90 days
+// after the execution closes, so starting an export is idempotent: a second
+// start while the first runs (with the same input) returns the running
+// execution, and one after it has closed fails with ExecutionAlreadyExists,
+// which Starter treats as done. A task reopened by a retry has the next
+// generation, hence a new name, and is exported again.
 package stepfn
 
 import (
@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -47,11 +48,22 @@ type input struct {
 	TaskID string `json:"task_id"`
 }
 
-// StartExport starts the export execution of taskID, named taskID with
-// input {"task_id": taskID}. A start for a task whose execution already
-// exists is a no-op (nil).
-func (s Starter) StartExport(ctx context.Context, taskID string) error {
-	if err := checkName(taskID); err != nil {
+// ExecutionName is the execution name of taskID's export of generation: the
+// task ID for the first export (generation 0), so executions started before
+// generations existed keep their names, then "<task>-g<generation>".
+func ExecutionName(taskID string, generation int) string {
+	if generation <= 0 {
+		return taskID
+	}
+	return taskID + "-g" + strconv.Itoa(generation)
+}
+
+// StartExport starts the export execution of taskID's export generation,
+// named ExecutionName(taskID, generation), with input {"task_id": taskID}. A
+// start whose execution already exists is a no-op (nil).
+func (s Starter) StartExport(ctx context.Context, taskID string, generation int) error {
+	name := ExecutionName(taskID, generation)
+	if err := checkName(name); err != nil {
 		return fmt.Errorf("start export of %s: %w", taskID, err)
 	}
 	in, err := json.Marshal(input{TaskID: taskID})
@@ -60,7 +72,7 @@ func (s Starter) StartExport(ctx context.Context, taskID string) error {
 	}
 	_, err = s.Client.StartExecution(ctx, &sfn.StartExecutionInput{
 		StateMachineArn: aws.String(s.StateMachineARN),
-		Name:            aws.String(taskID),
+		Name:            aws.String(name),
 		Input:           aws.String(string(in)),
 	})
 	var exists *types.ExecutionAlreadyExists

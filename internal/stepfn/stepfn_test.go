@@ -44,7 +44,7 @@ func TestCheckName(t *testing.T) {
 
 func TestStartExportRejectsInvalidName(t *testing.T) {
 	// Refused before any call: a nil client is never touched.
-	err := Starter{StateMachineARN: "arn:aws:states:us-east-1:123456789012:stateMachine:x"}.StartExport(t.Context(), "bad/name")
+	err := Starter{StateMachineARN: "arn:aws:states:us-east-1:123456789012:stateMachine:x"}.StartExport(t.Context(), "bad/name", 0)
 	if !errors.Is(err, ErrInvalidName) {
 		t.Errorf("StartExport(bad/name) = %v, want %v", err, ErrInvalidName)
 	}

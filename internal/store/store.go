@@ -116,6 +116,11 @@ type Task struct {
 
 	// ResultKey is the blob key of the exported result, once exported.
 	ResultKey string
+	// ExportGen counts the times the task was reopened (retried) after an
+	// export. Each export round is started once under a name that includes
+	// it (Step Functions keeps an execution name for 90 days), so a retried
+	// task can be exported again.
+	ExportGen int
 	// Error says why the task FAILED, or the first export error.
 	Error string
 

@@ -52,6 +52,7 @@ import (
 	"github.com/batchgen/batchgen/internal/lambdafn"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/stepfn"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -228,25 +229,26 @@ var _ pipeline.ExportStarter = (*Exports)(nil)
 // StartExport runs the export of taskID to its end unless it ran before.
 // The emulator's own execution, whose Lambda call fails, starts after it:
 // its Catch path leaves the finished task alone.
-func (a *Exports) StartExport(ctx context.Context, taskID string) error {
-	return a.start(ctx, taskID, a.real)
+func (a *Exports) StartExport(ctx context.Context, taskID string, generation int) error {
+	return a.start(ctx, taskID, generation, a.real)
 }
 
-func (a *Exports) start(ctx context.Context, taskID string, real pipeline.ExportStarter) error {
+func (a *Exports) start(ctx context.Context, taskID string, generation int, real pipeline.ExportStarter) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, done := a.runs[taskID]; !done {
+	name := stepfn.ExecutionName(taskID, generation)
+	if _, done := a.runs[name]; !done {
 		input, err := json.Marshal(map[string]string{"task_id": taskID})
 		if err != nil {
 			return fmt.Errorf("run export of %s: %w", taskID, err)
 		}
-		exec, err := a.runner.Run(ctx, a.machine, taskID, input)
+		exec, err := a.runner.Run(ctx, a.machine, name, input)
 		if err != nil {
 			return fmt.Errorf("run export of %s: %w", taskID, err)
 		}
-		a.runs[taskID] = exec
+		a.runs[name] = exec
 	}
-	return real.StartExport(ctx, taskID)
+	return real.StartExport(ctx, taskID, generation)
 }
 
 // Via returns the stand-in for one function: the export runs as with
@@ -266,15 +268,22 @@ type exportsVia struct {
 	real pipeline.ExportStarter
 }
 
-func (v exportsVia) StartExport(ctx context.Context, taskID string) error {
-	return v.a.start(ctx, taskID, v.real)
+func (v exportsVia) StartExport(ctx context.Context, taskID string, generation int) error {
+	return v.a.start(ctx, taskID, generation, v.real)
 }
 
-// Execution returns the asl run of taskID's export, or nil if none ran.
+// Execution returns the asl run of taskID's first export, or nil if none
+// ran.
 func (a *Exports) Execution(taskID string) *asl.Execution {
+	return a.ExecutionOf(taskID, 0)
+}
+
+// ExecutionOf returns the asl run of taskID's export of generation, or nil
+// if none ran.
+func (a *Exports) ExecutionOf(taskID string, generation int) *asl.Execution {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.runs[taskID]
+	return a.runs[stepfn.ExecutionName(taskID, generation)]
 }
 
 // IncomingKey is the drop-folder key for a file name.

@@ -47,6 +47,7 @@ const (
 	attrRowsSucceeded = "rows_succeeded"
 	attrRowsFailed    = "rows_failed"
 	attrRowsSkipped   = "rows_skipped"
+	attrExportGen     = "export_gen"
 )
 
 // taskItem is a task as stored. The spec is JSON (its optional float
@@ -70,6 +71,7 @@ type taskItem struct {
 	RowsSkipped   int      `dynamodbav:"rows_skipped"`
 	ResultKey     string   `dynamodbav:"result_key,omitempty"`
 	Error         string   `dynamodbav:"error,omitempty"`
+	ExportGen     int      `dynamodbav:"export_gen,omitempty"`
 	// CreatedAt is also the sort key of the tasks-by-time index, so it is
 	// always present.
 	CreatedAt  string `dynamodbav:"created_at"`
@@ -179,6 +181,7 @@ func taskToItem(t store.Task) (taskItem, error) {
 		RowsSkipped:   t.RowsSkipped,
 		ResultKey:     t.ResultKey,
 		Error:         t.Error,
+		ExportGen:     t.ExportGen,
 		CreatedAt:     sortTime(t.CreatedAt),
 		UpdatedAt:     encodeTime(t.UpdatedAt),
 		FinishedAt:    encodeTime(t.FinishedAt),
@@ -207,6 +210,7 @@ func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 		RowsSkipped:   it.RowsSkipped,
 		ResultKey:     it.ResultKey,
 		Error:         it.Error,
+		ExportGen:     it.ExportGen,
 	}
 	if err := json.Unmarshal([]byte(it.Spec), &t.Spec); err != nil {
 		return store.Task{}, fmt.Errorf("decode spec of task %s: %w", it.ID, err)

@@ -84,7 +84,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	// Recount from the batches still DONE: their counts stay, the reopened
 	// ones are added again by FinishBatch when they finish.
 	t, err := scanTask(tx.QueryRowContext(ctx, `UPDATE tasks SET
-			state = 'RUNNING', result_key = '', error = '', finished_at = NULL, updated_at = ?,
+			state = 'RUNNING', result_key = '', error = '', finished_at = NULL, updated_at = ?, export_gen = export_gen + 1,
 			batches_done = (SELECT count(*) FROM batches WHERE task_id = ? AND state = 'DONE'),
 			rows_succeeded = (SELECT count(*) FROM rows r JOIN batches b ON b.task_id = r.task_id
 				AND r.no BETWEEN b.first_row AND b.first_row + b.row_count - 1

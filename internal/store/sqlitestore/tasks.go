@@ -12,7 +12,7 @@ import (
 )
 
 const taskColumns = `id, state, spec, source, sheet, header, rows_total, batches_total, batches_done,
-	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding`
+	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding, export_gen`
 
 // scanTask reads one row of taskColumns.
 func scanTask(sc scanner) (store.Task, error) {
@@ -23,7 +23,7 @@ func scanTask(sc scanner) (store.Task, error) {
 	)
 	err := sc.Scan(&t.ID, &t.State, &spec, &t.Source, &t.Sheet, &header, &t.RowsTotal, &t.BatchesTotal,
 		&t.BatchesDone, &t.RowsSucceeded, &t.RowsFailed, &t.RowsSkipped, &t.ResultKey, &t.Error,
-		&created, &updated, &finished, &t.Encoding)
+		&created, &updated, &finished, &t.Encoding, &t.ExportGen)
 	if err != nil {
 		return store.Task{}, err
 	}
@@ -55,11 +55,11 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 		return fmt.Errorf("create task %s: encode header: %w", t.ID, err)
 	}
 	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
 		t.BatchesDone, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped, t.ResultKey, t.Error,
-		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding)
+		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding, t.ExportGen)
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}

@@ -81,6 +81,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ListOpenBatchesPaged", testListOpenBatchesPaged},
 		{"ParkBatch", testParkBatch},
 		{"StrandedBatches", testStrandedBatches},
+		{"ReopenTask", testReopenTask},
 		{"TouchBatch", testTouchBatch},
 		{"ClaimBatch", testClaimBatch},
 		{"ClaimBatchRefused", testClaimBatchRefused},
@@ -848,6 +849,79 @@ func testStrandedBatches(t *testing.T, s store.Store) {
 	first, err = s.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: before, Limit: page})
 	noErr(t, err, "first page after parking")
 	diff(t, "first page after parking", []string{live.ID + "/1"}, batchKeys(first))
+}
+
+// reopener is the retry port (pipeline.Reopener), which every adapter
+// implements so that `batchgen retry` works on both runtimes.
+type reopener interface {
+	ReopenTask(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, []int, error)
+}
+
+// testReopenTask finishes a task with two failed rows of different classes,
+// reopens one class, and checks rows, batches, counters and the export
+// generation.
+func testReopenTask(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	r, ok := s.(reopener)
+	if !ok {
+		t.Fatalf("%T does not implement ReopenTask", s)
+	}
+	task := seed(t, s, 3, 2)
+	at := base.Add(time.Minute)
+	failed := map[int]string{3: "server_error", 5: "content_filter"}
+	for no := 1; no <= 3; no++ {
+		b := claim(t, s, task.ID, no, "w", at)
+		var ok, bad int
+		for row := b.FirstRow; row < b.FirstRow+b.RowCount; row++ {
+			res := store.RowResult{State: store.RowSucceeded, Output: fmt.Sprintf("out %d", row), Attempts: 1}
+			if class, f := failed[row]; f {
+				res = store.RowResult{State: store.RowFailed, Error: "boom", ErrorClass: class, Attempts: 3}
+				bad++
+			} else {
+				ok++
+			}
+			_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt, Rows: []store.RowResultWrite{{RowNo: row, Result: res}}, Now: at})
+			noErr(t, err, "save row")
+		}
+		_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt, Succeeded: ok, Failed: bad, Now: at})
+		noErr(t, err, "finish batch")
+	}
+	_, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskExporting, Now: at})
+	noErr(t, err, "mark exporting")
+	_, err = s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskExporting}, To: store.TaskPartial, ResultKey: "results/x.xlsx", Now: at})
+	noErr(t, err, "mark partial")
+
+	_, _, err = r.ReopenTask(ctx, task.ID, "no_such_class", at)
+	noErr(t, err, "reopen a class no row has")
+	diff(t, "task after reopening nothing", store.TaskPartial, getTask(t, s, task.ID).State)
+
+	later := at.Add(time.Minute)
+	got, batches, err := r.ReopenTask(ctx, task.ID, "server_error", later)
+	noErr(t, err, "reopen server errors")
+	diff(t, "batches to enqueue", []int{2}, batches)
+	type counts struct {
+		State                        store.TaskState
+		Gen, Done, Succeeded, Failed int
+		ResultKey                    string
+	}
+	diff(t, "reopened task", counts{State: store.TaskRunning, Gen: 1, Done: 2, Succeeded: 3, Failed: 1},
+		counts{got.State, got.ExportGen, got.BatchesDone, got.RowsSucceeded, got.RowsFailed, got.ResultKey})
+	stored := getTask(t, s, task.ID)
+	diff(t, "stored task", counts{State: store.TaskRunning, Gen: 1, Done: 2, Succeeded: 3, Failed: 1},
+		counts{stored.State, stored.ExportGen, stored.BatchesDone, stored.RowsSucceeded, stored.RowsFailed, stored.ResultKey})
+	rows := listRows(t, s, task.ID)
+	var states []string
+	for _, row := range rows {
+		states = append(states, fmt.Sprintf("%d:%s:%s:%d", row.No, row.State, row.ErrorClass, row.Attempts))
+	}
+	diff(t, "rows", []string{"1:SUCCEEDED::1", "2:SUCCEEDED::1", "3:PENDING::0", "4:SUCCEEDED::1", "5:FAILED:content_filter:3", "6:SUCCEEDED::1"}, states)
+	if b := getBatch(t, s, task.ID, 2); b.State != store.BatchPending {
+		t.Errorf("batch 2 is %s, want PENDING", b.State)
+	}
+	open, _ := openOf(t, s, later.Add(time.Second), 0)
+	diff(t, "open index after reopen", []string{task.ID + "/2"}, batchKeys(open))
+	_, _, err = r.ReopenTask(ctx, task.ID, "", later)
+	wantErr(t, err, store.ErrConflict, "reopen a running task")
 }
 
 func testTouchBatch(t *testing.T, s store.Store) {

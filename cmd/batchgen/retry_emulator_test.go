@@ -1,0 +1,85 @@
+//go:build emulator
+
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/batchgen/batchgen/internal/awsemu"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/dynamostore"
+)
+
+// TestRetryOnAWS: `batchgen retry TASK --table --queue-url` reopens the
+// failed rows of a finished task of the deployed stack (provisioned from
+// template.yaml on the emulator), enqueues their batch on the work queue and
+// bumps the export generation; a running or unknown task is refused.
+func TestRetryOnAWS(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := awsemu.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := awsemu.Provision(ctx, cfg, "../../template.yaml", awsemu.UniquePrefix("retrycli"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Cleanup(context.Background())
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_REGION", awsemu.Region)
+
+	st := dynamostore.New(dynamodb.NewFromConfig(cfg), res.TableName, dynamostore.Options{})
+	now := time.Now()
+	task := store.Task{ID: "t-retry-1", State: store.TaskRunning, Source: "incoming/x.xlsx", RowsTotal: 2, BatchesTotal: 1,
+		Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 2}, Header: []string{"a"}, CreatedAt: now, UpdatedAt: now}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must2 := func(_ store.SaveRowResultsResult, err error) { t.Helper(); must(err) }
+	must(st.CreateTask(ctx, task))
+	must(st.PutRows(ctx, []store.Row{{TaskID: task.ID, No: 1, SheetRow: 2, Values: []string{"x"}}, {TaskID: task.ID, No: 2, SheetRow: 3, Values: []string{"y"}}}))
+	must(st.PutBatches(ctx, []store.Batch{{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 2, CreatedAt: now}}))
+	b, err := st.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 1, Owner: "w", Now: now, LeaseUntil: now.Add(time.Minute)})
+	must(err)
+	must2(st.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Rows: []store.RowResultWrite{{RowNo: 1, Result: store.RowResult{State: store.RowSucceeded, Output: "ok", Attempts: 1}}}, Now: now}))
+	must2(st.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Rows: []store.RowResultWrite{{RowNo: 2, Result: store.RowResult{State: store.RowFailed, Error: "quota", ErrorClass: "retry_exhausted", Attempts: 12}}}, Now: now}))
+	_, err = st.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Now: now})
+	must(err)
+	_, err = st.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskPartial, ResultKey: "results/x.xlsx", Now: now})
+	must(err)
+
+	stack := []string{"--table", res.TableName, "--queue-url", res.QueueURL}
+	if r := runBinary(t, ctx, "retry", task.ID, "--table", res.TableName); r.code != 2 || !strings.Contains(r.stderr, "--queue-url") {
+		t.Errorf("retry with --table alone: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := runBinary(t, ctx, append([]string{"retry", "no-such-task"}, stack...)...); r.code != 2 || !strings.Contains(r.stderr, "no task no-such-task") {
+		t.Errorf("retry of an unknown task: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r := runBinary(t, ctx, append([]string{"retry", task.ID, "--error-class", "retry_exhausted"}, stack...)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "1 batch(es) with failed rows of class retry_exhausted re-enqueued") || !strings.Contains(r.stdout, "export generation 1") {
+		t.Fatalf("retry on AWS: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	got, err := st.GetTask(ctx, task.ID)
+	if err != nil || got.State != store.TaskRunning || got.ExportGen != 1 || got.ResultKey != "" {
+		t.Errorf("task after retry = %+v (%v), want RUNNING, export generation 1, no result", got, err)
+	}
+	msgs, err := sqs.NewFromConfig(cfg).ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &res.QueueURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+	if err != nil || len(msgs.Messages) != 1 || *msgs.Messages[0].Body != string(pipeline.EncodeBatchMessage(task.ID, 1)) {
+		t.Errorf("work queue after retry: %v (%v), want batch 1 once", msgs, err)
+	}
+	if r := runBinary(t, ctx, append([]string{"retry", task.ID}, stack...)...); r.code != 2 || !strings.Contains(r.stderr, "RUNNING") {
+		t.Errorf("retry of a running task: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
+}

@@ -1,0 +1,223 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// rowState is the part of a row item ReopenTask reads: no cells.
+type rowState struct {
+	No         int    `dynamodbav:"no"`
+	State      string `dynamodbav:"state"`
+	ErrorClass string `dynamodbav:"error_class,omitempty"`
+}
+
+// ReopenTask puts the FAILED rows of a finished task (those of class
+// errorClass, or all when it is empty) back to PENDING with a fresh attempt
+// budget, reopens the batches that hold a PENDING row (and puts a cancelled
+// task's unfinished batches back in the open index), recounts the task from
+// the batches still DONE, and sets it RUNNING with no result and the next
+// export generation. It returns the task and the batch numbers to enqueue.
+// When nothing is left to run it changes nothing and returns no batches. A
+// task that is not SUCCEEDED, PARTIAL or CANCELLED gives ErrConflict.
+//
+// DynamoDB has no transaction that large, so the steps are ordered to be
+// safe to repeat: rows first, then batches, then the task (still final
+// until that last write, so no worker touches its batches meanwhile, and the
+// sweeper never sees the reopened batches as stale before it). A retry that
+// died halfway is finished by running it again: rows already PENDING make
+// their batches reopen.
+func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, []int, error) {
+	what := fmt.Sprintf("reopen task %s", taskID)
+	task, err := s.GetTask(ctx, taskID)
+	if err != nil {
+		return store.Task{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	switch task.State {
+	case store.TaskSucceeded, store.TaskPartial, store.TaskCancelled:
+	default:
+		return store.Task{}, nil, fmt.Errorf("%s: task is %s; only a finished or cancelled task can be retried: %w", what, task.State, store.ErrConflict)
+	}
+	rows, err := s.rowStates(ctx, taskID)
+	if err != nil {
+		return store.Task{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var reset []int
+	for i, r := range rows {
+		if r.State == string(store.RowFailed) && (errorClass == "" || r.ErrorClass == errorClass) {
+			reset = append(reset, r.No)
+			rows[i].State, rows[i].ErrorClass = string(store.RowPending), ""
+		}
+	}
+	batches, err := s.ListBatches(ctx, store.ListBatchesParams{TaskID: taskID})
+	if err != nil {
+		return store.Task{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	state := make(map[int]string, len(rows))
+	for _, r := range rows {
+		state[r.No] = r.State
+	}
+	var open []int
+	var reopen []store.Batch
+	counts := map[string]int{}
+	done := 0
+	for _, b := range batches {
+		pending := b.State != store.BatchDone
+		for no := b.FirstRow; no < b.FirstRow+b.RowCount && !pending; no++ {
+			pending = state[no] == string(store.RowPending)
+		}
+		if pending {
+			open = append(open, b.No)
+			reopen = append(reopen, b)
+			continue
+		}
+		done++
+		for no := b.FirstRow; no < b.FirstRow+b.RowCount; no++ {
+			counts[state[no]]++
+		}
+	}
+	if len(open) == 0 {
+		return task, nil, nil
+	}
+
+	err = forEach(ctx, len(reset), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+		return s.resetRow(ctx, taskID, reset[i], now)
+	})
+	if err != nil {
+		return store.Task{}, nil, fmt.Errorf("%s: reset rows: %w", what, err)
+	}
+	err = forEach(ctx, len(reopen), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+		return s.reopenBatch(ctx, reopen[i], now)
+	})
+	if err != nil {
+		return store.Task{}, nil, fmt.Errorf("%s: reopen batches: %w", what, err)
+	}
+
+	e := newExpr()
+	u := &update{e: e}
+	u.setS(attrState, string(store.TaskRunning))
+	u.setS(attrUpdatedAt, encodeTime(now))
+	u.setI(attrBatchesDone, int64(done))
+	u.setI(attrRowsSucceeded, int64(counts[string(store.RowSucceeded)]))
+	u.setI(attrRowsFailed, int64(counts[string(store.RowFailed)]))
+	u.setI(attrRowsSkipped, int64(counts[string(store.RowSkipped)]))
+	u.addI(attrExportGen, 1)
+	u.del(attrResultKey)
+	u.del(attrError)
+	u.del(attrFinishedAt)
+	u.del(attrExpiresAt)
+	cond := fmt.Sprintf("attribute_exists(%s) AND %s = %s", e.n(attrPK), e.n(attrState), e.s(string(task.State)))
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(taskPK(taskID), taskSK),
+		ConditionExpression:       aws.String(cond),
+		UpdateExpression:          aws.String(u.String()),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+		ReturnValues:              types.ReturnValueAllNew,
+	}, retryConflicts)
+	if _, ok := conditionFailed(err); ok {
+		return store.Task{}, nil, fmt.Errorf("%s: task changed meanwhile: %w", what, store.ErrConflict)
+	}
+	if err != nil {
+		return store.Task{}, nil, fmt.Errorf("%s: reset task: %w", what, err)
+	}
+	t, err := taskFromAV(out.Attributes)
+	if err != nil {
+		return store.Task{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return t, open, nil
+}
+
+// rowStates reads the number, state and error class of every row of a task,
+// without their cells.
+func (s *Store) rowStates(ctx context.Context, taskID string) ([]rowState, error) {
+	e := newExpr()
+	in := &dynamodb.QueryInput{
+		TableName: aws.String(s.table),
+		KeyConditionExpression: aws.String(fmt.Sprintf("%s = %s AND begins_with(%s, %s)",
+			e.n(attrPK), e.s(taskPK(taskID)), e.n(attrSK), e.s(rowPrefix))),
+		ProjectionExpression: aws.String(e.n("no") + ", " + e.n(attrState) + ", " + e.n(attrErrorClass)),
+		ConsistentRead:       aws.Bool(true),
+	}
+	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
+	var out []rowState
+	for {
+		page, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("read row states: %w", err)
+		}
+		var part []rowState
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &part); err != nil {
+			return nil, fmt.Errorf("read row states: %w", err)
+		}
+		out = append(out, part...)
+		if len(page.LastEvaluatedKey) == 0 {
+			return out, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+// resetRow puts a FAILED row back to PENDING with no result and a fresh
+// attempt count; a row no longer FAILED is left alone.
+func (s *Store) resetRow(ctx context.Context, taskID string, no int, now time.Time) error {
+	e := newExpr()
+	u := &update{e: e}
+	u.setS(attrState, string(store.RowPending))
+	u.setS(attrUpdatedAt, encodeTime(now))
+	for _, a := range []string{attrOutput, attrError, attrErrorClass, attrAttempts, attrLatencyMS, attrCached} {
+		u.del(a)
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(taskPK(taskID), rowSK(no)),
+		ConditionExpression:       aws.String(fmt.Sprintf("%s = %s", e.n(attrState), e.s(string(store.RowFailed)))),
+		UpdateExpression:          aws.String(u.String()),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	}, retryConflicts)
+	if _, ok := conditionFailed(err); ok {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("row %d: %w", no, err)
+	}
+	return nil
+}
+
+// reopenBatch makes a DONE batch PENDING again, or puts an unfinished one
+// (of a cancelled task, perhaps parked) back in the open index, as changed
+// now.
+func (s *Store) reopenBatch(ctx context.Context, b store.Batch, now time.Time) error {
+	e := newExpr()
+	u := &update{e: e}
+	if b.State == store.BatchDone {
+		u.setS(attrState, string(store.BatchPending))
+		u.del(attrLease)
+	}
+	s.touchOpen(u, b.TaskID, b.No, now)
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       key(taskPK(b.TaskID), batchSK(b.No)),
+		ConditionExpression:       aws.String(fmt.Sprintf("%s = %s", e.n(attrState), e.s(string(b.State)))),
+		UpdateExpression:          aws.String(u.String()),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	}, retryConflicts)
+	if _, ok := conditionFailed(err); ok {
+		return fmt.Errorf("batch %d changed meanwhile: %w", b.No, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("batch %d: %w", b.No, err)
+	}
+	return nil
+}
