@@ -19,6 +19,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/report"
 )
 
 // The --once mode against the emulator (AWS_ENDPOINT_URL; start it with
@@ -110,7 +111,7 @@ func TestOnce(t *testing.T) {
 		"--once", in, "--out", out, "--prefix", prefix, "--template", "../../template.yaml", "--state-dir", stateDir,
 		"--cleanup", "--sim-latency", "1ms", "--batch-size", "7", "--timeout", "3m",
 	}, &stdout, &stderr, noenv)
-	if code != exitOK {
+	if code != report.OK {
 		t.Fatalf("exit code = %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 	for _, want := range []string{fmt.Sprintf("stack %q provisioned", prefix), "SUCCEEDED", "rows      30  (succeeded 30, failed 0, skipped 0)", "result    " + out} {
@@ -194,8 +195,8 @@ func TestOnceReuse(t *testing.T) {
 		"--once", in, "--out", out, "--prefix", prefix, "--reuse", "--state-dir", stateDir, "--template", "no-such-template.yaml",
 		"--base-url", "http://" + ln.Addr().String() + "/v1", "--timeout", "3m",
 	}, &stdout, &stderr, noenv)
-	if code != exitRowsFailed {
-		t.Fatalf("exit code = %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitRowsFailed, stdout.String(), stderr.String())
+	if code != report.RowsFailed {
+		t.Fatalf("exit code = %d, want %d\nstdout:\n%s\nstderr:\n%s", code, report.RowsFailed, stdout.String(), stderr.String())
 	}
 	for _, want := range []string{fmt.Sprintf("stack %q reused", prefix), "PARTIAL", "rows      30  (succeeded 29, failed 1, skipped 0)"} {
 		if !strings.Contains(stdout.String(), want) {

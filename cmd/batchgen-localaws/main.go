@@ -17,37 +17,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/batchgen/batchgen/internal/report"
 )
-
-// Exit codes, the same contract as batchgen's.
-const (
-	exitOK         = 0
-	exitFailure    = 1
-	exitRejected   = 2
-	exitRowsFailed = 3
-	exitSignal     = 130
-)
-
-// exitError carries an exit code with the message printed for it.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit %d", e.code)
-	}
-	return e.err.Error()
-}
-
-func (e *exitError) Unwrap() error { return e.err }
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `batchgen-localaws runs the batchgen AWS stack on a local emulator (AWS_ENDPOINT_URL),
@@ -85,20 +62,13 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		err = cmdDownload(ctx, args[1:], stdout, stderr, getenv)
 	case len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help"):
 		usage(stdout)
-		return exitOK
+		return report.OK
 	default:
 		err = cmdRun(ctx, args, stdout, stderr, getenv)
 	}
-	if err == nil {
-		return exitOK
+	code, msg := report.Exit(err)
+	if msg != "" {
+		fmt.Fprintf(stderr, "batchgen-localaws: %s\n", msg)
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		if ee.err != nil {
-			fmt.Fprintf(stderr, "batchgen-localaws: %v\n", ee.err)
-		}
-		return ee.code
-	}
-	fmt.Fprintf(stderr, "batchgen-localaws: %v\n", err)
-	return exitFailure
+	return code
 }

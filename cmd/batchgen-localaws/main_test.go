@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/batchgen/batchgen/internal/awsemu"
+	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -42,8 +43,8 @@ func TestUsage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			code := runMain(t.Context(), tc.args, &stdout, &stderr, noenv)
-			if code != exitRejected {
-				t.Errorf("exit code = %d, want %d; stderr:\n%s", code, exitRejected, stderr.String())
+			if code != report.Rejected {
+				t.Errorf("exit code = %d, want %d; stderr:\n%s", code, report.Rejected, stderr.String())
 			}
 			if !strings.Contains(stderr.String(), tc.wantStderr) {
 				t.Errorf("stderr = %q, want it to contain %q", stderr.String(), tc.wantStderr)
@@ -151,19 +152,19 @@ func TestExitFor(t *testing.T) {
 		task store.Task
 		want int
 	}{
-		{name: "succeeded", task: store.Task{State: store.TaskSucceeded, BatchesTotal: 2}, want: exitOK},
-		{name: "partial", task: store.Task{State: store.TaskPartial, BatchesTotal: 2, RowsFailed: 1}, want: exitRowsFailed},
-		{name: "cancelled", task: store.Task{State: store.TaskCancelled, BatchesTotal: 2}, want: exitRowsFailed},
-		{name: "rejected by the splitter", task: store.Task{State: store.TaskFailed, Error: "no rows"}, want: exitRejected},
-		{name: "export failed", task: store.Task{State: store.TaskFailed, BatchesTotal: 2, Error: "export failed"}, want: exitFailure},
+		{name: "succeeded", task: store.Task{State: store.TaskSucceeded, BatchesTotal: 2}, want: report.OK},
+		{name: "partial", task: store.Task{State: store.TaskPartial, BatchesTotal: 2, RowsFailed: 1}, want: report.RowsFailed},
+		{name: "cancelled", task: store.Task{State: store.TaskCancelled, BatchesTotal: 2}, want: report.RowsFailed},
+		{name: "rejected by the splitter", task: store.Task{State: store.TaskFailed, Error: "no rows"}, want: report.Rejected},
+		{name: "export failed", task: store.Task{State: store.TaskFailed, BatchesTotal: 2, Error: "export failed"}, want: report.Failure},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			code := exitOK
-			var ee *exitError
+			code := report.OK
+			var ee *report.ExitError
 			if err := exitFor(tc.task); errors.As(err, &ee) {
-				code = ee.code
+				code = ee.Code
 			} else if err != nil {
 				t.Fatalf("error %v is not an exitError", err)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -64,17 +65,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return &exitError{code: exitRejected}
+		return &report.ExitError{Code: report.Rejected}
 	}
 	if fs.NArg() > 0 {
-		return &exitError{code: exitRejected, err: fmt.Errorf("unexpected arguments %q (upload a file with: go run ./cmd/batchgen-localaws upload FILE)", fs.Args())}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("unexpected arguments %q (upload a file with: go run ./cmd/batchgen-localaws upload FILE)", fs.Args())}
 	}
 	if o.generators < 1 || o.poll <= 0 || o.progress <= 0 || o.sweepEvery <= 0 || o.timeout < 0 {
-		return &exitError{code: exitRejected, err: errors.New("--generators must be >= 1; --poll, --progress, --sweep-every > 0; --timeout >= 0")}
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--generators must be >= 1; --poll, --progress, --sweep-every > 0; --timeout >= 0")}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return &exitError{code: exitRejected, err: fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)}
 	}
 	// Check the settings before provisioning anything.
 	if _, err := functionEnv(&awsemu.Resources{}, fs, &o.model, getenv); err != nil {
@@ -84,7 +85,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	if o.once != "" {
 		b, err := os.ReadFile(o.once)
 		if err != nil {
-			return &exitError{code: exitRejected, err: fmt.Errorf("--once: %w", err)}
+			return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--once: %w", err)}
 		}
 		input = b
 		if o.out == "" {
@@ -158,10 +159,10 @@ func provision(ctx context.Context, cfg aws.Config, endpoint string, o runOption
 	case res != nil && o.reuse:
 		return res, "reused", nil
 	case res != nil:
-		return nil, "", &exitError{code: exitRejected, err: fmt.Errorf("a stack %q from an earlier run is on %s; pass --reuse to use it, or --prefix NAME for a new one", o.stack.prefix, endpoint)}
+		return nil, "", &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("a stack %q from an earlier run is on %s; pass --reuse to use it, or --prefix NAME for a new one", o.stack.prefix, endpoint)}
 	}
 	if _, err := os.Stat(o.template); err != nil {
-		return nil, "", &exitError{code: exitRejected, err: fmt.Errorf("template: %w (run from the repository root or pass --template)", err)}
+		return nil, "", &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("template: %w (run from the repository root or pass --template)", err)}
 	}
 	res, err = awsemu.Provision(ctx, cfg, o.template, o.stack.prefix)
 	if err != nil {
@@ -329,7 +330,7 @@ func (r *runner) once(ctx context.Context, o runOptions, input []byte) error {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("task %s is not final after --timeout %v", taskID, o.timeout)
 		}
-		return &exitError{code: exitSignal, err: fmt.Errorf("interrupted; task %s goes on with: go run ./cmd/batchgen-localaws --reuse%s", taskID, prefixArg(o.stack.prefix))}
+		return &report.ExitError{Code: report.Interrupted, Err: fmt.Errorf("interrupted; task %s goes on with: go run ./cmd/batchgen-localaws --reuse%s", taskID, prefixArg(o.stack.prefix))}
 	}
 	task, err := r.stack.Store.GetTask(ctx, taskID)
 	if err != nil {
@@ -351,31 +352,13 @@ func (r *runner) once(ctx context.Context, o runOptions, input []byte) error {
 
 // summary is what --once prints at the end, in batchgen run's layout.
 func summary(t store.Task, elapsed time.Duration, out string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "task      %s  %s\n", t.ID, t.State)
-	fmt.Fprintf(&b, "rows      %d  (succeeded %d, failed %d, skipped %d)\n", t.RowsTotal, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped)
-	fmt.Fprintf(&b, "time      %s\n", elapsed.Round(10*time.Millisecond))
-	if out == "" {
-		out = "(none)"
-	}
-	fmt.Fprintf(&b, "result    %s\n", out)
-	if t.Error != "" {
-		fmt.Fprintf(&b, "error     %s\n", t.Error)
-	}
-	return b.String()
+	return report.Summary{
+		Task:    t,
+		Rows:    report.Rows{Total: t.RowsTotal, Succeeded: t.RowsSucceeded, Failed: t.RowsFailed, Skipped: t.RowsSkipped},
+		Elapsed: elapsed,
+		Result:  out,
+	}.String()
 }
 
 // exitFor maps a final task to the exit code batchgen run would give.
-func exitFor(t store.Task) error {
-	switch {
-	case t.State == store.TaskSucceeded && t.RowsFailed == 0:
-		return nil
-	case t.State == store.TaskFailed && t.BatchesTotal == 0:
-		// The splitter rejected the input.
-		return &exitError{code: exitRejected, err: fmt.Errorf("input rejected: %s", t.Error)}
-	case t.State == store.TaskFailed:
-		return &exitError{code: exitFailure, err: fmt.Errorf("task %s failed: %s", t.ID, t.Error)}
-	default: // PARTIAL, CANCELLED
-		return &exitError{code: exitRowsFailed}
-	}
-}
+func exitFor(t store.Task) error { return report.ForTask(t, t.RowsFailed) }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/report"
 )
 
 // stackFlags name the stack on the emulator; every subcommand takes them.
@@ -119,12 +120,12 @@ func stackExists(ctx context.Context, cfg aws.Config, res *awsemu.Resources) err
 func emulator(ctx context.Context) (aws.Config, string, error) {
 	cfg, err := awsemu.Config(ctx)
 	if errors.Is(err, awsemu.ErrNoEndpoint) {
-		return aws.Config{}, "", &exitError{code: exitRejected, err: errors.New(awsemu.EndpointEnv +
+		return aws.Config{}, "", &report.ExitError{Code: report.Rejected, Err: errors.New(awsemu.EndpointEnv +
 			` is not set. Start the emulator and export its endpoint first:
   eval "$(infra/emulator/start.sh)"; export AWS_ENDPOINT_URL`)}
 	}
 	if err != nil {
-		return aws.Config{}, "", &exitError{code: exitRejected, err: err}
+		return aws.Config{}, "", &report.ExitError{Code: report.Rejected, Err: err}
 	}
 	return cfg, aws.ToString(cfg.BaseEndpoint), nil
 }
@@ -137,7 +138,7 @@ func recorded(ctx context.Context, cfg aws.Config, endpoint string, f stackFlags
 		err = stackExists(ctx, cfg, res)
 	}
 	if err != nil {
-		return nil, &exitError{code: exitRejected, err: fmt.Errorf("no stack %q on %s (%v); start it with: go run ./cmd/batchgen-localaws%s",
+		return nil, &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no stack %q on %s (%v); start it with: go run ./cmd/batchgen-localaws%s",
 			f.prefix, endpoint, err, prefixArg(f.prefix))}
 	}
 	return res, nil
@@ -206,10 +207,10 @@ func functionEnv(res *awsemu.Resources, fs *flag.FlagSet, m *modelFlags, getenv 
 	}
 	env, err := lambdafn.LoadEnv(func(k string) string { return vars[k] })
 	if err != nil {
-		return lambdafn.Env{}, &exitError{code: exitRejected, err: err}
+		return lambdafn.Env{}, &report.ExitError{Code: report.Rejected, Err: err}
 	}
 	if env.ModelProvider == "openai" && env.ModelBaseURL == "" && env.ModelAPIKeyParam == "" {
-		return lambdafn.Env{}, &exitError{code: exitRejected, err: errors.New("--provider openai needs --base-url (batchgen mock-llm or another OpenAI-compatible server)")}
+		return lambdafn.Env{}, &report.ExitError{Code: report.Rejected, Err: errors.New("--provider openai needs --base-url (batchgen mock-llm or another OpenAI-compatible server)")}
 	}
 	return env, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/report"
 )
 
 // cmdUpload puts a file into the stack's drop folder, where a running
@@ -35,7 +36,7 @@ func cmdUpload(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	}
 	body, err := os.ReadFile(path)
 	if err != nil {
-		return &exitError{code: exitRejected, err: err}
+		return &report.ExitError{Code: report.Rejected, Err: err}
 	}
 	if _, err := localrun.Upload(ctx, t.client, t.bucket, t.region, *name, body); err != nil {
 		return err
@@ -62,7 +63,7 @@ func cmdDownload(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	err = localrun.Download(ctx, t.client, t.bucket, pipeline.ResultKey(taskID), *out)
 	var missing *s3types.NoSuchKey
 	if errors.As(err, &missing) {
-		return &exitError{code: exitRejected, err: fmt.Errorf("task %s has no result in s3://%s yet: it is unknown or not finished (the running batchgen-localaws logs its progress)", taskID, t.bucket)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("task %s has no result in s3://%s yet: it is unknown or not finished (the running batchgen-localaws logs its progress)", taskID, t.bucket)}
 	}
 	if err != nil {
 		return err
@@ -98,11 +99,11 @@ func connectTransfer(ctx context.Context, name, usage string, args []string, std
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, nil
 		}
-		return nil, &exitError{code: exitRejected}
+		return nil, &report.ExitError{Code: report.Rejected}
 	}
 	if fs.NArg() != 1 || (valid != nil && !valid(fs.Arg(0))) {
 		fs.Usage()
-		return nil, &exitError{code: exitRejected}
+		return nil, &report.ExitError{Code: report.Rejected}
 	}
 	cfg, endpoint, err := emulator(ctx)
 	if err != nil {

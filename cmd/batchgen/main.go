@@ -19,30 +19,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/batchgen/batchgen/internal/report"
 )
-
-// Exit codes, a contract with scripts that call batchgen.
-const (
-	exitOK         = 0
-	exitFailure    = 1
-	exitRejected   = 2
-	exitRowsFailed = 3
-	exitSignal     = 130
-)
-
-// exitError carries an exit code with the message printed for it.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit %d", e.code)
-	}
-	return e.err.Error()
-}
-func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,24 +40,24 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
-		return exitOK
+		return report.OK
 	}
-	var ee *exitError
-	switch {
-	case errors.As(err, &ee):
-		if ee.err != nil {
-			fmt.Fprintf(stderr, "batchgen: %v\n", ee.err)
+	if !ran {
+		// Refused before any command ran: a usage error.
+		var ee *report.ExitError
+		if !errors.As(err, &ee) {
+			if cmd == nil {
+				cmd = root
+			}
+			fmt.Fprintf(stderr, "batchgen: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+			return report.Rejected
 		}
-		return ee.code
-	case !ran:
-		if cmd == nil {
-			cmd = root
-		}
-		fmt.Fprintf(stderr, "batchgen: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
-		return exitRejected
 	}
-	fmt.Fprintf(stderr, "batchgen: %v\n", err)
-	return exitFailure
+	code, msg := report.Exit(err)
+	if msg != "" {
+		fmt.Fprintf(stderr, "batchgen: %s\n", msg)
+	}
+	return code
 }
 
 // newRootCmd builds the command tree. ran is set once a command's own code
@@ -102,7 +81,7 @@ written with them marked); 2 input rejected or bad usage; 1 anything else; 130 i
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cmd.SetOut(stderr)
 			_ = cmd.Help()
-			return &exitError{code: exitRejected}
+			return &report.ExitError{Code: report.Rejected}
 		},
 	}
 	root.SetOut(stdout)
@@ -138,5 +117,5 @@ func markRan(c *cobra.Command, ran *bool) {
 
 // usageErr is a usage error found by a command's own argument check.
 func usageErr(format string, a ...any) error {
-	return &exitError{code: exitRejected, err: fmt.Errorf(format, a...)}
+	return report.Rejectf(format, a...)
 }

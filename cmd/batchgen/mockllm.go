@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	"github.com/batchgen/batchgen/internal/report"
 )
 
 // newMockLLMCmd serves an OpenAI-compatible test server until interrupted.
@@ -40,11 +41,11 @@ func newMockLLMCmd(stdout io.Writer) *cobra.Command {
 
 func serveMockLLM(ctx context.Context, addr string, cfg mockserver.Config, stdout io.Writer) error {
 	if cfg.Quota < 0 || cfg.FailRate < 0 || cfg.FailRate > 1 || cfg.Latency < 0 {
-		return &exitError{code: exitRejected, err: errors.New("--quota must be >= 0, --fail-rate within 0..1, --latency >= 0")}
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--quota must be >= 0, --fail-rate within 0..1, --latency >= 0")}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return &exitError{code: exitFailure, err: fmt.Errorf("listen on %s: %w", addr, err)}
+		return &report.ExitError{Code: report.Failure, Err: fmt.Errorf("listen on %s: %w", addr, err)}
 	}
 	fmt.Fprintf(stdout, "mock-llm listening on http://%s/v1 (stats: http://%s/stats)\n", ln.Addr(), ln.Addr())
 	if err := mockserver.New(cfg).Serve(ctx, ln); err != nil {

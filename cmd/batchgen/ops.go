@@ -21,6 +21,7 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
+	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/dynamostore"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
@@ -75,7 +76,7 @@ func completeTask(cmd *cobra.Command, args []string, _ string) ([]cobra.Completi
 func openStateReadOnly(dir string) (*sqlitestore.Store, error) {
 	db := filepath.Join(dir, "batchgen.db")
 	if _, err := os.Stat(db); err != nil {
-		return nil, &exitError{code: exitRejected, err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
+		return nil, &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
 	}
 	st, err := sqlitestore.Open(db, sqlitestore.Options{})
 	if err != nil {
@@ -253,9 +254,9 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 	var export *pipeline.ExportNotStartedError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
 	case errors.As(err, &state):
-		return &exitError{code: exitRejected, err: state}
+		return &report.ExitError{Code: report.Rejected, Err: state}
 	case errors.As(err, &export):
 		return fmt.Errorf("%w; the task stays cancelled: run batchgen cancel again, or batchgen retry %s", export, id)
 	case err != nil:
@@ -317,10 +318,10 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "batchgen.db")); err != nil {
-		return &exitError{code: exitRejected, err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
 	}
 	if j.opts.out != "" && !strings.EqualFold(filepath.Ext(j.opts.out), ".xlsx") {
-		return &exitError{code: exitRejected, err: fmt.Errorf("--out %s: use a name ending in .xlsx", j.opts.out)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--out %s: use a name ending in .xlsx", j.opts.out)}
 	}
 	j.opts.dataDir = dir
 	if j.data, err = openDataDir(dir, ""); err != nil {
@@ -337,11 +338,11 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	var mismatch *pipeline.MismatchError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
 	case errors.As(err, &state):
-		return &exitError{code: exitRejected, err: state}
+		return &report.ExitError{Code: report.Rejected, Err: state}
 	case errors.As(err, &mismatch):
-		return &exitError{code: exitRejected, err: mismatch}
+		return &report.ExitError{Code: report.Rejected, Err: mismatch}
 	case err != nil:
 		return err
 	}
@@ -431,7 +432,7 @@ func newDLQCmd(stdout io.Writer) *cobra.Command {
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if queueURL != "" || dlqURL != "" {
 					if queueURL == "" || dlqURL == "" {
-						return &exitError{code: exitRejected, err: errors.New("--queue-url and --dlq-url go together (the stack outputs QueueUrl and DlqUrl)")}
+						return &report.ExitError{Code: report.Rejected, Err: errors.New("--queue-url and --dlq-url go together (the stack outputs QueueUrl and DlqUrl)")}
 					}
 					return dlqSQS(cmd.Context(), verb.name, queueURL, dlqURL, stdout)
 				}

@@ -6,8 +6,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -176,49 +175,24 @@ func (p *progress) finish() {
 	}
 }
 
-// runSummary is what `batchgen run` prints at the end.
-type runSummary struct {
-	task    store.Task
-	counts  rowCounts
-	failed  int
-	stats   *runStats
-	elapsed time.Duration
-	out     string
-}
-
-func summarize(ctx context.Context, st store.Store, task store.Task, stats *runStats, elapsed time.Duration, out string) (runSummary, error) {
+// summarize is what `batchgen run` prints at the end, with the number of
+// rows left without a result (failed, or never run in a cancelled task).
+func summarize(ctx context.Context, st store.Store, task store.Task, stats *runStats, elapsed time.Duration, out string) (report.Summary, int, error) {
 	c, err := countRows(ctx, st, task.ID)
 	if err != nil {
-		return runSummary{}, err
+		return report.Summary{}, 0, err
 	}
-	return runSummary{task: task, counts: c, failed: c.failed + c.pending, stats: stats, elapsed: elapsed, out: out}, nil
-}
-
-func (s runSummary) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "task      %s  %s\n", s.task.ID, s.task.State)
-	if s.task.Encoding != "" {
-		fmt.Fprintf(&b, "input     %s  (%s)\n", s.task.Source, s.task.Encoding)
-	}
-	fmt.Fprintf(&b, "rows      %d  (succeeded %d, failed %d, skipped %d, cached %d)\n",
-		s.counts.total, s.counts.succeeded, s.counts.failed, s.counts.skipped, s.counts.cached)
-	fmt.Fprintf(&b, "requests  %d this run  (rate limited %d, errors %d)\n",
-		s.stats.calls.Load(), s.stats.rateLimited.Load(), s.stats.callErrors.Load())
-	rate := 0.0
-	if s.elapsed > 0 {
-		rate = float64(s.stats.calls.Load()) / s.elapsed.Minutes()
-	}
-	fmt.Fprintf(&b, "time      %s  (%.0f requests/min)\n", s.elapsed.Round(10*time.Millisecond), rate)
-	fmt.Fprintf(&b, "result    %s\n", s.out)
-	s.stats.mu.Lock()
-	classes := maps.Clone(s.stats.classes)
-	s.stats.mu.Unlock()
-	if len(classes) > 0 {
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(classes)) {
-			parts = append(parts, fmt.Sprintf("%s %d", k, classes[k]))
-		}
-		fmt.Fprintf(&b, "failures  %s (this run; see the status and error columns)\n", strings.Join(parts, ", "))
-	}
-	return b.String()
+	stats.mu.Lock()
+	classes := maps.Clone(stats.classes)
+	stats.mu.Unlock()
+	return report.Summary{
+		Task: task,
+		Rows: report.Rows{Total: c.total, Succeeded: c.succeeded, Failed: c.failed, Skipped: c.skipped},
+		Counted: &report.Counted{
+			Cached: c.cached, Calls: stats.calls.Load(), RateLimited: stats.rateLimited.Load(), Errors: stats.callErrors.Load(),
+			Classes: classes,
+		},
+		Elapsed: elapsed,
+		Result:  out,
+	}, c.failed + c.pending, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
+	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -144,7 +145,7 @@ type runJob struct {
 
 func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	reject := func(format string, a ...any) error {
-		return &exitError{code: exitRejected, err: fmt.Errorf(format, a...)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf(format, a...)}
 	}
 	if o.in == "" {
 		return nil, reject("--in is required: the spreadsheet to process (.xlsx or .csv)")
@@ -193,7 +194,7 @@ func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
 // and sets up logging.
 func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	reject := func(format string, a ...any) error {
-		return &exitError{code: exitRejected, err: fmt.Errorf(format, a...)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf(format, a...)}
 	}
 	if o.concurrency < 1 {
 		return nil, reject("--concurrency %d: must be at least 1", o.concurrency)
@@ -237,7 +238,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	o := j.opts
 	identity, err := fileIdentity(o.in)
 	if err != nil {
-		return &exitError{code: exitRejected, err: fmt.Errorf("input %s: %w", o.in, err)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("input %s: %w", o.in, err)}
 	}
 	identity += "|sheet=" + o.sheetName + "|max-rows=" + fmt.Sprint(o.maxRows)
 	if o.encoding != "" {
@@ -254,7 +255,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	validated, err := pipeline.Validate(params)
 	var rejected *pipeline.RejectedError
 	if errors.As(err, &rejected) {
-		return &exitError{code: exitRejected, err: rejected}
+		return &report.ExitError{Code: report.Rejected, Err: rejected}
 	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", o.in, err)
@@ -280,7 +281,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	splitter := &pipeline.Splitter{Store: j.data.store, Queue: j.queue, Clock: clock.Real{}, Logger: j.logger}
 	task, err := splitter.Split(ctx, params)
 	if errors.As(err, &rejected) {
-		return &exitError{code: exitRejected, err: rejected}
+		return &report.ExitError{Code: report.Rejected, Err: rejected}
 	}
 	if err != nil {
 		return fmt.Errorf("split %s: %w", o.in, err)
@@ -317,7 +318,7 @@ func (j *runJob) openEngine(taskID string) error {
 	}
 	provider, err := o.provider.build(clk)
 	if err != nil {
-		return &exitError{code: exitRejected, err: err}
+		return &report.ExitError{Code: report.Rejected, Err: err}
 	}
 	j.queue = q
 	j.stats = newRunStats()
@@ -371,18 +372,12 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 	if err := j.writeOutput(ctx, task); err != nil {
 		return err
 	}
-	summary, err := summarize(ctx, j.data.store, task, j.stats, time.Since(j.started), j.opts.out)
+	summary, failed, err := summarize(ctx, j.data.store, task, j.stats, time.Since(j.started), j.opts.out)
 	if err != nil {
 		return err
 	}
 	fmt.Fprint(stdout, summary.String())
-	switch {
-	case task.State == store.TaskCancelled:
-		return &exitError{code: exitRowsFailed, err: fmt.Errorf("task %s was cancelled; rows that did not run are marked not_started (batchgen retry %s runs them)", task.ID, task.ID)}
-	case summary.failed > 0:
-		return &exitError{code: exitRowsFailed}
-	}
-	return nil
+	return report.ForTask(task, failed)
 }
 
 // recover makes a task whose previous run was killed runnable at once: this
@@ -466,7 +461,7 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 		case <-ctx.Done():
 			stop()
 			progress.finish()
-			return &exitError{code: exitSignal, err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.dir)}
+			return &report.ExitError{Code: report.Interrupted, Err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.dir)}
 		case <-j.signal.C():
 		case <-ticker.C:
 		case <-sweepTicker.C:
