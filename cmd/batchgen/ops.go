@@ -293,7 +293,7 @@ generators rerun them, and the task is exported again under its next export gene
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if table != "" || queueURL != "" {
 				if table == "" || queueURL == "" {
-					return &exitError{code: exitRejected, err: errors.New("--table and --queue-url go together (the stack outputs TableName and QueueUrl)")}
+					return &report.ExitError{Code: report.Rejected, Err: errors.New("--table and --queue-url go together (the stack outputs TableName and QueueUrl)")}
 				}
 				return retryAWS(cmd.Context(), table, queueURL, args[0], errorClass, stdout)
 			}
@@ -378,9 +378,9 @@ func retryAWS(ctx context.Context, table, queueURL, id, errorClass string, stdou
 	task, n, err := r.Retry(ctx, id, errorClass, time.Now())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return &exitError{code: exitRejected, err: fmt.Errorf("no task %s in %s (batchgen tasks --table %s lists them)", id, table, table)}
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no task %s in %s (batchgen tasks --table %s lists them)", id, table, table)}
 	case errors.Is(err, store.ErrConflict):
-		return &exitError{code: exitRejected, err: err}
+		return &report.ExitError{Code: report.Rejected, Err: err}
 	case err != nil && task.ID != "":
 		fmt.Fprintf(stdout, "task %s reopened, but enqueueing failed (%v); the stack's sweeper re-enqueues its batches within minutes\n", id, err)
 		return nil
