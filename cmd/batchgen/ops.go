@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
@@ -247,7 +246,7 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 	data, lockErr := openDataDir(dir, "")
 	if lockErr == nil {
 		defer data.close()
-		exports = &pipeline.Exporter{Store: data.store, Blobs: data.blobs, Clock: clock.Real{}}
+		exports = pipeline.NewExporter(data.store, data.blobs, pipeline.ExporterConfig{})
 	}
 	_, err = pipeline.Cancel(ctx, st, pipeline.CancelParams{TaskID: id, Reason: "cancelled by operator", Now: time.Now(), Exports: exports})
 	var state *pipeline.StateError

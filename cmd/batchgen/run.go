@@ -208,6 +208,9 @@ func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if o.retry.callsPerRound < 1 || o.retry.rounds < 1 {
 		return nil, reject("--calls-per-round and --rounds must be at least 1")
 	}
+	if o.retry.lease <= 0 || o.retry.callTimeout <= 0 {
+		return nil, reject("--lease %s and --call-timeout %s: both must be positive", o.retry.lease, o.retry.callTimeout)
+	}
 	delays, err := parseDelays(o.retry.delays)
 	if err != nil {
 		return nil, reject("--retry-delays: %w", err)
@@ -278,7 +281,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		return fmt.Errorf("read task %s: %w", taskID, err)
 	}
 
-	splitter := &pipeline.Splitter{Store: j.data.store, Queue: j.queue, Clock: clock.Real{}, Logger: j.logger}
+	splitter := pipeline.NewSplitter(j.data.store, j.queue, pipeline.SplitterConfig{Logger: j.logger})
 	task, err := splitter.Split(ctx, params)
 	if errors.As(err, &rejected) {
 		return &report.ExitError{Code: report.Rejected, Err: rejected}
@@ -323,22 +326,20 @@ func (j *runJob) openEngine(taskID string) error {
 	j.queue = q
 	j.stats = newRunStats()
 	j.signal = &pipeline.ExportSignal{}
-	j.gen = &pipeline.Generator{
-		Store: j.data.store, Provider: countingProvider{provider, j.stats}, Limiter: newLimiter(o.rpm), Exports: j.signal,
-		Clock: clk, Logger: j.logger, Observer: j.stats.observe, Owner: fmt.Sprintf("batchgen-%d", os.Getpid()),
-		Config: pipeline.GeneratorConfig{
-			Concurrency: o.concurrency, Lease: o.retry.lease, CallTimeout: o.retry.callTimeout,
-			CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
-			// SQLite writes are local and cheap: group results only while
-			// a write is under way, so a kill costs no more repeated calls
-			// than were in flight.
-			FlushInterval: pipeline.FlushAtOnce,
-		},
+	cfg := pipeline.GeneratorConfig{
+		Limiter: newLimiter(o.rpm), Clock: clk, Logger: j.logger, Observer: j.stats.observe, Owner: fmt.Sprintf("batchgen-%d", os.Getpid()),
+		Concurrency: o.concurrency, Lease: o.retry.lease, CallTimeout: o.retry.callTimeout,
+		CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
+		// SQLite writes are local and cheap: group results only while a
+		// write is under way, so a kill costs no more repeated calls than
+		// were in flight.
+		FlushInterval: pipeline.FlushAtOnce,
 	}
 	if !o.noCache {
-		j.gen.Cache = j.data.store
+		cfg.Cache = j.data.store
 	}
-	j.exporter = &pipeline.Exporter{Store: j.data.store, Blobs: j.data.blobs, Clock: clk, Logger: j.logger}
+	j.gen = pipeline.NewGenerator(j.data.store, countingProvider{provider, j.stats}, j.signal, cfg)
+	j.exporter = pipeline.NewExporter(j.data.store, j.data.blobs, pipeline.ExporterConfig{Clock: clk, Logger: j.logger})
 	return nil
 }
 
@@ -410,9 +411,9 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 	workerCtx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
 	drain := make(chan struct{})
-	workers := &pipeline.LocalWorkers{
-		Queue: j.queue, Generator: j.gen, Workers: 2 + o.concurrency/max(task.Spec.BatchSize, 1), Visibility: 5 * time.Minute, Logger: j.logger,
-	}
+	workers := pipeline.NewLocalWorkers(j.queue, j.gen, pipeline.LocalWorkersConfig{
+		Workers: 2 + o.concurrency/max(task.Spec.BatchSize, 1), Visibility: 5 * time.Minute, Logger: j.logger,
+	})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -426,8 +427,7 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 
 	// The sweeper covers what the workers cannot: a batch whose message was
 	// lost (a failed re-send) or whose lease outlived a stuck worker.
-	sweeper := &pipeline.Sweeper{Store: j.data.store, Queue: j.queue, Exports: j.signal, Logger: j.logger,
-		Config: pipeline.SweeperConfig{TaskID: task.ID, PendingAfter: o.sweepAfter}}
+	sweeper := pipeline.NewSweeper(j.data.store, j.queue, j.signal, pipeline.SweeperConfig{TaskID: task.ID, PendingAfter: o.sweepAfter, Logger: j.logger})
 	sweepTicker := time.NewTicker(max(o.sweepAfter/5, time.Second))
 	defer sweepTicker.Stop()
 

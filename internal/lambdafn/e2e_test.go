@@ -162,21 +162,22 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 			if function == "exporter" && opts.brokenExporter {
 				d.Env.BucketName = prefix + "-no-such-bucket"
 			}
+			d.TuneGenerator = func(st store.Store, cfg *pipeline.GeneratorConfig) store.Store {
+				cfg.RetryDelays = []time.Duration{time.Second}
+				cfg.CallsPerRound = opts.callsPerRound
+				cfg.Rounds = opts.rounds
+				cfg.BackoffBase = 10 * time.Millisecond
+				cfg.BackoffMax = 50 * time.Millisecond
+				cfg.ErrorDelay = time.Second
+				if opts.storageFaults {
+					return faultstore.New(st, faultstore.EveryNth(4, "ClaimBatch", "SaveRowResults", "FinishBatch", "GetTask"))
+				}
+				return st
+			}
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, g := range e.stack.Generators {
-		g.Generator.Config.RetryDelays = []time.Duration{time.Second}
-		g.Generator.Config.CallsPerRound = opts.callsPerRound
-		g.Generator.Config.Rounds = opts.rounds
-		g.Generator.Config.BackoffBase = 10 * time.Millisecond
-		g.Generator.Config.BackoffMax = 50 * time.Millisecond
-		g.Generator.Config.ErrorDelay = time.Second
-		if opts.storageFaults {
-			g.Generator.Store = faultstore.New(g.Generator.Store, faultstore.EveryNth(4, "ClaimBatch", "SaveRowResults", "FinishBatch", "GetTask"))
-		}
 	}
 	return e
 }

@@ -31,7 +31,7 @@ func lambdaErrorType(err error) string {
 
 func (e *env) exporter() *lambdafn.Exporter {
 	return &lambdafn.Exporter{
-		Exporter: &pipeline.Exporter{Store: e.store, Blobs: e.blobs, Clock: e.clock, Logger: e.log},
+		Exporter: pipeline.NewExporter(e.store, e.blobs, pipeline.ExporterConfig{Clock: e.clock, Logger: e.log}),
 		Metrics:  metrics.New(e.logs, e.clock, nil),
 		Logger:   e.log,
 	}
@@ -114,7 +114,7 @@ func TestSweeper(t *testing.T) {
 		}
 	}
 	h := &lambdafn.Sweeper{
-		Sweeper: &pipeline.Sweeper{Store: e.store, Queue: e.queue, Exports: &pipeline.ExportSignal{}, Clock: e.clock, Logger: e.log},
+		Sweeper: pipeline.NewSweeper(e.store, e.queue, &pipeline.ExportSignal{}, pipeline.SweeperConfig{Clock: e.clock, Logger: e.log}),
 		Metrics: metrics.New(e.logs, e.clock, nil),
 		Logger:  e.log,
 	}
@@ -155,7 +155,7 @@ func TestSweeperReturnsErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	h := &lambdafn.Sweeper{
-		Sweeper: &pipeline.Sweeper{Store: brokenOpenBatches{e.store}, Queue: e.queue, Clock: e.clock},
+		Sweeper: pipeline.NewSweeper(brokenOpenBatches{e.store}, e.queue, &pipeline.ExportSignal{}, pipeline.SweeperConfig{Clock: e.clock}),
 		Metrics: metrics.New(e.logs, e.clock, nil),
 	}
 	_, err := h.Handle(t.Context(), events.EventBridgeEvent{})

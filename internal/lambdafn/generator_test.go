@@ -30,7 +30,7 @@ func (e *env) splitCSV(n, size int) string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	sp := &pipeline.Splitter{Store: e.store, Queue: e.queue, Clock: e.clock}
+	sp := pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock})
 	spec := store.TaskSpec{Prompt: "Copy for {{商品名称}}", Provider: "sim", BatchSize: size}
 	task, err := sp.Split(e.t.Context(), pipeline.SplitParams{TaskID: "task-1", Path: p, Source: "in.csv", Spec: spec})
 	if err != nil {
@@ -72,14 +72,12 @@ func (e *env) generator(provider llm.Provider, st store.Store) *generatorFixture
 	if st == nil {
 		st = e.store
 	}
-	gen := &pipeline.Generator{
-		Store: st, Cache: e.store, Provider: provider, Exports: signal, Clock: e.clock, Logger: e.log, Owner: "test",
-		Observer: lambdafn.RowObserver(counter),
-		Config: pipeline.GeneratorConfig{
-			Concurrency: 4, CallsPerRound: 1, Rounds: 3,
-			RetryDelays: []time.Duration{10 * time.Second, 60 * time.Second},
-		},
-	}
+	gen := pipeline.NewGenerator(st, provider, signal, pipeline.GeneratorConfig{
+		Cache: e.store, Clock: e.clock, Logger: e.log, Owner: "test",
+		Observer:    lambdafn.RowObserver(counter),
+		Concurrency: 4, CallsPerRound: 1, Rounds: 3,
+		RetryDelays: []time.Duration{10 * time.Second, 60 * time.Second},
+	})
 	m := &syncBuffer{}
 	return &generatorFixture{
 		env: e, signal: signal, metrics: m,

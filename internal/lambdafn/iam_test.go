@@ -27,6 +27,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -166,8 +167,9 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 		}
 	}
 	claimAll(1)
-	sw := e.stack.Sweeper.Sweeper
-	sw.Config.PendingAfter = time.Nanosecond
+	if err := e.stack.TuneSweeper(func(c *pipeline.SweeperConfig) { c.PendingAfter = time.Nanosecond }); err != nil {
+		t.Fatal(err)
+	}
 	report, err := e.stack.Sweeper.Handle(ctx, events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatalf("first sweep: %v", err)
@@ -180,7 +182,9 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 		all[i] = i + 1
 	}
 	claimAll(all...)
-	sw.Config.MaxClaims = 1
+	if err := e.stack.TuneSweeper(func(c *pipeline.SweeperConfig) { c.PendingAfter, c.MaxClaims = time.Nanosecond, 1 }); err != nil {
+		t.Fatal(err)
+	}
 	report, err = e.stack.Sweeper.Handle(ctx, events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatalf("second sweep: %v", err)

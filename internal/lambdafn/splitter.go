@@ -55,6 +55,10 @@ type Objects interface {
 type Splitter struct {
 	// Split writes the task, rows, batches and messages.
 	Split *pipeline.Splitter
+	// Store is Split's store, where rejected inputs are recorded.
+	Store store.Store
+	// Clock stamps rejected tasks. Defaults to the wall clock.
+	Clock clock.Clock
 	// Objects holds the inputs, the upload records and the error files.
 	Objects Objects
 	// Exports, when non-nil, starts the export of a task that has no
@@ -144,7 +148,7 @@ func (h *Splitter) handleRecord(ctx context.Context, rec events.S3EventRecord) (
 
 	// A redelivered event for a task that got past splitting (or was
 	// rejected) has nothing left to do: skip the download.
-	if t, err := h.Split.Store.GetTask(ctx, in.taskID); err == nil && t.State != store.TaskPending {
+	if t, err := h.Store.GetTask(ctx, in.taskID); err == nil && t.State != store.TaskPending {
 		log.Info("duplicate upload event; the task exists", "state", t.State)
 		return outcomeIgnored, nil
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -200,7 +204,7 @@ func (h *Splitter) handleRecord(ctx context.Context, rec events.S3EventRecord) (
 	}
 	log.Info("input split", "rows", task.RowsTotal, "batches", task.BatchesTotal, "state", task.State, "upload", in.upload)
 	if h.Exports != nil && task.BatchesTotal == 0 && !task.State.Final() {
-		if _, err := pipeline.StartExportOnce(ctx, h.Split.Store, h.Exports, task, h.clock().Now()); err != nil {
+		if _, err := pipeline.StartExportOnce(ctx, h.Store, h.Exports, task, h.clock().Now()); err != nil {
 			return outcomeSplit, fmt.Errorf("split %s: start export of empty task %s: %w", key, task.ID, err)
 		}
 	}
@@ -261,7 +265,7 @@ func (h *Splitter) prompt(path string, p pipeline.SplitParams) string {
 // results. The event succeeds unless recording fails.
 func (h *Splitter) reject(ctx context.Context, in input, reason string) (recordOutcome, error) {
 	now := h.clock().Now()
-	err := h.Split.Store.CreateTask(ctx, store.Task{
+	err := h.Store.CreateTask(ctx, store.Task{
 		ID: in.taskID, State: store.TaskFailed, Spec: in.spec, Source: in.source, Error: reason,
 		CreatedAt: now, UpdatedAt: now, FinishedAt: now,
 	})
@@ -271,7 +275,7 @@ func (h *Splitter) reject(ctx context.Context, in input, reason string) (recordO
 	if errors.Is(err, store.ErrConflict) {
 		// A PENDING task of this id exists: a split that died halfway
 		// before the input changed under it. Fail it the ordinary way.
-		_, terr := h.Split.Store.TransitionTask(ctx, store.TransitionTaskParams{
+		_, terr := h.Store.TransitionTask(ctx, store.TransitionTaskParams{
 			ID: in.taskID, From: []store.TaskState{store.TaskPending}, To: store.TaskFailed, Error: reason, Now: now,
 		})
 		if terr != nil && !errors.Is(terr, store.ErrConflict) {
@@ -334,10 +338,10 @@ func (h *Splitter) limits() sheet.Limits {
 }
 
 func (h *Splitter) clock() clock.Clock {
-	if h.Split.Clock == nil {
+	if h.Clock == nil {
 		return clock.Real{}
 	}
-	return h.Split.Clock
+	return h.Clock
 }
 
 func (h *Splitter) logger() *slog.Logger { return discard(h.Logger) }

@@ -36,7 +36,9 @@ func s3Event(t *testing.T, key, etag string) events.S3Event {
 
 func (e *env) splitter(limits sheet.Limits) *lambdafn.Splitter {
 	return &lambdafn.Splitter{
-		Split:       &pipeline.Splitter{Store: e.store, Queue: e.queue, Clock: e.clock, Logger: e.log},
+		Split:       pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock, Logger: e.log}),
+		Store:       e.store,
+		Clock:       e.clock,
 		Objects:     e.blobs,
 		DefaultSpec: defaultSpec,
 		Limits:      limits,

@@ -194,6 +194,17 @@ type Deps struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Emitter
 	Clock   clock.Clock
+
+	// ExportStarter, when non-nil, replaces the state machine starter:
+	// the emulator harness (awsemu/localrun) runs exports itself.
+	ExportStarter pipeline.ExportStarter
+	// TuneGenerator, when non-nil, adjusts the generator's store and
+	// configuration before it is built (tests: faster retries, injected
+	// faults). It returns the store to use.
+	TuneGenerator func(st store.Store, cfg *pipeline.GeneratorConfig) store.Store
+	// TuneSweeper, when non-nil, adjusts the sweeper's configuration
+	// before it is built (tests: no waiting, fewer claims).
+	TuneSweeper func(cfg *pipeline.SweeperConfig)
 }
 
 // FromEnv reads the environment and loads the AWS configuration (which
@@ -266,6 +277,9 @@ func (d *Deps) Queue() *sqsqueue.Queue {
 
 // Exports returns the export state machine starter.
 func (d *Deps) Exports() pipeline.ExportStarter {
+	if d.ExportStarter != nil {
+		return d.ExportStarter
+	}
 	return stepfn.Starter{Client: sfn.NewFromConfig(d.AWS), StateMachineARN: d.Env.StateMachineARN}
 }
 
@@ -303,8 +317,11 @@ func (d *Deps) Splitter() (*Splitter, error) {
 	if err := d.Env.require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME"); err != nil {
 		return nil, err
 	}
+	st := d.Store()
 	h := &Splitter{
-		Split:       &pipeline.Splitter{Store: d.Store(), Queue: d.Queue(), Clock: d.Clock, Logger: d.Logger},
+		Split:       pipeline.NewSplitter(st, d.Queue(), pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger}),
+		Store:       st,
+		Clock:       d.Clock,
 		Objects:     d.Blobs(),
 		DefaultSpec: d.Env.DefaultSpec(),
 		Limits:      sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
@@ -327,20 +344,22 @@ func (d *Deps) Generator(ctx context.Context) (*Generator, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := d.Store()
+	var st store.Store = d.Store()
 	counter := NewGeneratorCounter()
-	gen := &pipeline.Generator{
-		Store:    st,
-		Cache:    st,
-		Provider: provider,
-		Exports:  d.Exports(),
-		Clock:    d.Clock,
-		Logger:   d.Logger,
-		Observer: RowObserver(counter),
-		Owner:    instanceName(d.Env.LogStream),
-		Config:   pipeline.GeneratorConfig{Concurrency: d.Env.Concurrency, Lease: d.Env.Lease},
+	cfg := pipeline.GeneratorConfig{
+		Cache:       d.Store(),
+		Limiter:     d.limiter(),
+		Observer:    RowObserver(counter),
+		Owner:       instanceName(d.Env.LogStream),
+		Clock:       d.Clock,
+		Logger:      d.Logger,
+		Concurrency: d.Env.Concurrency,
+		Lease:       d.Env.Lease,
 	}
-	gen.Limiter = d.limiter()
+	if d.TuneGenerator != nil {
+		st = d.TuneGenerator(st, &cfg)
+	}
+	gen := pipeline.NewGenerator(st, provider, d.Exports(), cfg)
 	return &Generator{Generator: gen, Queue: d.Queue(), Counter: counter, Metrics: d.Metrics, Logger: d.Logger}, nil
 }
 
@@ -368,7 +387,7 @@ func (d *Deps) Exporter() (*Exporter, error) {
 		return nil, err
 	}
 	return &Exporter{
-		Exporter: &pipeline.Exporter{Store: d.Store(), Blobs: d.Blobs(), Clock: d.Clock, Logger: d.Logger},
+		Exporter: pipeline.NewExporter(d.Store(), d.Blobs(), pipeline.ExporterConfig{Clock: d.Clock, Logger: d.Logger}),
 		Metrics:  d.Metrics,
 		Logger:   d.Logger,
 	}, nil
@@ -379,8 +398,12 @@ func (d *Deps) Sweeper() (*Sweeper, error) {
 	if err := d.Env.require("TABLE_NAME", "QUEUE_URL", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
+	cfg := pipeline.SweeperConfig{Clock: d.Clock, Logger: d.Logger}
+	if d.TuneSweeper != nil {
+		d.TuneSweeper(&cfg)
+	}
 	return &Sweeper{
-		Sweeper: &pipeline.Sweeper{Store: d.Store(), Queue: d.Queue(), Exports: d.Exports(), Clock: d.Clock, Logger: d.Logger},
+		Sweeper: pipeline.NewSweeper(d.Store(), d.Queue(), d.Exports(), cfg),
 		Metrics: d.Metrics,
 		Logger:  d.Logger,
 	}, nil

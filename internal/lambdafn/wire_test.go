@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -156,11 +157,16 @@ func TestGeneratorQuotaIsShared(t *testing.T) {
 	}
 	for _, tc := range tests {
 		env.QuotaRPM = tc.rpm
-		g, err := lambdafn.NewDeps(env, cfg, "generator").Generator(context.Background())
-		if err != nil {
+		d := lambdafn.NewDeps(env, cfg, "generator")
+		var limiter pipeline.Limiter
+		d.TuneGenerator = func(st store.Store, cfg *pipeline.GeneratorConfig) store.Store {
+			limiter = cfg.Limiter
+			return st
+		}
+		if _, err := d.Generator(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if got := fmt.Sprintf("%T", g.Generator.Limiter); got != tc.want {
+		if got := fmt.Sprintf("%T", limiter); got != tc.want {
 			t.Errorf("QUOTA_RPM=%d: limiter %s, want %s", tc.rpm, got, tc.want)
 		}
 	}

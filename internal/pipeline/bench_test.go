@@ -20,10 +20,11 @@ func benchmarkJob(b *testing.B, rows, rpm int, latency time.Duration) {
 	var elapsed time.Duration
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		e := newEnv(b, sim.New(sim.Config{Latency: latency}), pipeline.GeneratorConfig{Concurrency: 32})
+		cfg := pipeline.GeneratorConfig{Concurrency: 32}
 		if rpm > 0 {
-			e.gen.Limiter = quota.NewLocal(quota.LocalConfig{RPM: rpm})
+			cfg.Limiter = quota.NewLocal(quota.LocalConfig{RPM: rpm})
 		}
+		e := newEnv(b, sim.New(sim.Config{Latency: latency}), cfg)
 		path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(rows))
 		spec := store.TaskSpec{Prompt: "{{id}} {{name}}", Provider: "sim", BatchSize: 100}
 		id := pipeline.DeriveTaskID(fmt.Sprint("bench", i), spec)

@@ -28,10 +28,34 @@ const exportPage = 500
 
 // Exporter writes a task's result workbook.
 type Exporter struct {
-	Store  store.Store
-	Blobs  blob.Store
-	Clock  clock.Clock
+	store store.Store
+	blobs blob.Store
+	cfg   ExporterConfig
+}
+
+// ExporterConfig names the exporter's optional collaborators; NewExporter
+// applies the defaults.
+type ExporterConfig struct {
+	// Clock stamps the task's transitions. Defaults to the wall clock.
+	Clock clock.Clock
+	// Logger defaults to discarding.
 	Logger *slog.Logger
+}
+
+func (c ExporterConfig) withDefaults() ExporterConfig {
+	c.Clock = orClock(c.Clock)
+	c.Logger = orLogger(c.Logger)
+	return c
+}
+
+// NewExporter returns an Exporter that reads results from st and writes the
+// workbook to blobs. It panics if a port is nil: a mistake in the wiring,
+// caught at start-up.
+func NewExporter(st store.Store, blobs blob.Store, cfg ExporterConfig) *Exporter {
+	if err := errors.Join(required("Store", st), required("Blobs", blobs)); err != nil {
+		panic("pipeline.NewExporter: " + err.Error())
+	}
+	return &Exporter{store: st, blobs: blobs, cfg: cfg.withDefaults()}
 }
 
 // Export writes the result workbook of a task whose batches are all done to
@@ -41,7 +65,7 @@ type Exporter struct {
 // exported is returned as is, and an export that died halfway is simply
 // written again.
 func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error) {
-	task, err := e.Store.GetTask(ctx, taskID)
+	task, err := e.store.GetTask(ctx, taskID)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("export %s: load task: %w", taskID, err)
 	}
@@ -53,11 +77,11 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 		return task, fmt.Errorf("export %s: %d of %d batches done: %w", taskID, task.BatchesDone, task.BatchesTotal, ErrNotReady)
 	}
 	if !cancelled && task.State != store.TaskExporting {
-		task, err = e.Store.TransitionTask(ctx, store.TransitionTaskParams{
-			ID: taskID, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskExporting, Now: e.Clock.Now(),
+		task, err = e.store.TransitionTask(ctx, store.TransitionTaskParams{
+			ID: taskID, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskExporting, Now: e.cfg.Clock.Now(),
 		})
 		if isConflict(err) {
-			if task, err = e.Store.GetTask(ctx, taskID); err == nil && task.State.Final() {
+			if task, err = e.store.GetTask(ctx, taskID); err == nil && task.State.Final() {
 				return task, nil
 			}
 		}
@@ -74,7 +98,7 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 		pw.CloseWithError(err)
 		written <- c
 	}()
-	if err := e.Blobs.Put(ctx, key, pr); err != nil {
+	if err := e.blobs.Put(ctx, key, pr); err != nil {
 		pr.CloseWithError(err)
 		<-written
 		return task, fmt.Errorf("export %s: write %s: %w", taskID, key, err)
@@ -89,16 +113,16 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 	case counts.failed > 0:
 		final = store.TaskPartial
 	}
-	done, err := e.Store.TransitionTask(ctx, store.TransitionTaskParams{
-		ID: taskID, From: []store.TaskState{from}, To: final, ResultKey: key, Now: e.Clock.Now(),
+	done, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{
+		ID: taskID, From: []store.TaskState{from}, To: final, ResultKey: key, Now: e.cfg.Clock.Now(),
 	})
 	if isConflict(err) {
-		return e.Store.GetTask(ctx, taskID)
+		return e.store.GetTask(ctx, taskID)
 	}
 	if err != nil {
 		return task, fmt.Errorf("export %s: mark %s: %w", taskID, final, err)
 	}
-	e.logger().Info("task exported", "task", taskID, "state", done.State, "rows", counts.rows, "failed", counts.failed, "key", key)
+	e.cfg.Logger.Info("task exported", "task", taskID, "state", done.State, "rows", counts.rows, "failed", counts.failed, "key", key)
 	return done, nil
 }
 
@@ -116,7 +140,7 @@ func (e *Exporter) WriteResult(ctx context.Context, task store.Task, w io.Writer
 	defer sw.Close()
 	next := 1
 	for {
-		rows, err := e.Store.ListRows(ctx, store.ListRowsParams{TaskID: task.ID, FromNo: next, Limit: exportPage})
+		rows, err := e.store.ListRows(ctx, store.ListRowsParams{TaskID: task.ID, FromNo: next, Limit: exportPage})
 		if err != nil {
 			return counts, fmt.Errorf("read rows from %d: %w", next, err)
 		}
@@ -197,11 +221,4 @@ func resultSheetName(task store.Task) string {
 		return task.Sheet
 	}
 	return "result"
-}
-
-func (e *Exporter) logger() *slog.Logger {
-	if e.Logger == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return e.Logger
 }

@@ -31,7 +31,7 @@ func TestOneExportStartPerExport(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	starter := &genStarter{}
-	e.gen.Exports = starter
+	e.gen = pipeline.NewGenerator(e.store, e.provider, starter, e.cfg)
 	id := e.splitProducts("once", "{{id}}", 12, 3).TaskID
 	deliverAll := func() {
 		t.Helper()
@@ -47,7 +47,7 @@ func TestOneExportStartPerExport(t *testing.T) {
 	deliverAll()
 	// Sweeps while the export runs, and after it finished.
 	clk := clock.NewFake(time.Now().Add(time.Minute))
-	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Exports: starter, Clock: clk}
+	sw := pipeline.NewSweeper(e.store, e.queue, starter, pipeline.SweeperConfig{Clock: clk})
 	sweep := func() {
 		t.Helper()
 		if _, err := sw.Sweep(ctx); err != nil {

@@ -23,7 +23,7 @@ func TestStorageFaultsLoseNothing(t *testing.T) {
 	provider := newCounting(sim.New(sim.Config{Latency: time.Millisecond}))
 	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 4})
 	faulty := faultstore.New(e.store, faultstore.EveryNth(3, "SaveRowResults", "FinishBatch", "ClaimBatch", "ListRows", "GetTask"))
-	e.gen.Store = faulty
+	e.useStore(faulty)
 	id := e.splitProducts("faults", "{{id}} {{name}}", 90, 10).TaskID
 	done := e.runToCompletion(context.Background(), id)
 	if done.State != store.TaskSucceeded {
@@ -78,22 +78,18 @@ func TestStalledWorkerIsFencedOut(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	a := &blockingProvider{name: "A", started: make(chan struct{}), release: make(chan struct{})}
-	e := newEnv(t, a, pipeline.GeneratorConfig{Concurrency: 1, Lease: time.Minute})
-	e.gen.Clock = clock.NewFake(t0) // never advanced: A's heartbeat never renews
-	e.splitter.Clock = clock.NewFake(t0)
+	// A's clock is never advanced: its heartbeat never renews.
+	e := newEnv(t, a, pipeline.GeneratorConfig{Concurrency: 1, Lease: time.Minute, Clock: clock.NewFake(t0)})
+	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: clock.NewFake(t0)})
 	id := e.splitProducts("fence", "{{id}}", 3, 10).TaskID
 	msg := pipeline.EncodeBatchMessage(id, 1)
 	outA := make(chan pipeline.Outcome, 1)
 	go func() { outA <- e.gen.Process(ctx, pipeline.Delivery{Body: msg, ReceiveCount: 1}) }()
 	<-a.started
 
-	b := &pipeline.Generator{
-		Store: e.store, Provider: providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
-			return llm.Response{Text: "B: " + req.Prompt}, nil
-		}),
-		Exports: e.signal, Clock: clock.NewFake(t0.Add(5 * time.Minute)), Owner: "B",
-		Config: pipeline.GeneratorConfig{Concurrency: 1, Lease: time.Minute},
-	}
+	b := pipeline.NewGenerator(e.store, providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		return llm.Response{Text: "B: " + req.Prompt}, nil
+	}), e.signal, pipeline.GeneratorConfig{Concurrency: 1, Lease: time.Minute, Clock: clock.NewFake(t0.Add(5 * time.Minute)), Owner: "B"})
 	if out := b.Process(ctx, pipeline.Delivery{Body: msg, ReceiveCount: 2}); !out.Ack || out.Err != nil {
 		t.Fatalf("B's outcome = %+v, want ack", out)
 	}
@@ -135,7 +131,7 @@ func TestPanickingProviderDoesNotKillTheRun(t *testing.T) {
 	id := e.splitProducts("panic", "{{id}}", 30, 10).TaskID
 	wctx, stop := context.WithTimeout(ctx, 30*time.Second)
 	defer stop()
-	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 2, PollInterval: 5 * time.Millisecond}
+	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 2, PollInterval: 5 * time.Millisecond})
 	done := make(chan struct{})
 	go func() { _ = workers.Run(wctx); close(done) }()
 	for {

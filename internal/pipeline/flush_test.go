@@ -46,7 +46,8 @@ func (s *recordingStore) GetCached(ctx context.Context, keys []string) (map[stri
 
 func record(e *env) *recordingStore {
 	rs := &recordingStore{Store: e.store}
-	e.gen.Store, e.gen.Cache = rs, rs
+	e.cfg.Cache = rs
+	e.useStore(rs)
 	return rs
 }
 
@@ -92,10 +93,11 @@ func TestResultsWrittenInGroups(t *testing.T) {
 	// A second task of the same prompts is answered from the cache in one
 	// read per batch, without a model call.
 	calls := atomic.Int32{}
-	e.gen.Provider = providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+	e.provider = providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
 		calls.Add(1)
 		return llm.Response{Text: "fresh"}, nil
 	})
+	e.useStore(rs)
 	rs.groups, rs.lookups, rs.lookedUp = nil, 0, 0
 	rs.mu.Unlock()
 	id2 := e.splitProducts("groups again", "{{id}} {{name}}", rows, batchSize).TaskID

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -34,8 +35,24 @@ type Limiter interface {
 // DefaultErrorDelay is GeneratorConfig.ErrorDelay's default.
 const DefaultErrorDelay = 10 * time.Second
 
-// GeneratorConfig tunes the generator. Zero fields take the defaults.
+// GeneratorConfig tunes the generator and names its optional
+// collaborators. Zero fields take the defaults; NewGenerator applies them
+// and validates the result, once.
 type GeneratorConfig struct {
+	// Cache, when non-nil, short-circuits prompts answered before.
+	Cache store.Cache
+	// Limiter, when non-nil, paces calls to the provider's quota.
+	Limiter Limiter
+	// Observer, when non-nil, receives row events.
+	Observer Observer
+	// Owner names this worker in claims, for operators. Defaults to
+	// "generator".
+	Owner string
+	// Clock times leases, backoff and flushes. Defaults to the wall clock.
+	Clock clock.Clock
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+
 	// Concurrency bounds in-flight model calls across all batches of this
 	// generator. Defaults to 8.
 	Concurrency int
@@ -84,69 +101,73 @@ type GeneratorConfig struct {
 const FlushAtOnce time.Duration = -1
 
 func (c GeneratorConfig) withDefaults() GeneratorConfig {
-	if c.Concurrency <= 0 {
-		c.Concurrency = 8
-	}
-	if c.Lease <= 0 {
-		c.Lease = 2 * time.Minute
-	}
-	if c.CallTimeout <= 0 {
-		c.CallTimeout = 60 * time.Second
-	}
-	if c.CallsPerRound <= 0 {
-		c.CallsPerRound = 3
-	}
-	if c.Rounds <= 0 {
-		c.Rounds = 4
-	}
+	c.Owner = cmp.Or(c.Owner, "generator")
+	c.Clock = orClock(c.Clock)
+	c.Logger = orLogger(c.Logger)
+	c.Concurrency = cmp.Or(c.Concurrency, 8)
+	c.Lease = cmp.Or(c.Lease, 2*time.Minute)
+	c.CallTimeout = cmp.Or(c.CallTimeout, 60*time.Second)
+	c.CallsPerRound = cmp.Or(c.CallsPerRound, 3)
+	c.Rounds = cmp.Or(c.Rounds, 4)
 	if c.RetryDelays == nil {
 		c.RetryDelays = []time.Duration{10 * time.Second, 60 * time.Second, 300 * time.Second}
 	}
-	if c.BackoffBase <= 0 {
-		c.BackoffBase = 500 * time.Millisecond
-	}
-	if c.BackoffMax <= 0 {
-		c.BackoffMax = 20 * time.Second
-	}
-	if c.ErrorDelay <= 0 {
-		c.ErrorDelay = DefaultErrorDelay
-	}
-	if c.FlushRows <= 0 {
-		c.FlushRows = 10
-	}
-	c.FlushRows = min(c.FlushRows, store.MaxSaveRows)
-	if c.FlushInterval == 0 {
-		c.FlushInterval = 200 * time.Millisecond
-	}
+	c.BackoffBase = cmp.Or(c.BackoffBase, 500*time.Millisecond)
+	c.BackoffMax = cmp.Or(c.BackoffMax, 20*time.Second)
+	c.ErrorDelay = cmp.Or(c.ErrorDelay, DefaultErrorDelay)
+	c.FlushRows = min(cmp.Or(c.FlushRows, 10), store.MaxSaveRows)
+	c.FlushInterval = cmp.Or(c.FlushInterval, 200*time.Millisecond)
 	return c
+}
+
+func (c GeneratorConfig) validate() error {
+	var errs []error
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %v: must be positive", name, d))
+		}
+	}
+	if c.Concurrency < 1 || c.CallsPerRound < 1 || c.Rounds < 1 || c.FlushRows < 1 {
+		errs = append(errs, fmt.Errorf("Concurrency %d, CallsPerRound %d, Rounds %d, FlushRows %d: each must be at least 1", c.Concurrency, c.CallsPerRound, c.Rounds, c.FlushRows))
+	}
+	positive("Lease", c.Lease)
+	positive("CallTimeout", c.CallTimeout)
+	positive("BackoffBase", c.BackoffBase)
+	positive("BackoffMax", c.BackoffMax)
+	positive("ErrorDelay", c.ErrorDelay)
+	if c.FlushInterval != FlushAtOnce {
+		positive("FlushInterval", c.FlushInterval)
+	}
+	for i, d := range c.RetryDelays {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("RetryDelays[%d] %v: must not be negative", i, d))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Generator processes batch messages: claim, generate, persist, finish.
 // One Generator is shared by all workers of a process; its concurrency limit
 // and its memory of fatal provider errors are process-wide.
 type Generator struct {
-	Store store.Store
-	// Cache, when non-nil, short-circuits prompts answered before: a
-	// batch's keys are looked up in one batched read, and new outputs are
-	// written to the cache of Store together with their rows (see
-	// store.SaveRowResultsParams.Cache), so Cache should be Store's own.
-	Cache    store.Cache
-	Provider llm.Provider
-	// Limiter, when non-nil, paces calls to the provider's quota.
-	Limiter Limiter
-	Exports ExportStarter
-	Clock   clock.Clock
-	Logger  *slog.Logger
-	// Observer, when non-nil, receives row events.
-	Observer Observer
-	// Owner names this worker in claims, for operators.
-	Owner  string
-	Config GeneratorConfig
+	store    store.Store
+	provider llm.Provider
+	exports  ExportStarter
+	cfg      GeneratorConfig
+	sem      chan struct{}
+	fatal    atomic.Pointer[llm.Error]
+}
 
-	once  sync.Once
-	cfg   GeneratorConfig
-	sem   chan struct{}
-	fatal atomic.Pointer[llm.Error]
+// NewGenerator returns a Generator that claims batches in st, calls
+// provider and starts exports through exports. It applies cfg's defaults
+// and panics if a port is nil or cfg is invalid: a mistake in the wiring,
+// caught at start-up.
+func NewGenerator(st store.Store, provider llm.Provider, exports ExportStarter, cfg GeneratorConfig) *Generator {
+	cfg = cfg.withDefaults()
+	if err := errors.Join(required("Store", st), required("Provider", provider), required("ExportStarter", exports), cfg.validate()); err != nil {
+		panic("pipeline.NewGenerator: " + err.Error())
+	}
+	return &Generator{store: st, provider: provider, exports: exports, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
 }
 
 // Delivery is one queue message handed to the generator.
@@ -173,27 +194,13 @@ type Outcome struct {
 	Err error
 }
 
-func (g *Generator) init() {
-	g.once.Do(func() {
-		g.cfg = g.Config.withDefaults()
-		g.sem = make(chan struct{}, g.cfg.Concurrency)
-		if g.Clock == nil {
-			g.Clock = clock.Real{}
-		}
-		if g.Logger == nil {
-			g.Logger = slog.New(slog.DiscardHandler)
-		}
-	})
-}
-
 // Process handles one batch message.
 func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
-	g.init()
 	msg, err := DecodeBatchMessage(d.Body)
 	if err != nil {
 		return Outcome{Err: &PoisonError{Err: err}}
 	}
-	task, err := g.Store.GetTask(ctx, msg.TaskID)
+	task, err := g.store.GetTask(ctx, msg.TaskID)
 	if errors.Is(err, store.ErrNotFound) {
 		return Outcome{Err: &PoisonError{Err: fmt.Errorf("task %s does not exist", msg.TaskID)}}
 	}
@@ -206,9 +213,9 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	if msg.BatchNo > task.BatchesTotal {
 		return Outcome{Err: &PoisonError{Err: fmt.Errorf("task %s has %d batches, not %d", task.ID, task.BatchesTotal, msg.BatchNo)}}
 	}
-	now := g.Clock.Now()
-	b, err := g.Store.ClaimBatch(ctx, store.ClaimBatchParams{
-		TaskID: task.ID, BatchNo: msg.BatchNo, Owner: g.Owner, Now: now, LeaseUntil: now.Add(g.cfg.Lease),
+	now := g.cfg.Clock.Now()
+	b, err := g.store.ClaimBatch(ctx, store.ClaimBatchParams{
+		TaskID: task.ID, BatchNo: msg.BatchNo, Owner: g.cfg.Owner, Now: now, LeaseUntil: now.Add(g.cfg.Lease),
 	})
 	switch {
 	case isConflict(err):
@@ -228,14 +235,14 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 }
 
 func (g *Generator) ensureExport(ctx context.Context, taskID string, batchNo int) error {
-	b, err := g.Store.GetBatch(ctx, taskID, batchNo)
+	b, err := g.store.GetBatch(ctx, taskID, batchNo)
 	if err != nil {
 		return fmt.Errorf("batch %s/%d: check state: %w", taskID, batchNo, err)
 	}
 	if b.State != store.BatchDone {
 		return nil
 	}
-	task, err := g.Store.GetTask(ctx, taskID)
+	task, err := g.store.GetTask(ctx, taskID)
 	if err != nil {
 		return fmt.Errorf("task %s: check state: %w", taskID, err)
 	}
@@ -246,7 +253,7 @@ func (g *Generator) maybeExport(ctx context.Context, task store.Task) error {
 	if task.BatchesDone < task.BatchesTotal || task.State.Final() {
 		return nil
 	}
-	_, err := StartExportOnce(ctx, g.Store, g.Exports, task, g.Clock.Now())
+	_, err := StartExportOnce(ctx, g.store, g.exports, task, g.cfg.Clock.Now())
 	return err
 }
 
@@ -265,7 +272,7 @@ type rowOutcome struct {
 }
 
 func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch, keepAlive func(context.Context) error) Outcome {
-	log := g.Logger.With("task", task.ID, "batch", b.No, "attempt", b.Attempt)
+	log := g.cfg.Logger.With("task", task.ID, "batch", b.No, "attempt", b.Attempt)
 	batchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var lost atomic.Bool
@@ -304,7 +311,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		return finish(Outcome{Err: &PoisonError{Err: fmt.Errorf("task %s: prompt: %w", task.ID, err)}})
 	}
 
-	rows, err := g.Store.ListRows(batchCtx, store.ListRowsParams{TaskID: task.ID, FromNo: b.FirstRow, ToNo: b.FirstRow + b.RowCount - 1})
+	rows, err := g.store.ListRows(batchCtx, store.ListRowsParams{TaskID: task.ID, FromNo: b.FirstRow, ToNo: b.FirstRow + b.RowCount - 1})
 	if err != nil {
 		g.release(ctx, b, err.Error(), log)
 		return finish(Outcome{Err: fmt.Errorf("batch %s/%d: load rows: %w", task.ID, b.No, err)})
@@ -326,9 +333,9 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		open = append(open, keys[i])
 	}
 	var cached map[string]string
-	if g.Cache != nil && len(open) > 0 {
+	if g.cfg.Cache != nil && len(open) > 0 {
 		// One batched read for the whole batch instead of one per row.
-		if cached, err = g.Cache.GetCached(batchCtx, open); err != nil {
+		if cached, err = g.cfg.Cache.GetCached(batchCtx, open); err != nil {
 			if batchCtx.Err() != nil {
 				return finish(Outcome{Err: fmt.Errorf("batch %s/%d: %w", task.ID, b.No, batchCtx.Err())})
 			}
@@ -448,9 +455,9 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	var t store.Task
 	err = g.retryStore(ctx, func() error {
 		var err error
-		t, err = g.Store.FinishBatch(ctx, store.FinishBatchParams{
+		t, err = g.store.FinishBatch(ctx, store.FinishBatchParams{
 			TaskID: task.ID, BatchNo: b.No, Attempt: b.Attempt,
-			Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: g.Clock.Now(),
+			Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: g.cfg.Clock.Now(),
 		})
 		return err
 	})
@@ -477,10 +484,10 @@ func (g *Generator) heartbeat(ctx context.Context, b store.Batch, keepAlive func
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.Clock.After(g.cfg.Lease / 3):
+		case <-g.cfg.Clock.After(g.cfg.Lease / 3):
 		}
-		now := g.Clock.Now()
-		err := g.Store.RenewLease(ctx, store.RenewLeaseParams{
+		now := g.cfg.Clock.Now()
+		err := g.store.RenewLease(ctx, store.RenewLeaseParams{
 			TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LeaseUntil: now.Add(g.cfg.Lease), Now: now,
 		})
 		if isConflict(err) {
@@ -508,8 +515,8 @@ func (g *Generator) release(ctx context.Context, b store.Batch, lastErr string, 
 	// claimable anyway.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := g.Store.ReleaseBatch(rctx, store.ReleaseBatchParams{
-		TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LastError: truncate(lastErr, 1000), Now: g.Clock.Now(),
+	err := g.store.ReleaseBatch(rctx, store.ReleaseBatchParams{
+		TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LastError: truncate(lastErr, 1000), Now: g.cfg.Clock.Now(),
 	})
 	if err != nil && !isConflict(err) {
 		log.Warn("release batch failed; its lease will expire instead", "error", err)
@@ -555,14 +562,14 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, 
 		if startCtx.Err() != nil {
 			return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
 		}
-		if g.Limiter != nil {
-			if err := g.Limiter.Wait(startCtx); err != nil {
+		if g.cfg.Limiter != nil {
+			if err := g.cfg.Limiter.Wait(startCtx); err != nil {
 				return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
 			}
 		}
 		callCtx, cancelCall := context.WithTimeout(ctx, g.cfg.CallTimeout)
 		start := time.Now()
-		resp, err := g.Provider.Generate(callCtx, req)
+		resp, err := g.provider.Generate(callCtx, req)
 		latency := time.Since(start)
 		cancelCall()
 		if err == nil {
@@ -570,7 +577,7 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, 
 			o := done(store.RowResult{
 				State: store.RowSucceeded, Output: resp.Text, Attempts: attempts, LatencyMS: latency.Milliseconds(),
 			}, 1, "")
-			if g.Cache != nil {
+			if g.cfg.Cache != nil {
 				o.cache = &store.CacheEntry{Key: key, Output: resp.Text}
 			}
 			return o
@@ -592,8 +599,8 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, 
 			}, 1, string(e.Class))
 		}
 		g.observe(Event{TaskID: task.ID, RowNo: row.No, State: store.RowPending, Calls: 1, ErrorClass: string(e.Class)})
-		if e.Class == llm.ClassRateLimited && g.Limiter != nil {
-			g.Limiter.Penalize(e.RetryAfter)
+		if e.Class == llm.ClassRateLimited && g.cfg.Limiter != nil {
+			g.cfg.Limiter.Penalize(e.RetryAfter)
 		}
 		if i == g.cfg.CallsPerRound-1 || attempts >= maxAttempts {
 			break
@@ -602,7 +609,7 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, 
 		select {
 		case <-startCtx.Done():
 			return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
-		case <-g.Clock.After(wait):
+		case <-g.cfg.Clock.After(wait):
 		}
 	}
 	res := store.RowResult{State: store.RowPending, Attempts: attempts}
@@ -689,7 +696,7 @@ func (f *flusher) add(rowNo int, o rowOutcome) {
 	if n == 1 {
 		go func() {
 			select {
-			case <-f.g.Clock.After(f.g.cfg.FlushInterval):
+			case <-f.g.cfg.Clock.After(f.g.cfg.FlushInterval):
 			case <-f.stop:
 				return
 			}
@@ -725,7 +732,7 @@ func (f *flusher) write(group []pendingRow) {
 	if f.fenced.Load() {
 		return // the batch has a newer owner; nothing of ours may be written
 	}
-	p := store.SaveRowResultsParams{TaskID: f.b.TaskID, BatchNo: f.b.No, Attempt: f.b.Attempt, Now: f.g.Clock.Now()}
+	p := store.SaveRowResultsParams{TaskID: f.b.TaskID, BatchNo: f.b.No, Attempt: f.b.Attempt, Now: f.g.cfg.Clock.Now()}
 	for _, r := range group {
 		p.Rows = append(p.Rows, r.write)
 		if r.cache != nil {
@@ -739,7 +746,7 @@ func (f *flusher) write(group []pendingRow) {
 	var res store.SaveRowResultsResult
 	err := f.g.retryStore(sctx, func() error {
 		var err error
-		res, err = f.g.Store.SaveRowResults(sctx, p)
+		res, err = f.g.store.SaveRowResults(sctx, p)
 		return err
 	})
 	if isConflict(err) {
@@ -793,11 +800,11 @@ func (g *Generator) retryStore(ctx context.Context, fn func() error) error {
 		if i == storeAttempts-1 {
 			break
 		}
-		g.Logger.Warn("store write failed; retrying", "attempt", i+1, "delay", delay, "error", err)
+		g.cfg.Logger.Warn("store write failed; retrying", "attempt", i+1, "delay", delay, "error", err)
 		select {
 		case <-ctx.Done():
 			return errors.Join(err, ctx.Err())
-		case <-g.Clock.After(delay):
+		case <-g.cfg.Clock.After(delay):
 		}
 		delay *= 2
 	}
@@ -805,8 +812,8 @@ func (g *Generator) retryStore(ctx context.Context, fn func() error) error {
 }
 
 func (g *Generator) observe(e Event) {
-	if g.Observer != nil {
-		g.Observer(e)
+	if g.cfg.Observer != nil {
+		g.cfg.Observer(e)
 	}
 }
 

@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -14,10 +16,16 @@ import (
 
 // LocalWorkers is the embedded runtime's stand-in for the SQS event source
 // mapping: goroutines that poll the queue, hand each message to the
-// generator and apply its outcome to the message.
+// generator and settle the message as the generator decides.
 type LocalWorkers struct {
-	Queue     queue.Queue
-	Generator *Generator
+	queue queue.Queue
+	gen   *Generator
+	cfg   LocalWorkersConfig
+}
+
+// LocalWorkersConfig tunes the workers. Zero fields take the defaults;
+// NewLocalWorkers applies them and validates the result, once.
+type LocalWorkersConfig struct {
 	// Workers is the number of batches processed at once. Defaults to 2.
 	Workers int
 	// Visibility is the queue's visibility timeout; the message is kept
@@ -25,8 +33,37 @@ type LocalWorkers struct {
 	Visibility time.Duration
 	// PollInterval is the wait after an empty receive. Defaults to 100ms.
 	PollInterval time.Duration
-	Clock        clock.Clock
-	Logger       *slog.Logger
+	// Clock times the polls. Defaults to the wall clock.
+	Clock clock.Clock
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c LocalWorkersConfig) withDefaults() LocalWorkersConfig {
+	c.Workers = cmp.Or(c.Workers, 2)
+	c.Visibility = cmp.Or(c.Visibility, 5*time.Minute)
+	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
+	c.Clock = orClock(c.Clock)
+	c.Logger = orLogger(c.Logger)
+	return c
+}
+
+func (c LocalWorkersConfig) validate() error {
+	if c.Workers < 1 || c.Visibility <= 0 || c.PollInterval <= 0 {
+		return fmt.Errorf("Workers %d, Visibility %v, PollInterval %v: each must be positive", c.Workers, c.Visibility, c.PollInterval)
+	}
+	return nil
+}
+
+// NewLocalWorkers returns workers that feed messages from q to gen. It
+// applies cfg's defaults and panics if a port is nil or cfg is invalid: a
+// mistake in the wiring, caught at start-up.
+func NewLocalWorkers(q queue.Queue, gen *Generator, cfg LocalWorkersConfig) *LocalWorkers {
+	cfg = cfg.withDefaults()
+	if err := errors.Join(required("Queue", q), required("Generator", gen), cfg.validate()); err != nil {
+		panic("pipeline.NewLocalWorkers: " + err.Error())
+	}
+	return &LocalWorkers{queue: q, gen: gen, cfg: cfg}
 }
 
 // Run processes messages until ctx ends. It returns nil on cancellation;
@@ -37,24 +74,8 @@ func (w *LocalWorkers) Run(ctx context.Context) error { return w.RunUntil(ctx, n
 // returning after the messages in hand are processed (under ctx, which may
 // still cut them short).
 func (w *LocalWorkers) RunUntil(ctx context.Context, drain <-chan struct{}) error {
-	workers := w.Workers
-	if workers <= 0 {
-		workers = 2
-	}
-	if w.Visibility <= 0 {
-		w.Visibility = 5 * time.Minute
-	}
-	if w.PollInterval <= 0 {
-		w.PollInterval = 100 * time.Millisecond
-	}
-	if w.Clock == nil {
-		w.Clock = clock.Real{}
-	}
-	if w.Logger == nil {
-		w.Logger = slog.New(slog.DiscardHandler)
-	}
 	var wg sync.WaitGroup
-	for range workers {
+	for range w.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -72,9 +93,9 @@ func (w *LocalWorkers) loop(ctx context.Context, drain <-chan struct{}) {
 			return
 		default:
 		}
-		ds, err := w.Queue.Receive(ctx, 1)
+		ds, err := w.queue.Receive(ctx, 1)
 		if err != nil && ctx.Err() == nil {
-			w.Logger.Warn("receive from queue failed", "error", err)
+			w.cfg.Logger.Warn("receive from queue failed", "error", err)
 		}
 		if len(ds) == 0 {
 			select {
@@ -82,7 +103,7 @@ func (w *LocalWorkers) loop(ctx context.Context, drain <-chan struct{}) {
 				return
 			case <-drain:
 				return
-			case <-w.Clock.After(w.PollInterval):
+			case <-w.cfg.Clock.After(w.cfg.PollInterval):
 			}
 			continue
 		}
@@ -103,16 +124,16 @@ func (w *LocalWorkers) handle(ctx context.Context, d queue.Delivery) {
 func (w *LocalWorkers) process(ctx context.Context, d queue.Delivery) (out Outcome) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.Logger.Error("panic while processing a message; it will be redelivered and, if it keeps failing, dead-lettered",
+			w.cfg.Logger.Error("panic while processing a message; it will be redelivered and, if it keeps failing, dead-lettered",
 				"message_id", d.ID, "panic", p, "stack", string(debug.Stack()))
 			out = Outcome{Err: &PoisonError{Err: fmt.Errorf("panic: %v", p)}}
 		}
 	}()
-	return w.Generator.Process(ctx, Delivery{
+	return w.gen.Process(ctx, Delivery{
 		Body:         d.Body,
 		ReceiveCount: d.ReceiveCount,
 		KeepAlive: func(ctx context.Context) error {
-			return w.Queue.ChangeVisibility(ctx, d.Receipt, w.Visibility)
+			return w.queue.ChangeVisibility(ctx, d.Receipt, w.cfg.Visibility)
 		},
 	})
 }
@@ -123,11 +144,11 @@ func (w *LocalWorkers) apply(ctx context.Context, d queue.Delivery, out Outcome)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	m := Message{ID: d.ID, Receipt: d.Receipt, Body: d.Body, ReceiveCount: d.ReceiveCount}
-	if !w.Generator.Settle(out).Apply(actx, w.Queue, m, w.Logger) {
+	if !w.gen.Settle(out).Apply(actx, w.queue, m, w.cfg.Logger) {
 		return
 	}
-	if err := w.Queue.Delete(actx, d.Receipt); err != nil {
-		w.Logger.Warn("delete message failed; it will be redelivered and acknowledged then", "message_id", d.ID, "error", err)
+	if err := w.queue.Delete(actx, d.Receipt); err != nil {
+		w.cfg.Logger.Warn("delete message failed; it will be redelivered and acknowledged then", "message_id", d.ID, "error", err)
 	}
 }
 

@@ -17,8 +17,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"reflect"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -149,4 +152,26 @@ func retryDelay(delays []time.Duration, round int) time.Duration {
 		round = len(delays)
 	}
 	return delays[round-1]
+}
+
+// required reports a nil port given to a constructor.
+func required(name string, port any) error {
+	if port == nil || reflect.ValueOf(port).Kind() == reflect.Pointer && reflect.ValueOf(port).IsNil() {
+		return fmt.Errorf("%s is nil", name)
+	}
+	return nil
+}
+
+func orClock(c clock.Clock) clock.Clock {
+	if c == nil {
+		return clock.Real{}
+	}
+	return c
+}
+
+func orLogger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }

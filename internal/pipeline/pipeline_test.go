@@ -16,7 +16,6 @@ import (
 	"github.com/xuri/excelize/v2"
 
 	"github.com/batchgen/batchgen/internal/blob/fileblob"
-	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/llm/sim"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -38,6 +37,8 @@ type env struct {
 	gen      *pipeline.Generator
 	exporter *pipeline.Exporter
 	splitter *pipeline.Splitter
+	provider llm.Provider
+	cfg      pipeline.GeneratorConfig
 }
 
 func newEnv(t testing.TB, provider llm.Provider, cfg pipeline.GeneratorConfig) *env {
@@ -60,10 +61,25 @@ func newEnv(t testing.TB, provider llm.Provider, cfg pipeline.GeneratorConfig) *
 	if cfg.ErrorDelay == 0 {
 		cfg.ErrorDelay = 20 * time.Millisecond
 	}
-	e.gen = &pipeline.Generator{Store: st, Cache: st, Provider: provider, Exports: e.signal, Clock: clock.Real{}, Owner: "test", Config: cfg}
-	e.exporter = &pipeline.Exporter{Store: st, Blobs: blobs, Clock: clock.Real{}}
-	e.splitter = &pipeline.Splitter{Store: st, Queue: q, Clock: clock.Real{}}
+	if cfg.Cache == nil {
+		cfg.Cache = st
+	}
+	if provider == nil { // tests that never generate
+		provider = sim.New(sim.Config{})
+	}
+	if cfg.Owner == "" {
+		cfg.Owner = "test"
+	}
+	e.provider, e.cfg = provider, cfg
+	e.gen = pipeline.NewGenerator(st, provider, e.signal, cfg)
+	e.exporter = pipeline.NewExporter(st, blobs, pipeline.ExporterConfig{})
+	e.splitter = pipeline.NewSplitter(st, q, pipeline.SplitterConfig{})
 	return e
+}
+
+// useStore rebuilds the generator over st (a wrapper of e.store).
+func (e *env) useStore(st store.Store) {
+	e.gen = pipeline.NewGenerator(st, e.provider, e.signal, e.cfg)
 }
 
 func (e *env) writeCSV(name string, header []string, rows [][]string) string {
@@ -87,7 +103,7 @@ func (e *env) runToCompletion(ctx context.Context, taskID string) store.Task {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	wctx, stop := context.WithCancel(ctx)
-	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 3, PollInterval: 5 * time.Millisecond}
+	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 3, PollInterval: 5 * time.Millisecond})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = workers.Run(wctx) }()
@@ -295,9 +311,8 @@ func TestErrorClasses(t *testing.T) {
 	p := &scripted{calls: map[string]int{}}
 	e := newEnv(t, p, pipeline.GeneratorConfig{
 		Concurrency: 4, CallsPerRound: 2, Rounds: 3, RetryDelays: []time.Duration{10 * time.Millisecond},
-		BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, Limiter: nopLimiter{},
 	})
-	e.gen.Limiter = nopLimiter{}
 	rows := [][]string{{"1", "fine"}, {"2", "filter"}, {"3", "flaky"}, {"4", "down"}, {"5", "toolong"}, {"6", "limited"}, {"7", "fine too"}}
 	path := e.writeCSV("in.csv", []string{"id", "kind"}, rows)
 	spec := store.TaskSpec{Prompt: "{{id}} {{kind}}", Provider: "scripted", BatchSize: 3}

@@ -97,7 +97,7 @@ func TestCancelStopsNewRowsAndExportsPartial(t *testing.T) {
 	id := e.splitProducts("cancel", "{{id}}", 40, 10).TaskID
 	wctx, stop := context.WithCancel(ctx)
 	drain := make(chan struct{})
-	workers := &pipeline.LocalWorkers{Queue: e.queue, Generator: e.gen, Workers: 1, PollInterval: 5 * time.Millisecond}
+	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 1, PollInterval: 5 * time.Millisecond})
 	finished := make(chan struct{})
 	go func() { _ = workers.RunUntil(wctx, drain); close(finished) }()
 	defer stop()

@@ -62,7 +62,6 @@ type Settlement struct {
 //   - neither: the batch was released; retry after out.RetryAfter, the
 //     graded backoff.
 func (g *Generator) Settle(out Outcome) Settlement {
-	g.init()
 	return settle(out, g.cfg.ErrorDelay)
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/llm/sim"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
@@ -52,7 +53,7 @@ func TestSettle(t *testing.T) {
 		{"poison", pipeline.Outcome{Err: poison}, settled{Action: pipeline.SettleDeadLetter, Err: poison.Error()}},
 		{"wrapped poison", pipeline.Outcome{Err: errors.Join(errors.New("handler"), poison)}, settled{Action: pipeline.SettleDeadLetter, Err: "handler\n" + poison.Error()}},
 	}
-	g := &pipeline.Generator{Config: pipeline.GeneratorConfig{ErrorDelay: 7 * time.Second}}
+	g := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{ErrorDelay: 7 * time.Second}).gen
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -63,7 +64,8 @@ func TestSettle(t *testing.T) {
 	}
 	t.Run("default error delay", func(t *testing.T) {
 		t.Parallel()
-		g := &pipeline.Generator{}
+		e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+		g := pipeline.NewGenerator(e.store, sim.New(sim.Config{}), e.signal, pipeline.GeneratorConfig{})
 		if got := g.Settle(pipeline.Outcome{Err: transient}).Delay; got != pipeline.DefaultErrorDelay {
 			t.Errorf("transient failure retried after %v, want %v", got, pipeline.DefaultErrorDelay)
 		}
@@ -193,11 +195,11 @@ func TestLocalWorkersSettleAsGeneratorDecides(t *testing.T) {
 		return llm.Response{Text: "ok"}, nil
 	}), pipeline.GeneratorConfig{ErrorDelay: 42 * time.Minute})
 	e.splitProducts("settle", "{{id}}", 2, 2)
-	e.gen.Store = downStore{e.store}
+	e.useStore(downStore{e.store})
 	rec := &visibilityRecorder{Queue: e.queue, changes: make(chan time.Duration, 10)}
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
-	workers := &pipeline.LocalWorkers{Queue: rec, Generator: e.gen, Workers: 1, PollInterval: 5 * time.Millisecond}
+	workers := pipeline.NewLocalWorkers(rec, e.gen, pipeline.LocalWorkersConfig{Workers: 1, PollInterval: 5 * time.Millisecond})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = workers.Run(ctx) }()
 	select {

@@ -31,10 +31,34 @@ const rowChunk = 500
 // Splitter turns an input sheet into a task, its rows and batches, and the
 // queue messages that reference the batches.
 type Splitter struct {
-	Store  store.Store
-	Queue  queue.Queue
-	Clock  clock.Clock
+	store store.Store
+	queue queue.Queue
+	cfg   SplitterConfig
+}
+
+// SplitterConfig names the splitter's optional collaborators; NewSplitter
+// applies the defaults.
+type SplitterConfig struct {
+	// Clock stamps the task and batches. Defaults to the wall clock.
+	Clock clock.Clock
+	// Logger defaults to discarding.
 	Logger *slog.Logger
+}
+
+func (c SplitterConfig) withDefaults() SplitterConfig {
+	c.Clock = orClock(c.Clock)
+	c.Logger = orLogger(c.Logger)
+	return c
+}
+
+// NewSplitter returns a Splitter that writes tasks, rows and batches to st
+// and enqueues the batches on q. It panics if a port is nil: a mistake in
+// the wiring, caught at start-up.
+func NewSplitter(st store.Store, q queue.Queue, cfg SplitterConfig) *Splitter {
+	if err := errors.Join(required("Store", st), required("Queue", q)); err != nil {
+		panic("pipeline.NewSplitter: " + err.Error())
+	}
+	return &Splitter{store: st, queue: q, cfg: cfg.withDefaults()}
 }
 
 // SplitParams describes one input to split.
@@ -106,7 +130,7 @@ func Validate(p SplitParams) (Validated, error) {
 // missing; when it is past PENDING it returns the task unchanged.
 // Bad input returns *RejectedError and writes nothing.
 func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error) {
-	if existing, err := s.Store.GetTask(ctx, p.TaskID); err == nil && existing.State != store.TaskPending {
+	if existing, err := s.store.GetTask(ctx, p.TaskID); err == nil && existing.State != store.TaskPending {
 		return existing, nil
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return store.Task{}, fmt.Errorf("split %s: look up task: %w", p.TaskID, err)
@@ -123,7 +147,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	}
 	summary, spec := v.Summary, v.Spec
 
-	now := s.Clock.Now()
+	now := s.cfg.Clock.Now()
 	batches := (summary.Rows + spec.BatchSize - 1) / spec.BatchSize
 	task := store.Task{
 		ID:           p.TaskID,
@@ -139,7 +163,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		UpdatedAt:    now,
 	}
 	resumed := false
-	if err := s.Store.CreateTask(ctx, task); isConflict(err) {
+	if err := s.store.CreateTask(ctx, task); isConflict(err) {
 		resumed = true // an earlier split of this input died halfway
 	} else if err != nil {
 		return store.Task{}, fmt.Errorf("split %s: create task: %w", p.TaskID, err)
@@ -155,16 +179,16 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	if err := s.enqueue(ctx, task.ID, toSend); err != nil {
 		return store.Task{}, err
 	}
-	t, err := s.Store.TransitionTask(ctx, store.TransitionTaskParams{
-		ID: task.ID, From: []store.TaskState{store.TaskPending}, To: store.TaskRunning, Now: s.Clock.Now(),
+	t, err := s.store.TransitionTask(ctx, store.TransitionTaskParams{
+		ID: task.ID, From: []store.TaskState{store.TaskPending}, To: store.TaskRunning, Now: s.cfg.Clock.Now(),
 	})
 	if isConflict(err) {
-		return s.Store.GetTask(ctx, task.ID)
+		return s.store.GetTask(ctx, task.ID)
 	}
 	if err != nil {
 		return store.Task{}, fmt.Errorf("split %s: start task: %w", task.ID, err)
 	}
-	s.logger().Info("task split", "task", t.ID, "source", t.Source, "encoding", t.Encoding, "rows", t.RowsTotal, "batches", t.BatchesTotal)
+	s.cfg.Logger.Info("task split", "task", t.ID, "source", t.Source, "encoding", t.Encoding, "rows", t.RowsTotal, "batches", t.BatchesTotal)
 	return t, nil
 }
 
@@ -183,7 +207,7 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 		if len(rows) == 0 {
 			return nil
 		}
-		if err := s.Store.PutRows(ctx, rows); err != nil {
+		if err := s.store.PutRows(ctx, rows); err != nil {
 			return fmt.Errorf("split %s: write rows %d-%d: %w", task.ID, rows[0].No, rows[len(rows)-1].No, err)
 		}
 		rows = rows[:0]
@@ -215,7 +239,7 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 	if no != task.RowsTotal {
 		return fmt.Errorf("split %s: input changed while reading: %d rows, validated %d", task.ID, no, task.RowsTotal)
 	}
-	now := s.Clock.Now()
+	now := s.cfg.Clock.Now()
 	for b := 1; b <= task.BatchesTotal; b++ {
 		first := (b-1)*size + 1
 		count := size
@@ -228,7 +252,7 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 	}
 	for start := 0; start < len(batches); start += rowChunk {
 		end := min(start+rowChunk, len(batches))
-		if err := s.Store.PutBatches(ctx, batches[start:end]); err != nil {
+		if err := s.store.PutBatches(ctx, batches[start:end]); err != nil {
 			return fmt.Errorf("split %s: write batches %d-%d: %w", task.ID, start+1, end, err)
 		}
 	}
@@ -248,7 +272,7 @@ func (s *Splitter) unsent(ctx context.Context, taskID string, batches int, resum
 		}
 		return all, nil
 	}
-	pending, err := s.Store.ListBatches(ctx, store.ListBatchesParams{TaskID: taskID, States: []store.BatchState{store.BatchPending}})
+	pending, err := s.store.ListBatches(ctx, store.ListBatchesParams{TaskID: taskID, States: []store.BatchState{store.BatchPending}})
 	if err != nil {
 		return nil, fmt.Errorf("split %s: list batches to enqueue: %w", taskID, err)
 	}
@@ -266,20 +290,13 @@ func (s *Splitter) enqueue(ctx context.Context, taskID string, batches []int) er
 	for i, b := range batches {
 		msgs = append(msgs, queue.Outgoing{Body: EncodeBatchMessage(taskID, b)})
 		if len(msgs) == sendChunk || i == len(batches)-1 {
-			if err := s.Queue.Send(ctx, msgs); err != nil {
+			if err := s.queue.Send(ctx, msgs); err != nil {
 				return fmt.Errorf("split %s: enqueue batches up to %d: %w", taskID, b, err)
 			}
 			msgs = msgs[:0]
 		}
 	}
 	return nil
-}
-
-func (s *Splitter) logger() *slog.Logger {
-	if s.Logger == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return s.Logger
 }
 
 // rejectIfInput wraps sheet input errors as *RejectedError and passes other

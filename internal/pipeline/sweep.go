@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,28 +45,30 @@ type SweeperConfig struct {
 	// remaining rows with class "stuck" so the task still finishes.
 	// Defaults to 12 (three times the default retry rounds).
 	MaxClaims int
+	// Clock decides what waited too long. Defaults to the wall clock.
+	Clock clock.Clock
+	// Logger defaults to discarding.
+	Logger *slog.Logger
 }
 
 func (c SweeperConfig) withDefaults() SweeperConfig {
-	if c.PendingAfter <= 0 {
-		c.PendingAfter = 5 * time.Minute
-	}
-	if c.Limit <= 0 {
-		c.Limit = 500
-	}
-	if c.MaxDuration <= 0 {
-		c.MaxDuration = 30 * time.Second
-	}
-	if c.DeadlineMargin <= 0 {
-		c.DeadlineMargin = 10 * time.Second
-	}
-	if c.RecentTasks <= 0 {
-		c.RecentTasks = 200
-	}
-	if c.MaxClaims <= 0 {
-		c.MaxClaims = 12
-	}
+	c.PendingAfter = cmp.Or(c.PendingAfter, 5*time.Minute)
+	c.Limit = cmp.Or(c.Limit, 500)
+	c.MaxDuration = cmp.Or(c.MaxDuration, 30*time.Second)
+	c.DeadlineMargin = cmp.Or(c.DeadlineMargin, 10*time.Second)
+	c.RecentTasks = cmp.Or(c.RecentTasks, 200)
+	c.MaxClaims = cmp.Or(c.MaxClaims, 12)
+	c.Clock = orClock(c.Clock)
+	c.Logger = orLogger(c.Logger)
 	return c
+}
+
+func (c SweeperConfig) validate() error {
+	if c.PendingAfter <= 0 || c.Limit < 1 || c.MaxDuration <= 0 || c.DeadlineMargin <= 0 || c.RecentTasks < 1 || c.MaxClaims < 1 {
+		return fmt.Errorf("PendingAfter %v, Limit %d, MaxDuration %v, DeadlineMargin %v, RecentTasks %d, MaxClaims %d: each must be positive",
+			c.PendingAfter, c.Limit, c.MaxDuration, c.DeadlineMargin, c.RecentTasks, c.MaxClaims)
+	}
+	return nil
 }
 
 // SweepReport counts what one sweep did.
@@ -107,12 +110,10 @@ const ClassStuck = "stuck"
 // tasks are parked (taken out of the index) on sight, so they cost one
 // write once and never again.
 type Sweeper struct {
-	Store   store.Store
-	Queue   queue.Queue
-	Exports ExportStarter
-	Clock   clock.Clock
-	Logger  *slog.Logger
-	Config  SweeperConfig
+	store   store.Store
+	queue   queue.Queue
+	exports ExportStarter
+	cfg     SweeperConfig
 
 	mu sync.Mutex
 	// resume is where the last sweep stopped for lack of time; zero to
@@ -120,18 +121,21 @@ type Sweeper struct {
 	resume store.OpenCursor
 }
 
+// NewSweeper returns a Sweeper over st that re-enqueues on q and starts
+// exports through exports. It applies cfg's defaults and panics if a port
+// is nil or cfg is invalid: a mistake in the wiring, caught at start-up.
+func NewSweeper(st store.Store, q queue.Queue, exports ExportStarter, cfg SweeperConfig) *Sweeper {
+	cfg = cfg.withDefaults()
+	if err := errors.Join(required("Store", st), required("Queue", q), required("ExportStarter", exports), cfg.validate()); err != nil {
+		panic("pipeline.NewSweeper: " + err.Error())
+	}
+	return &Sweeper{store: st, queue: q, exports: exports, cfg: cfg}
+}
+
 // Sweep runs one pass. It carries on past per-item failures and returns them
 // joined, with the report of what did succeed.
 func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
-	cfg := s.Config.withDefaults()
-	clk := s.Clock
-	if clk == nil {
-		clk = clock.Real{}
-	}
-	log := s.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	cfg, clk, log := s.cfg, s.cfg.Clock, s.cfg.Logger
 	var report SweepReport
 	var errs []error
 	now := clk.Now()
@@ -148,7 +152,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	finished := map[string]bool{} // per task: no batch of it needs work
 	seen := 0
 	for {
-		batches, err := s.Store.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: now.Add(-cfg.PendingAfter), After: after, Limit: cfg.Limit})
+		batches, err := s.store.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: now.Add(-cfg.PendingAfter), After: after, Limit: cfg.Limit})
 		if err != nil {
 			// Keep the place: the next sweep retries this page.
 			s.keepPlace(after)
@@ -169,9 +173,6 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 	}
 	s.keepPlace(after)
 
-	if s.Exports == nil {
-		return report, errors.Join(errs...)
-	}
 	report.ExportsStarted, errs = s.startMissingExports(ctx, cfg, now, log, errs)
 	return report, errors.Join(errs...)
 }
@@ -195,7 +196,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 		}
 		done, seen := finished[b.TaskID]
 		if !seen {
-			t, err := s.Store.GetTask(ctx, b.TaskID)
+			t, err := s.store.GetTask(ctx, b.TaskID)
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 				done = true // expired or deleted: nothing will ever run it
@@ -210,7 +211,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 			finished[b.TaskID] = done
 		}
 		if done {
-			err := s.Store.ParkBatch(ctx, store.ParkBatchParams{TaskID: b.TaskID, BatchNo: b.No, UpdatedAt: b.UpdatedAt})
+			err := s.store.ParkBatch(ctx, store.ParkBatchParams{TaskID: b.TaskID, BatchNo: b.No, UpdatedAt: b.UpdatedAt})
 			switch {
 			case err == nil:
 				report.Parked++
@@ -233,7 +234,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 		}
 		switch {
 		case b.State == store.BatchPending:
-			err := s.Store.TouchBatch(ctx, store.TouchBatchParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, Now: now})
+			err := s.store.TouchBatch(ctx, store.TouchBatchParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, Now: now})
 			if isConflict(err) {
 				continue // claimed meanwhile
 			}
@@ -244,7 +245,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 			report.Requeued++
 			log.Info("sweeper re-enqueued a batch that waited too long", "task", b.TaskID, "batch", b.No, "waiting_since", b.UpdatedAt)
 		case b.State == store.BatchRunning && b.LeaseUntil.Before(now):
-			err := s.Store.ReleaseBatch(ctx, store.ReleaseBatchParams{
+			err := s.store.ReleaseBatch(ctx, store.ReleaseBatchParams{
 				TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LastError: "lease expired: worker " + b.Owner + " stopped renewing", Now: now,
 			})
 			if isConflict(err) {
@@ -265,7 +266,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 		log.Info("sweeper parked the open batches of a task with no work left", "task", id, "batches", n)
 	}
 	for start := 0; start < len(msgs); start += sendChunk {
-		if err := s.Queue.Send(ctx, msgs[start:min(start+sendChunk, len(msgs))]); err != nil {
+		if err := s.queue.Send(ctx, msgs[start:min(start+sendChunk, len(msgs))]); err != nil {
 			errs = append(errs, fmt.Errorf("re-enqueue: %w", err))
 		}
 	}
@@ -276,7 +277,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 // done but that are still not exported after PendingAfter.
 func (s *Sweeper) startMissingExports(ctx context.Context, cfg SweeperConfig, now time.Time, log *slog.Logger, errs []error) (int, []error) {
 	started := 0
-	tasks, err := s.Store.ListTasks(ctx, cfg.RecentTasks)
+	tasks, err := s.store.ListTasks(ctx, cfg.RecentTasks)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list recent tasks: %w", err))
 	}
@@ -294,10 +295,10 @@ func (s *Sweeper) startMissingExports(ctx context.Context, cfg SweeperConfig, no
 		if t.State == store.TaskExporting || t.State == store.TaskCancelled {
 			// Its start was lost (or its export died): start it again; the
 			// starter is idempotent per generation.
-			err = s.Exports.StartExport(ctx, t.ID, t.ExportGen)
+			err = s.exports.StartExport(ctx, t.ID, t.ExportGen)
 		} else {
 			var ok bool
-			if ok, err = StartExportOnce(ctx, s.Store, s.Exports, t, now); err == nil && !ok {
+			if ok, err = StartExportOnce(ctx, s.store, s.exports, t, now); err == nil && !ok {
 				continue // someone else just started it
 			}
 		}
@@ -314,14 +315,14 @@ func (s *Sweeper) startMissingExports(ctx context.Context, cfg SweeperConfig, no
 // failStuck claims a batch that keeps failing to finish and fails its
 // remaining rows as stuck, so its task can finish and be exported.
 func (s *Sweeper) failStuck(ctx context.Context, b store.Batch, now time.Time, log *slog.Logger) error {
-	claimed, err := s.Store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: b.TaskID, BatchNo: b.No, Owner: "sweeper", Now: now, LeaseUntil: now.Add(5 * time.Minute)})
+	claimed, err := s.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: b.TaskID, BatchNo: b.No, Owner: "sweeper", Now: now, LeaseUntil: now.Add(5 * time.Minute)})
 	if isConflict(err) {
 		return nil // a worker has it right now
 	}
 	if err != nil {
 		return fmt.Errorf("claim stuck batch %s/%d: %w", b.TaskID, b.No, err)
 	}
-	rows, err := s.Store.ListRows(ctx, store.ListRowsParams{TaskID: b.TaskID, FromNo: b.FirstRow, ToNo: b.FirstRow + b.RowCount - 1})
+	rows, err := s.store.ListRows(ctx, store.ListRowsParams{TaskID: b.TaskID, FromNo: b.FirstRow, ToNo: b.FirstRow + b.RowCount - 1})
 	if err != nil {
 		return fmt.Errorf("rows of stuck batch %s/%d: %w", b.TaskID, b.No, err)
 	}
@@ -349,18 +350,18 @@ func (s *Sweeper) failStuck(ctx context.Context, b store.Batch, now time.Time, l
 	}
 	for len(writes) > 0 {
 		n := min(len(writes), store.MaxSaveRows)
-		if _, err := s.Store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, Rows: writes[:n], Now: now}); err != nil {
+		if _, err := s.store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, Rows: writes[:n], Now: now}); err != nil {
 			return fmt.Errorf("fail rows %d.. of stuck batch %s/%d: %w", writes[0].RowNo, b.TaskID, b.No, err)
 		}
 		writes = writes[n:]
 	}
-	task, err := s.Store.FinishBatch(ctx, store.FinishBatchParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: now})
+	task, err := s.store.FinishBatch(ctx, store.FinishBatchParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: now})
 	if err != nil {
 		return fmt.Errorf("finish stuck batch %s/%d: %w", b.TaskID, b.No, err)
 	}
 	log.Error("sweeper failed the remaining rows of a stuck batch", "task", b.TaskID, "batch", b.No, "claims", b.Attempt, "last_error", b.LastError)
-	if s.Exports != nil && task.BatchesDone >= task.BatchesTotal {
-		if _, err := StartExportOnce(ctx, s.Store, s.Exports, task, now); err != nil {
+	if task.BatchesDone >= task.BatchesTotal {
+		if _, err := StartExportOnce(ctx, s.store, s.exports, task, now); err != nil {
 			return err
 		}
 	}

@@ -32,7 +32,7 @@ func TestSweeper(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	e.splitter.Clock = clk
+	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: clk})
 	id := e.splitProducts("sweep", "{{id}}", 30, 10).TaskID
 	// Lose every message, as if the queue had dropped them.
 	for {
@@ -54,7 +54,7 @@ func TestSweeper(t *testing.T) {
 		t.Fatal(err)
 	}
 	starter := &recordingStarter{}
-	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Exports: starter, Clock: clk}
+	sw := pipeline.NewSweeper(e.store, e.queue, starter, pipeline.SweeperConfig{Clock: clk})
 
 	report, err := sw.Sweep(ctx)
 	if err != nil {
@@ -131,7 +131,7 @@ func TestSweeperFailsCrashLoopingBatch(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	e.splitter.Clock = clk
+	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: clk})
 	id := e.splitProducts("stuck", "{{id}}", 4, 4).TaskID
 	// One row was answered before the crashes started.
 	b, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: 1, Owner: "w", Now: clk.Now(), LeaseUntil: clk.Now().Add(time.Minute)})
@@ -150,7 +150,7 @@ func TestSweeperFailsCrashLoopingBatch(t *testing.T) {
 	}
 	clk.Advance(10 * time.Minute)
 	starter := &recordingStarter{}
-	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Exports: starter, Clock: clk, Config: pipeline.SweeperConfig{MaxClaims: 3}}
+	sw := pipeline.NewSweeper(e.store, e.queue, starter, pipeline.SweeperConfig{Clock: clk, MaxClaims: 3})
 	report, err := sw.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -186,13 +186,13 @@ func TestSweeperExportsCancelledTask(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	e.splitter.Clock = clk
+	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: clk})
 	id := e.splitProducts("cancelled", "{{id}}", 4, 2).TaskID
 	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	starter := &recordingStarter{}
-	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Exports: starter, Clock: clk, Config: pipeline.SweeperConfig{TaskID: id}}
+	sw := pipeline.NewSweeper(e.store, e.queue, starter, pipeline.SweeperConfig{Clock: clk, TaskID: id})
 	clk.Advance(6 * time.Minute)
 	report, err := sw.Sweep(ctx)
 	if err != nil {
@@ -242,7 +242,7 @@ func TestSweeperNotStarvedByCancelledTask(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	e.splitter.Clock = clk
+	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: clk})
 	const stranded = 3000
 	dead := e.splitProducts("cancelled", "{{id}}", stranded, 1).TaskID
 	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: dead, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: clk.Now()}); err != nil {
@@ -253,12 +253,13 @@ func TestSweeperNotStarvedByCancelledTask(t *testing.T) {
 	drainQueue(t, e) // every message is lost
 
 	clk.Advance(6 * time.Minute)
-	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Clock: clk}
+	sw := pipeline.NewSweeper(e.store, e.queue, &pipeline.ExportSignal{}, pipeline.SweeperConfig{Clock: clk})
 	report, err := sw.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(pipeline.SweepReport{Requeued: 1, Parked: stranded}, report); diff != "" {
+	// The cancelled task's partial export is started too.
+	if diff := cmp.Diff(pipeline.SweepReport{Requeued: 1, Parked: stranded, ExportsStarted: 1}, report); diff != "" {
 		t.Errorf("first sweep (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(map[string]int{live + "/1": 1}, drainQueue(t, e)); diff != "" {
@@ -300,7 +301,7 @@ func TestSweeperResumesWhereItRanOutOfTime(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	fake := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	e.splitter.Clock = fake
+	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: fake})
 	const leased, page = 1200, 500
 	busy := e.splitProducts("busy", "{{id}}", leased, 1).TaskID
 	for no := 1; no <= leased; no++ {
@@ -314,7 +315,7 @@ func TestSweeperResumesWhereItRanOutOfTime(t *testing.T) {
 	fake.Advance(6 * time.Minute)
 
 	clk := tickingClock{Fake: fake, step: time.Second}
-	sw := &pipeline.Sweeper{Store: e.store, Queue: e.queue, Clock: clk, Config: pipeline.SweeperConfig{Limit: page, MaxDuration: time.Second}}
+	sw := pipeline.NewSweeper(e.store, e.queue, &pipeline.ExportSignal{}, pipeline.SweeperConfig{Clock: clk, Limit: page, MaxDuration: time.Second})
 	var reports []pipeline.SweepReport
 	for range 3 {
 		report, err := sw.Sweep(ctx)

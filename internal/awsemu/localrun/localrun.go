@@ -111,7 +111,8 @@ type Stack struct {
 	Sweeper    *lambdafn.Sweeper
 	Exports    *Exports
 
-	region string
+	region      string
+	sweeperDeps *lambdafn.Deps
 	// maxReceive is the highest ApproximateReceiveCount delivered.
 	maxReceive atomic.Int64
 	// seq numbers the S3 events, standing in for S3's sequencer.
@@ -185,10 +186,16 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		runs:    map[string]*asl.Execution{},
 	}
 
-	if s.Splitter, err = deps("splitter").Splitter(); err != nil {
+	// Every export start (the splitter's for an empty task, the
+	// generators', the sweeper's) goes to the Exports stand-in, which
+	// starts the emulator's execution through the function's own starter.
+	viaStandIn := func(d *lambdafn.Deps) *lambdafn.Deps {
+		d.ExportStarter = s.Exports.Via(d.Exports())
+		return d
+	}
+	if s.Splitter, err = viaStandIn(deps("splitter")).Splitter(); err != nil {
 		return nil, fmt.Errorf("localrun: splitter: %w", err)
 	}
-	s.Splitter.Exports = s.Exports.Via(s.Splitter.Exports)
 	s.Splitter.TempDir = cfg.TempDir
 
 	n := cfg.Generators
@@ -196,19 +203,30 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		n = 2
 	}
 	for i := range n {
-		g, err := deps(fmt.Sprintf("generator-%d", i+1)).Generator(ctx)
+		g, err := viaStandIn(deps(fmt.Sprintf("generator-%d", i+1))).Generator(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("localrun: generator: %w", err)
 		}
-		g.Generator.Exports = s.Exports.Via(g.Generator.Exports)
 		s.Generators = append(s.Generators, g)
 	}
 
-	if s.Sweeper, err = deps("sweeper").Sweeper(); err != nil {
+	s.sweeperDeps = viaStandIn(deps("sweeper"))
+	if s.Sweeper, err = s.sweeperDeps.Sweeper(); err != nil {
 		return nil, fmt.Errorf("localrun: sweeper: %w", err)
 	}
-	s.Sweeper.Sweeper.Exports = s.Exports.Via(s.Sweeper.Sweeper.Exports)
 	return s, nil
+}
+
+// TuneSweeper rebuilds the sweeper handler with its configuration adjusted
+// by tune (tests: no waiting, fewer claims).
+func (s *Stack) TuneSweeper(tune func(*pipeline.SweeperConfig)) error {
+	s.sweeperDeps.TuneSweeper = tune
+	h, err := s.sweeperDeps.Sweeper()
+	if err != nil {
+		return fmt.Errorf("localrun: sweeper: %w", err)
+	}
+	s.Sweeper = h
+	return nil
 }
 
 // Exports stands in for Step Functions: it runs the definition with the asl
