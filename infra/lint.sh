@@ -25,4 +25,12 @@ echo "lint: sam validate --lint" >&2
 SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1} \
   "$VENV/bin/sam" validate --lint --template-file template.yaml >&2
 
+echo "lint: checkov template.yaml" >&2
+main_venv=$VENV
+batchgen_venv checkov
+checkov=$VENV/bin/checkov
+VENV=$main_venv
+# --skip-download: no policies or metadata fetched from the vendor's platform.
+"$checkov" --quiet --compact --skip-download --framework cloudformation -f template.yaml >&2
+
 echo "lint: template.yaml OK" >&2

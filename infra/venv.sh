@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# Creates or refreshes the project's Python virtualenv (moto, cfn-lint, SAM CLI) from
-# infra/requirements.txt. Source it to get $VENV; run it to just install. Re-running is cheap:
-# the install is skipped while requirements.txt is unchanged since the last successful install.
+# Creates or refreshes the project's Python virtualenvs from their requirements files. Source it
+# to get $VENV; run it to just install. Re-running is cheap: the install is skipped while the
+# requirements file is unchanged since the last successful install.
 #
-#   BATCHGEN_VENV   virtualenv directory (default: <repo>/.venv)
-#   PYTHON          interpreter used to create it (default: python3)
+#   batchgen_venv           infra/requirements.txt (moto, cfn-lint, SAM CLI) into $BATCHGEN_VENV
+#   batchgen_venv checkov   infra/requirements-checkov.txt into $BATCHGEN_CHECKOV_VENV: checkov
+#                           pins boto3 to a version aws-sam-cli cannot use, so it gets its own
+#
+#   BATCHGEN_VENV          virtualenv directory (default: <repo>/.venv)
+#   BATCHGEN_CHECKOV_VENV  checkov's virtualenv (default: $BATCHGEN_VENV-checkov)
+#   PYTHON                 interpreter used to create them (default: python3)
 
 batchgen_venv() {
   local root req stamp want lock log
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   VENV=${BATCHGEN_VENV:-$root/.venv}
   req=$root/infra/requirements.txt
+  if [ "${1:-}" = checkov ]; then
+    VENV=${BATCHGEN_CHECKOV_VENV:-$VENV-checkov}
+    req=$root/infra/requirements-checkov.txt
+  fi
   stamp=$VENV/.requirements.sha256
   want=$(sha256sum "$req" | cut -d' ' -f1)
   if [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
@@ -26,7 +35,7 @@ batchgen_venv() {
     return 0
   fi
   log=$VENV/.install.log
-  echo "venv: installing infra/requirements.txt into $VENV (first run takes a minute)" >&2
+  echo "venv: installing ${req#"$root"/} into $VENV (first run takes a minute)" >&2
   if ! { "${PYTHON:-python3}" -m venv "$VENV" &&
     "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$req"; } >"$log" 2>&1; then
     echo "venv: install failed; last lines of $log:" >&2
@@ -40,6 +49,6 @@ batchgen_venv() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
-  batchgen_venv
+  batchgen_venv "$@"
   echo "$VENV"
 fi

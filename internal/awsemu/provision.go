@@ -41,6 +41,7 @@ const (
 	typeCFNStateMachine = "AWS::StepFunctions::StateMachine"
 	typeCFNFunction     = "AWS::Lambda::Function"
 	typeRole            = "AWS::IAM::Role"
+	typeLogGroup        = "AWS::Logs::LogGroup"
 	typeStack           = "AWS::CloudFormation::Stack"
 	// typeBucketObjects is a bucket to empty before its stack is deleted.
 	typeBucketObjects = "objects"
@@ -486,6 +487,12 @@ func (p *provisioner) standIn(id, typ, attr string) (any, error) {
 		return name, nil
 	case typ == typeRole && attr == "Arn":
 		return fmt.Sprintf("arn:aws:iam::%s:role/%s", AccountID, name), nil
+	case typ == typeLogGroup && attr == "":
+		return name, nil
+	case typ == typeLogGroup && attr == "Arn":
+		// The state machine's Logging destination; Provision does not
+		// apply Logging, so the group need not exist.
+		return fmt.Sprintf("arn:aws:logs:%s:%s:log-group:%s:*", p.region, AccountID, name), nil
 	}
 	if attr != "" {
 		id += "." + attr

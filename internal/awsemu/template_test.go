@@ -384,7 +384,7 @@ func TestTemplateFunctions(t *testing.T) {
 	common := []string{
 		"BATCH_SIZE", "BUCKET_NAME", "DEFAULT_PROMPT", "DLQ_URL", "LEASE_SECONDS", "LOG_LEVEL", "MAX_CONCURRENCY", "MAX_ROWS",
 		"MODEL_API_KEY_PARAM", "MODEL_BASE_URL", "MODEL_NAME", "MODEL_PROVIDER", "QUEUE_URL",
-		"QUOTA_RPM", "TABLE_NAME",
+		"QUOTA_RPM", "STACK_NAME", "TABLE_NAME",
 	}
 	for name, id := range functions {
 		t.Run(name, func(t *testing.T) {

@@ -60,6 +60,16 @@ var unobserved = map[string]map[string]string{
 	"ExportStateMachine": {
 		"lambda:InvokeFunction": "the Task state invokes the exporter; the emulator runs stand in for that call with the handler itself",
 		"dynamodb:UpdateItem":   "the Catch path marks the task FAILED when the export fails for good (TestEndToEndExportFailure runs it)",
+		// Step Functions itself uses these to deliver the execution logs
+		// (Logging in template.yaml); no code of ours calls them.
+		"logs:CreateLogDelivery":        "execution log delivery, by Step Functions",
+		"logs:GetLogDelivery":           "execution log delivery, by Step Functions",
+		"logs:UpdateLogDelivery":        "execution log delivery, by Step Functions",
+		"logs:DeleteLogDelivery":        "execution log delivery, by Step Functions",
+		"logs:ListLogDeliveries":        "execution log delivery, by Step Functions",
+		"logs:PutResourcePolicy":        "execution log delivery, by Step Functions",
+		"logs:DescribeResourcePolicies": "execution log delivery, by Step Functions",
+		"logs:DescribeLogGroups":        "execution log delivery, by Step Functions",
 	},
 }
 
