@@ -26,8 +26,9 @@ import (
 // readmeExempt are README command lines the test does not run, each with
 // the reason; keyed by the line as written.
 var readmeExempt = map[string]string{
-	"batchgen tasks --table TABLE --dlq-url DLQ_URL":            "needs a deployed stack's table; TestDLQOnSQS (-tags emulator) runs it against moto",
-	"batchgen dlq list --queue-url QUEUE_URL --dlq-url DLQ_URL": "needs a deployed stack's queues; TestDLQOnSQS (-tags emulator) runs it against moto",
+	"batchgen tasks --table TABLE --dlq-url DLQ_URL":                                "needs a deployed stack's table; TestDLQOnSQS (-tags emulator) runs it against moto",
+	"batchgen dlq list --queue-url QUEUE_URL --dlq-url DLQ_URL":                     "needs a deployed stack's queues; TestDLQOnSQS (-tags emulator) runs it against moto",
+	"batchgen retry TASK --table TABLE --queue-url QUEUE_URL [--error-class CLASS]": "needs a deployed stack's table and queue; TestRetryOnAWS (-tags emulator) runs it against moto",
 }
 
 // readmeCommand is one `batchgen ...` command line of the README.
