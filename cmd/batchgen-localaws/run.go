@@ -19,6 +19,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -193,7 +194,7 @@ Results land in s3://%s/results/<task>.xlsx (rejected inputs: results/<name>.err
   go run ./cmd/batchgen-localaws download%s --out FILE TASK
 Ctrl-C stops. go run ./cmd/batchgen-localaws --reuse%s carries on; batches the stopped
 run held come back when their lease and the message's visibility timeout run out.
-`, res.BucketName, lambdafn.IncomingPrefix, p, res.BucketName, p, p)
+`, res.BucketName, pipeline.IncomingPrefix, p, res.BucketName, p, p)
 }
 
 // runner runs the stack's loops and reports progress.

@@ -114,7 +114,7 @@ func UploadRecordKey(taskID string) string { return "uploads/" + taskID + ".json
 
 // IncomingKey is the object key a client uploads a task's sheet to. The
 // extension is lowercased so keys are uniform; the splitter accepts any case
-// (lambdafn.IsInputKey).
+// (pipeline.IsInputKey).
 func IncomingKey(taskID, filename string) string {
 	ext := path.Ext(filename)
 	return "incoming/" + taskID + "/" + strings.TrimSuffix(filename, ext) + strings.ToLower(ext)
@@ -139,6 +139,23 @@ func LoadUpload(ctx context.Context, blobs blob.Store, taskID string) (UploadRec
 		return UploadRecord{}, fmt.Errorf("load upload record %s: it names task %q", taskID, rec.TaskID)
 	}
 	return rec, nil
+}
+
+// Uploads finds upload records in Blobs for pipeline.Intake, so that an
+// input uploaded through the API is split with the spec it was created
+// with.
+type Uploads struct{ Blobs blob.Store }
+
+var _ pipeline.UploadRecords = Uploads{}
+
+// LookupUpload returns the upload record of taskID, or an error wrapping
+// blob.ErrNotFound when there is none.
+func (u Uploads) LookupUpload(ctx context.Context, taskID string) (pipeline.Upload, error) {
+	rec, err := LoadUpload(ctx, u.Blobs, taskID)
+	if err != nil {
+		return pipeline.Upload{}, err
+	}
+	return pipeline.Upload{Spec: rec.Spec, Filename: rec.Filename}, nil
 }
 
 func (s *server) createTask(w http.ResponseWriter, r *http.Request) {

@@ -467,7 +467,7 @@ func TestTemplateEvents(t *testing.T) {
 	}
 	sort.Strings(uploads)
 	wantUploads := []string{
-		// Prefix only: suffix filters are case-sensitive, so the splitter picks the sheets (lambdafn.IsInputKey).
+		// Prefix only: suffix filters are case-sensitive, so the splitter picks the sheets (pipeline.IsInputKey).
 		"S3 ref:Bucket s3:ObjectCreated:* prefix=incoming/",
 	}
 	if diff := cmp.Diff(wantUploads, uploads); diff != "" {

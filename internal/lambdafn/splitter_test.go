@@ -35,17 +35,14 @@ func s3Event(t *testing.T, key, etag string) events.S3Event {
 }
 
 func (e *env) splitter(limits sheet.Limits) *lambdafn.Splitter {
-	return &lambdafn.Splitter{
-		Split:       pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock, Logger: e.log}),
-		Store:       e.store,
-		Clock:       e.clock,
-		Objects:     e.blobs,
-		DefaultSpec: defaultSpec,
-		Limits:      limits,
-		TempDir:     e.t.TempDir(),
-		Metrics:     metrics.New(e.logs, e.clock, nil),
-		Logger:      e.log,
-	}
+	intake := pipeline.NewIntake(
+		pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock, Logger: e.log}),
+		e.blobs, &pipeline.ExportSignal{},
+		pipeline.IntakeConfig{
+			DefaultSpec: defaultSpec, Limits: limits, Uploads: api.Uploads{Blobs: e.blobs},
+			TempDir: e.t.TempDir(), Clock: e.clock, Logger: e.log,
+		})
+	return &lambdafn.Splitter{Intake: intake, Metrics: metrics.New(e.logs, e.clock, nil), Logger: e.log}
 }
 
 var header = []string{"商品名称", "类目"}
@@ -274,7 +271,7 @@ func TestSplitterRejects(t *testing.T) {
 			if task.ID != pipeline.DeriveTaskID(tc.key+"@etag-1", defaultSpec) || task.Source != tc.key {
 				t.Errorf("task id/source = %s %q, want the derived id and the key", task.ID, task.Source)
 			}
-			errFile := e.get(lambdafn.ErrorFileKey(tc.key))
+			errFile := e.get(pipeline.ErrorFileKey(tc.key))
 			if errFile != task.Error+"\n" {
 				t.Errorf("error file = %q, want the task's error %q", errFile, task.Error)
 			}
@@ -305,7 +302,7 @@ func TestErrorFileKey(t *testing.T) {
 		{"incoming/abc/商品 list.csv", "results/abc/商品 list.csv.error.txt"},
 	}
 	for _, tc := range tests {
-		if got := lambdafn.ErrorFileKey(tc.key); got != tc.want {
+		if got := pipeline.ErrorFileKey(tc.key); got != tc.want {
 			t.Errorf("ErrorFileKey(%q) = %q, want %q", tc.key, got, tc.want)
 		}
 	}
@@ -385,7 +382,7 @@ func TestIsInputKey(t *testing.T) {
 		"incoming/a.xls": false, "incoming/a.txt": false, "incoming/a.csv/": false, "incoming/": false,
 		"results/a.xlsx": false, "Incoming/a.xlsx": false, "incoming/.xlsx": false, "incoming/a.xlsx.error.txt": false,
 	} {
-		if got := lambdafn.IsInputKey(key); got != want {
+		if got := pipeline.IsInputKey(key); got != want {
 			t.Errorf("IsInputKey(%q) = %v, want %v", key, got, want)
 		}
 	}

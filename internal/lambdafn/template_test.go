@@ -12,8 +12,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
 	"github.com/batchgen/batchgen/internal/metrics"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/sheet"
 )
 
@@ -91,10 +91,10 @@ func TestSplitterEphemeralStorage(t *testing.T) {
 	if !ok {
 		t.Fatal("SplitterFunction has no EphemeralStorage.Size: /tmp stays at 512 MiB")
 	}
-	need := (lambdafn.DefaultMaxInputBytes + sheet.DefaultMaxUnzippedBytes) >> 20
+	need := (pipeline.DefaultMaxInputBytes + sheet.DefaultMaxUnzippedBytes) >> 20
 	if int64(size) < need {
 		t.Errorf("SplitterFunction EphemeralStorage is %d MiB; the input (%d MiB) and its unzipped worksheets (%d MiB) need %d MiB",
-			size, lambdafn.DefaultMaxInputBytes>>20, sheet.DefaultMaxUnzippedBytes>>20, need)
+			size, pipeline.DefaultMaxInputBytes>>20, sheet.DefaultMaxUnzippedBytes>>20, need)
 	}
 	if v, set := dig(tpl, "Globals", "Function", "Environment", "Variables", "MAX_INPUT_BYTES").(string); set {
 		t.Errorf("MAX_INPUT_BYTES=%s is set; EphemeralStorage is sized for the default", v)

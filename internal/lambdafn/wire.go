@@ -119,7 +119,7 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 	e.Concurrency = intVar("GENERATOR_CONCURRENCY", 8, 1)
 	e.BatchSize = intVar("BATCH_SIZE", pipeline.DefaultBatchSize, 1)
 	e.MaxRows = intVar("MAX_ROWS", 0, 0)
-	e.MaxInputBytes = int64(intVar("MAX_INPUT_BYTES", DefaultMaxInputBytes, 1))
+	e.MaxInputBytes = int64(intVar("MAX_INPUT_BYTES", pipeline.DefaultMaxInputBytes, 1))
 	e.Lease = time.Duration(intVar("LEASE_SECONDS", 360, 1)) * time.Second
 	e.SimLatency = 300 * time.Millisecond
 	if v := getenv("SIM_LATENCY"); v != "" {
@@ -198,6 +198,8 @@ type Deps struct {
 	// ExportStarter, when non-nil, replaces the state machine starter:
 	// the emulator harness (awsemu/localrun) runs exports itself.
 	ExportStarter pipeline.ExportStarter
+	// TempDir receives the splitter's downloads. Defaults to os.TempDir().
+	TempDir string
 	// TuneGenerator, when non-nil, adjusts the generator's store and
 	// configuration before it is built (tests: faster retries, injected
 	// faults). It returns the store to use.
@@ -314,24 +316,22 @@ func (d *Deps) Provider(ctx context.Context) (llm.Provider, error) {
 
 // Splitter builds the splitter function's handler.
 func (d *Deps) Splitter() (*Splitter, error) {
-	if err := d.Env.require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME"); err != nil {
+	if err := d.Env.require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
-	st := d.Store()
-	h := &Splitter{
-		Split:       pipeline.NewSplitter(st, d.Queue(), pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger}),
-		Store:       st,
-		Clock:       d.Clock,
-		Objects:     d.Blobs(),
-		DefaultSpec: d.Env.DefaultSpec(),
-		Limits:      sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
-		Metrics:     d.Metrics,
-		Logger:      d.Logger,
-	}
-	if d.Env.StateMachineARN != "" {
-		h.Exports = d.Exports()
-	}
-	return h, nil
+	blobs := d.Blobs()
+	intake := pipeline.NewIntake(
+		pipeline.NewSplitter(d.Store(), d.Queue(), pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger}),
+		blobs, d.Exports(),
+		pipeline.IntakeConfig{
+			DefaultSpec: d.Env.DefaultSpec(),
+			Limits:      sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
+			Uploads:     api.Uploads{Blobs: blobs},
+			TempDir:     d.TempDir,
+			Clock:       d.Clock,
+			Logger:      d.Logger,
+		})
+	return &Splitter{Intake: intake, Metrics: d.Metrics, Logger: d.Logger}, nil
 }
 
 // Generator builds the generator function's handler around one shared

@@ -22,9 +22,6 @@ const DefaultBatchSize = 100
 // amount of work under one lease.
 const maxBatchSize = 1000
 
-// sendChunk is how many messages go in one Send call (SQS's batch limit).
-const sendChunk = 10
-
 // rowChunk is how many rows go in one PutRows call.
 const rowChunk = 500
 
@@ -286,15 +283,12 @@ func (s *Splitter) unsent(ctx context.Context, taskID string, batches int, resum
 }
 
 func (s *Splitter) enqueue(ctx context.Context, taskID string, batches []int) error {
-	msgs := make([]queue.Outgoing, 0, sendChunk)
-	for i, b := range batches {
-		msgs = append(msgs, queue.Outgoing{Body: EncodeBatchMessage(taskID, b)})
-		if len(msgs) == sendChunk || i == len(batches)-1 {
-			if err := s.queue.Send(ctx, msgs); err != nil {
-				return fmt.Errorf("split %s: enqueue batches up to %d: %w", taskID, b, err)
-			}
-			msgs = msgs[:0]
-		}
+	if len(batches) == 0 {
+		return nil
+	}
+	// One Send: the queue adapters split it as their backend needs.
+	if err := s.queue.Send(ctx, batchMessages(taskID, batches)); err != nil {
+		return fmt.Errorf("split %s: enqueue %d batches: %w", taskID, len(batches), err)
 	}
 	return nil
 }

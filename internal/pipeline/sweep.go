@@ -265,9 +265,9 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 	for id, n := range parked {
 		log.Info("sweeper parked the open batches of a task with no work left", "task", id, "batches", n)
 	}
-	for start := 0; start < len(msgs); start += sendChunk {
-		if err := s.queue.Send(ctx, msgs[start:min(start+sendChunk, len(msgs))]); err != nil {
-			errs = append(errs, fmt.Errorf("re-enqueue: %w", err))
+	if len(msgs) > 0 {
+		if err := s.queue.Send(ctx, msgs); err != nil {
+			errs = append(errs, fmt.Errorf("re-enqueue %d batches: %w", len(msgs), err))
 		}
 	}
 	return errs

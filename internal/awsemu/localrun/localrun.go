@@ -193,10 +193,11 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		d.ExportStarter = s.Exports.Via(d.Exports())
 		return d
 	}
-	if s.Splitter, err = viaStandIn(deps("splitter")).Splitter(); err != nil {
+	sd := viaStandIn(deps("splitter"))
+	sd.TempDir = cfg.TempDir
+	if s.Splitter, err = sd.Splitter(); err != nil {
 		return nil, fmt.Errorf("localrun: splitter: %w", err)
 	}
-	s.Splitter.TempDir = cfg.TempDir
 
 	n := cfg.Generators
 	if n <= 0 {
@@ -305,7 +306,7 @@ func (a *Exports) ExecutionOf(taskID string, generation int) *asl.Execution {
 }
 
 // IncomingKey is the drop-folder key for a file name.
-func IncomingKey(name string) string { return lambdafn.IncomingPrefix + name }
+func IncomingKey(name string) string { return pipeline.IncomingPrefix + name }
 
 // Upload puts body under incoming/name and returns the S3 event S3 would
 // send for it. Nothing is split until the event reaches the splitter (Watch
@@ -371,11 +372,7 @@ func TaskID(ev events.S3Event, spec store.TaskSpec) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("task id: key %q: %w", obj.Key, err)
 	}
-	version := obj.VersionID
-	if version == "" {
-		version = obj.ETag
-	}
-	return pipeline.DeriveTaskID(key+"@"+version, spec), nil
+	return pipeline.DropTaskID(key, lambdafn.ObjectVersion(obj), spec), nil
 }
 
 // TaskID is the id the splitter derives for the object in ev.
@@ -415,18 +412,18 @@ func (s *Stack) Watch(ctx context.Context, interval time.Duration, report func(S
 
 func (s *Stack) watchOnce(ctx context.Context, seen map[string]bool, report func(Split)) error {
 	bucket := s.Resources.BucketName
-	pages := s3.NewListObjectsV2Paginator(s.S3, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(lambdafn.IncomingPrefix)})
+	pages := s3.NewListObjectsV2Paginator(s.S3, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(pipeline.IncomingPrefix)})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
-			return fmt.Errorf("list s3://%s/%s: %w", bucket, lambdafn.IncomingPrefix, err)
+			return fmt.Errorf("list s3://%s/%s: %w", bucket, pipeline.IncomingPrefix, err)
 		}
 		for _, o := range page.Contents {
 			key := aws.ToString(o.Key)
 			id := key + "@" + aws.ToString(o.ETag)
 			// The notification passes every key under the prefix; keys that are not sheets would reach the
 			// splitter only to be ignored, so they are not handed over (nor reported) at all.
-			if seen[id] || !lambdafn.IsInputKey(key) {
+			if seen[id] || !pipeline.IsInputKey(key) {
 				continue
 			}
 			// HeadObject for the version, which the listing lacks and the

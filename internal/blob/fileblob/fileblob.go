@@ -174,6 +174,26 @@ func (s *Store) Open(ctx context.Context, key string) (io.ReadCloser, error) {
 	return f, nil
 }
 
+// Size returns the object's size in bytes, or an error wrapping
+// blob.ErrNotFound; with it a folder is a pipeline.DropFolder.
+func (s *Store) Size(ctx context.Context, key string) (int64, error) {
+	path, err := s.Path(key)
+	if err != nil {
+		return 0, fmt.Errorf("size of blob: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("size of blob %q: %w", key, err)
+	}
+	info, err := os.Stat(path)
+	if isMissing(err) || err == nil && info.IsDir() {
+		return 0, fmt.Errorf("size of blob %q: %w", key, blob.ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("size of blob %q: %w", key, err)
+	}
+	return info.Size(), nil
+}
+
 // Delete removes the object; a missing key is not an error. Folders left
 // empty stay: removing them would race with a Put creating a sibling.
 func (s *Store) Delete(ctx context.Context, key string) error {

@@ -1,0 +1,358 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/batchgen/batchgen/internal/blob"
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// IncomingPrefix is the drop folder: objects created under it are inputs.
+const IncomingPrefix = "incoming/"
+
+// IsInputKey reports whether the object key (decoded) is an input: a sheet
+// (.xlsx, .xlsm, .csv or .tsv, the extension in any letter case) under the
+// drop folder. The bucket notification filters on the prefix only, because
+// S3 suffix filters are case-sensitive and cannot list every spelling of an
+// extension; this decides the rest, for the deployed stack and the local
+// drop-folder watch alike.
+func IsInputKey(key string) bool {
+	return strings.HasPrefix(key, IncomingPrefix) && !strings.HasSuffix(key, "/") && sheet.IsSheetName(key)
+}
+
+// DefaultMaxInputBytes is the largest input Intake downloads.
+const DefaultMaxInputBytes = 100 << 20
+
+// DropFolder is the blob store inputs are dropped into: it must tell an
+// object's size without downloading it (S3 HeadObject).
+type DropFolder interface {
+	blob.Store
+	// Size returns the object's size in bytes, or an error wrapping
+	// blob.ErrNotFound.
+	Size(ctx context.Context, key string) (int64, error)
+}
+
+// Upload is what an API upload record says about its input.
+type Upload struct {
+	Spec     store.TaskSpec
+	Filename string
+}
+
+// UploadRecords finds the records of inputs uploaded through the API.
+type UploadRecords interface {
+	// LookupUpload returns the upload of task taskID, or an error wrapping
+	// blob.ErrNotFound when there is none (a plain drop-folder input, or
+	// an id that cannot name a task).
+	LookupUpload(ctx context.Context, taskID string) (Upload, error)
+}
+
+// IntakeConfig tunes Intake and names its optional collaborators.
+type IntakeConfig struct {
+	// DefaultSpec is the deployment's spec for drop-folder inputs; its
+	// Prompt applies when the workbook has no "prompt" sheet.
+	DefaultSpec store.TaskSpec
+	// Limits bound the input; MaxFileBytes also bounds the download.
+	// Zero fields take sheet's defaults, and MaxFileBytes defaults to
+	// DefaultMaxInputBytes.
+	Limits sheet.Limits
+	// Uploads, when non-nil, supplies the spec of inputs uploaded through
+	// the API (incoming/<task id>/<name>).
+	Uploads UploadRecords
+	// TempDir receives the downloaded input. Defaults to os.TempDir().
+	TempDir string
+	// Clock stamps rejected tasks. Defaults to the wall clock.
+	Clock clock.Clock
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c IntakeConfig) withDefaults() IntakeConfig {
+	if c.Limits.MaxFileBytes <= 0 {
+		c.Limits.MaxFileBytes = DefaultMaxInputBytes
+	}
+	if c.TempDir == "" {
+		c.TempDir = os.TempDir()
+	}
+	c.Clock = orClock(c.Clock)
+	c.Logger = orLogger(c.Logger)
+	return c
+}
+
+// Intake turns a file dropped into the drop folder into a task: it picks
+// the inputs out of the folder's keys, names the task (an API upload's id,
+// or one derived from the object's version so a duplicate event continues
+// the same task and a new upload to the same key starts a new one),
+// downloads the file within the size limit, resolves the prompt, validates
+// and splits. A rejected input becomes a FAILED task with the reason and an
+// error file beside where the result would have gone (ErrorFileKey). The
+// splitter Lambda and a local drop folder only wire it to their events.
+type Intake struct {
+	split   *Splitter
+	objects DropFolder
+	exports ExportStarter
+	cfg     IntakeConfig
+}
+
+// NewIntake returns an Intake that reads inputs from objects, splits them
+// with split and starts the export of a task with no batches through
+// exports. It panics if a port is nil: a mistake in the wiring, caught at
+// start-up.
+func NewIntake(split *Splitter, objects DropFolder, exports ExportStarter, cfg IntakeConfig) *Intake {
+	if err := errors.Join(required("Splitter", split), required("DropFolder", objects), required("ExportStarter", exports)); err != nil {
+		panic("pipeline.NewIntake: " + err.Error())
+	}
+	return &Intake{split: split, objects: objects, exports: exports, cfg: cfg.withDefaults()}
+}
+
+// IntakeOutcome is what became of a dropped object.
+type IntakeOutcome int
+
+const (
+	// IntakeIgnored: not an input (outside the folder, a folder marker),
+	// gone, or a duplicate of a task that got past splitting.
+	IntakeIgnored IntakeOutcome = iota
+	// IntakeSplit: the task was created (or continued) and enqueued.
+	IntakeSplit
+	// IntakeRejected: the input was refused; the task is FAILED with the
+	// reason and the error file is written.
+	IntakeRejected
+)
+
+// IntakeResult reports one Accept.
+type IntakeResult struct {
+	Outcome IntakeOutcome
+	// TaskID is the task the object belongs to; empty when ignored before
+	// it was named.
+	TaskID string
+}
+
+// DropTaskID is the task id of a drop-folder input at key whose object
+// version (or ETag, on an unversioned bucket) is version, under the
+// deployment's default spec.
+func DropTaskID(key, version string, defaultSpec store.TaskSpec) string {
+	return DeriveTaskID(key+"@"+version, defaultSpec)
+}
+
+// ErrorFileKey is where the reason for rejecting the input at key is
+// written: incoming/<path> -> results/<path>.error.txt.
+func ErrorFileKey(key string) string {
+	return "results/" + strings.TrimPrefix(key, IncomingPrefix) + ".error.txt"
+}
+
+// input is one object to split.
+type input struct {
+	key    string
+	taskID string
+	spec   store.TaskSpec
+	// source names the input on the task; display names it in messages.
+	source, display string
+	// upload is true when an API upload record supplied the spec.
+	upload bool
+}
+
+// Accept takes the object at key (already URL-decoded) whose version (or
+// ETag) is version. It returns an error only for failures a retry may fix;
+// a rejected input is an outcome, not an error, because retrying cannot
+// fix a bad file. Accept is idempotent: a repeated call continues the same
+// task.
+func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult, error) {
+	log := in.cfg.Logger
+	if !IsInputKey(key) {
+		log.Info("ignoring object that is not a sheet in the drop folder", "key", key)
+		return IntakeResult{}, nil
+	}
+	src, err := in.identify(ctx, key, version)
+	if err != nil {
+		return IntakeResult{}, err
+	}
+	res := IntakeResult{TaskID: src.taskID}
+	log = log.With("task", src.taskID, "key", key)
+
+	// A repeated event for a task that got past splitting (or was
+	// rejected) has nothing left to do: skip the download.
+	if t, err := in.split.store.GetTask(ctx, src.taskID); err == nil && t.State != store.TaskPending {
+		log.Info("duplicate upload event; the task exists", "state", t.State)
+		return res, nil
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return res, fmt.Errorf("split %s: look up task %s: %w", key, src.taskID, err)
+	}
+
+	limits := in.cfg.Limits
+	size, err := in.objects.Size(ctx, key)
+	if errors.Is(err, blob.ErrNotFound) {
+		log.Warn("object is gone; nothing to split")
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("split %s: size: %w", key, err)
+	}
+	if size > limits.MaxFileBytes {
+		return in.reject(ctx, src, fmt.Sprintf("%s: the file is %s; the limit is %s", src.display, mib(size), mib(limits.MaxFileBytes)))
+	}
+	file, err := in.download(ctx, key, limits.MaxFileBytes)
+	if errors.Is(err, errTooBig) {
+		return in.reject(ctx, src, fmt.Sprintf("%s: the file is larger than the limit of %s", src.display, mib(limits.MaxFileBytes)))
+	}
+	if errors.Is(err, blob.ErrNotFound) {
+		log.Warn("object is gone; nothing to split")
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	defer os.Remove(file)
+
+	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Spec: src.spec, Limits: limits}
+	params.Spec.Prompt = in.prompt(file, params)
+	// The display name, not the temporary file's, must appear in messages.
+	params.Source = src.display
+	v, err := Validate(params)
+	params.Source = src.source
+	var rejected *RejectedError
+	if errors.As(err, &rejected) {
+		return in.reject(ctx, src, rejected.Error())
+	}
+	if err != nil {
+		return res, fmt.Errorf("split %s: validate: %w", key, err)
+	}
+	params.Validated = &v
+	task, err := in.split.Split(ctx, params)
+	if errors.As(err, &rejected) {
+		return in.reject(ctx, src, rejected.Error())
+	}
+	if err != nil {
+		return res, fmt.Errorf("split %s: %w", key, err)
+	}
+	log.Info("input split", "rows", task.RowsTotal, "batches", task.BatchesTotal, "state", task.State, "upload", src.upload)
+	res.Outcome = IntakeSplit
+	if task.BatchesTotal == 0 && !task.State.Final() {
+		// Nothing would ever finish a batch and start the export.
+		if _, err := StartExportOnce(ctx, in.split.store, in.exports, task, in.cfg.Clock.Now()); err != nil {
+			return res, fmt.Errorf("split %s: start export of empty task %s: %w", key, task.ID, err)
+		}
+	}
+	return res, nil
+}
+
+// identify names the task an object belongs to. An object at
+// incoming/<id>/<name> whose <id> has an API upload record belongs to task
+// <id> with the record's spec; any other object is a drop-folder input whose
+// task id derives from the object's version (DropTaskID).
+func (in *Intake) identify(ctx context.Context, key, version string) (input, error) {
+	rest := strings.TrimPrefix(key, IncomingPrefix)
+	if id, name, ok := strings.Cut(rest, "/"); ok && in.cfg.Uploads != nil && !strings.Contains(name, "/") {
+		up, err := in.cfg.Uploads.LookupUpload(ctx, id)
+		switch {
+		case err == nil:
+			return input{key: key, taskID: id, spec: up.Spec, source: up.Filename, display: up.Filename, upload: true}, nil
+		case !errors.Is(err, blob.ErrNotFound):
+			return input{}, fmt.Errorf("split %s: %w", key, err)
+		}
+	}
+	spec := in.cfg.DefaultSpec
+	spec.Prompt = "" // resolved after the workbook's prompt sheet, see prompt
+	return input{
+		key:     key,
+		taskID:  DropTaskID(key, version, in.cfg.DefaultSpec),
+		spec:    spec,
+		source:  key,
+		display: path.Base(key),
+	}, nil
+}
+
+// prompt resolves the template: the request's (an upload record's), else
+// the workbook's "prompt" sheet, else the deployment's default. An input
+// that cannot be opened keeps the request's; Validate then reports why.
+func (in *Intake) prompt(file string, p SplitParams) string {
+	if strings.TrimSpace(p.Spec.Prompt) != "" {
+		return p.Spec.Prompt
+	}
+	r, err := sheet.Open(file, sheet.Options{Sheet: p.Sheet, Limits: p.Limits, DisplayName: p.Source})
+	if err != nil {
+		return p.Spec.Prompt
+	}
+	defer r.Close()
+	if text, ok := r.Prompt(); ok && strings.TrimSpace(text) != "" {
+		return text
+	}
+	return in.cfg.DefaultSpec.Prompt
+}
+
+// reject records a refused input where its owner will look: a FAILED task
+// with the reason (GET /api/tasks/{id}) and an error file beside the
+// results.
+func (in *Intake) reject(ctx context.Context, src input, reason string) (IntakeResult, error) {
+	res := IntakeResult{TaskID: src.taskID}
+	now := in.cfg.Clock.Now()
+	st := in.split.store
+	err := st.CreateTask(ctx, store.Task{
+		ID: src.taskID, State: store.TaskFailed, Spec: src.spec, Source: src.source, Error: reason,
+		CreatedAt: now, UpdatedAt: now, FinishedAt: now,
+	})
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		return res, fmt.Errorf("reject %s: record failed task %s: %w", src.key, src.taskID, err)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		// A PENDING task of this id exists: a split that died halfway
+		// before the input changed under it. Fail it the ordinary way.
+		_, terr := st.TransitionTask(ctx, store.TransitionTaskParams{
+			ID: src.taskID, From: []store.TaskState{store.TaskPending}, To: store.TaskFailed, Error: reason, Now: now,
+		})
+		if terr != nil && !errors.Is(terr, store.ErrConflict) {
+			return res, fmt.Errorf("reject %s: fail task %s: %w", src.key, src.taskID, terr)
+		}
+	}
+	errKey := ErrorFileKey(src.key)
+	if err := in.objects.Put(ctx, errKey, strings.NewReader(reason+"\n")); err != nil {
+		return res, fmt.Errorf("reject %s: write %s: %w", src.key, errKey, err)
+	}
+	in.cfg.Logger.Warn("input rejected", "task", src.taskID, "key", src.key, "reason", reason, "error_file", errKey)
+	res.Outcome = IntakeRejected
+	return res, nil
+}
+
+var errTooBig = errors.New("input exceeds the size limit")
+
+// download copies the object to a temporary file and returns its path. It
+// stops past limit bytes (the object may have grown since Size).
+func (in *Intake) download(ctx context.Context, key string, limit int64) (string, error) {
+	rc, err := in.objects.Open(ctx, key)
+	if err != nil {
+		return "", fmt.Errorf("split %s: open: %w", key, err)
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(in.cfg.TempDir, "batchgen-input-*"+path.Ext(key))
+	if err != nil {
+		return "", fmt.Errorf("split %s: create temporary file: %w", key, err)
+	}
+	n, err := io.Copy(f, io.LimitReader(rc, limit+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		os.Remove(f.Name())
+		return "", fmt.Errorf("split %s: download: %w", key, err)
+	case n > limit:
+		os.Remove(f.Name())
+		return "", errTooBig
+	}
+	return f.Name(), nil
+}
+
+// mib renders a byte count for people.
+func mib(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
