@@ -134,6 +134,8 @@ func TestPanickingProviderDoesNotKillTheRun(t *testing.T) {
 	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 2, PollInterval: 5 * time.Millisecond})
 	done := make(chan struct{})
 	go func() { _ = workers.Run(wctx); close(done) }()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		dead, err := e.queue.ListDead(ctx, 10)
 		if err != nil {
@@ -142,10 +144,11 @@ func TestPanickingProviderDoesNotKillTheRun(t *testing.T) {
 		if len(dead) == 1 {
 			break
 		}
-		if wctx.Err() != nil {
+		select {
+		case <-wctx.Done():
 			t.Fatal("the panicking batch's message was never dead-lettered")
+		case <-poll.C:
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
 	<-done

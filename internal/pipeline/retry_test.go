@@ -84,8 +84,13 @@ func TestCancelStopsNewRowsAndExportsPartial(t *testing.T) {
 	ctx := context.Background()
 	var started atomic.Int32
 	gate := make(chan struct{})
+	sixth := make(chan struct{}) // closed when the sixth call starts
 	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
-		if started.Add(1) > 4 {
+		n := started.Add(1)
+		if n == 6 {
+			close(sixth)
+		}
+		if n > 4 {
 			<-gate
 		}
 		return llm.Response{Text: "ok"}, nil
@@ -101,8 +106,10 @@ func TestCancelStopsNewRowsAndExportsPartial(t *testing.T) {
 	finished := make(chan struct{})
 	go func() { _ = workers.RunUntil(wctx, drain); close(finished) }()
 	defer stop()
-	for started.Load() < 6 {
-		time.Sleep(time.Millisecond)
+	select {
+	case <-sixth: // two calls are in flight, held at the gate
+	case <-time.After(30 * time.Second):
+		t.Fatalf("only %d calls started", started.Load())
 	}
 	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: time.Now()}); err != nil {
 		t.Fatal(err)
