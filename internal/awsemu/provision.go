@@ -1004,6 +1004,20 @@ func substitute(def string, subs map[string]string) (string, error) {
 
 // ---------------------------------------------------------------- cleanup
 
+// Types of the resources Track accepts.
+const (
+	TypeQueue        = typeQueue
+	TypeStateMachine = typeCFNStateMachine
+)
+
+// Track makes Cleanup delete a resource created beside the stack (a queue
+// by URL, a state machine by ARN), such as a test harness's own.
+func (r *Resources) Track(resourceType, physicalID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.created = append(r.created, created{typ: resourceType, physical: physicalID})
+}
+
 // Cleanup deletes everything Provision created, newest first: state
 // machines, the buckets' objects (every version and unfinished upload),
 // then the stack, whose deletion removes its tables, queues and buckets.
@@ -1017,6 +1031,7 @@ func (r *Resources) Cleanup(ctx context.Context) error {
 		kept []created
 	)
 	cf := cloudformation.NewFromConfig(r.cfg)
+	sq := sqs.NewFromConfig(r.cfg)
 	s3c := newS3(r.cfg)
 	sf := sfn.NewFromConfig(r.cfg)
 	for i := len(r.created) - 1; i >= 0; i-- {
@@ -1027,6 +1042,8 @@ func (r *Resources) Cleanup(ctx context.Context) error {
 			err = deleteStack(ctx, cf, c.physical)
 		case typeBucketObjects:
 			err = emptyBucket(ctx, s3c, c.physical)
+		case typeQueue:
+			_, err = sq.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(c.physical)})
 		default:
 			_, err = sf.DeleteStateMachine(ctx, &sfn.DeleteStateMachineInput{StateMachineArn: aws.String(c.physical)})
 		}

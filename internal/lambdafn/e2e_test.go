@@ -12,13 +12,15 @@ package lambdafn_test
 // generator (two "instances", up to 10 messages an event, deleting the
 // successes and leaving the batch item failures to their new visibility);
 // the generator that finishes the last batch starts the export. moto cannot
-// run a Go Lambda, so Step Functions is stood in for by the asl runner
-// executing the real definition as provisioned (DefinitionSubstitutions
-// applied), with the exporter handler registered under the exporter's ARN
-// and the Catch path's UpdateItem going to moto's DynamoDB; after that run,
-// the real stepfn.Starter starts the execution on moto too, so the named
-// execution exists there and moto's own run of the definition (whose Lambda
-// call fails) shows that the Catch path leaves a finished task alone.
+// run a Go Lambda, so moto's own Step Functions engine executes the real
+// definition as provisioned (DefinitionSubstitutions applied) with the
+// exporter's Task turned into a callback that localrun answers by calling
+// the exporter handler in-process: the engine takes the Retry and Catch
+// paths, and the Catch path's UpdateItem goes to moto's DynamoDB. After
+// that run, the real stepfn.Starter starts the provisioned machine's
+// execution on moto too, so the named execution exists there and moto's run
+// of the unchanged definition (whose Lambda call fails) shows that the
+// Catch path leaves a finished task alone.
 //
 // Run: eval "$(infra/emulator/start.sh)"; export AWS_ENDPOINT_URL
 //      go test -tags emulator -run TestEndToEnd ./internal/lambdafn/
@@ -49,7 +51,6 @@ import (
 	"github.com/xuri/excelize/v2"
 
 	"github.com/batchgen/batchgen/internal/awsemu"
-	"github.com/batchgen/batchgen/internal/awsemu/asl"
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/lambdafn"
@@ -435,7 +436,7 @@ func TestEndToEnd(t *testing.T) {
 				t.Errorf("task = %s, %d succeeded, %d failed; want %s with %d failed",
 					task.State, task.RowsSucceeded, task.RowsFailed, tc.wantState, len(tc.filtered))
 			}
-			if run := e.stack.Exports.Execution(taskID); run == nil || run.Status != asl.StatusSucceeded {
+			if run := e.stack.Exports.Execution(taskID); run == nil || run.Status != sfntypes.ExecutionStatusSucceeded {
 				t.Fatalf("export execution = %+v, want SUCCEEDED", run)
 			}
 			// One export, one StartExecution, however often the batches'
@@ -495,15 +496,15 @@ func TestEndToEndExportFailure(t *testing.T) {
 		t.Fatal("no export execution ran")
 	}
 	// The exporter's error is retried 5 times before the Catch marks the task.
-	var want []asl.Step
+	var want []localrun.Step
 	for range 6 {
-		want = append(want, asl.Step{State: "Export", Error: "ExportError"})
+		want = append(want, localrun.Step{State: "Export", Error: "ExportError"})
 	}
-	want = append(want, asl.Step{State: "MarkTaskFailed"}, asl.Step{State: "ExportFailed"})
+	want = append(want, localrun.Step{State: "MarkTaskFailed"}, localrun.Step{State: "ExportFailed"})
 	if diff := cmp.Diff(want, run.Steps); diff != "" {
 		t.Errorf("export execution steps mismatch (-want +got):\n%s", diff)
 	}
-	if run.Status != asl.StatusFailed || run.Error != "ExportFailed" {
+	if run.Status != sfntypes.ExecutionStatusFailed || run.Error != "ExportFailed" {
 		t.Errorf("export execution = %s %s, want FAILED ExportFailed", run.Status, run.Error)
 	}
 	e.checkExecution(taskID, store.TaskFailed)

@@ -10,11 +10,12 @@
 //     event and deletes the messages not reported in BatchItemFailures, as
 //     the handler settled them (pipeline.Generator.Settle decides; the
 //     handler has already changed the visibility of those it keeps).
-//   - Step Functions: moto runs Lambda code only in Docker, so a Task state
-//     on moto cannot reach a Go handler. Exports runs the provisioned export
-//     definition through the asl runner with the exporter handler
-//     registered under the exporter's ARN, then starts the named execution
-//     on the emulator through stepfn.Starter as well.
+//   - Step Functions calling the exporter: moto runs Lambda code only in
+//     Docker, so a Task state on moto cannot reach a Go handler. Exports has
+//     moto's own engine run the provisioned definition with the exporter's
+//     Task turned into a callback that it answers in-process (see Exports),
+//     then starts the named execution of the provisioned machine through
+//     stepfn.Starter as well.
 //   - The EventBridge schedule: SweepEvery calls the sweeper handler on a
 //     ticker.
 //
@@ -25,7 +26,6 @@ package localrun
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -41,18 +41,15 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/batchgen/batchgen/internal/awsemu"
-	"github.com/batchgen/batchgen/internal/awsemu/asl"
 	"github.com/batchgen/batchgen/internal/lambdafn"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
-	"github.com/batchgen/batchgen/internal/stepfn"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -86,12 +83,13 @@ type Config struct {
 	// TempDir receives the splitter's downloads. Defaults to os.TempDir().
 	TempDir string
 	// IntervalScale multiplies the export definition's retry intervals
-	// (asl.Runner.IntervalScale). 0 means 1.
+	// (rounded, at least ASL's 1 s) for the local run. 0 means 1.
 	IntervalScale float64
 	// Customize, when non-nil, adjusts a function's Deps before its handler
 	// is built. function is "splitter", "generator-N", "exporter",
-	// "sweeper", "statemachine" (the export definition's own DynamoDB
-	// call), "starter" or "store".
+	// "sweeper", "statemachine" (the configuration the export
+	// definition's own service calls, made by moto's engine, are recorded
+	// through), "starter" or "store".
 	Customize func(function string, d *lambdafn.Deps)
 }
 
@@ -160,30 +158,16 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localrun: exporter: %w", err)
 	}
-	arn := cfg.Resources.StateMachineArn
-	def, err := s.SFN.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(arn)})
-	if err != nil {
-		return nil, fmt.Errorf("localrun: describe state machine %s: %w", arn, err)
-	}
-	machine, err := asl.Parse([]byte(aws.ToString(def.Definition)))
-	if err != nil {
-		return nil, fmt.Errorf("localrun: the provisioned definition does not parse: %w", err)
-	}
 	exporterARN := cfg.Resources.FunctionARNs[exporterID]
 	if exporterARN == "" {
 		return nil, fmt.Errorf("localrun: provision recorded no ARN for %s: %v", exporterID, cfg.Resources.FunctionARNs)
 	}
-	s.Exports = &Exports{
-		runner: &asl.Runner{
-			Functions: map[string]asl.Func{exporterARN: asl.Handler(exporter.Handle)},
-			// The definition's own DynamoDB call (the Catch path) runs
-			// with the state machine's role.
-			DynamoDB:      dynamodb.NewFromConfig(deps("statemachine").AWS),
-			IntervalScale: cfg.IntervalScale,
-		},
-		machine: machine,
-		real:    deps("starter").Exports(),
-		runs:    map[string]*asl.Execution{},
+	// The engine's own service calls (the Catch path's UpdateItem) are
+	// attributed to the state machine's configuration.
+	s.Exports, err = newExports(ctx, s, cfg.Resources, exporterARN, handler(exporter.Handle), cfg.IntervalScale,
+		deps("starter").Exports(), deps("statemachine").AWS)
+	if err != nil {
+		return nil, fmt.Errorf("localrun: %w", err)
 	}
 
 	// Every export start (the splitter's for an empty task, the
@@ -230,46 +214,6 @@ func (s *Stack) TuneSweeper(tune func(*pipeline.SweeperConfig)) error {
 	return nil
 }
 
-// Exports stands in for Step Functions: it runs the definition with the asl
-// runner (at most once per task, like a named execution), then starts the
-// real execution on the emulator through the stepfn.Starter, so the named
-// execution exists there too.
-type Exports struct {
-	runner  *asl.Runner
-	machine *asl.Machine
-	real    pipeline.ExportStarter
-
-	mu   sync.Mutex
-	runs map[string]*asl.Execution
-}
-
-var _ pipeline.ExportStarter = (*Exports)(nil)
-
-// StartExport runs the export of taskID to its end unless it ran before.
-// The emulator's own execution, whose Lambda call fails, starts after it:
-// its Catch path leaves the finished task alone.
-func (a *Exports) StartExport(ctx context.Context, taskID string, generation int) error {
-	return a.start(ctx, taskID, generation, a.real)
-}
-
-func (a *Exports) start(ctx context.Context, taskID string, generation int, real pipeline.ExportStarter) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	name := stepfn.ExecutionName(taskID, generation)
-	if _, done := a.runs[name]; !done {
-		input, err := json.Marshal(map[string]string{"task_id": taskID})
-		if err != nil {
-			return fmt.Errorf("run export of %s: %w", taskID, err)
-		}
-		exec, err := a.runner.Run(ctx, a.machine, name, input)
-		if err != nil {
-			return fmt.Errorf("run export of %s: %w", taskID, err)
-		}
-		a.runs[name] = exec
-	}
-	return real.StartExport(ctx, taskID, generation)
-}
-
 // Via returns the stand-in for one function: the export runs as with
 // StartExport, but the execution on the emulator is started through real,
 // the function's own starter (built from its own AWS configuration), so
@@ -289,20 +233,6 @@ type exportsVia struct {
 
 func (v exportsVia) StartExport(ctx context.Context, taskID string, generation int) error {
 	return v.a.start(ctx, taskID, generation, v.real)
-}
-
-// Execution returns the asl run of taskID's first export, or nil if none
-// ran.
-func (a *Exports) Execution(taskID string) *asl.Execution {
-	return a.ExecutionOf(taskID, 0)
-}
-
-// ExecutionOf returns the asl run of taskID's export of generation, or nil
-// if none ran.
-func (a *Exports) ExecutionOf(taskID string, generation int) *asl.Execution {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.runs[stepfn.ExecutionName(taskID, generation)]
 }
 
 // IncomingKey is the drop-folder key for a file name.
