@@ -206,6 +206,10 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 		t.Errorf("the stuck task is %s (%v), want final", got.State, err)
 	}
 
+	// 5. Retry through the API: the dropped task is PARTIAL (row 3 is
+	// filtered), its failed rows run again.
+	call("POST", "/api/tasks/"+dropped+"/retry", "", http.StatusAccepted)
+
 	checkGrants(t, &ops)
 }
 
