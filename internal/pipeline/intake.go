@@ -180,6 +180,19 @@ func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult
 	// A repeated event for a task that got past splitting (or was
 	// rejected) has nothing left to do: skip the download.
 	if t, err := in.split.store.GetTask(ctx, src.taskID); err == nil && t.State != store.TaskPending {
+		if gone, err := in.resultGone(ctx, t); err != nil {
+			return res, fmt.Errorf("split %s: %w", key, err)
+		} else if gone {
+			// The same file dropped again after its result expired: write
+			// the result again from the stored rows, no model call.
+			started, err := Reexport(ctx, in.split.store, in.exports, t, in.cfg.Clock.Now())
+			if err != nil {
+				return res, fmt.Errorf("split %s: %w", key, err)
+			}
+			log.Info("input dropped again after its result was gone; exporting it again", "state", t.State, "started", started)
+			res.Outcome = IntakeSplit
+			return res, nil
+		}
 		log.Info("duplicate upload event; the task exists", "state", t.State)
 		return res, nil
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -247,6 +260,22 @@ func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult
 // incoming/<id>/<name> whose <id> has an API upload record belongs to task
 // <id> with the record's spec; any other object is a drop-folder input whose
 // task id derives from the object's version (DropTaskID).
+// resultGone reports whether t is a finished task whose result file no
+// longer exists (expired by the bucket's lifecycle rule, or deleted).
+func (in *Intake) resultGone(ctx context.Context, t store.Task) (bool, error) {
+	if (t.State != store.TaskSucceeded && t.State != store.TaskPartial) || t.ResultKey == "" {
+		return false, nil
+	}
+	_, err := in.objects.Size(ctx, t.ResultKey)
+	if errors.Is(err, blob.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look for the result %s of task %s: %w", t.ResultKey, t.ID, err)
+	}
+	return false, nil
+}
+
 func (in *Intake) identify(ctx context.Context, key, version string) (input, error) {
 	rest := strings.TrimPrefix(key, IncomingPrefix)
 	if id, name, ok := strings.Cut(rest, "/"); ok && in.cfg.Uploads != nil && !strings.Contains(name, "/") {

@@ -136,6 +136,31 @@ func StartExportOnce(ctx context.Context, st store.Store, ex ExportStarter, task
 	return true, nil
 }
 
+// Reexport exports a finished (SUCCEEDED or PARTIAL) task again from its
+// stored rows, without a model call: for a task whose result file is gone
+// (expired, deleted) when its input is dropped again. The task moves back to
+// EXPORTING under its next export generation, so on AWS a new execution is
+// started (the first one's name is taken for 90 days). It reports whether it
+// started the export; false when the task changed meanwhile (someone else
+// re-exports it).
+func Reexport(ctx context.Context, st store.Store, ex ExportStarter, task store.Task, now time.Time) (bool, error) {
+	t, err := st.TransitionTask(ctx, store.TransitionTaskParams{
+		ID: task.ID, From: []store.TaskState{store.TaskSucceeded, store.TaskPartial}, To: store.TaskExporting,
+		NextExportGen: true, Now: now,
+	})
+	if isConflict(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("re-export task %s: %w", task.ID, err)
+	}
+	if err := ex.StartExport(ctx, t.ID, t.ExportGen); err != nil {
+		// The task is EXPORTING; the sweeper starts it again later.
+		return false, fmt.Errorf("re-export task %s: start export: %w", task.ID, err)
+	}
+	return true, nil
+}
+
 // isConflict reports whether err is the store's ErrConflict.
 func isConflict(err error) bool { return errors.Is(err, store.ErrConflict) }
 

@@ -187,7 +187,10 @@ type TransitionTaskParams struct {
 	Error string
 	// ResultKey, when non-empty, is recorded on the task.
 	ResultKey string
-	Now       time.Time
+	// NextExportGen bumps the task's ExportGen by one, for a transition
+	// that starts another export of the same task (a re-export).
+	NextExportGen bool
+	Now           time.Time
 }
 
 // ListRowsParams selects rows of a task in row order.

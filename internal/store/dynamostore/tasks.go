@@ -145,6 +145,9 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 	if p.ResultKey != "" {
 		u.setS(attrResultKey, p.ResultKey)
 	}
+	if p.NextExportGen {
+		u.addI(attrExportGen, 1)
+	}
 	if p.To.Final() {
 		u.setS(attrFinishedAt, encodeTime(p.Now))
 		if s.opts.ResultTTL > 0 {

@@ -116,7 +116,11 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 		return store.Task{}, fmt.Errorf("%s: empty target state", what)
 	}
 	if len(p.From) > 0 {
-		args := []any{p.To, millis(p.Now), p.Error, p.ResultKey, p.To.Final(), millis(p.Now), p.ID}
+		bump := 0
+		if p.NextExportGen {
+			bump = 1
+		}
+		args := []any{p.To, millis(p.Now), p.Error, p.ResultKey, p.To.Final(), millis(p.Now), bump, p.ID}
 		for _, st := range p.From {
 			args = append(args, st)
 		}
@@ -125,7 +129,8 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 				updated_at = ?,
 				error = coalesce(nullif(?, ''), error),
 				result_key = coalesce(nullif(?, ''), result_key),
-				finished_at = CASE WHEN ? THEN ? ELSE finished_at END
+				finished_at = CASE WHEN ? THEN ? ELSE finished_at END,
+				export_gen = export_gen + ?
 			WHERE id = ? AND state IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(p.From)), ", ")+`)
 			RETURNING `+taskColumns, args...))
 		if err == nil {

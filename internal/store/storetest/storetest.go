@@ -82,6 +82,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ParkBatch", testParkBatch},
 		{"StrandedBatches", testStrandedBatches},
 		{"ReopenTask", testReopenTask},
+		{"NextExportGen", testNextExportGen},
 		{"TouchBatch", testTouchBatch},
 		{"ClaimBatch", testClaimBatch},
 		{"ClaimBatchRefused", testClaimBatchRefused},
@@ -922,6 +923,22 @@ func testReopenTask(t *testing.T, s store.Store) {
 	diff(t, "open index after reopen", []string{task.ID + "/2"}, batchKeys(open))
 	_, _, err = r.ReopenTask(ctx, task.ID, "", later)
 	wantErr(t, err, store.ErrConflict, "reopen a running task")
+}
+
+// testNextExportGen: a re-export moves a finished task back to EXPORTING
+// under its next export generation; other transitions keep it.
+func testNextExportGen(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := sampleTask()
+	task.State = store.TaskSucceeded
+	noErr(t, s.CreateTask(ctx, task), "create task")
+	got, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskSucceeded}, To: store.TaskExporting, NextExportGen: true, Now: base})
+	noErr(t, err, "re-export transition")
+	diff(t, "generation after a re-export", 1, got.ExportGen)
+	got, err = s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskExporting}, To: store.TaskSucceeded, ResultKey: "results/x.xlsx", Now: base})
+	noErr(t, err, "finish the re-export")
+	diff(t, "generation after an ordinary transition", 1, got.ExportGen)
+	diff(t, "stored generation", 1, getTask(t, s, task.ID).ExportGen)
 }
 
 func testTouchBatch(t *testing.T, s store.Store) {
