@@ -6,6 +6,11 @@
 #   quota ratio   = wall time / (rows / quota rate)     target <= 1.10
 #   speedup       = synchronous-loop time / batchgen time (same server, same rows)
 #
+# and last the AWS calls one 1,000-row job makes through the Lambda handlers on the emulator
+# (moto, started here with infra/emulator/start.sh), counted by the awsops SDK middleware:
+#
+#   AWS calls per 1,000 rows                            budget <= 600 (model calls excluded)
+#
 # Tunables (environment): BENCH_ROWS (1500), BENCH_RPM (1200), BENCH_LATENCY (290ms),
 # BENCH_BASELINE_ROWS (40), BENCH_TIME (Go -benchtime, 1s).
 set -euo pipefail
@@ -72,3 +77,13 @@ sync=$(calc "$per_row * $rows")
   printf 'speedup vs baseline  %.1fx\n' "$(calc "$sync / $wall")"
   printf '429 responses        %s  (target 0)\n' "$limited"
 } | tee "$out/load.txt"
+
+echo
+echo "=== AWS calls per 1,000 rows (Lambda handlers on the emulator, counted by internal/awsops)"
+if [ -z "${AWS_ENDPOINT_URL:-}" ]; then
+  eval "$(infra/emulator/start.sh)" || { echo "the AWS emulator did not start; see infra/emulator/start.sh"; exit 1; }
+  export AWS_ENDPOINT_URL
+fi
+go test -count=1 -tags emulator -run '^TestAWSCallsPerThousandRows$' -v ./internal/lambdafn/ >"$out/aws-calls.log" 2>&1 \
+  || { tail -n 40 "$out/aws-calls.log"; echo "the AWS call count test failed (full log: $out/aws-calls.log)"; exit 1; }
+grep -E 'AWS calls (per 1,000 rows|by operation)' "$out/aws-calls.log" | sed 's/^ *e2e_test.go:[0-9]*: //' | tee "$out/aws-calls.txt"

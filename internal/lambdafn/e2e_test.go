@@ -27,6 +27,7 @@ package lambdafn_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,7 +48,7 @@ import (
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/xuri/excelize/v2"
 
 	"github.com/batchgen/batchgen/internal/awsemu"
@@ -75,6 +76,8 @@ type e2e struct {
 	stack *localrun.Stack
 	// ops records every AWS operation the stack's functions perform.
 	ops *awsops.Recorder
+	// rows is the number of rows upload puts in the sheet.
+	rows int
 }
 
 type e2eOptions struct {
@@ -93,6 +96,9 @@ type e2eOptions struct {
 	// ops, when set, records the AWS operations of each function under its
 	// name (splitter, generator, exporter, sweeper, statemachine).
 	ops *awsops.Set
+	// rows and batchSize size the sheet; zero means e2eRows and
+	// e2eBatchSize.
+	rows, batchSize int
 }
 
 func newE2E(t *testing.T, opts e2eOptions) *e2e {
@@ -132,7 +138,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 	vars["MODEL_PROVIDER"] = "openai"
 	vars["MODEL_NAME"] = "mock-1"
 	vars["MODEL_BASE_URL"] = "http://" + ln.Addr().String() + "/v1"
-	vars["BATCH_SIZE"] = strconv.Itoa(e2eBatchSize)
+	vars["BATCH_SIZE"] = strconv.Itoa(cmp.Or(opts.batchSize, e2eBatchSize))
 	vars["MAX_ROWS"] = "100000"
 	vars["LEASE_SECONDS"] = "360"
 	vars["LOG_LEVEL"] = "debug"
@@ -141,7 +147,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		t.Fatalf("LoadEnv: %v", err)
 	}
 
-	e := &e2e{t: t, res: res, mock: mock, logs: &syncBuffer{}, ops: awsops.New()}
+	e := &e2e{t: t, res: res, mock: mock, logs: &syncBuffer{}, ops: awsops.New(), rows: cmp.Or(opts.rows, e2eRows)}
 	t.Cleanup(func() {
 		if t.Failed() {
 			lines := strings.Split(e.logs.String(), "\n")
@@ -192,12 +198,12 @@ func e2eRow(i int, filtered []int) []string {
 	return []string{name, []string{"玩具", "文具", "厨具"}[i%3]}
 }
 
-// upload puts a workbook of e2eRows rows under incoming/ and returns the
+// upload puts a workbook of e.rows rows under incoming/ and returns the
 // S3 event for it.
 func (e *e2e) upload(name string, filtered []int) events.S3Event {
 	e.t.Helper()
 	var rows [][]string
-	for i := 1; i <= e2eRows; i++ {
+	for i := 1; i <= e.rows; i++ {
 		rows = append(rows, e2eRow(i, filtered))
 	}
 	body := xlsx(e.t, header, rows, "为{{商品名称}}（{{类目}}）写一句文案")
@@ -286,13 +292,13 @@ func (e *e2e) checkResult(taskID string, filtered []int) {
 	e.t.Helper()
 	rows := e.resultRows(taskID)
 	wantHeader := append(slices.Clone(header), pipeline.ResultColumns...)
-	if diff := cmp.Diff(wantHeader, rows[0]); diff != "" {
+	if diff := gocmp.Diff(wantHeader, rows[0]); diff != "" {
 		e.t.Errorf("result header mismatch (-want +got):\n%s", diff)
 	}
-	if len(rows) != e2eRows+1 {
-		e.t.Fatalf("result has %d data rows, want %d", len(rows)-1, e2eRows)
+	if len(rows) != e.rows+1 {
+		e.t.Fatalf("result has %d data rows, want %d", len(rows)-1, e.rows)
 	}
-	for i := 1; i <= e2eRows; i++ {
+	for i := 1; i <= e.rows; i++ {
 		row := rows[i]
 		for len(row) < len(wantHeader) {
 			row = append(row, "")
@@ -304,7 +310,7 @@ func (e *e2e) checkResult(taskID string, filtered []int) {
 			want = []string{in[0], in[1], "", "failed", "content_filter"}
 		}
 		got := []string{row[0], row[1], row[2], row[3], row[5]}
-		if diff := cmp.Diff(want, got); diff != "" {
+		if diff := gocmp.Diff(want, got); diff != "" {
 			e.t.Errorf("result row %d mismatch (-want +got):\n%s", i, diff)
 		}
 	}
@@ -315,7 +321,7 @@ func (e *e2e) checkResult(taskID string, filtered []int) {
 func (e *e2e) checkBilledOnce(filtered []int) {
 	e.t.Helper()
 	stats := e.mock.Stats()
-	for i := 1; i <= e2eRows; i++ {
+	for i := 1; i <= e.rows; i++ {
 		in := e2eRow(i, filtered)
 		prompt := "为" + in[0] + "（" + in[1] + "）写一句文案"
 		want := int64(1)
@@ -501,7 +507,7 @@ func TestEndToEndExportFailure(t *testing.T) {
 		want = append(want, localrun.Step{State: "Export", Error: "ExportError"})
 	}
 	want = append(want, localrun.Step{State: "MarkTaskFailed"}, localrun.Step{State: "ExportFailed"})
-	if diff := cmp.Diff(want, run.Steps); diff != "" {
+	if diff := gocmp.Diff(want, run.Steps); diff != "" {
 		t.Errorf("export execution steps mismatch (-want +got):\n%s", diff)
 	}
 	if run.Status != sfntypes.ExecutionStatusFailed || run.Error != "ExportFailed" {
@@ -510,5 +516,58 @@ func TestEndToEndExportFailure(t *testing.T) {
 	e.checkExecution(taskID, store.TaskFailed)
 	if _, err := e.stack.S3.HeadObject(t.Context(), &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(pipeline.ResultKey(taskID))}); err == nil {
 		t.Error("a failed export left a result")
+	}
+}
+
+// awsCallBudget is the most AWS calls (model calls excluded) a 1,000-row
+// job may make through the functions: grouped fenced row-result writes,
+// one cache read per batch, batched split writes, no polling for cancel.
+const awsCallBudget = 600
+
+// TestAWSCallsPerThousandRows runs a 1,000-row job through the handlers
+// and counts every AWS call they make with the awsops middleware. make
+// bench prints the line it logs.
+func TestAWSCallsPerThousandRows(t *testing.T) {
+	t.Parallel()
+	const rows = 1000
+	calls := &awsops.Set{}
+	e := newE2E(t, e2eOptions{rows: rows, batchSize: 100, ops: calls})
+	ev := e.upload("count.xlsx", nil)
+	taskID := e.taskID(ev)
+	if err := e.stack.Splitter.Handle(t.Context(), ev); err != nil {
+		t.Fatalf("splitter: %v", err)
+	}
+	task := e.pump(taskID, 5*time.Minute)
+	if task.State != store.TaskSucceeded || task.RowsSucceeded != rows {
+		t.Fatalf("task = %s with %d rows succeeded, want SUCCEEDED with %d", task.State, task.RowsSucceeded, rows)
+	}
+	e.checkResult(taskID, nil)
+	e.checkBilledOnce(nil)
+
+	perOp := map[string]int{}
+	var lines []string
+	total := 0
+	for _, fn := range calls.Names() {
+		if fn == "store" { // the test's own reads
+			continue
+		}
+		r := calls.For(fn)
+		total += r.Total()
+		lines = append(lines, fmt.Sprintf("  %-12s %4d  %v", fn, r.Total(), r.Counts()))
+		for op, n := range r.Counts() {
+			perOp[op] += n
+		}
+	}
+	t.Logf("AWS calls by function:\n%s", strings.Join(lines, "\n"))
+	t.Logf("AWS calls by operation: %v", perOp)
+	t.Logf("AWS calls per 1,000 rows: %d (budget %d)", total*1000/rows, awsCallBudget)
+	if total > awsCallBudget*rows/1000 {
+		t.Errorf("%d AWS calls for %d rows, over the budget of %d per 1,000 rows", total, rows, awsCallBudget)
+	}
+	// Per-row calls are gone: nothing is called once per row or more.
+	for op, n := range perOp {
+		if n >= rows {
+			t.Errorf("%s called %d times for %d rows: a per-row call is back", op, n, rows)
+		}
 	}
 }

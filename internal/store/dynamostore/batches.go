@@ -17,9 +17,8 @@ import (
 )
 
 // PutBatches puts each batch that does not exist yet, PENDING with Attempt
-// 0, with one conditional PutItem per batch (BatchWriteItem cannot be
-// conditional), Options.WriteConcurrency at a time. Batches whose task does
-// not exist fail with ErrNotFound.
+// 0, in transactions of up to 100 conditional Puts (see putAllIfAbsent).
+// Batches whose task does not exist fail with ErrNotFound.
 func (s *Store) PutBatches(ctx context.Context, batches []store.Batch) error {
 	if len(batches) == 0 {
 		return nil
@@ -55,14 +54,80 @@ func (s *Store) PutBatches(ctx context.Context, batches []store.Batch) error {
 			items[i][attrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(h, 10)}
 		}
 	}
-	err = forEach(ctx, len(items), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
-		if _, err := s.putIfAbsent(ctx, items[i]); err != nil {
-			return fmt.Errorf("batch %d: %w", batches[i].No, err)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.putAllIfAbsent(ctx, items); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// maxTxItems is TransactWriteItems' limit of actions per call.
+const maxTxItems = 100
+
+// maxTxBytes keeps one transaction's items under DynamoDB's 4 MB request
+// limit, with room for the request's own overhead.
+const maxTxBytes = 3 << 20
+
+// putAllIfAbsent puts every item that does not exist yet, in transactions
+// of up to maxTxItems Puts conditional on attribute_not_exists (and under
+// maxTxBytes), Options.WriteConcurrency transactions at a time. An item
+// that exists cancels its whole transaction; the cancellation reasons name
+// such items, and the transaction is sent again without them, so a resumed
+// split costs one extra call per transaction that meets existing items.
+func (s *Store) putAllIfAbsent(ctx context.Context, items []map[string]types.AttributeValue) error {
+	var chunks [][]map[string]types.AttributeValue
+	start, size := 0, 0
+	for i, item := range items {
+		n := itemSize(item)
+		if i > start && (i-start == maxTxItems || size+n > maxTxBytes) {
+			chunks = append(chunks, items[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	if start < len(items) {
+		chunks = append(chunks, items[start:])
+	}
+	return forEach(ctx, len(chunks), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+		return s.putChunkIfAbsent(ctx, chunks[i])
+	})
+}
+
+// putChunkIfAbsent is one transaction of putAllIfAbsent, repeated without
+// the items that turned out to exist.
+func (s *Store) putChunkIfAbsent(ctx context.Context, chunk []map[string]types.AttributeValue) error {
+	for len(chunk) > 0 {
+		tx := make([]types.TransactWriteItem, len(chunk))
+		for i, item := range chunk {
+			e := newExpr()
+			tx[i] = types.TransactWriteItem{Put: &types.Put{
+				TableName:                aws.String(s.table),
+				Item:                     item,
+				ConditionExpression:      aws.String("attribute_not_exists(" + e.n(attrPK) + ")"),
+				ExpressionAttributeNames: e.attrNames(),
+			}}
+		}
+		err := s.transact(ctx, tx)
+		if err == nil {
+			return nil
+		}
+		reasons, ok := cancelReasons(err)
+		if !ok {
+			return err
+		}
+		var rest []map[string]types.AttributeValue
+		for i := range chunk {
+			switch reasonCode(reasons, i) {
+			case reasonCondition: // exists: left as it is
+			case reasonNone, "":
+				rest = append(rest, chunk[i])
+			default:
+				return err
+			}
+		}
+		if len(rest) == len(chunk) {
+			return err // cancelled for no item's own reason
+		}
+		chunk = rest
 	}
 	return nil
 }

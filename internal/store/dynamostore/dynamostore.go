@@ -87,9 +87,9 @@ const (
 	// DefaultOverflowAbove leaves about 100 KB of a 400 KB item for the
 	// row's result (output and error), which SaveRowResults adds later.
 	DefaultOverflowAbove = 300 << 10
-	// DefaultWriteConcurrency is how many PutItem calls PutRows and
-	// PutBatches keep in flight. At ~5 ms per call on AWS that writes a
-	// 200,000-row sheet in about a minute.
+	// DefaultWriteConcurrency is how many writes PutRows and PutBatches
+	// keep in flight (transactions of up to 100 rows, or overflow rows one
+	// by one).
 	DefaultWriteConcurrency = 16
 	// DefaultResultTTL keeps a finished task as long as template.yaml
 	// keeps its result file (ResultRetentionDays).
@@ -111,8 +111,8 @@ type Options struct {
 	// cells go to Overflow. Defaults to DefaultOverflowAbove; at most
 	// DynamoDB's 400 KB limit.
 	OverflowAbove int
-	// WriteConcurrency bounds the conditional PutItem calls in flight in one
-	// PutRows or PutBatches call. Defaults to DefaultWriteConcurrency.
+	// WriteConcurrency bounds the writes in flight in one PutRows or
+	// PutBatches call. Defaults to DefaultWriteConcurrency.
 	WriteConcurrency int
 	// ResultTTL is how long after reaching a final state a task item
 	// expires. Defaults to DefaultResultTTL; negative: never.

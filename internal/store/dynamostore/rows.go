@@ -28,13 +28,13 @@ func overflowKey(taskID string, no int) string {
 	return fmt.Sprintf("overflow/%s/%d.json", taskID, no)
 }
 
-// PutRows puts each row that does not exist yet with one conditional
-// PutItem (BatchWriteItem cannot be conditional, and a transaction of 100
-// conditional puts costs twice the capacity and is cancelled whole by one
-// existing row), Options.WriteConcurrency at a time. Existing rows, results
-// included, are left unchanged. Rows whose task does not exist fail with
-// ErrNotFound; rows too large for an item go to Options.Overflow (see the
-// package comment).
+// PutRows puts each row that does not exist yet, in transactions of up to
+// 100 conditional Puts (see putAllIfAbsent): one call per 100 rows rather
+// than one per row. BatchWriteItem would be cheaper still but cannot be
+// conditional, and a resumed split must never overwrite a row that already
+// has its result. Existing rows, results included, are left unchanged.
+// Rows whose task does not exist fail with ErrNotFound; rows too large for
+// an item go to Options.Overflow (see the package comment), one at a time.
 func (s *Store) PutRows(ctx context.Context, rows []store.Row) error {
 	if len(rows) == 0 {
 		return nil
@@ -82,14 +82,20 @@ func (s *Store) PutRows(ctx context.Context, rows []store.Row) error {
 			items[i][attrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(h, 10)}
 		}
 	}
-	err = forEach(ctx, len(items), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+	var plain []map[string]types.AttributeValue
+	var big []int
+	for i := range items {
 		if overflow[i] {
-			return s.putOverflowRow(ctx, rows[i], items[i])
+			big = append(big, i)
+		} else {
+			plain = append(plain, items[i])
 		}
-		if _, err := s.putIfAbsent(ctx, items[i]); err != nil {
-			return fmt.Errorf("row %d: %w", rows[i].No, err)
-		}
-		return nil
+	}
+	if err := s.putAllIfAbsent(ctx, plain); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	err = forEach(ctx, len(big), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+		return s.putOverflowRow(ctx, rows[big[i]], items[big[i]])
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
