@@ -44,6 +44,47 @@ class SerializeDynamoDB:
         return self.app(environ, start_response)
 
 
+def _copy_each_table_once():
+    """Make moto's TransactWriteItems back up each table once, not once per item.
+
+    moto deep-copies the whole table for every item of a transaction (its
+    rollback backup), so a 100-item transaction on a 1,000-row table copies
+    100,000 items and takes seconds: time real DynamoDB never spends, which
+    made grouped writes look slower on the emulator than one write per row.
+    The copies of one transaction are identical (nothing changes in between:
+    DynamoDB requests are serialized above), so copying a table once per
+    transaction keeps moto's behaviour and rollback exactly.
+    """
+    import copy as _copy
+
+    import moto.dynamodb.models as models
+
+    original = models.DynamoDBBackend.transact_write_items
+
+    class _OncePerTable:
+        def __init__(self):
+            self.tables = {}
+
+        def deepcopy(self, obj, *args, **kwargs):
+            if isinstance(obj, models.Table):
+                if id(obj) not in self.tables:
+                    self.tables[id(obj)] = _copy.deepcopy(obj, *args, **kwargs)
+                return self.tables[id(obj)]
+            return _copy.deepcopy(obj, *args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(_copy, name)
+
+    def transact_write_items(self, transact_items):
+        models.copy = _OncePerTable()
+        try:
+            return original(self, transact_items)
+        finally:
+            models.copy = _copy
+
+    models.DynamoDBBackend.transact_write_items = transact_write_items
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-H", "--host", default="127.0.0.1")
@@ -52,6 +93,7 @@ def main():
     os.environ.setdefault("MOTO_PORT", str(args.port))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+    _copy_each_table_once()
     app = DomainDispatcherApplication(create_backend_app)
     app.debug = True
     run_simple(args.host, args.port, SerializeDynamoDB(app), threaded=True, request_handler=MotoRequestHandler)
