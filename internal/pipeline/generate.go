@@ -690,7 +690,7 @@ func (f *flusher) add(rowNo int, o rowOutcome) {
 	n, gen := len(f.pending), f.gen
 	f.mu.Unlock()
 	if n >= f.g.cfg.FlushRows || f.g.cfg.FlushInterval < 0 {
-		f.flush()
+		f.flushIfFull()
 		return
 	}
 	if n == 1 {
@@ -710,11 +710,32 @@ func (f *flusher) add(rowNo int, o rowOutcome) {
 	}
 }
 
+// flushIfFull writes the pending results if they still fill a group once
+// the write before it is done. Two rows that fill the group at once both
+// get here; the first writes everything pending, and the second must not
+// then write the one or two results that arrived meanwhile as a group of
+// their own: they wait for company (or their timer) like any other.
+func (f *flusher) flushIfFull() {
+	f.writeMu.Lock()
+	defer f.writeMu.Unlock()
+	f.mu.Lock()
+	full := len(f.pending) >= f.g.cfg.FlushRows || (f.g.cfg.FlushInterval < 0 && len(f.pending) > 0)
+	f.mu.Unlock()
+	if full {
+		f.flushLocked()
+	}
+}
+
 // flush writes every pending result, in groups of at most
 // store.MaxSaveRows.
 func (f *flusher) flush() {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
+	f.flushLocked()
+}
+
+// flushLocked is flush with writeMu held.
+func (f *flusher) flushLocked() {
 	f.mu.Lock()
 	group := f.pending
 	f.pending = nil
