@@ -80,7 +80,9 @@ func TestResultsWrittenInGroups(t *testing.T) {
 	if written != rows {
 		t.Errorf("%d row results written in groups %v, want %d", written, rs.groups, rows)
 	}
-	if max := rows / flushRows; len(rs.groups) > max {
+	// A full group's write may take a few more results that arrived while
+	// it waited, leaving each batch's end one short group to flush.
+	if max := rows / batchSize * (batchSize/flushRows + 1); len(rs.groups) > max {
 		t.Errorf("%d writes for %d rows (groups %v), want at most %d", len(rs.groups), rows, rs.groups, max)
 	}
 	if rs.cached != rows {
