@@ -42,6 +42,10 @@ build: ## build the Lambda artifacts bin/<function>/bootstrap (linux/arm64, stat
 	  CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(GOFLAGS_LAMBDA) -o $(BIN)/$$f/bootstrap ./functions/$$f || exit 1; \
 	done
 
+.PHONY: sizes
+sizes: build ## print the size of each Lambda artifact (each links only what it uses)
+	@for f in $(FUNCTIONS); do printf '%-10s %6d KiB\n' $$f $$(( $$(stat -c %s $(BIN)/$$f/bootstrap) / 1024 )); done
+
 .PHONY: deploy
 deploy: build ## sam build && sam deploy (SAM CLI from the project's .venv; pass SAM_FLAGS="--config-env prod")
 	. infra/venv.sh && batchgen_venv && GOFLAGS=-tags=lambda.norpc "$$VENV/bin/sam" build && "$$VENV/bin/sam" deploy $(SAM_FLAGS)

@@ -46,7 +46,7 @@ go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 10s -fuzzmin
 }
 
 step "Lambda artifacts (make build): static linux/arm64 bootstrap per function"
-make --no-print-directory build
+make --no-print-directory sizes
 for f in splitter generator exporter api sweeper; do
   info=$(go version -m "bin/$f/bootstrap")
   for want in "GOOS=linux" "GOARCH=arm64" "CGO_ENABLED=0" "-tags=lambda.norpc"; do

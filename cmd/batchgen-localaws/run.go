@@ -18,7 +18,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
@@ -176,7 +176,7 @@ func provision(ctx context.Context, cfg aws.Config, endpoint string, o runOption
 }
 
 // banner prints where things are and how to use them.
-func banner(w io.Writer, o runOptions, endpoint, how string, res *awsemu.Resources, env lambdafn.Env) {
+func banner(w io.Writer, o runOptions, endpoint, how string, res *awsemu.Resources, env awswire.Env) {
 	p := prefixArg(o.stack.prefix)
 	fmt.Fprintf(w, "stack %q %s on %s\n", o.stack.prefix, how, endpoint)
 	fmt.Fprintf(w, "  bucket         %s\n", res.BucketName)

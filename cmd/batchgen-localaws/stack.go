@@ -18,7 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/batchgen/batchgen/internal/awsemu"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/report"
 )
 
@@ -179,7 +179,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 // functionEnv builds the functions' configuration: the stack's resources;
 // then the flags' defaults; then the Lambda variables set in the
 // environment; then the flags given on the command line.
-func functionEnv(res *awsemu.Resources, fs *flag.FlagSet, m *modelFlags, getenv func(string) string) (lambdafn.Env, error) {
+func functionEnv(res *awsemu.Resources, fs *flag.FlagSet, m *modelFlags, getenv func(string) string) (awswire.Env, error) {
 	vars := res.Env()
 	fromFlag := map[string]string{
 		"provider": "MODEL_PROVIDER", "model": "MODEL_NAME", "base-url": "MODEL_BASE_URL", "sim-latency": "SIM_LATENCY",
@@ -205,18 +205,18 @@ func functionEnv(res *awsemu.Resources, fs *flag.FlagSet, m *modelFlags, getenv 
 	if given["base-url"] && !given["provider"] {
 		vars["MODEL_PROVIDER"] = "openai"
 	}
-	env, err := lambdafn.LoadEnv(func(k string) string { return vars[k] })
+	env, err := awswire.LoadEnv(func(k string) string { return vars[k] })
 	if err != nil {
-		return lambdafn.Env{}, &report.ExitError{Code: report.Rejected, Err: err}
+		return awswire.Env{}, &report.ExitError{Code: report.Rejected, Err: err}
 	}
 	if env.ModelProvider == "openai" && env.ModelBaseURL == "" && env.ModelAPIKeyParam == "" {
-		return lambdafn.Env{}, &report.ExitError{Code: report.Rejected, Err: errors.New("--provider openai needs --base-url (batchgen mock-llm or another OpenAI-compatible server)")}
+		return awswire.Env{}, &report.ExitError{Code: report.Rejected, Err: errors.New("--provider openai needs --base-url (batchgen mock-llm or another OpenAI-compatible server)")}
 	}
 	return env, nil
 }
 
 // describeModel says which model the generators call, for the banner.
-func describeModel(env lambdafn.Env) string {
+func describeModel(env awswire.Env) string {
 	if env.ModelProvider == "sim" {
 		return fmt.Sprintf("sim (latency %v)", env.SimLatency)
 	}

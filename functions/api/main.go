@@ -7,17 +7,17 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
 )
 
 func main() {
-	d, err := lambdafn.FromEnv(context.Background(), "api")
+	d, err := awswire.FromEnv(context.Background(), "api")
 	if err != nil {
-		lambdafn.Fatal("api", err)
+		awswire.Fatal("api", err)
 	}
 	h, err := d.HTTP()
 	if err != nil {
-		lambdafn.Fatal("api", err)
+		awswire.Fatal("api", err)
 	}
 	lambda.Start(h.Handle)
 }

@@ -7,17 +7,17 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
 )
 
 func main() {
-	d, err := lambdafn.FromEnv(context.Background(), "exporter")
+	d, err := awswire.FromEnv(context.Background(), "exporter")
 	if err != nil {
-		lambdafn.Fatal("exporter", err)
+		awswire.Fatal("exporter", err)
 	}
 	h, err := d.Exporter()
 	if err != nil {
-		lambdafn.Fatal("exporter", err)
+		awswire.Fatal("exporter", err)
 	}
 	lambda.Start(h.Handle)
 }

@@ -8,18 +8,19 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/generatorwire"
 )
 
 func main() {
 	ctx := context.Background()
-	d, err := lambdafn.FromEnv(ctx, "generator")
+	d, err := awswire.FromEnv(ctx, "generator")
 	if err != nil {
-		lambdafn.Fatal("generator", err)
+		awswire.Fatal("generator", err)
 	}
-	h, err := d.Generator(ctx)
+	h, err := generatorwire.New(ctx, d)
 	if err != nil {
-		lambdafn.Fatal("generator", err)
+		awswire.Fatal("generator", err)
 	}
 	lambda.Start(h.Handle)
 }

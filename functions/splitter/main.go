@@ -7,17 +7,17 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
 )
 
 func main() {
-	d, err := lambdafn.FromEnv(context.Background(), "splitter")
+	d, err := awswire.FromEnv(context.Background(), "splitter")
 	if err != nil {
-		lambdafn.Fatal("splitter", err)
+		awswire.Fatal("splitter", err)
 	}
 	h, err := d.Splitter()
 	if err != nil {
-		lambdafn.Fatal("splitter", err)
+		awswire.Fatal("splitter", err)
 	}
 	lambda.Start(h.Handle)
 }

@@ -7,17 +7,17 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
 )
 
 func main() {
-	d, err := lambdafn.FromEnv(context.Background(), "sweeper")
+	d, err := awswire.FromEnv(context.Background(), "sweeper")
 	if err != nil {
-		lambdafn.Fatal("sweeper", err)
+		awswire.Fatal("sweeper", err)
 	}
 	h, err := d.Sweeper()
 	if err != nil {
-		lambdafn.Fatal("sweeper", err)
+		awswire.Fatal("sweeper", err)
 	}
 	lambda.Start(h.Handle)
 }

@@ -54,7 +54,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/awsops"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -142,7 +142,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 	vars["MAX_ROWS"] = "100000"
 	vars["LEASE_SECONDS"] = "360"
 	vars["LOG_LEVEL"] = "debug"
-	env, err := lambdafn.LoadEnv(getenv(vars))
+	env, err := awswire.LoadEnv(func(k string) string { return vars[k] })
 	if err != nil {
 		t.Fatalf("LoadEnv: %v", err)
 	}
@@ -160,7 +160,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		Log:        e.logs, LogLevel: slog.LevelDebug, Metrics: e.logs,
 		TempDir:       t.TempDir(),
 		IntervalScale: 0.01,
-		Customize: func(function string, d *lambdafn.Deps) {
+		Customize: func(function string, d *awswire.Deps) {
 			if opts.ops != nil {
 				name, _, _ := strings.Cut(function, "-") // generator-2 is a generator
 				d.AWS = opts.ops.For(name).Attach(d.AWS)

@@ -26,7 +26,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/awsops"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -105,7 +105,7 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiDeps := lambdafn.NewDeps(e.stack.Env, ops.For("api").Attach(cfg), "api")
+	apiDeps := awswire.NewDeps(e.stack.Env, ops.For("api").Attach(cfg), "api")
 	h, err := apiDeps.HTTP()
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@
 // The handlers drive the same pipeline use cases, the same way, as the
 // embedded runtime's LocalWorkers; they only translate events and outcomes.
 // They depend on the ports, not on AWS, so their tests run on the embedded
-// adapters. FromEnv (wire.go) builds the AWS adapters for functions/*.
+// adapters. internal/awswire builds the AWS adapters for functions/*.
 package lambdafn
 
 import (

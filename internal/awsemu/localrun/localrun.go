@@ -47,6 +47,8 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/batchgen/batchgen/internal/awsemu"
+	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/generatorwire"
 	"github.com/batchgen/batchgen/internal/lambdafn"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -66,9 +68,9 @@ type Config struct {
 	AWS aws.Config
 	// Resources is the stack provisioned from template.yaml.
 	Resources *awsemu.Resources
-	// Env is the functions' configuration, as lambdafn.LoadEnv reads it
+	// Env is the functions' configuration, as awswire.LoadEnv reads it
 	// over Resources.Env().
-	Env lambdafn.Env
+	Env awswire.Env
 	// Generators is how many generator instances the event source mapping
 	// feeds, each with its own pipeline.Generator like a Lambda
 	// environment. Defaults to 2.
@@ -90,14 +92,14 @@ type Config struct {
 	// "sweeper", "statemachine" (the configuration the export
 	// definition's own service calls, made by moto's engine, are recorded
 	// through), "starter" or "store".
-	Customize func(function string, d *lambdafn.Deps)
+	Customize func(function string, d *awswire.Deps)
 }
 
 // Stack is a provisioned stack with the handlers wired on it. Its exported
 // fields may be adjusted after New and before the first Pump.
 type Stack struct {
 	Resources *awsemu.Resources
-	Env       lambdafn.Env
+	Env       awswire.Env
 
 	S3    *s3.Client
 	SQS   *sqs.Client
@@ -110,7 +112,7 @@ type Stack struct {
 	Exports    *Exports
 
 	region      string
-	sweeperDeps *lambdafn.Deps
+	sweeperDeps *awswire.Deps
 	// maxReceive is the highest ApproximateReceiveCount delivered.
 	maxReceive atomic.Int64
 	// seq numbers the S3 events, standing in for S3's sequencer.
@@ -131,8 +133,8 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	if metricsOut == nil {
 		metricsOut = io.Discard
 	}
-	deps := func(function string) *lambdafn.Deps {
-		d := lambdafn.NewDeps(cfg.Env, cfg.AWS, function)
+	deps := func(function string) *awswire.Deps {
+		d := awswire.NewDeps(cfg.Env, cfg.AWS, function)
 		d.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: cfg.LogLevel})).With("function", function)
 		d.Metrics = metrics.New(metricsOut, nil, map[string]string{"function": function})
 		if cfg.Customize != nil {
@@ -173,7 +175,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	// Every export start (the splitter's for an empty task, the
 	// generators', the sweeper's) goes to the Exports stand-in, which
 	// starts the emulator's execution through the function's own starter.
-	viaStandIn := func(d *lambdafn.Deps) *lambdafn.Deps {
+	viaStandIn := func(d *awswire.Deps) *awswire.Deps {
 		d.ExportStarter = s.Exports.Via(d.Exports())
 		return d
 	}
@@ -188,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		n = 2
 	}
 	for i := range n {
-		g, err := viaStandIn(deps(fmt.Sprintf("generator-%d", i+1))).Generator(ctx)
+		g, err := generatorwire.New(ctx, viaStandIn(deps(fmt.Sprintf("generator-%d", i+1))))
 		if err != nil {
 			return nil, fmt.Errorf("localrun: generator: %w", err)
 		}

@@ -1,4 +1,4 @@
-package lambdafn_test
+package awswire_test
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/generatorwire"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -41,11 +42,11 @@ func getenv(m map[string]string) func(string) string {
 
 func TestLoadEnv(t *testing.T) {
 	t.Parallel()
-	env, err := lambdafn.LoadEnv(getenv(templateEnv))
+	env, err := awswire.LoadEnv(getenv(templateEnv))
 	if err != nil {
 		t.Fatalf("LoadEnv: %v", err)
 	}
-	want := lambdafn.Env{
+	want := awswire.Env{
 		TableName: "batchgen-Table-1", QueueURL: templateEnv["QUEUE_URL"], DLQURL: templateEnv["DLQ_URL"],
 		BucketName: "batchgen-123456789012-us-east-1", StateMachineARN: templateEnv["STATE_MACHINE_ARN"],
 		ModelProvider: "openai", ModelName: "gpt-4o-mini", ModelAPIKeyParam: "/batchgen/openai-api-key",
@@ -67,7 +68,7 @@ func TestLoadEnv(t *testing.T) {
 
 func TestLoadEnvDefaults(t *testing.T) {
 	t.Parallel()
-	env, err := lambdafn.LoadEnv(getenv(nil))
+	env, err := awswire.LoadEnv(getenv(nil))
 	if err != nil {
 		t.Fatalf("LoadEnv: %v", err)
 	}
@@ -98,7 +99,7 @@ func TestLoadEnvRejects(t *testing.T) {
 				m[k] = v
 			}
 			m[tc.key] = tc.value
-			_, err := lambdafn.LoadEnv(getenv(m))
+			_, err := awswire.LoadEnv(getenv(m))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("LoadEnv error = %v, want one naming %s", err, tc.want)
 			}
@@ -111,26 +112,26 @@ func TestLoadEnvRejects(t *testing.T) {
 // a missing resource fails the cold start.
 func TestBuildersCheckTheirResources(t *testing.T) {
 	t.Parallel()
-	env, err := lambdafn.LoadEnv(getenv(templateEnv))
+	env, err := awswire.LoadEnv(getenv(templateEnv))
 	if err != nil {
 		t.Fatal(err)
 	}
 	env.ModelProvider = "sim" // openai would read the key from SSM
 	cfg := aws.Config{Region: "us-east-1"}
-	builders := map[string]func(*lambdafn.Deps) error{
-		"splitter":  func(d *lambdafn.Deps) error { _, err := d.Splitter(); return err },
-		"generator": func(d *lambdafn.Deps) error { _, err := d.Generator(context.Background()); return err },
-		"exporter":  func(d *lambdafn.Deps) error { _, err := d.Exporter(); return err },
-		"sweeper":   func(d *lambdafn.Deps) error { _, err := d.Sweeper(); return err },
-		"api":       func(d *lambdafn.Deps) error { _, err := d.HTTP(); return err },
+	builders := map[string]func(*awswire.Deps) error{
+		"splitter":  func(d *awswire.Deps) error { _, err := d.Splitter(); return err },
+		"generator": func(d *awswire.Deps) error { _, err := generatorwire.New(context.Background(), d); return err },
+		"exporter":  func(d *awswire.Deps) error { _, err := d.Exporter(); return err },
+		"sweeper":   func(d *awswire.Deps) error { _, err := d.Sweeper(); return err },
+		"api":       func(d *awswire.Deps) error { _, err := d.HTTP(); return err },
 	}
 	for name, build := range builders {
-		if err := build(lambdafn.NewDeps(env, cfg, name)); err != nil {
+		if err := build(awswire.NewDeps(env, cfg, name)); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 		missing := env
 		missing.TableName = ""
-		if err := build(lambdafn.NewDeps(missing, cfg, name)); err == nil || !strings.Contains(err.Error(), "TABLE_NAME") {
+		if err := build(awswire.NewDeps(missing, cfg, name)); err == nil || !strings.Contains(err.Error(), "TABLE_NAME") {
 			t.Errorf("%s without TABLE_NAME: %v, want an error naming it", name, err)
 		}
 	}
@@ -141,7 +142,7 @@ func TestBuildersCheckTheirResources(t *testing.T) {
 // a quota under one request a second falls back to a per-instance share.
 func TestGeneratorQuotaIsShared(t *testing.T) {
 	t.Parallel()
-	env, err := lambdafn.LoadEnv(getenv(templateEnv))
+	env, err := awswire.LoadEnv(getenv(templateEnv))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,13 +158,13 @@ func TestGeneratorQuotaIsShared(t *testing.T) {
 	}
 	for _, tc := range tests {
 		env.QuotaRPM = tc.rpm
-		d := lambdafn.NewDeps(env, cfg, "generator")
+		d := awswire.NewDeps(env, cfg, "generator")
 		var limiter pipeline.Limiter
 		d.TuneGenerator = func(st store.Store, cfg *pipeline.GeneratorConfig) store.Store {
 			limiter = cfg.Limiter
 			return st
 		}
-		if _, err := d.Generator(context.Background()); err != nil {
+		if _, err := generatorwire.New(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}
 		if got := fmt.Sprintf("%T", limiter); got != tc.want {

@@ -1,9 +1,13 @@
-package lambdafn
+// Package awswire builds the AWS side of the Lambda functions from their
+// environment: it reads the configuration, loads the AWS SDK configuration,
+// builds the DynamoDB, SQS, S3 and Step Functions adapters and wires them
+// into the handlers of internal/lambdafn, which know nothing of AWS. The
+// generator's extra pieces (model provider, SSM, shared quota) live in
+// generatorwire, so only the generator function links them.
+package awswire
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,19 +22,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
 	"github.com/batchgen/batchgen/internal/clock"
-	"github.com/batchgen/batchgen/internal/llm"
-	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
-	"github.com/batchgen/batchgen/internal/llm/sim"
+	"github.com/batchgen/batchgen/internal/lambdafn"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
-	"github.com/batchgen/batchgen/internal/quota"
-	"github.com/batchgen/batchgen/internal/quota/dynamoquota"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/stepfn"
 	"github.com/batchgen/batchgen/internal/store"
@@ -148,8 +147,8 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 	return e, errors.Join(errs...)
 }
 
-// require checks that the named variables are set.
-func (e Env) require(names ...string) error {
+// Require checks that the named variables are set.
+func (e Env) Require(names ...string) error {
 	values := map[string]string{
 		"TABLE_NAME": e.TableName, "QUEUE_URL": e.QueueURL, "DLQ_URL": e.DLQURL,
 		"BUCKET_NAME": e.BucketName, "STATE_MACHINE_ARN": e.StateMachineARN,
@@ -285,38 +284,9 @@ func (d *Deps) Exports() pipeline.ExportStarter {
 	return stepfn.Starter{Client: sfn.NewFromConfig(d.AWS), StateMachineARN: d.Env.StateMachineARN}
 }
 
-// Provider builds the model provider. For openai with MODEL_API_KEY_PARAM
-// it reads the key from SSM Parameter Store (decrypted); the key is never
-// logged.
-func (d *Deps) Provider(ctx context.Context) (llm.Provider, error) {
-	switch d.Env.ModelProvider {
-	case "openai":
-		key := ""
-		if name := d.Env.ModelAPIKeyParam; name != "" {
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			out, err := ssm.NewFromConfig(d.AWS).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
-			if err != nil {
-				return nil, fmt.Errorf("read the model API key from SSM parameter %s: %w", name, err)
-			}
-			if out.Parameter == nil || aws.ToString(out.Parameter.Value) == "" {
-				return nil, fmt.Errorf("SSM parameter %s is empty", name)
-			}
-			key = aws.ToString(out.Parameter.Value)
-		}
-		p, err := openaillm.New(openaillm.Config{BaseURL: d.Env.ModelBaseURL, APIKey: key, Model: d.Env.ModelName})
-		if err != nil {
-			return nil, fmt.Errorf("model provider: %w", err)
-		}
-		return p, nil
-	default:
-		return sim.New(sim.Config{Latency: d.Env.SimLatency, Jitter: d.Env.SimLatency / 6, Clock: d.Clock}), nil
-	}
-}
-
 // Splitter builds the splitter function's handler.
-func (d *Deps) Splitter() (*Splitter, error) {
-	if err := d.Env.require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME", "STATE_MACHINE_ARN"); err != nil {
+func (d *Deps) Splitter() (*lambdafn.Splitter, error) {
+	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
 	blobs := d.Blobs()
@@ -331,62 +301,15 @@ func (d *Deps) Splitter() (*Splitter, error) {
 			Clock:       d.Clock,
 			Logger:      d.Logger,
 		})
-	return &Splitter{Intake: intake, Metrics: d.Metrics, Logger: d.Logger}, nil
-}
-
-// Generator builds the generator function's handler around one shared
-// pipeline.Generator; ctx bounds the cold-start reads (the API key).
-func (d *Deps) Generator(ctx context.Context) (*Generator, error) {
-	if err := d.Env.require("TABLE_NAME", "QUEUE_URL", "STATE_MACHINE_ARN"); err != nil {
-		return nil, err
-	}
-	provider, err := d.Provider(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var st store.Store = d.Store()
-	counter := NewGeneratorCounter()
-	cfg := pipeline.GeneratorConfig{
-		Cache:       d.Store(),
-		Limiter:     d.limiter(),
-		Observer:    RowObserver(counter),
-		Owner:       instanceName(d.Env.LogStream),
-		Clock:       d.Clock,
-		Logger:      d.Logger,
-		Concurrency: d.Env.Concurrency,
-		Lease:       d.Env.Lease,
-	}
-	if d.TuneGenerator != nil {
-		st = d.TuneGenerator(st, &cfg)
-	}
-	gen := pipeline.NewGenerator(st, provider, d.Exports(), cfg)
-	return &Generator{Generator: gen, Queue: d.Queue(), Counter: counter, Metrics: d.Metrics, Logger: d.Logger}, nil
-}
-
-// limiter paces the generator to QUOTA_RPM across every instance: a
-// quota.Shared leasing per-second blocks from the table, so the sum over
-// instances holds however many run. Quotas under one request a second fall
-// back to a per-instance share. nil means unlimited.
-func (d *Deps) limiter() pipeline.Limiter {
-	if d.Env.QuotaRPM <= 0 {
-		return nil
-	}
-	name := d.Env.ModelProvider + ":" + d.Env.ModelName
-	shared, err := quota.NewShared(dynamoquota.New(dynamodb.NewFromConfig(d.AWS), d.Env.TableName, name),
-		quota.SharedConfig{RPM: d.Env.QuotaRPM, Clock: d.Clock})
-	if err == nil {
-		return shared
-	}
-	discard(d.Logger).Warn("quota too small to share; each instance takes its share", "rpm", d.Env.QuotaRPM, "reason", err)
-	return quota.NewLocal(quota.LocalConfig{RPM: d.Env.InstanceRPM(), Clock: d.Clock})
+	return &lambdafn.Splitter{Intake: intake, Metrics: d.Metrics, Logger: d.Logger}, nil
 }
 
 // Exporter builds the exporter function's handler.
-func (d *Deps) Exporter() (*Exporter, error) {
-	if err := d.Env.require("TABLE_NAME", "BUCKET_NAME"); err != nil {
+func (d *Deps) Exporter() (*lambdafn.Exporter, error) {
+	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
 		return nil, err
 	}
-	return &Exporter{
+	return &lambdafn.Exporter{
 		Exporter: pipeline.NewExporter(d.Store(), d.Blobs(), pipeline.ExporterConfig{Clock: d.Clock, Logger: d.Logger}),
 		Metrics:  d.Metrics,
 		Logger:   d.Logger,
@@ -394,15 +317,15 @@ func (d *Deps) Exporter() (*Exporter, error) {
 }
 
 // Sweeper builds the sweeper function's handler.
-func (d *Deps) Sweeper() (*Sweeper, error) {
-	if err := d.Env.require("TABLE_NAME", "QUEUE_URL", "STATE_MACHINE_ARN"); err != nil {
+func (d *Deps) Sweeper() (*lambdafn.Sweeper, error) {
+	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
 	cfg := pipeline.SweeperConfig{Clock: d.Clock, Logger: d.Logger}
 	if d.TuneSweeper != nil {
 		d.TuneSweeper(&cfg)
 	}
-	return &Sweeper{
+	return &lambdafn.Sweeper{
 		Sweeper: pipeline.NewSweeper(d.Store(), d.Queue(), d.Exports(), cfg),
 		Metrics: d.Metrics,
 		Logger:  d.Logger,
@@ -410,12 +333,12 @@ func (d *Deps) Sweeper() (*Sweeper, error) {
 }
 
 // HTTP builds the api function's handler.
-func (d *Deps) HTTP() (*HTTP, error) {
-	if err := d.Env.require("TABLE_NAME", "BUCKET_NAME"); err != nil {
+func (d *Deps) HTTP() (*lambdafn.HTTP, error) {
+	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
 		return nil, err
 	}
 	blobs := d.Blobs()
-	return &HTTP{
+	return &lambdafn.HTTP{
 		Handler: api.New(api.Config{
 			Store: d.Store(), Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
 			DefaultSpec: d.Env.DefaultSpec(), Exports: d.Exports(),
@@ -423,15 +346,4 @@ func (d *Deps) HTTP() (*HTTP, error) {
 		}),
 		Logger: d.Logger,
 	}, nil
-}
-
-// instanceName names this Lambda instance in batch claims, so an operator
-// can find the log stream of the worker that holds a batch.
-func instanceName(logStream string) string {
-	if logStream != "" {
-		return logStream
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return "generator-" + hex.EncodeToString(b[:])
 }
