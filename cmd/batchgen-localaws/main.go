@@ -36,7 +36,7 @@ Usage:
                                                    upload FILE, run until its task is final, download the result
   batchgen-localaws upload [--prefix P] FILE       put FILE into incoming/ of the stack
   batchgen-localaws download [--prefix P] [--out FILE] TASK
-                                                   fetch results/TASK.xlsx
+                                                   fetch TASK's result (a dropped FILE.xlsx's is results/FILE.result.xlsx)
 Start the emulator first:
   eval "$(infra/emulator/start.sh)"; export AWS_ENDPOINT_URL
 

@@ -190,7 +190,7 @@ func banner(w io.Writer, o runOptions, endpoint, how string, res *awsemu.Resourc
 	}
 	fmt.Fprintf(w, `Drop a sheet (a workbook whose "prompt" sheet holds the template) into s3://%s/%s:
   go run ./cmd/batchgen-localaws upload%s FILE
-Results land in s3://%s/results/<task>.xlsx (rejected inputs: results/<name>.error.txt):
+Results land in s3://%s/results/<name>.result.xlsx (rejected inputs: results/<name>.<ext>.error.txt):
   go run ./cmd/batchgen-localaws download%s --out FILE TASK
 Ctrl-C stops. go run ./cmd/batchgen-localaws --reuse%s carries on; batches the stopped
 run held come back when their lease and the message's visibility timeout run out.

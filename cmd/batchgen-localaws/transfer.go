@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
@@ -16,6 +18,8 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/dynamostore"
 )
 
 // cmdUpload puts a file into the stack's drop folder, where a running
@@ -60,7 +64,21 @@ func cmdDownload(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	if *out == "" {
 		*out = taskID + ".result.xlsx"
 	}
-	err = localrun.Download(ctx, t.client, t.bucket, pipeline.ResultKey(taskID), *out)
+	// The task says where its result is: a dropped file's result is named
+	// after the input (pipeline.TaskResultKey), an API upload's after the
+	// task. An unknown task falls back to the id-based key, whose absence
+	// is reported below.
+	key := pipeline.ResultKey(taskID)
+	task, err := dynamostore.New(dynamodb.NewFromConfig(t.cfg), t.table, dynamostore.Options{}).GetTask(ctx, taskID)
+	switch {
+	case err == nil && task.ResultKey != "":
+		key = task.ResultKey
+	case err == nil:
+		key = pipeline.TaskResultKey(task)
+	case !errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("look up task %s: %w", taskID, err)
+	}
+	err = localrun.Download(ctx, t.client, t.bucket, key, *out)
 	var missing *s3types.NoSuchKey
 	if errors.As(err, &missing) {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("task %s has no result in s3://%s yet: it is unknown or not finished (the running batchgen-localaws logs its progress)", taskID, t.bucket)}
@@ -68,7 +86,7 @@ func cmdDownload(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "downloaded s3://%s/%s to %s\n", t.bucket, pipeline.ResultKey(taskID), *out)
+	fmt.Fprintf(stdout, "downloaded s3://%s/%s to %s\n", t.bucket, key, *out)
 	return nil
 }
 
@@ -77,6 +95,8 @@ func cmdDownload(ctx context.Context, args []string, stdout, stderr io.Writer, g
 type transfer struct {
 	arg            string
 	bucket, region string
+	table          string
+	cfg            aws.Config
 	client         *s3.Client
 }
 
@@ -114,7 +134,7 @@ func connectTransfer(ctx context.Context, name, usage string, args []string, std
 		return nil, err
 	}
 	return &transfer{
-		arg: fs.Arg(0), bucket: res.BucketName, region: cfg.Region,
+		arg: fs.Arg(0), bucket: res.BucketName, region: cfg.Region, table: res.TableName, cfg: cfg,
 		client: s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true }),
 	}, nil
 }

@@ -262,12 +262,12 @@ func (e *e2e) duplicateMessages(batches int, taskID string) {
 	}
 }
 
-// resultRows reads results/<task>.xlsx: the header, then the rows.
-func (e *e2e) resultRows(taskID string) [][]string {
+// resultRows reads the result workbook at key: the header, then the rows.
+func (e *e2e) resultRows(key string) [][]string {
 	e.t.Helper()
-	out, err := e.stack.S3.GetObject(e.t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(pipeline.ResultKey(taskID))})
+	out, err := e.stack.S3.GetObject(e.t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(key)})
 	if err != nil {
-		e.t.Fatalf("the result is not in results/: %v", err)
+		e.t.Fatalf("the result is not at %s: %v", key, err)
 	}
 	defer out.Body.Close()
 	b, err := io.ReadAll(out.Body)
@@ -286,11 +286,12 @@ func (e *e2e) resultRows(taskID string) [][]string {
 	return rows
 }
 
-// checkResult asserts every row came back in order with its input, and
-// that exactly the filtered rows failed.
-func (e *e2e) checkResult(taskID string, filtered []int) {
+// checkResult asserts the result of the dropped input is at resultKey,
+// every row came back in order with its input, and exactly the filtered
+// rows failed.
+func (e *e2e) checkResult(resultKey string, filtered []int) {
 	e.t.Helper()
-	rows := e.resultRows(taskID)
+	rows := e.resultRows(resultKey)
 	wantHeader := append(slices.Clone(header), pipeline.ResultColumns...)
 	if diff := gocmp.Diff(wantHeader, rows[0]); diff != "" {
 		e.t.Errorf("result header mismatch (-want +got):\n%s", diff)
@@ -450,7 +451,11 @@ func TestEndToEnd(t *testing.T) {
 			if n := e.ops.Counts()[awsops.Name(sfn.ServiceID, "StartExecution")]; n != 1 {
 				t.Errorf("%d StartExecution calls for one export, want 1 (ops: %v)", n, e.ops.Counts())
 			}
-			e.checkResult(taskID, tc.filtered)
+			// A dropped file's result is named after it, not after the task.
+			if want := "results/商品 list.result.xlsx"; task.ResultKey != want {
+				t.Errorf("result key = %q, want %q", task.ResultKey, want)
+			}
+			e.checkResult("results/商品 list.result.xlsx", tc.filtered)
 			e.checkBilledOnce(tc.filtered)
 			if got := e.metricSum(metrics.RowsFailed); got != float64(len(tc.filtered)) {
 				t.Errorf("EMF RowsFailed sums to %v, want %d", got, len(tc.filtered))
@@ -514,7 +519,7 @@ func TestEndToEndExportFailure(t *testing.T) {
 		t.Errorf("export execution = %s %s, want FAILED ExportFailed", run.Status, run.Error)
 	}
 	e.checkExecution(taskID, store.TaskFailed)
-	if _, err := e.stack.S3.HeadObject(t.Context(), &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(pipeline.ResultKey(taskID))}); err == nil {
+	if _, err := e.stack.S3.HeadObject(t.Context(), &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String("results/broken.result.xlsx")}); err == nil {
 		t.Error("a failed export left a result")
 	}
 }
@@ -541,7 +546,7 @@ func TestAWSCallsPerThousandRows(t *testing.T) {
 	if task.State != store.TaskSucceeded || task.RowsSucceeded != rows {
 		t.Fatalf("task = %s with %d rows succeeded, want SUCCEEDED with %d", task.State, task.RowsSucceeded, rows)
 	}
-	e.checkResult(taskID, nil)
+	e.checkResult("results/count.result.xlsx", nil)
 	e.checkBilledOnce(nil)
 
 	perOp := map[string]int{}

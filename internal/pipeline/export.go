@@ -59,7 +59,7 @@ func NewExporter(st store.Store, blobs blob.Store, cfg ExporterConfig) *Exporter
 }
 
 // Export writes the result workbook of a task whose batches are all done to
-// ResultKey(task) and moves the task to SUCCEEDED or PARTIAL. A CANCELLED
+// TaskResultKey(task) and moves the task to SUCCEEDED or PARTIAL. A CANCELLED
 // task gets a partial result (rows that never started are marked
 // not_started) and stays CANCELLED. It is idempotent: a task already
 // exported is returned as is, and an export that died halfway is simply
@@ -90,7 +90,7 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 		}
 	}
 
-	key := ResultKey(taskID)
+	key := TaskResultKey(task)
 	pr, pw := io.Pipe()
 	written := make(chan exportCounts, 1)
 	go func() {

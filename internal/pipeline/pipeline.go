@@ -18,7 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/batchgen/batchgen/internal/clock"
@@ -80,8 +82,39 @@ func DeriveTaskID(sourceIdentity string, spec store.TaskSpec) string {
 	return hex.EncodeToString(h.Sum(nil))[:20]
 }
 
-// ResultKey is the blob key of a task's result workbook.
+// ResultKey is the blob key of the result workbook of a task that did not
+// come from the drop folder (an API upload, a local run): named after the
+// task, since its input has no key of its own under the results folder.
 func ResultKey(taskID string) string { return "results/" + taskID + ".xlsx" }
+
+// DropResultKey is where the result of the drop-folder input at key goes:
+// incoming/<path>/<name>.<ext> -> results/<path>/<name>.result.xlsx, so the
+// people who dropped the file find its result by its name. The sub-path is
+// kept, so inputs of the same name in different folders never meet. Two
+// inputs that differ only in the extension (a.csv and a.xlsx in one folder),
+// or the same key dropped again with other content, share the name: the
+// latest export wins, as when a file is saved again under its name (each
+// export writes the whole file in one put, so a reader sees one result or
+// the other, never a mix). ok is false when key is not a drop-folder input.
+func DropResultKey(key string) (resultKey string, ok bool) {
+	if !IsInputKey(key) {
+		return "", false
+	}
+	rel := strings.TrimPrefix(key, IncomingPrefix)
+	return "results/" + strings.TrimSuffix(rel, path.Ext(rel)) + ".result.xlsx", true
+}
+
+// TaskResultKey is where task's result goes: DropResultKey of its source
+// for a task made from a dropped file, ResultKey(id) otherwise. The
+// exporter, the local stack and its download command all ask this, so the
+// rule lives once. (API uploads and local runs name their source by a plain
+// file name, never by a key under the drop folder.)
+func TaskResultKey(t store.Task) string {
+	if key, ok := DropResultKey(t.Source); ok {
+		return key
+	}
+	return ResultKey(t.ID)
+}
 
 // Event is a progress notification from the generator, for progress bars and
 // metrics. It is informational; nothing depends on receiving it.
