@@ -2,8 +2,6 @@ package awswire_test
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +13,7 @@ const mod = "github.com/batchgen/batchgen/"
 // build (linux/arm64, lambda.norpc).
 func deps(t *testing.T, pkg string) []string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "-tags", "lambda.norpc", "-f", "{{.ImportPath}}", mod+pkg)
+	cmd := exec.Command("go", "list", "-deps", "-tags", "lambda.norpc", "-f", "{{.ImportPath}}", mod+pkg)
 	cmd.Env = append(cmd.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -128,7 +128,7 @@ func (c GeneratorConfig) validate() error {
 		}
 	}
 	if c.Concurrency < 1 || c.CallsPerRound < 1 || c.Rounds < 1 || c.FlushRows < 1 {
-		errs = append(errs, fmt.Errorf("Concurrency %d, CallsPerRound %d, Rounds %d, FlushRows %d: each must be at least 1", c.Concurrency, c.CallsPerRound, c.Rounds, c.FlushRows))
+		errs = append(errs, fmt.Errorf("config: Concurrency %d, CallsPerRound %d, Rounds %d, FlushRows %d: each must be at least 1", c.Concurrency, c.CallsPerRound, c.Rounds, c.FlushRows))
 	}
 	positive("Lease", c.Lease)
 	positive("CallTimeout", c.CallTimeout)

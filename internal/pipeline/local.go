@@ -50,7 +50,7 @@ func (c LocalWorkersConfig) withDefaults() LocalWorkersConfig {
 
 func (c LocalWorkersConfig) validate() error {
 	if c.Workers < 1 || c.Visibility <= 0 || c.PollInterval <= 0 {
-		return fmt.Errorf("Workers %d, Visibility %v, PollInterval %v: each must be positive", c.Workers, c.Visibility, c.PollInterval)
+		return fmt.Errorf("config: Workers %d, Visibility %v, PollInterval %v: each must be positive", c.Workers, c.Visibility, c.PollInterval)
 	}
 	return nil
 }

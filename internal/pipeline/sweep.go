@@ -65,7 +65,7 @@ func (c SweeperConfig) withDefaults() SweeperConfig {
 
 func (c SweeperConfig) validate() error {
 	if c.PendingAfter <= 0 || c.Limit < 1 || c.MaxDuration <= 0 || c.DeadlineMargin <= 0 || c.RecentTasks < 1 || c.MaxClaims < 1 {
-		return fmt.Errorf("PendingAfter %v, Limit %d, MaxDuration %v, DeadlineMargin %v, RecentTasks %d, MaxClaims %d: each must be positive",
+		return fmt.Errorf("config: PendingAfter %v, Limit %d, MaxDuration %v, DeadlineMargin %v, RecentTasks %d, MaxClaims %d: each must be positive",
 			c.PendingAfter, c.Limit, c.MaxDuration, c.DeadlineMargin, c.RecentTasks, c.MaxClaims)
 	}
 	return nil
