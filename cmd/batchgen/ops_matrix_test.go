@@ -52,24 +52,32 @@ func TestOpsCommandsInEveryTaskState(t *testing.T) {
 		}
 	}
 
-	// start runs a job in the background; the caller waits for it.
-	start := func(t *testing.T, dir string) (*exec.Cmd, *bytes.Buffer, string) {
+	// start runs a job in the background against a model server of its
+	// own, so that waiting for its progress counts only its calls (the
+	// subtests run in parallel: a shared counter let one job's calls
+	// release another's wait before that job had even written its task).
+	// The caller waits for the process.
+	start := func(t *testing.T, dir string) (*exec.Cmd, *bytes.Buffer, *callWatch) {
 		t.Helper()
+		own := newCallWatch(mockserver.New(mockserver.Config{Latency: 20 * time.Millisecond}))
+		ownSrv := httptest.NewServer(own)
+		t.Cleanup(ownSrv.Close) // registered first, so it runs after the kill below
 		in := productsCSV(t, dir, rows, nil)
-		cmd := exec.Command(binary, runArgs(in)...)
+		args := append(runArgs(in), "--base-url", ownSrv.URL+"/v1") // the last --base-url wins
+		cmd := exec.Command(binary, args...)
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd, &stderr, in
+		return cmd, &stderr, own
 	}
-	// progressed waits until the job has made some model calls.
-	progressed := func(t *testing.T, target int64, stderr *bytes.Buffer) {
+	// progressed waits until the job behind w has made n model calls.
+	progressed := func(t *testing.T, w *callWatch, n int64, stderr *bytes.Buffer) {
 		t.Helper()
 		select {
-		case <-watch.reached(target):
+		case <-w.reached(n):
 		case <-time.After(60 * time.Second):
 			t.Fatalf("no progress; stderr:\n%s", stderr.String())
 		}
@@ -112,8 +120,8 @@ func TestOpsCommandsInEveryTaskState(t *testing.T) {
 	prepare := map[string]func(t *testing.T) prepared{
 		"killed": func(t *testing.T) prepared {
 			dir := t.TempDir()
-			cmd, stderr, _ := start(t, dir)
-			progressed(t, mock.Stats().Succeeded+15, stderr)
+			cmd, stderr, own := start(t, dir)
+			progressed(t, own, 15, stderr)
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -132,8 +140,8 @@ func TestOpsCommandsInEveryTaskState(t *testing.T) {
 		},
 		"cancelled": func(t *testing.T) prepared {
 			dir := t.TempDir()
-			cmd, stderr, _ := start(t, dir)
-			progressed(t, mock.Stats().Succeeded+15, stderr)
+			cmd, stderr, own := start(t, dir)
+			progressed(t, own, 15, stderr)
 			data := filepath.Join(dir, ".batchgen")
 			id := taskOf(t, data)
 			if r := runBinary(t, context.Background(), "cancel", id, "--data", data); r.code != 0 {
@@ -232,8 +240,8 @@ func TestOpsCommandsInEveryTaskState(t *testing.T) {
 	t.Run("running", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		cmd, stderr, _ := start(t, dir)
-		progressed(t, mock.Stats().Succeeded+10, stderr)
+		cmd, stderr, own := start(t, dir)
+		progressed(t, own, 10, stderr)
 		data := filepath.Join(dir, ".batchgen")
 		id := taskOf(t, data)
 		for _, c := range []opsCase{

@@ -20,8 +20,9 @@ import (
 )
 
 // fakeTable is an in-process stand-in for DynamoDB that serves exactly the
-// calls PutRows and ListRows make (GetItem, conditional PutItem, Query on
-// the primary key with BETWEEN), with DynamoDB's 1 MB page limit, so that a
+// calls PutRows and ListRows make (GetItem, conditional PutItem,
+// TransactWriteItems of conditional puts, Query on the primary key with
+// BETWEEN), with DynamoDB's 1 MB page limit, so that a
 // 200,000-row sheet can be pushed through the adapter's real request code
 // in seconds. The emulator suite checks semantics against moto; this checks
 // scale: chunking, bounded concurrency and paging. Items are kept as raw
@@ -32,6 +33,8 @@ type fakeTable struct {
 	inFlight atomic.Int64
 	peak     atomic.Int64
 	puts     atomic.Int64
+	txs      atomic.Int64 // TransactWriteItems calls
+	txItems  atomic.Int64 // puts inside them
 	queries  atomic.Int64
 }
 
@@ -63,6 +66,12 @@ type fakeRequest struct {
 	ExpressionAttributeValues map[string]attrS `json:"ExpressionAttributeValues"`
 	ExclusiveStartKey         *keyAttrs        `json:"ExclusiveStartKey"`
 	Limit                     int              `json:"Limit"`
+	TransactItems             []struct {
+		Put *struct {
+			Item                json.RawMessage `json:"Item"`
+			ConditionExpression string          `json:"ConditionExpression"`
+		} `json:"Put"`
+	} `json:"TransactItems"`
 }
 
 // fail writes a DynamoDB error response.
@@ -107,6 +116,12 @@ func (f *fakeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		resp = map[string]any{}
+	case "TransactWriteItems":
+		f.txs.Add(1)
+		var ok bool
+		if resp, ok = f.transact(w, req); !ok {
+			return
+		}
 	case "Query":
 		f.queries.Add(1)
 		var err error
@@ -122,11 +137,62 @@ func (f *fakeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(resp)
 }
 
+// transact serves a transaction of puts, all or nothing: when a
+// conditional put finds its key taken, nothing is written and the answer is
+// DynamoDB's TransactionCanceledException with one reason per item. It
+// reports whether it answered with success (resp) rather than an error.
+func (f *fakeTable) transact(w http.ResponseWriter, req fakeRequest) (any, bool) {
+	keys := make([]keyAttrs, len(req.TransactItems))
+	for i, it := range req.TransactItems {
+		if it.Put == nil {
+			fail(w, "ValidationException", "the fake serves transactions of puts only")
+			return nil, false
+		}
+		if err := json.Unmarshal(it.Put.Item, &keys[i]); err != nil {
+			fail(w, "ValidationException", err.Error())
+			return nil, false
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	reasons := make([]map[string]string, len(keys))
+	cancelled := false
+	for i, k := range keys {
+		reasons[i] = map[string]string{"Code": "None"}
+		if p := f.parts[k.PK.S]; p != nil && req.TransactItems[i].Put.ConditionExpression != "" {
+			if _, exists := p.items[k.SK.S]; exists {
+				reasons[i] = map[string]string{"Code": "ConditionalCheckFailed", "Message": "The conditional request failed"}
+				cancelled = true
+			}
+		}
+	}
+	if cancelled {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{
+			"__type":              "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+			"message":             "Transaction cancelled, please refer cancellation reasons for specific reasons",
+			"CancellationReasons": reasons,
+		})
+		return nil, false
+	}
+	for i, k := range keys {
+		f.putLocked(k, req.TransactItems[i].Put.Item, false)
+	}
+	f.txItems.Add(int64(len(keys)))
+	return map[string]any{}, true
+}
+
 // put stores item unless conditional and its key exists; it reports
 // whether it stored.
 func (f *fakeTable) put(k keyAttrs, item json.RawMessage, conditional bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.putLocked(k, item, conditional)
+}
+
+// putLocked is put with f.mu held.
+func (f *fakeTable) putLocked(k keyAttrs, item json.RawMessage, conditional bool) bool {
 	p := f.parts[k.PK.S]
 	if p == nil {
 		p = &fakePartition{items: map[string]json.RawMessage{}}
@@ -222,9 +288,16 @@ func TestPutRowsLarge(t *testing.T) {
 			t.Fatalf("put rows %d..: %v", from, err)
 		}
 	}
-	t.Logf("PutRows of %d rows: %v, %d PutItem calls, peak %d in flight", n, time.Since(start), f.puts.Load(), f.peak.Load())
-	if got := f.puts.Load(); got != int64(n+1) {
-		t.Errorf("%d PutItem calls, want one per row (%d) and the task", got, n)
+	t.Logf("PutRows of %d rows: %v, %d transactions, peak %d in flight", n, time.Since(start), f.txs.Load(), f.peak.Load())
+	if got := f.txItems.Load(); got != int64(n) {
+		t.Errorf("%d rows put in transactions, want every row (%d)", got, n)
+	}
+	// Small rows: full transactions of maxTxItems, never a call per row.
+	if got, want := f.txs.Load(), int64((n+maxTxItems-1)/maxTxItems); got != want {
+		t.Errorf("%d TransactWriteItems calls for %d rows, want %d (%d rows each)", got, n, want, maxTxItems)
+	}
+	if got := f.puts.Load(); got != 1 {
+		t.Errorf("%d PutItem calls, want 1 (the task): rows go in transactions", got)
 	}
 	if p := f.peak.Load(); p < 2 || p > 8 {
 		t.Errorf("peak of %d requests in flight, want parallel calls bounded by WriteConcurrency (2..8)", p)
