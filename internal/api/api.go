@@ -26,6 +26,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -33,8 +34,9 @@ import (
 // downloads (S3 presigned URLs). The embedded runtime has none.
 type Presigner interface {
 	// PresignPut returns a URL that accepts one HTTP PUT of the object at
-	// key until ttl has passed.
-	PresignPut(ctx context.Context, key string, ttl time.Duration) (string, error)
+	// key until ttl has passed, of exactly size bytes sent with
+	// Content-Type contentType (both signed; S3 refuses others with 403).
+	PresignPut(ctx context.Context, key string, ttl time.Duration, size int64, contentType string) (string, error)
 	// PresignGet returns a URL that serves the object at key until ttl has
 	// passed.
 	PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error)
@@ -70,6 +72,11 @@ type Config struct {
 	DownloadTTL time.Duration
 	// MaxBodyBytes caps a request body. Defaults to 256 KiB.
 	MaxBodyBytes int64
+	// MaxInputBytes is the largest sheet an upload URL is issued for: the
+	// splitter's limit (MAX_INPUT_BYTES), so a file the splitter would
+	// refuse is refused up front with 413. Defaults to
+	// pipeline.DefaultMaxInputBytes.
+	MaxInputBytes int64
 	// NewID returns a fresh task id for an upload. Defaults to 128 random
 	// bits in hex. It must return ids that ValidTaskID accepts.
 	NewID func() string
@@ -103,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxInputBytes <= 0 {
+		c.MaxInputBytes = pipeline.DefaultMaxInputBytes
 	}
 	if c.MaxBatchSize <= 0 {
 		c.MaxBatchSize = 1000

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -32,11 +33,11 @@ type fakePresigner struct {
 	panic bool
 }
 
-func (p fakePresigner) PresignPut(_ context.Context, key string, ttl time.Duration) (string, error) {
+func (p fakePresigner) PresignPut(_ context.Context, key string, ttl time.Duration, size int64, contentType string) (string, error) {
 	if p.panic {
 		panic("presigner exploded")
 	}
-	return "https://bucket.test/" + key + "?method=PUT&ttl=" + ttl.String(), p.err
+	return fmt.Sprintf("https://bucket.test/%s?method=PUT&ttl=%s&size=%d&type=%s", key, ttl, size, contentType), p.err
 }
 
 func (p fakePresigner) PresignGet(_ context.Context, key string, ttl time.Duration) (string, error) {
@@ -85,8 +86,9 @@ func newFixture(t *testing.T) *fixture {
 				Prompt: "default {{name}}", Provider: "openai", Model: "gpt-4o-mini", System: "be brief",
 				Temperature: &temp, MaxTokens: 300, BatchSize: 100,
 			},
-			MaxBatchSize: 500,
-			NewID:        func() string { return "0123456789abcdef0123456789abcdef" },
+			MaxBatchSize:  500,
+			MaxInputBytes: 1 << 20,
+			NewID:         func() string { return "0123456789abcdef0123456789abcdef" },
 		},
 	}
 }
@@ -126,15 +128,21 @@ func TestCreateTask(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	h := api.New(f.config)
-	res := do(t, h, "POST", "/api/tasks", `{"filename": "商品 list.XLSX", "prompt": "Write copy for {{商品名称}}", "max_tokens": 50, "batch_size": 20}`)
+	res := do(t, h, "POST", "/api/tasks", `{"filename": "商品 list.XLSX", "size": 18342, "prompt": "Write copy for {{商品名称}}", "max_tokens": 50, "batch_size": 20}`)
 	if res.status != http.StatusCreated {
 		t.Fatalf("status = %d, want 201; body %v", res.status, res.body)
 	}
 	want := map[string]any{
-		"task_id":       "0123456789abcdef0123456789abcdef",
-		"upload_url":    "https://bucket.test/incoming/0123456789abcdef0123456789abcdef/商品 list.xlsx?method=PUT&ttl=15m0s",
+		"task_id": "0123456789abcdef0123456789abcdef",
+		// The URL is signed for the declared size and the extension's type
+		// (in any case), and the client is told the headers to send.
+		"upload_url":    "https://bucket.test/incoming/0123456789abcdef0123456789abcdef/商品 list.xlsx?method=PUT&ttl=15m0s&size=18342&type=application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
 		"upload_method": "PUT",
-		"expires_at":    "2025-06-01T12:15:00Z",
+		"upload_headers": map[string]any{
+			"Content-Type":   "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+			"Content-Length": "18342",
+		},
+		"expires_at": "2025-06-01T12:15:00Z",
 	}
 	if diff := cmp.Diff(want, res.body); diff != "" {
 		t.Errorf("response mismatch (-want +got):\n%s", diff)
@@ -201,6 +209,13 @@ func TestCreateTaskRejects(t *testing.T) {
 		{"temperature too high", `{"filename": "a.csv", "temperature": 2.5}`, 400, "invalid_request", "temperature"},
 		{"negative max tokens", `{"filename": "a.csv", "max_tokens": -1}`, 400, "invalid_request", "max_tokens"},
 		{"batch too large", `{"filename": "a.csv", "batch_size": 501}`, 400, "invalid_request", "between 1 and 500"},
+		{"missing size", `{"filename": "a.csv"}`, 400, "invalid_request", "size is required"},
+		{"zero size", `{"filename": "a.csv", "size": 0}`, 400, "invalid_request", "at least 1"},
+		{"negative size", `{"filename": "a.csv", "size": -5}`, 400, "invalid_request", "at least 1"},
+		{"fractional size", `{"filename": "a.csv", "size": 1.5}`, 400, "invalid_json", "size"},
+		// The fixture's MaxInputBytes is 1 MiB: one byte more is refused
+		// before any URL is signed.
+		{"size over the input limit", `{"filename": "a.csv", "size": 1048577}`, 413, "file_too_large", "1048577 bytes; the largest sheet this deployment accepts is 1048576 bytes"},
 		{"body too large", `{"filename": "a.csv", "prompt": "` + strings.Repeat("x", 300<<10) + `"}`, 413, "body_too_large", "larger than"},
 	}
 	for _, tc := range tests {
@@ -382,8 +397,8 @@ func TestErrors(t *testing.T) {
 		{name: "bad limit", method: "GET", target: "/api/tasks?limit=0", status: 400, code: "invalid_request"},
 		{name: "store down on get", broken: true, method: "GET", target: "/api/tasks/abc", status: 500, code: "internal"},
 		{name: "store down on list", broken: true, method: "GET", target: "/api/tasks", status: 500, code: "internal"},
-		{name: "presign fails", presigner: fakePresigner{err: errSecret}, method: "POST", target: "/api/tasks", body: `{"filename": "a.csv"}`, status: 500, code: "internal"},
-		{name: "handler panics", presigner: fakePresigner{panic: true}, method: "POST", target: "/api/tasks", body: `{"filename": "a.csv"}`, status: 500, code: "internal"},
+		{name: "presign fails", presigner: fakePresigner{err: errSecret}, method: "POST", target: "/api/tasks", body: `{"filename": "a.csv", "size": 10}`, status: 500, code: "internal"},
+		{name: "handler panics", presigner: fakePresigner{panic: true}, method: "POST", target: "/api/tasks", body: `{"filename": "a.csv", "size": 10}`, status: 500, code: "internal"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -55,15 +55,41 @@ type CreateTaskRequest struct {
 	MaxTokens int `json:"max_tokens,omitempty"`
 	// BatchSize is the number of rows per batch; 0 takes the deployment's.
 	BatchSize int `json:"batch_size,omitempty"`
+	// Size is the sheet's length in bytes; required. The upload URL is
+	// signed for exactly this length, and a size over the deployment's
+	// input limit is refused with 413.
+	Size *int64 `json:"size,omitempty"`
 }
 
 // CreateTaskResponse is the 201 body of POST /api/tasks: PUT the sheet to
 // UploadURL before ExpiresAt, then follow the task at /api/tasks/{TaskID}.
 type CreateTaskResponse struct {
-	TaskID       string    `json:"task_id"`
-	UploadURL    string    `json:"upload_url"`
-	UploadMethod string    `json:"upload_method"`
-	ExpiresAt    time.Time `json:"expires_at"`
+	TaskID       string `json:"task_id"`
+	UploadURL    string `json:"upload_url"`
+	UploadMethod string `json:"upload_method"`
+	// UploadHeaders are the headers the PUT must send exactly as given
+	// (Content-Type, Content-Length): they are signed into UploadURL.
+	UploadHeaders map[string]string `json:"upload_headers"`
+	ExpiresAt     time.Time         `json:"expires_at"`
+}
+
+// contentTypes are the media types uploads are signed with, by extension
+// (lower case; sheet.IsSheetName decides which extensions are sheets).
+var contentTypes = map[string]string{
+	".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+	".xlsm": "application/vnd.ms-excel.sheet.macroEnabled.12",
+	".csv":  "text/csv",
+	".tsv":  "text/tab-separated-values",
+}
+
+// UploadContentType is the Content-Type an upload of filename is signed
+// with, by its extension in any letter case; "application/octet-stream"
+// for an extension without its own type.
+func UploadContentType(filename string) string {
+	if t, ok := contentTypes[strings.ToLower(path.Ext(filename))]; ok {
+		return t
+	}
+	return "application/octet-stream"
 }
 
 // TaskView is a task as the API shows it.
@@ -173,6 +199,17 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
+	size, err := s.uploadSize(req)
+	var tooBig *tooLargeError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "file_too_large", err.Error())
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	contentType := UploadContentType(req.Filename)
 	ctx := r.Context()
 	id := s.cfg.NewID()
 	if !ValidTaskID(id) {
@@ -183,7 +220,7 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) {
 	key := IncomingKey(id, req.Filename)
 	// Presign before writing the record: signing is local and cheap, and a
 	// failure then leaves nothing behind.
-	url, err := s.cfg.Presigner.PresignPut(ctx, key, s.cfg.UploadTTL)
+	url, err := s.cfg.Presigner.PresignPut(ctx, key, s.cfg.UploadTTL, size, contentType)
 	if err != nil {
 		s.internalError(w, r, "presign upload", err)
 		return
@@ -201,7 +238,29 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/api/tasks/"+id)
 	writeJSON(w, http.StatusCreated, CreateTaskResponse{
 		TaskID: id, UploadURL: url, UploadMethod: http.MethodPut, ExpiresAt: now.Add(s.cfg.UploadTTL),
+		UploadHeaders: map[string]string{"Content-Type": contentType, "Content-Length": strconv.FormatInt(size, 10)},
 	})
+}
+
+// tooLargeError is a declared size over the deployment's input limit.
+type tooLargeError struct{ size, limit int64 }
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("size is %d bytes; the largest sheet this deployment accepts is %d bytes", e.size, e.limit)
+}
+
+// uploadSize checks the request's declared size: required, at least one
+// byte, at most MaxInputBytes (a *tooLargeError past it).
+func (s *server) uploadSize(req CreateTaskRequest) (int64, error) {
+	switch {
+	case req.Size == nil:
+		return 0, errors.New(`size is required: the sheet's length in bytes (e.g. "size": 18342); the upload URL is signed for exactly that length`)
+	case *req.Size < 1:
+		return 0, fmt.Errorf("size %d: must be the sheet's length in bytes, at least 1", *req.Size)
+	case *req.Size > s.cfg.MaxInputBytes:
+		return 0, &tooLargeError{size: *req.Size, limit: s.cfg.MaxInputBytes}
+	}
+	return *req.Size, nil
 }
 
 // specFor validates a request and completes it with the deployment's

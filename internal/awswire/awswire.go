@@ -341,7 +341,7 @@ func (d *Deps) HTTP() (*lambdafn.HTTP, error) {
 	return &lambdafn.HTTP{
 		Handler: api.New(api.Config{
 			Store: d.Store(), Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
-			DefaultSpec: d.Env.DefaultSpec(), Exports: d.Exports(),
+			DefaultSpec: d.Env.DefaultSpec(), Exports: d.Exports(), MaxInputBytes: d.Env.MaxInputBytes,
 			Retrier: pipeline.Retrier{Reopener: d.Store(), Queue: d.Queue()},
 		}),
 		Logger: d.Logger,

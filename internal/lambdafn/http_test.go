@@ -84,7 +84,7 @@ func TestHTTPRequest(t *testing.T) {
 				Host: host, RemoteAddr: "203.0.113.7", Proto: "HTTP/1.1",
 				Query: map[string][]string{}, ContentType: "application/json", Cookies: []string{"session=abc123", "theme=dark"},
 				Authorization: "Bearer eyJraWQiOiJ...",
-				Body:          `{"filename": "商品 list.xlsx", "prompt": "为商品{{商品名称}}写一段营销文案"}`, ContentLength: 92,
+				Body:          `{"filename": "商品 list.xlsx", "size": 18342, "prompt": "为商品{{商品名称}}写一段营销文案"}`, ContentLength: 107,
 				RequestID: "YcYA1hZ8IAMEVhA=", Sub: "7f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8",
 			},
 		},
@@ -318,7 +318,7 @@ func TestHTTPMalformedEvent(t *testing.T) {
 
 type urlPresigner struct{}
 
-func (urlPresigner) PresignPut(_ context.Context, key string, _ time.Duration) (string, error) {
+func (urlPresigner) PresignPut(_ context.Context, key string, _ time.Duration, _ int64, _ string) (string, error) {
 	return "https://bucket.test/" + key, nil
 }
 
@@ -350,6 +350,9 @@ func TestHTTPServesTheAPI(t *testing.T) {
 	}
 	if created.UploadURL != "https://bucket.test/incoming/0123456789abcdef0123456789abcdef/商品 list.xlsx" {
 		t.Errorf("upload_url = %q", created.UploadURL)
+	}
+	if got := created.UploadHeaders["Content-Length"]; got != "18342" {
+		t.Errorf("upload_headers Content-Length = %q, want the posted size 18342", got)
 	}
 
 	resp, err = h.Handle(t.Context(), get)

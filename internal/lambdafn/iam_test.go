@@ -120,16 +120,16 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 		return rec.Body.Bytes()
 	}
 	var created api.CreateTaskResponse
-	if err := json.Unmarshal(call("POST", "/api/tasks", `{"filename":"via-api.xlsx"}`, http.StatusCreated), &created); err != nil {
+	body := xlsx(t, header, [][]string{{"a", "b"}, {"c", "d"}}, "{{商品名称}}")
+	if err := json.Unmarshal(call("POST", "/api/tasks", fmt.Sprintf(`{"filename":"via-api.xlsx","size":%d}`, len(body)), http.StatusCreated), &created); err != nil {
 		t.Fatal(err)
 	}
 	call("GET", "/api/tasks/"+created.TaskID, "", http.StatusOK) // awaiting upload
-	body := xlsx(t, header, [][]string{{"a", "b"}, {"c", "d"}}, "{{商品名称}}")
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, created.UploadURL, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+	req.Header.Set("Content-Type", created.UploadHeaders["Content-Type"])
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -123,15 +125,32 @@ func TestPresign(t *testing.T) {
 	ctx := t.Context()
 	client, name := bucket(t)
 	s := s3blob.New(client, name, s3blob.Options{Prefix: "presigned"})
-	put, err := s.PresignPut(ctx, "incoming/商品 list.xlsx", 5*time.Minute)
+	body := []byte("sheet bytes")
+	const xlsxType = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+	put, err := s.PresignPut(ctx, "incoming/商品 list.xlsx", 5*time.Minute, int64(len(body)), xlsxType)
 	if err != nil {
 		t.Fatalf("presign put: %v", err)
 	}
-	body := []byte("sheet bytes")
+	// The length and the type are signed into the URL, so S3 answers 403
+	// to a PUT that sends any other. moto does not check the signatures of
+	// presigned URLs (a PUT of a longer body or another type through this
+	// URL gets 200 from moto 5.2.5), so the test asserts what S3 enforces
+	// instead: the URL's signed headers include both.
+	u, err := url.Parse(put)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := strings.Split(u.Query().Get("X-Amz-SignedHeaders"), ";")
+	for _, h := range []string{"content-length", "content-type", "host"} {
+		if !slices.Contains(signed, h) {
+			t.Errorf("X-Amz-SignedHeaders = %v, want it to include %s", signed, h)
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, put, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", xlsxType)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("PUT presigned: %v", err)
@@ -165,7 +184,7 @@ func TestPresign(t *testing.T) {
 			t.Errorf("PresignGet with ttl %v succeeded, want an error", ttl)
 		}
 	}
-	if _, err := s.PresignPut(ctx, "../x", time.Minute); !errors.Is(err, s3blob.ErrInvalidKey) {
+	if _, err := s.PresignPut(ctx, "../x", time.Minute, 1, xlsxType); !errors.Is(err, s3blob.ErrInvalidKey) {
 		t.Errorf("PresignPut of an invalid key: error = %v, want %v", err, s3blob.ErrInvalidKey)
 	}
 }

@@ -184,14 +184,22 @@ func (s *Store) Size(ctx context.Context, key string) (int64, error) {
 
 // PresignPut returns a URL through which anyone holding it may PUT the
 // object under key for ttl (at most 7 days), so a browser uploads a sheet
-// straight to S3 instead of through the API.
-func (s *Store) PresignPut(ctx context.Context, key string, ttl time.Duration) (string, error) {
+// straight to S3 instead of through the API. size (bytes) and contentType
+// are signed into the URL (X-Amz-SignedHeaders names content-length and
+// content-type): S3 answers 403 to a PUT that sends another length or
+// type, so the URL cannot carry a bigger file than the one announced.
+func (s *Store) PresignPut(ctx context.Context, key string, ttl time.Duration, size int64, contentType string) (string, error) {
 	obj, err := s.presignArgs(key, ttl)
 	if err != nil {
 		return "", fmt.Errorf("presign put: %w", err)
 	}
-	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(obj)},
-		s3.WithPresignExpires(ttl))
+	if size < 0 || contentType == "" {
+		return "", fmt.Errorf("presign put %q: size %d and content type %q: both are required", key, size, contentType)
+	}
+	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(s.bucket), Key: aws.String(obj),
+		ContentLength: aws.Int64(size), ContentType: aws.String(contentType),
+	}, s3.WithPresignExpires(ttl))
 	if err != nil {
 		return "", fmt.Errorf("presign put %q: %w", key, err)
 	}
