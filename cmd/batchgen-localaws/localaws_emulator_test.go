@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/go-cmp/cmp"
 	"github.com/xuri/excelize/v2"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/store/dynamostore"
 )
 
 // The --once mode against the emulator (AWS_ENDPOINT_URL; start it with
@@ -217,5 +219,29 @@ func TestOnceReuse(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("result row %d mismatch (-want +got):\n%s", i, diff)
 		}
+	}
+	// The dropped file's result is named after it, and download TASK finds
+	// it there through the task (pipeline.TaskResultKey).
+	tasks, err := dynamostore.New(dynamodb.NewFromConfig(cfg), res.TableName, dynamostore.Options{}).ListTasks(ctx, 10)
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("tasks = %+v, %v; want the one task", tasks, err)
+	}
+	if want := "results/list.result.xlsx"; tasks[0].ResultKey != want {
+		t.Errorf("result key = %q, want %q", tasks[0].ResultKey, want)
+	}
+	again := filepath.Join(dir, "downloaded.xlsx")
+	stdout.Reset()
+	stderr.Reset()
+	code = runMain(ctx, []string{"download", "--prefix", prefix, "--state-dir", stateDir, "--out", again, tasks[0].ID}, &stdout, &stderr, noenv)
+	if code != report.OK {
+		t.Fatalf("download exit code = %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if want := fmt.Sprintf("downloaded s3://%s/results/list.result.xlsx to %s", res.BucketName, again); !strings.Contains(stdout.String(), want) {
+		t.Errorf("download stdout = %q, want %q", stdout.String(), want)
+	}
+	first, _ := os.ReadFile(out)
+	second, err := os.ReadFile(again)
+	if err != nil || !bytes.Equal(first, second) {
+		t.Errorf("download wrote %d bytes (%v), want the %d-byte result --once wrote", len(second), err, len(first))
 	}
 }
