@@ -1,13 +1,13 @@
 // Package s3blob implements blob.Store on an S3 bucket, for the AWS runtime:
 // key "results/T.xlsx" is the object <Prefix>/results/T.xlsx.
 //
-// Put streams through the SDK's upload manager: objects up to one part (5
-// MiB) go up in one PutObject, larger ones as a multipart upload, and the
+// Put streams through the SDK's S3 transfer manager: objects up to one part
+// (5 MiB) go up in one PutObject, larger ones as a multipart upload, and the
 // reader is consumed a part at a time, so an export of unknown length never
 // sits in memory whole. S3 makes an object visible only when its upload
 // completes, which is what makes Put atomic: a reader that fails mid-way
-// aborts the upload (the manager aborts a multipart upload; a single part is
-// never sent), and readers keep seeing the old object.
+// aborts the upload (the transfer manager aborts a multipart upload; a
+// single part is never sent), and readers keep seeing the old object.
 package s3blob
 
 import (
@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
@@ -44,16 +44,29 @@ const maxKeyLen = 1024
 // maxPresignTTL is the longest a SigV4 presigned URL may live.
 const maxPresignTTL = 7 * 24 * time.Hour
 
+const (
+	// defaultPartSize is S3's minimum part size, which the transfer
+	// manager does not default to (8 MiB): the smallest part keeps the
+	// least of an export in memory.
+	defaultPartSize = 5 << 20
+	// abortTimeout bounds the abort of a failed multipart upload. The
+	// abort runs on a fresh context, so that an upload failed by its
+	// caller's cancellation is still aborted instead of leaving parts
+	// behind until the bucket's lifecycle rule removes them.
+	abortTimeout = 30 * time.Second
+)
+
 // Options tunes a Store. The zero value is ready to use.
 type Options struct {
 	// Prefix is prepended to every key, as a folder ("tenant-a" stores
 	// "results/T.xlsx" at "tenant-a/results/T.xlsx"). Empty for none.
 	Prefix string
-	// PartSize is the upload part size in bytes, at least 5 MiB.
-	// Defaults to the upload manager's (5 MiB).
+	// PartSize is the upload part size in bytes, at least 5 MiB; an
+	// object of at most one part is sent in one PutObject. Defaults to 5
+	// MiB.
 	PartSize int64
 	// Concurrency is how many parts of one object upload at once.
-	// Defaults to the upload manager's (5).
+	// Defaults to the transfer manager's (5).
 	Concurrency int
 }
 
@@ -63,7 +76,7 @@ type Store struct {
 	client   *s3.Client
 	bucket   string
 	prefix   string
-	uploader *manager.Uploader
+	uploader *transfermanager.Client
 	presign  *s3.PresignClient
 }
 
@@ -74,13 +87,19 @@ func New(client *s3.Client, bucket string, opts Options) *Store {
 		client: client,
 		bucket: bucket,
 		prefix: strings.Trim(opts.Prefix, "/"),
-		uploader: manager.NewUploader(client, func(u *manager.Uploader) {
+		uploader: transfermanager.New(client, func(o *transfermanager.Options) {
+			o.PartSizeBytes = defaultPartSize
 			if opts.PartSize > 0 {
-				u.PartSize = opts.PartSize
+				o.PartSizeBytes = opts.PartSize
 			}
+			// Multipart from the second part on, as the upload
+			// manager did: the transfer manager's own threshold (16
+			// MiB) would buffer up to that much before sending.
+			o.MultipartUploadThreshold = o.PartSizeBytes
 			if opts.Concurrency > 0 {
-				u.Concurrency = opts.Concurrency
+				o.Concurrency = opts.Concurrency
 			}
+			o.FailTimeout = abortTimeout
 		}),
 		presign: s3.NewPresignClient(client),
 	}
@@ -122,7 +141,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("put blob: %w", err)
 	}
-	_, err = s.uploader.Upload(ctx, &s3.PutObjectInput{
+	_, err = s.uploader.UploadObject(ctx, &transfermanager.UploadObjectInput{
 		Bucket: aws.String(s.bucket),
 		Key:    aws.String(obj),
 		Body:   r,
