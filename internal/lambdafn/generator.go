@@ -46,6 +46,11 @@ var generatorMetrics = []string{
 //     reported as a batch item failure, so it comes back after the delay.
 //     If its receipt went stale, a fresh copy is sent instead and the old
 //     one is left for Lambda to delete (see pipeline.Settlement.Apply).
+//   - SettleResend (a batch handed back at the invocation's deadline after
+//     finishing rows): a fresh copy is sent and the received message is
+//     not a batch item failure, so Lambda deletes it and the batch's
+//     receive count starts again; healthy work that outlasts one
+//     invocation never reaches the dead-letter queue.
 //   - SettleDeadLetter: a batch item failure left invisible for the
 //     queue's whole visibility timeout, until the redrive policy moves it
 //     to the dead-letter queue.
@@ -100,13 +105,20 @@ func RowObserver(c *metrics.Counter) pipeline.Observer {
 func (h *Generator) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	work, cancel := h.workContext(ctx)
 	defer cancel()
+	// No row starts after stopAt: a call started later could not finish
+	// and be saved before the deadline, so it would be paid for and lost.
+	var stopAt time.Time
+	if deadline, ok := ctx.Deadline(); ok {
+		remaining := time.Until(deadline)
+		stopAt = h.Generator.StopStartingAt(remaining, h.headroom(remaining))
+	}
 	failed := make([]bool, len(ev.Records))
 	var wg sync.WaitGroup
 	for i := range ev.Records {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			failed[i] = !h.handleRecord(ctx, work, ev.Records[i])
+			failed[i] = !h.handleRecord(ctx, work, stopAt, ev.Records[i])
 		}()
 	}
 	wg.Wait()
@@ -131,26 +143,33 @@ func (h *Generator) workContext(ctx context.Context) (context.Context, context.C
 	if !ok {
 		return context.WithCancel(ctx)
 	}
+	return context.WithDeadline(ctx, deadline.Add(-h.headroom(time.Until(deadline))))
+}
+
+// headroom is the time kept free at the end of an invocation with
+// remaining time left to settle its messages.
+func (h *Generator) headroom(remaining time.Duration) time.Duration {
 	headroom := h.Headroom
 	if headroom <= 0 {
 		headroom = DefaultHeadroom
 	}
-	if remaining := time.Until(deadline); remaining < 2*headroom {
+	if remaining < 2*headroom {
 		headroom = remaining / 2
 	}
-	return context.WithDeadline(ctx, deadline.Add(-headroom))
+	return headroom
 }
 
 // handleRecord runs one message and reports whether Lambda may delete it.
-func (h *Generator) handleRecord(ctx, work context.Context, rec events.SQSMessage) bool {
+func (h *Generator) handleRecord(ctx, work context.Context, stopAt time.Time, rec events.SQSMessage) bool {
 	receiveCount, _ := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
 	visibility := h.Visibility
 	if visibility <= 0 {
 		visibility = DefaultVisibility
 	}
 	out := h.Generator.Process(work, pipeline.Delivery{
-		Body:         []byte(rec.Body),
-		ReceiveCount: receiveCount,
+		Body:           []byte(rec.Body),
+		ReceiveCount:   receiveCount,
+		StopStartingAt: stopAt,
 		KeepAlive: func(ctx context.Context) error {
 			return h.Queue.ChangeVisibility(ctx, rec.ReceiptHandle, visibility)
 		},
@@ -166,7 +185,7 @@ func (h *Generator) handleRecord(ctx, work context.Context, rec events.SQSMessag
 		h.count(metrics.PoisonMessages)
 	case st.Err != nil:
 		h.count(metrics.MessagesFailed)
-	case st.Action == pipeline.SettleRetry:
+	case st.Action == pipeline.SettleRetry, st.Action == pipeline.SettleResend:
 		h.count(metrics.BatchesReleased)
 	}
 	m := pipeline.Message{ID: rec.MessageId, Receipt: rec.ReceiptHandle, Body: []byte(rec.Body), ReceiveCount: receiveCount}

@@ -452,3 +452,87 @@ func TestGeneratorProcessesRecordsConcurrently(t *testing.T) {
 		t.Fatalf("batch item failures %v: the records were not processed concurrently", resp.BatchItemFailures)
 	}
 }
+
+// firstAnswersProvider answers its first call at once and holds the others
+// until gate closes, reporting each held call on held.
+type firstAnswersProvider struct {
+	mu    sync.Mutex
+	calls int
+	held  chan struct{}
+	gate  chan struct{}
+}
+
+func (p *firstAnswersProvider) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
+	p.mu.Lock()
+	p.calls++
+	first := p.calls == 1
+	p.mu.Unlock()
+	if !first {
+		p.held <- struct{}{}
+		select {
+		case <-p.gate:
+		case <-ctx.Done():
+			return llm.Response{}, ctx.Err()
+		}
+	}
+	return llm.Response{Text: "ok: " + req.Prompt}, nil
+}
+
+// TestGeneratorHandsBackHealthyWorkWithAFreshMessage: an invocation whose
+// time to start rows runs out after it finished some rows lets its calls in
+// flight finish, and replaces the message with a fresh copy instead of
+// reporting a failure, so the receive count that leads to the dead-letter
+// queue starts again.
+func TestGeneratorHandsBackHealthyWorkWithAFreshMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := &firstAnswersProvider{held: make(chan struct{}, 10), gate: make(chan struct{})}
+	f := e.generator(p, nil)
+	e.splitCSV(6, 6)
+	ds := e.drain()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	type result struct {
+		resp events.SQSEventResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := f.handler.Handle(ctx, sqsEvent(t, ds))
+		done <- result{resp, err}
+	}()
+	for range 3 { // rows 2-4 hold the other concurrency slots
+		<-p.held
+	}
+	// The invocation's time to start rows is over (the generator's clock
+	// says so); the three calls in flight then answer.
+	e.clock.Advance(10 * time.Minute)
+	close(p.gate)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Handle: %v", r.err)
+	}
+	if failed := f.deleteSucceeded(ds, r.resp); len(failed) != 0 {
+		t.Fatalf("batch item failures = %v, want none: the message was replaced", failed)
+	}
+	again := e.drain()
+	if len(again) != 1 || again[0].ID == ds[0].ID || again[0].ReceiveCount != 1 {
+		t.Fatalf("after the hand-back got %+v, want one fresh message received once", again)
+	}
+	rows, err := e.store.ListRows(t.Context(), store.ListRowsParams{TaskID: "task-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var succeeded int
+	for _, r := range rows {
+		if r.State == store.RowSucceeded {
+			succeeded++
+		}
+	}
+	if succeeded != 4 {
+		t.Errorf("%d rows succeeded, want 4: the calls in flight at the stop are saved, no row starts after it", succeeded)
+	}
+	if got := f.lastMetrics()[metrics.BatchesReleased]; got != 1 {
+		t.Errorf("BatchesReleased = %v, want 1", got)
+	}
+}

@@ -177,6 +177,29 @@ type Delivery struct {
 	// KeepAlive, when non-nil, is called whenever the batch's lease is
 	// renewed so the caller can extend the message's visibility too.
 	KeepAlive func(ctx context.Context) error
+	// StopStartingAt, when non-zero, is when the generator starts no new
+	// row (by the generator's Clock): calls already in flight finish and
+	// their results are saved, and the batch is handed back with its other
+	// rows pending (Outcome.HandedBack). A runtime with a hard deadline (a
+	// Lambda invocation) sets it from StopStartingAt, so that a call is never
+	// started that the deadline would cut off after it was paid for. Zero
+	// means no such limit: the other runtimes stop only when their context
+	// ends.
+	StopStartingAt time.Time
+}
+
+// StopStartingAt is Delivery.StopStartingAt, on the generator's clock, for
+// a runtime that is killed when remaining has passed and needs flush to
+// settle its messages after the work: a call started later than
+// CallTimeout+flush before the end could not finish and be saved. When less
+// than twice that remains, half of what remains is kept instead, so that a
+// short invocation still does some work.
+func (g *Generator) StopStartingAt(remaining, flush time.Duration) time.Time {
+	headroom := g.cfg.CallTimeout + flush
+	if remaining < 2*headroom {
+		headroom = remaining / 2
+	}
+	return g.cfg.Clock.Now().Add(remaining - headroom)
 }
 
 // Outcome is what processing a message came to; Settle turns it into what
@@ -188,6 +211,12 @@ type Outcome struct {
 	// RetryAfter, when Ack is false and Err is nil, is the delay after which
 	// the message should be delivered again (the graded backoff).
 	RetryAfter time.Duration
+	// HandedBack means the batch was released because Delivery.StopStartingAt
+	// came with rows still pending; Progress is how many of its rows reached
+	// a final state in this delivery. A hand-back with progress is healthy
+	// work that ran out of time, not a failing message (see Settle).
+	HandedBack bool
+	Progress   int
 	// Err is a failure to handle the message at all. A *PoisonError will
 	// never succeed; other errors are transient. Either way the message is
 	// left for the queue to redeliver and, eventually, dead-letter.
@@ -231,7 +260,7 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	case err != nil:
 		return Outcome{Err: fmt.Errorf("claim batch %s/%d: %w", task.ID, msg.BatchNo, err)}
 	}
-	return g.runBatch(ctx, task, b, d.KeepAlive)
+	return g.runBatch(ctx, task, b, d)
 }
 
 func (g *Generator) ensureExport(ctx context.Context, taskID string, batchNo int) error {
@@ -271,7 +300,8 @@ type rowOutcome struct {
 	aborted bool
 }
 
-func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch, keepAlive func(context.Context) error) Outcome {
+func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch, d Delivery) Outcome {
+	keepAlive := d.KeepAlive
 	log := g.cfg.Logger.With("task", task.ID, "batch", b.No, "attempt", b.Attempt)
 	batchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -287,7 +317,31 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	// polling the task.
 	startCtx, stopStarting := context.WithCancel(batchCtx)
 	defer stopStarting()
-	var cancelled atomic.Bool
+	var cancelled, timeUp atomic.Bool
+	// stopNow reports whether no new row may start because
+	// d.StopStartingAt has come (checked before each row, so that a row
+	// never starts after it however the goroutine below is scheduled).
+	stopNow := func() bool {
+		if d.StopStartingAt.IsZero() || g.cfg.Clock.Now().Before(d.StopStartingAt) {
+			return false
+		}
+		timeUp.Store(true)
+		stopStarting()
+		return true
+	}
+	if !d.StopStartingAt.IsZero() {
+		go func() {
+			if wait := d.StopStartingAt.Sub(g.cfg.Clock.Now()); wait > 0 {
+				select {
+				case <-startCtx.Done():
+					return
+				case <-g.cfg.Clock.After(wait):
+				}
+			}
+			timeUp.Store(true)
+			stopStarting()
+		}()
+	}
 	f := &flusher{
 		g: g, b: b, ctx: ctx, log: log, stop: make(chan struct{}),
 		onFenced:    func() { lost.Store(true); cancel() },
@@ -350,7 +404,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			outcomes[i] = rowOutcome{result: rows[i].RowResult}
 			continue
 		}
-		if startCtx.Err() != nil {
+		if stopNow() || startCtx.Err() != nil {
 			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 			continue
 		}
@@ -369,7 +423,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 			continue
 		}
-		if startCtx.Err() != nil {
+		if stopNow() || startCtx.Err() != nil {
 			// Both were ready: a cancel learnt meanwhile wins.
 			<-g.sem
 			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
@@ -422,7 +476,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		log.Info("task cancelled; batch stopped")
 		return finish(Outcome{Ack: true})
 	}
-	var succeeded, failed, skipped, pending, maxAttempts int
+	var succeeded, failed, skipped, pending, maxAttempts, progress int
 	var lastErr string
 	aborted := false
 	for _, o := range outcomes {
@@ -441,6 +495,9 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			}
 		}
 		aborted = aborted || o.aborted
+		if o.save && o.result.State.Final() {
+			progress++
+		}
 	}
 	if pending > 0 {
 		delay := time.Duration(0)
@@ -449,6 +506,10 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			delay = retryDelay(g.cfg.RetryDelays, round)
 		}
 		g.release(ctx, b, lastErr, log)
+		if timeUp.Load() && aborted {
+			log.Info("time to stop starting rows; batch handed back", "pending_rows", pending, "rows_finished", progress)
+			return finish(Outcome{HandedBack: true, Progress: progress})
+		}
 		log.Info("batch released for a later attempt", "pending_rows", pending, "delay", delay, "last_error", lastErr)
 		return finish(Outcome{RetryAfter: delay})
 	}

@@ -26,6 +26,12 @@ const (
 	// moves it to the dead-letter queue. For messages that can never be
 	// processed (*PoisonError).
 	SettleDeadLetter
+	// SettleResend sends a fresh copy of the message after Settlement.Delay
+	// and removes the received one, so the batch starts again from a receive
+	// count of zero: for a batch handed back at the runtime's deadline after
+	// it made progress, which must not walk healthy work toward the
+	// dead-letter queue one deadline at a time.
+	SettleResend
 )
 
 // String names the action in logs and test failures.
@@ -37,6 +43,8 @@ func (a SettleAction) String() string {
 		return "retry"
 	case SettleDeadLetter:
 		return "dead-letter"
+	case SettleResend:
+		return "resend"
 	}
 	return fmt.Sprintf("SettleAction(%d)", int(a))
 }
@@ -59,7 +67,11 @@ type Settlement struct {
 //   - Ack: delete it.
 //   - Err is a *PoisonError: dead-letter it.
 //   - Err is anything else: retry after the generator's ErrorDelay.
-//   - neither: the batch was released; retry after out.RetryAfter, the
+//   - HandedBack with Progress: the batch ran out of time after finishing
+//     rows; resend it at once (a fresh message, receive count reset).
+//   - HandedBack without progress: retry at once, using up a receive, so a
+//     batch that cannot finish a row within a delivery still dead-letters.
+//   - otherwise: the batch was released; retry after out.RetryAfter, the
 //     graded backoff.
 func (g *Generator) Settle(out Outcome) Settlement {
 	return settle(out, g.cfg.ErrorDelay)
@@ -74,6 +86,8 @@ func settle(out Outcome, errorDelay time.Duration) Settlement {
 		return Settlement{Action: SettleDeadLetter, Err: out.Err}
 	case out.Err != nil:
 		return Settlement{Action: SettleRetry, Delay: errorDelay, Err: out.Err}
+	case out.HandedBack && out.Progress > 0:
+		return Settlement{Action: SettleResend}
 	default:
 		return Settlement{Action: SettleRetry, Delay: out.RetryAfter}
 	}
@@ -110,6 +124,16 @@ func (s Settlement) Apply(ctx context.Context, q queue.Queue, m Message, log *sl
 	case SettleDeadLetter:
 		log.Error("poison message; it will be dead-lettered", "body", truncate(string(m.Body), 300), "error", s.Err)
 		return false
+	}
+	if s.Action == SettleResend {
+		if err := q.Send(ctx, []queue.Outgoing{{Body: m.Body, Delay: s.Delay}}); err != nil {
+			// Fall back to the normal retry: it uses up a receive, but the
+			// batch is not left without a message.
+			log.Warn("resend handed-back message failed; retrying it instead", "error", err)
+			s = Settlement{Action: SettleRetry, Delay: s.Delay}
+		} else {
+			return true
+		}
 	}
 	if s.Err != nil {
 		log.Warn("message failed; will retry", "retry_in", s.Delay, "error", s.Err)

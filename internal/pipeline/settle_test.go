@@ -50,6 +50,9 @@ func TestSettle(t *testing.T) {
 		{"released after round 2", pipeline.Outcome{RetryAfter: 60 * time.Second}, settled{Action: pipeline.SettleRetry, Delay: 60 * time.Second}},
 		{"released at once (shutdown)", pipeline.Outcome{}, settled{Action: pipeline.SettleRetry}},
 		{"transient failure", pipeline.Outcome{Err: transient}, settled{Action: pipeline.SettleRetry, Delay: 7 * time.Second, Err: transient.Error()}},
+		{"handed back with progress", pipeline.Outcome{HandedBack: true, Progress: 3}, settled{Action: pipeline.SettleResend}},
+		{"handed back without progress", pipeline.Outcome{HandedBack: true}, settled{Action: pipeline.SettleRetry}},
+		{"error wins over a hand-back", pipeline.Outcome{HandedBack: true, Progress: 3, Err: transient}, settled{Action: pipeline.SettleRetry, Delay: 7 * time.Second, Err: transient.Error()}},
 		{"poison", pipeline.Outcome{Err: poison}, settled{Action: pipeline.SettleDeadLetter, Err: poison.Error()}},
 		{"wrapped poison", pipeline.Outcome{Err: errors.Join(errors.New("handler"), poison)}, settled{Action: pipeline.SettleDeadLetter, Err: "handler\n" + poison.Error()}},
 	}
@@ -151,6 +154,21 @@ func TestSettlementApply(t *testing.T) {
 		got := receive(t, q)
 		if len(got) != 1 || string(got[0].Body) != "batch 1" {
 			t.Fatalf("after the delay got %v, want a fresh copy of the body", got)
+		}
+	})
+	t.Run("resend replaces the message with a fresh one", func(t *testing.T) {
+		t.Parallel()
+		q, _ := newQueue(t)
+		d := receive(t, q)[0]
+		if !(pipeline.Settlement{Action: pipeline.SettleResend}).Apply(ctx, q, message(d), log) {
+			t.Fatal("Apply(resend) = false, want the received message removed")
+		}
+		if err := q.Delete(ctx, d.Receipt); err != nil {
+			t.Fatal(err)
+		}
+		got := receive(t, q)
+		if len(got) != 1 || got[0].ID == d.ID || string(got[0].Body) != "batch 1" || got[0].ReceiveCount != 1 {
+			t.Fatalf("after resend got %+v, want a fresh copy received once", got)
 		}
 	})
 	t.Run("dead-letter stays invisible", func(t *testing.T) {
