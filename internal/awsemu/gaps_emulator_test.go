@@ -22,7 +22,7 @@ import (
 // a reason: it creates the planned stack from template.yaml's translation
 // without Provision's own steps, the state machine included as a stack
 // resource, and checks that moto's CloudFormation left out exactly what
-// propertyGaps and machineGap say. When moto catches up, the check for that
+// propertyGaps and the state machine gap say. When moto catches up, the check for that
 // gap fails: delete the workaround and its check.
 func TestMotoCloudFormationGaps(t *testing.T) {
 	t.Parallel()
@@ -107,7 +107,7 @@ func TestMotoCloudFormationGaps(t *testing.T) {
 		arn := p.res.Physical["ExportStateMachine"]
 		out, err := p.sfn.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(arn)})
 		if err == nil && !strings.Contains(aws.ToString(out.Definition), "${ExporterFunctionArn}") {
-			t.Errorf("moto's CloudFormation now creates %s with its substitutions applied, where executions run: drop machineGap", arn)
+			t.Errorf("moto's CloudFormation now creates %s with its substitutions applied, where executions run: drop the state machine gap (planMachine, createStateMachine)", arn)
 		}
 	})
 }

@@ -28,11 +28,11 @@ import (
 )
 
 // Resource types Provision creates. The stack holds the tables, queues and
-// buckets; state machines are created beside it (see machineGap). The
-// other resources of the translation (roles, functions, APIs, alarms) are
-// left out: moto cannot run a Go Lambda, and an event source mapping or a
-// bucket notification to a function it cannot run would swallow the
-// messages and uploads the tests drive by hand (internal/awsemu/localrun).
+// buckets; state machines are created beside it (see the state machine gap
+// below). The other resources of the translation (roles, functions, APIs,
+// alarms) are left out: moto cannot run a Go Lambda, and an event source
+// mapping or a bucket notification to a function it cannot run would
+// swallow the messages and uploads the tests drive by hand (internal/awsemu/localrun).
 // References to the functions resolve to placeholder names and ARNs.
 const (
 	typeTable           = "AWS::DynamoDB::Table"
@@ -61,14 +61,14 @@ var propertyGaps = map[string][]string{
 	typeBucket: {"PublicAccessBlockConfiguration", "LifecycleConfiguration", "BucketEncryption"},
 }
 
-// machineGap: moto's CloudFormation creates an AWS::StepFunctions::StateMachine
+// The state machine gap: moto's CloudFormation creates an AWS::StepFunctions::StateMachine
 // without applying DefinitionSubstitutions, and in the plain Step Functions
 // backend, which the emulator does not serve once executions run the
 // definition (execute_state_machine, which the tests need): the machine
 // could not be described or started. Provision has CloudFormation evaluate
 // the definition and substitutions (as stack outputs), applies the
-// substitutions and creates the machine through the Step Functions API.
-const machineGap = typeCFNStateMachine
+// substitutions and creates the machine through the Step Functions API
+// (planMachine, createStateMachine); TestMotoCloudFormationGaps proves it.
 
 // Resources are what Provision created on the emulator. The named fields are
 // the roles the batchgen functions read from their environment; Physical
@@ -153,7 +153,7 @@ var validPrefix = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,39}$`)
 // one CloudFormation stack named prefix through the emulator's own
 // CloudFormation, which evaluates the parameters, conditions and intrinsic
 // functions. What moto's CloudFormation does not apply (propertyGaps,
-// machineGap) Provision applies through the service APIs, from the values
+// the state machine gap) Provision applies through the service APIs, from the values
 // the stack evaluated. Names follow CloudFormation (<prefix>-<logical
 // id>-<suffix>), so tests can run side by side (see UniquePrefix).
 //
@@ -751,7 +751,7 @@ func (p *provisioner) createStateMachine(ctx context.Context, m machine) error {
 	if !isString {
 		b, err := json.Marshal(v)
 		if err != nil {
-			return fmt.Errorf("Definition: %w", err)
+			return fmt.Errorf("encode the Definition as JSON: %w", err)
 		}
 		def = string(b)
 	}
@@ -932,24 +932,27 @@ func lifecycleRules(v any) ([]s3types.LifecycleRule, error) {
 	if err != nil {
 		return nil, err
 	}
-	items, err := asList(m["Rules"])
+	items, err := reqList(m, "Rules")
 	if err != nil {
-		return nil, fmt.Errorf("Rules: %w", err)
+		return nil, err
 	}
 	var rules []s3types.LifecycleRule
 	for i, raw := range items {
+		// The property path names the rule in errors, as the
+		// template spells it.
+		path := fmt.Sprintf("Rules[%d]", i)
 		rm, err := asMap(raw)
 		if err != nil {
-			return nil, fmt.Errorf("Rules[%d]: %w", i, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		status, err := reqString(rm, "Status")
 		if err != nil {
-			return nil, fmt.Errorf("Rules[%d]: %w", i, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		id, err1 := optString(rm, "Id")
 		prefix, err2 := optString(rm, "Prefix")
 		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("Rules[%d]: %w", i, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		rule := s3types.LifecycleRule{
 			Status: s3types.ExpirationStatus(status),
@@ -961,18 +964,18 @@ func lifecycleRules(v any) ([]s3types.LifecycleRule, error) {
 		if d, ok := rm["ExpirationInDays"]; ok {
 			days, err := toInt(d)
 			if err != nil {
-				return nil, fmt.Errorf("Rules[%d].ExpirationInDays: %w", i, err)
+				return nil, fmt.Errorf("%s.ExpirationInDays: %w", path, err)
 			}
 			rule.Expiration = &s3types.LifecycleExpiration{Days: aws.Int32(int32(days))}
 		}
 		if a, ok := rm["AbortIncompleteMultipartUpload"]; ok {
 			am, err := asMap(a)
 			if err != nil {
-				return nil, fmt.Errorf("Rules[%d].AbortIncompleteMultipartUpload: %w", i, err)
+				return nil, fmt.Errorf("%s.AbortIncompleteMultipartUpload: %w", path, err)
 			}
 			days, err := toInt(am["DaysAfterInitiation"])
 			if err != nil {
-				return nil, fmt.Errorf("Rules[%d].AbortIncompleteMultipartUpload.DaysAfterInitiation: %w", i, err)
+				return nil, fmt.Errorf("%s.AbortIncompleteMultipartUpload.DaysAfterInitiation: %w", path, err)
 			}
 			rule.AbortIncompleteMultipartUpload = &s3types.AbortIncompleteMultipartUpload{DaysAfterInitiation: aws.Int32(int32(days))}
 		}
@@ -1156,12 +1159,13 @@ func asList(v any) ([]any, error) {
 	return l, nil
 }
 
-func optMap(m map[string]any, key string) (map[string]any, error) {
+// reqList returns m[key] as a list; a missing key is an error.
+func reqList(m map[string]any, key string) ([]any, error) {
 	v, ok := m[key]
 	if !ok {
-		return nil, nil
+		return nil, fmt.Errorf("%s is missing", key)
 	}
-	out, err := asMap(v)
+	out, err := asList(v)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}

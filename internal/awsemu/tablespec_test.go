@@ -123,22 +123,3 @@ func parseGSI(raw any) (ddbtypes.GlobalSecondaryIndex, error) {
 	}
 	return g, nil
 }
-
-func lsi(raw any) (ddbtypes.LocalSecondaryIndex, error) {
-	m, err := asMap(raw)
-	if err != nil {
-		return ddbtypes.LocalSecondaryIndex{}, err
-	}
-	name, err := reqString(m, "IndexName")
-	if err != nil {
-		return ddbtypes.LocalSecondaryIndex{}, err
-	}
-	l := ddbtypes.LocalSecondaryIndex{IndexName: aws.String(name)}
-	if l.KeySchema, err = keySchema(m["KeySchema"]); err != nil {
-		return l, fmt.Errorf("%s.KeySchema: %w", name, err)
-	}
-	if l.Projection, err = projection(m["Projection"]); err != nil {
-		return l, fmt.Errorf("%s.Projection: %w", name, err)
-	}
-	return l, nil
-}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -129,16 +128,6 @@ func parseTemplate(data []byte) (*template, error) {
 	return t, nil
 }
 
-// resourceIDs returns the logical IDs in sorted order, for deterministic work.
-func (t *template) resourceIDs() []string {
-	ids := make([]string, 0, len(t.resources))
-	for id := range t.resources {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
-}
-
 // fromNode converts a YAML node to a plain Go tree, turning the short-form
 // intrinsic tags (!Ref, !GetAtt, !Sub, !If, ...) into their long form.
 func fromNode(n *yaml.Node) (any, error) {
@@ -217,10 +206,6 @@ func isIntrinsicTag(tag string) bool {
 
 // noValue is what AWS::NoValue evaluates to; containers drop it.
 type noValue struct{}
-
-// errPending marks a reference to a resource that will exist but has not
-// been created yet; provisioning retries the resource in a later round.
-var errPending = errors.New("refers to a resource not created yet")
 
 // resolver answers Ref and Fn::GetAtt on resources.
 type resolver interface {
@@ -578,12 +563,4 @@ func (e *evaluator) condExpr(expr any) (bool, error) {
 	default:
 		return false, fmt.Errorf("%s: not a condition function", fn)
 	}
-}
-
-// enabled reports whether a resource's Condition (if any) holds.
-func (e *evaluator) enabled(r resource) (bool, error) {
-	if r.condition == "" {
-		return true, nil
-	}
-	return e.condition(r.condition)
 }

@@ -255,6 +255,6 @@ func checkGrants(t *testing.T, ops *awsops.Set) {
 		}
 	}
 	if t.Failed() {
-		t.Log(fmt.Sprintf("grants: %+v", grants))
+		t.Logf("grants: %+v", grants)
 	}
 }
