@@ -408,6 +408,11 @@ func TestTemplateFunctions(t *testing.T) {
 			if name != "exporter" {
 				wantEnv = append(wantEnv, "STATE_MACHINE_ARN")
 			}
+			if name == "generator" {
+				// Calls in flight per instance, part of the sizing that
+				// lambdafn.TestGeneratorSizing checks.
+				wantEnv = append(wantEnv, "GENERATOR_CONCURRENCY")
+			}
 			sort.Strings(wantEnv)
 			want := fn{
 				CodeUri:       "functions/" + name,
@@ -442,9 +447,9 @@ func TestTemplateEvents(t *testing.T) {
 	gotWork := work["Properties"].(map[string]any)
 	wantWork := map[string]any{
 		"Queue":                 "att:WorkQueue.Arn",
-		"BatchSize":             10,
+		"BatchSize":             2,
 		"FunctionResponseTypes": []any{"ReportBatchItemFailures"},
-		"ScalingConfig":         map[string]any{"MaximumConcurrency": 10},
+		"ScalingConfig":         map[string]any{"MaximumConcurrency": 17},
 	}
 	if diff := cmp.Diff(wantWork, gotWork); diff != "" {
 		t.Errorf("generator SQS event mismatch (-want +got):\n%s", diff)

@@ -32,6 +32,9 @@ type Limiter interface {
 	Penalize(retryAfter time.Duration)
 }
 
+// DefaultCallTimeout is GeneratorConfig.CallTimeout's default.
+const DefaultCallTimeout = 60 * time.Second
+
 // DefaultErrorDelay is GeneratorConfig.ErrorDelay's default.
 const DefaultErrorDelay = 10 * time.Second
 
@@ -106,7 +109,7 @@ func (c GeneratorConfig) withDefaults() GeneratorConfig {
 	c.Logger = orLogger(c.Logger)
 	c.Concurrency = cmp.Or(c.Concurrency, 8)
 	c.Lease = cmp.Or(c.Lease, 2*time.Minute)
-	c.CallTimeout = cmp.Or(c.CallTimeout, 60*time.Second)
+	c.CallTimeout = cmp.Or(c.CallTimeout, DefaultCallTimeout)
 	c.CallsPerRound = cmp.Or(c.CallsPerRound, 3)
 	c.Rounds = cmp.Or(c.Rounds, 4)
 	if c.RetryDelays == nil {

@@ -1,0 +1,88 @@
+package lambdafn_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/pipeline"
+)
+
+// TestGeneratorSizing checks the arithmetic behind the generator's settings
+// in template.yaml (see its BatchgenSizing metadata and the README): the
+// queue outlives an invocation, an invocation's work fits its time budget
+// at the expected latency and at its share of the quota, and the number of
+// instances is what keeps the quota busy.
+func TestGeneratorSizing(t *testing.T) {
+	t.Parallel()
+	doc := loadTemplate(t)
+	get := func(path ...string) any {
+		t.Helper()
+		var v any = doc
+		for _, k := range path {
+			m, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("template.yaml: %v: no mapping at %q", path, k)
+			}
+			v = m[k]
+		}
+		return v
+	}
+	num := func(path ...string) float64 {
+		t.Helper()
+		switch v := get(path...).(type) {
+		case int:
+			return float64(v)
+		case float64:
+			return v
+		case string:
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err == nil {
+				return f
+			}
+		}
+		t.Fatalf("template.yaml: %v = %v, want a number", path, get(path...))
+		return 0
+	}
+	gen := []string{"Resources", "GeneratorFunction", "Properties"}
+	at := func(extra ...string) []string { return append(append([]string{}, gen...), extra...) }
+
+	timeout := num(at("Timeout")...)
+	visibility := num("Resources", "WorkQueue", "Properties", "VisibilityTimeout")
+	messages := num(at("Events", "Work", "Properties", "BatchSize")...)
+	rowsPerBatch := num("Parameters", "BatchSize", "Default")
+	quotaRPM := num("Parameters", "QuotaRpm", "Default")
+	instances := num("Parameters", "MaxConcurrency", "Default")
+	latency := num("Metadata", "BatchgenSizing", "ExpectedLatencySeconds")
+	perInstance := num("Metadata", "BatchgenSizing", "GeneratorConcurrency")
+	if env := num(at("Environment", "Variables", "GENERATOR_CONCURRENCY")...); env != perInstance {
+		t.Errorf("GENERATOR_CONCURRENCY %v, BatchgenSizing.GeneratorConcurrency %v: must agree", env, perInstance)
+	}
+	if ref := get(at("Events", "Work", "Properties", "ScalingConfig", "MaximumConcurrency")...); fmt.Sprint(ref) != fmt.Sprint(map[string]any{"!Ref": "MaxConcurrency"}) {
+		t.Errorf("ScalingConfig.MaximumConcurrency = %v, want !Ref MaxConcurrency", ref)
+	}
+
+	// AWS: a queue feeding Lambda needs a visibility timeout of at least
+	// six times the function's timeout.
+	if visibility < 6*timeout {
+		t.Errorf("WorkQueue VisibilityTimeout %vs < 6 x generator Timeout %vs", visibility, timeout)
+	}
+	// Rows start only until a call's timeout and the settling remain.
+	budget := timeout - (pipeline.DefaultCallTimeout + lambdafn.DefaultHeadroom).Seconds()
+	rows := messages * rowsPerBatch
+	if work := rows / perInstance * latency; work > budget {
+		t.Errorf("an invocation's %v rows at %v in flight and %vs each take %vs, over its %vs budget", rows, perInstance, latency, work, budget)
+	}
+	share := quotaRPM / 60 / instances // calls per second each instance may make
+	if work := rows / share; work > budget {
+		t.Errorf("an invocation's %v rows at its quota share of %.2f/s take %.0fs, over its %vs budget", rows, share, work, budget)
+	}
+	if want := math.Ceil(quotaRPM / 60 * latency / perInstance); instances != want {
+		t.Errorf("MaxConcurrency default %v, want ceil(QuotaRpm %v / 60 x latency %vs / %v in flight) = %v", instances, quotaRPM, latency, perInstance, want)
+	}
+	if lease := time.Duration(num("Parameters", "LeaseSeconds", "MinValue")) * time.Second; lease <= time.Duration(timeout)*time.Second {
+		t.Errorf("LeaseSeconds MinValue %v must exceed the generator Timeout %vs", lease, timeout)
+	}
+}
