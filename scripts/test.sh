@@ -28,10 +28,14 @@ go test -race -count=1 -timeout 20m ./...
 step "chaos: SIGKILL loop (make test-chaos)"
 go test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' ./cmd/batchgen
 
-step "fuzz smoke (10s per target)"
-go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 10s
-go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 10s -fuzzminimizetime 2s
-go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 10s -fuzzminimizetime 2s
+step "fuzz smoke (a fixed number of executions per target)"
+# Counts, not durations: with a duration, go1.26's fuzz coordinator can report its own
+# -fuzztime deadline as a failure ("context deadline exceeded", no crasher) when a worker
+# is mid-run at the deadline on a loaded machine (golang/go#75804, fixed in go1.27).
+# A count has no deadline to race. Each count is roughly 10 s of work on a quiet 2-core machine.
+go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 300000x
+go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 3000x -fuzzminimizetime 20x
+go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 5000x -fuzzminimizetime 20x
 
 {
   step "AWS emulator (moto server) tests"
