@@ -99,6 +99,13 @@ type e2eOptions struct {
 	// rows and batchSize size the sheet; zero means e2eRows and
 	// e2eBatchSize.
 	rows, batchSize int
+	// latency is the mock model's answer time; quotaRPM and maxConcurrency,
+	// when set, are QUOTA_RPM and MAX_CONCURRENCY (each instance takes
+	// quotaRPM/maxConcurrency); callTimeout, when set, is the generator's
+	// CallTimeout.
+	latency                  time.Duration
+	quotaRPM, maxConcurrency int
+	callTimeout              time.Duration
 }
 
 func newE2E(t *testing.T, opts e2eOptions) *e2e {
@@ -119,7 +126,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		}
 	})
 
-	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, Seed: 7})
+	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, Seed: 7, Latency: opts.latency})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +149,12 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 	vars["MAX_ROWS"] = "100000"
 	vars["LEASE_SECONDS"] = "360"
 	vars["LOG_LEVEL"] = "debug"
+	if opts.quotaRPM > 0 {
+		vars["QUOTA_RPM"] = strconv.Itoa(opts.quotaRPM)
+	}
+	if opts.maxConcurrency > 0 {
+		vars["MAX_CONCURRENCY"] = strconv.Itoa(opts.maxConcurrency)
+	}
 	env, err := awswire.LoadEnv(func(k string) string { return vars[k] })
 	if err != nil {
 		t.Fatalf("LoadEnv: %v", err)
@@ -176,6 +189,9 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 				cfg.BackoffBase = 10 * time.Millisecond
 				cfg.BackoffMax = 50 * time.Millisecond
 				cfg.ErrorDelay = time.Second
+				if opts.callTimeout > 0 {
+					cfg.CallTimeout = opts.callTimeout
+				}
 				if opts.storageFaults {
 					return faultstore.New(st, faultstore.EveryNth(4, "ClaimBatch", "SaveRowResults", "FinishBatch", "GetTask"))
 				}

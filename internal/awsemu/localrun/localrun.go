@@ -108,6 +108,10 @@ type Stack struct {
 
 	Splitter   *lambdafn.Splitter
 	Generators []*lambdafn.Generator
+	// InvocationTimeout is each generator invocation's deadline. Zero
+	// means LambdaTimeout; a test shortens it to run invocations into
+	// their deadline.
+	InvocationTimeout time.Duration
 	Sweeper    *lambdafn.Sweeper
 	Exports    *Exports
 
@@ -443,7 +447,7 @@ func (s *Stack) Pump(ctx context.Context, until func(context.Context) bool, onEr
 }
 
 // PollOnce receives up to 10 messages (waiting up to a second), hands them
-// to g as one SQS event under an invocation deadline of LambdaTimeout and
+// to g as one SQS event under an invocation deadline of InvocationTimeout and
 // deletes those not reported as failures. An error of the handler itself
 // is returned, the messages left to their visibility timeout; a failed
 // delete is not an error (the message is redelivered and acknowledged).
@@ -465,7 +469,11 @@ func (s *Stack) PollOnce(ctx context.Context, g *lambdafn.Generator) error {
 	if err != nil {
 		return err
 	}
-	ictx, cancel := context.WithTimeout(ctx, LambdaTimeout)
+	timeout := s.InvocationTimeout
+	if timeout <= 0 {
+		timeout = LambdaTimeout
+	}
+	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := g.Handle(ictx, ev)
 	if err != nil {
