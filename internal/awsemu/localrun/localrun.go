@@ -112,8 +112,8 @@ type Stack struct {
 	// means LambdaTimeout; a test shortens it to run invocations into
 	// their deadline.
 	InvocationTimeout time.Duration
-	Sweeper    *lambdafn.Sweeper
-	Exports    *Exports
+	Sweeper           *lambdafn.Sweeper
+	Exports           *Exports
 
 	region      string
 	sweeperDeps *awswire.Deps
