@@ -529,8 +529,14 @@ func TestGeneratorHandsBackHealthyWorkWithAFreshMessage(t *testing.T) {
 			succeeded++
 		}
 	}
-	if succeeded != 4 {
-		t.Errorf("%d rows succeeded, want 4: the calls in flight at the stop are saved, no row starts after it", succeeded)
+	p.mu.Lock()
+	calls := p.calls
+	p.mu.Unlock()
+	// Row 1's answer frees a slot before the stop, so row 5 may or may not
+	// have started by then; row 6 can only start once a held call answers,
+	// which is after the stop. Every call made, paid for, is saved.
+	if succeeded != calls || succeeded < 4 || succeeded > 5 {
+		t.Errorf("%d rows succeeded after %d model calls, want every call's row saved and 4 or 5 of them: the calls in flight at the stop finish, no row starts after it", succeeded, calls)
 	}
 	if got := f.lastMetrics()[metrics.BatchesReleased]; got != 1 {
 		t.Errorf("BatchesReleased = %v, want 1", got)
