@@ -52,8 +52,11 @@ func TestEndToEndSlowModelLowQuota(t *testing.T) {
 			t.Errorf("row %d is %s (%s), want SUCCEEDED", r.No, r.State, r.Error)
 		}
 	}
+	// Each batch needs several invocations (a hand-back without progress,
+	// when the quota held every row back, is a normal retry and uses a
+	// receive; those with progress are resent and do not).
 	if released := e.metricSum("BatchesReleased"); released < 4 {
-		t.Errorf("%v hand-backs, want more than maxReceiveCount: the invocations must have run into their deadline", released)
+		t.Errorf("%v hand-backs, want at least 4: the invocations must have run into their deadline", released)
 	}
 	out, err := e.stack.SQS.GetQueueAttributes(t.Context(), &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(e.res.DLQURL),
@@ -66,8 +69,5 @@ func TestEndToEndSlowModelLowQuota(t *testing.T) {
 		if n, _ := strconv.Atoi(v); n != 0 {
 			t.Errorf("dead-letter queue %s = %d, want empty", k, n)
 		}
-	}
-	if n := e.stack.MaxReceiveCount(); n >= 5 {
-		t.Errorf("a message was received %d times; healthy work must not approach maxReceiveCount 5", n)
 	}
 }
