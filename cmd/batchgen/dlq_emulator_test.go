@@ -15,7 +15,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/dynamostore"
@@ -27,18 +26,7 @@ import (
 // dlq redrive` moves it back to the work queue.
 func TestDLQOnSQS(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := awsemu.Config(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := awsemu.Provision(ctx, cfg, "../../template.yaml", awsemu.UniquePrefix("dlqcli"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Cleanup(context.Background())
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", awsemu.Region)
+	cfg, res := deployedStack(t, "dlqcli")
 
 	client := sqs.NewFromConfig(cfg)
 	// Dead-letter after one receive so the test need not wait five.

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/dynamostore"
@@ -23,18 +22,7 @@ import (
 // bumps the export generation; a running or unknown task is refused.
 func TestRetryOnAWS(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := awsemu.Config(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := awsemu.Provision(ctx, cfg, "../../template.yaml", awsemu.UniquePrefix("retrycli"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Cleanup(context.Background())
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", awsemu.Region)
+	cfg, res := deployedStack(t, "retrycli")
 
 	st := dynamostore.New(dynamodb.NewFromConfig(cfg), res.TableName, dynamostore.Options{})
 	now := time.Now()
