@@ -175,8 +175,13 @@ func (h *Generator) handleRecord(ctx, work context.Context, stopAt time.Time, re
 		},
 	})
 	// The outcome is persisted; settle the message even though the work
-	// context may be over (ctx, the invocation's, still has headroom).
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// context may be over. Not under the invocation's deadline either: the
+	// calls in flight at the stop are saved on a detached context and may
+	// use up the headroom (a slow store), and a settle cut short then leaves
+	// a healthy batch invisible for the whole visibility timeout. Past the
+	// real deadline Lambda ends the invocation anyway; until then, settling
+	// is always worth trying (LocalWorkers settles the same way).
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	st := h.Generator.Settle(out)
 	switch {
