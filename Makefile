@@ -4,7 +4,7 @@ SHELL := /bin/bash
 
 GO          ?= go
 BIN         := bin
-FUNCTIONS   := splitter generator exporter api sweeper
+FUNCTIONS   := splitter generator exporter api sweeper events
 GOFLAGS_LAMBDA := -trimpath -tags lambda.norpc -ldflags='-s -w'
 
 .PHONY: help
@@ -27,13 +27,37 @@ test: ## the whole test suite: vet, gofmt, unit + race, fuzz smoke, emulator and
 test-chaos: ## the kill loop: SIGKILL batchgen run at 20 points (split, mid-batch, export) and resume
 	$(GO) test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' -v ./cmd/batchgen
 
+.PHONY: test-browser
+test-browser: ## the web page in headless Chromium against batchgen serve (installs Debian's chromium when missing)
+	BATCHGEN_CHROMIUM=$$(scripts/ensure-chromium.sh) && export BATCHGEN_CHROMIUM && $(GO) test -count=1 -tags browser -run '^TestBrowser' -v ./internal/web
+
 .PHONY: test-unit
 test-unit: ## unit and embedded integration tests only (no emulator)
 	$(GO) test -race -count=1 ./...
 
 .PHONY: bench
-bench: batchgen ## benchmarks: Go benchmarks and the quota-pacing load run, as ratios against same-run baselines
+bench: ## the benchmark table: every figure against its target (met/MISSED), JSON in bench-results/
 	./scripts/bench.sh
+
+.PHONY: bench-quick
+bench-quick: ## the reduced benchmark table (quota, overhead, speedup), under two minutes
+	./scripts/bench.sh --quick
+
+# make bench-compare OLD NEW, or make bench-compare OLD=a.json NEW=b.json
+ifeq (bench-compare,$(firstword $(MAKECMDGOALS)))
+  COMPARE_ARGS := $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
+  ifneq ($(COMPARE_ARGS),)
+    $(eval .PHONY: $(COMPARE_ARGS))
+    $(eval $(COMPARE_ARGS):;@:)
+  endif
+endif
+.PHONY: bench-compare
+bench-compare: ## compare two bench runs: make bench-compare OLD.json NEW.json
+	$(GO) run ./cmd/batchgen-bench compare $(or $(OLD),$(word 1,$(COMPARE_ARGS))) $(or $(NEW),$(word 2,$(COMPARE_ARGS)))
+
+.PHONY: bench-go
+bench-go: ## Go micro-benchmarks of the hot paths (sheet, store, queue, limiter, providers)
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
 .PHONY: build
 build: ## build the Lambda artifacts bin/<function>/bootstrap (linux/arm64, static, lambda.norpc)
@@ -63,9 +87,11 @@ lint: ## go vet, staticcheck (every build tag set) and gofmt
 	$(GO) vet ./...
 	$(GO) vet -tags emulator ./...
 	$(GO) vet -tags chaos ./...
+	$(GO) vet -tags browser ./internal/web
 	$(GO) tool staticcheck ./...
 	$(GO) tool staticcheck -tags emulator ./...
 	$(GO) tool staticcheck -tags chaos ./...
+	$(GO) tool staticcheck -tags browser ./internal/web
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 .PHONY: fuzz
@@ -73,6 +99,7 @@ fuzz: ## run each fuzz target for 30s
 	$(GO) test ./internal/prompt -run '^$$' -fuzz FuzzRender -fuzztime 30s
 	$(GO) test ./internal/sheet -run '^$$' -fuzz FuzzReadCSV -fuzztime 30s
 	$(GO) test ./internal/sheet -run '^$$' -fuzz FuzzReadXLSX -fuzztime 30s
+	$(GO) test ./internal/providerfile -run '^$$' -fuzz FuzzParse -fuzztime 30s
 
 .PHONY: clean
 clean: ## remove build outputs and local state

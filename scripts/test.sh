@@ -6,7 +6,55 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n=== %s\n' "$*"; }
+step() { printf '\n=== %s  (%ds)\n' "$*" "$SECONDS"; }
+
+# Stages that do not compete for the CPU with the Go stages run beside them, each with its
+# output in a log under $logs that is printed when it is waited for:
+#   - the Python virtualenvs (moto, cfn-lint, SAM CLI; checkov) install at once, while the Go
+#     stages run: pip mostly waits on the network and the disk;
+#   - the template lint and the Lambda builds run while the emulator tests run: those wait on
+#     moto, which serves one DynamoDB request at a time on one core, so the other core is free.
+# The emulator tests themselves stay in the foreground, alone with moto, because their
+# deadlines (a job finishing on a slow model) must not depend on a busy machine.
+logs=$(mktemp -d)
+bg_pids=()
+cleanup() {
+  # Each background stage is its own process group (set -m below): stop it whole.
+  for pid in "${bg_pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+  infra/emulator/stop.sh >/dev/null 2>&1 || true
+  rm -rf "$logs"
+}
+trap cleanup EXIT
+# background NAME CMD...: runs CMD with its output in $logs/NAME.log.
+background() {
+  local name=$1
+  shift
+  set -m
+  ("$@") >"$logs/$name.log" 2>&1 &
+  set +m
+  bg_pids+=("$!")
+  eval "bg_$name=$!"
+}
+# await NAME: waits for a background stage, prints its output and fails the run if it failed.
+await() {
+  local name=$1 pid rc=0
+  pid=$(eval "echo \$bg_$name")
+  wait "$pid" || rc=$?
+  step "$name (ran in the background)"
+  cat "$logs/$name.log"
+  if [ "$rc" -ne 0 ]; then
+    echo "$name failed (exit $rc)"
+    exit "$rc"
+  fi
+}
+
+install_venvs() {
+  # shellcheck source=../infra/venv.sh
+  . infra/venv.sh
+  batchgen_venv
+  batchgen_venv checkov
+}
+background venvs install_venvs
 
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
@@ -16,14 +64,21 @@ step "go vet"
 go vet ./...
 go vet -tags emulator ./...
 go vet -tags chaos ./...
+go vet -tags browser ./internal/web
 
 step "staticcheck (pinned in go.mod as a tool)"
 go tool staticcheck ./...
 go tool staticcheck -tags emulator ./...
 go tool staticcheck -tags chaos ./...
+go tool staticcheck -tags browser ./internal/web
 
 step "unit and embedded integration tests (-race)"
 go test -race -count=1 -timeout 20m ./...
+
+step "browser tests: the web page in headless Chromium (chromedp) against batchgen serve"
+# Installs Debian's chromium when it is missing; fails, never skips, when it cannot.
+chromium=$(scripts/ensure-chromium.sh)
+BATCHGEN_CHROMIUM=$chromium go test -count=1 -timeout 10m -tags browser -run '^TestBrowser' ./internal/web
 
 step "chaos: SIGKILL loop (make test-chaos)"
 go test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' ./cmd/batchgen
@@ -36,33 +91,41 @@ step "fuzz smoke (a fixed number of executions per target)"
 go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 300000x
 go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 3000x -fuzzminimizetime 20x
 go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 5000x -fuzzminimizetime 20x
+go test ./internal/providerfile -run '^$' -fuzz '^FuzzParse$' -fuzztime 20000x -fuzzminimizetime 20x
 
-{
-  step "AWS emulator (moto server) tests"
-  # An assignment, not eval "$(...)": a failed start must stop the run.
-  emulator_env=$(infra/emulator/start.sh)
-  eval "$emulator_env"
-  trap 'infra/emulator/stop.sh >/dev/null 2>&1 || true' EXIT
-  export AWS_ENDPOINT_URL
-  [ -n "${AWS_ENDPOINT_URL:-}" ] || { echo "emulator did not report AWS_ENDPOINT_URL"; exit 1; }
-  # The packages with emulator tests, one at a time: they share one
-  # emulator and two cores.
-  emulator_pkgs=$(git grep -l '^//go:build emulator' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
-  go test -race -count=1 -timeout 30m -p 1 -tags emulator $emulator_pkgs
+await venvs
 
-  step "template lint (cfn-lint, cfn-lint on the SAM translation, sam validate --lint)"
-  infra/lint.sh
-}
+step "AWS emulator (moto server) tests"
+# An assignment, not eval "$(...)": a failed start must stop the run.
+emulator_env=$(infra/emulator/start.sh)
+eval "$emulator_env"
+export AWS_ENDPOINT_URL
+[ -n "${AWS_ENDPOINT_URL:-}" ] || { echo "emulator did not report AWS_ENDPOINT_URL"; exit 1; }
 
-step "Lambda artifacts (make build): static linux/arm64 bootstrap per function"
-make --no-print-directory sizes
-for f in splitter generator exporter api sweeper; do
-  info=$(go version -m "bin/$f/bootstrap")
-  for want in "GOOS=linux" "GOARCH=arm64" "CGO_ENABLED=0" "-tags=lambda.norpc"; do
-    grep -q -- "$want" <<<"$info" || { echo "bin/$f/bootstrap: built without $want"; exit 1; }
+lambda_artifacts() {
+  make --no-print-directory sizes
+  for f in splitter generator exporter api sweeper events; do
+    info=$(go version -m "bin/$f/bootstrap")
+    for want in "GOOS=linux" "GOARCH=arm64" "CGO_ENABLED=0" "-tags=lambda.norpc"; do
+      grep -q -- "$want" <<<"$info" || { echo "bin/$f/bootstrap: built without $want"; exit 1; }
+    done
   done
-done
-echo "5 bootstrap binaries for linux/arm64"
+  echo "6 bootstrap binaries for linux/arm64"
+}
+background lint infra/lint.sh
+background artifacts lambda_artifacts
 
+# The packages with emulator tests, one at a time: they share one
+# emulator and two cores.
+emulator_pkgs=$(git grep -l '^//go:build emulator' -- '*_test.go' | xargs -n1 dirname | sort -u | sed 's|^|./|')
+go test -race -count=1 -timeout 30m -p 1 -tags emulator $emulator_pkgs
+
+# Named as the stages were before: template lint (cfn-lint, cfn-lint on the SAM translation,
+# sam validate --lint, checkov) and the Lambda artifacts (make build: a static linux/arm64
+# bootstrap per function).
+await lint
+await artifacts
+
+step "done"
 echo
 echo "all tests passed"

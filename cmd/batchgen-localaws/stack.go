@@ -155,7 +155,7 @@ func prefixArg(prefix string) string {
 // lambdaVars are the function settings read from the environment, as the
 // Lambda functions read them (template.yaml sets them there).
 var lambdaVars = []string{
-	"MODEL_PROVIDER", "MODEL_NAME", "MODEL_BASE_URL", "MODEL_API_KEY_PARAM", "QUOTA_RPM", "MAX_CONCURRENCY",
+	"MODEL_PROVIDER", "MODEL_NAME", "MODEL_BASE_URL", "MODEL_API_KEY_PARAM", "QUOTA_RPM", "QUOTA_TPM", "MAX_CONCURRENCY",
 	"GENERATOR_CONCURRENCY", "SIM_LATENCY", "BATCH_SIZE", "MAX_ROWS", "MAX_INPUT_BYTES", "LEASE_SECONDS",
 	"DEFAULT_PROMPT",
 }
@@ -163,7 +163,7 @@ var lambdaVars = []string{
 // modelFlags are the flags that override those settings.
 type modelFlags struct {
 	provider, model, baseURL, simLatency, prompt string
-	batchSize, quotaRPM                          int
+	batchSize, quotaRPM, quotaTPM                int
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
@@ -174,6 +174,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.prompt, "prompt", "", "prompt template for sheets without a prompt sheet (DEFAULT_PROMPT)")
 	fs.IntVar(&m.batchSize, "batch-size", 25, "rows per batch (BATCH_SIZE)")
 	fs.IntVar(&m.quotaRPM, "quota-rpm", 0, "provider requests per minute across generators, 0 for none (QUOTA_RPM)")
+	fs.IntVar(&m.quotaTPM, "quota-tpm", 0, "provider tokens per minute across generators, 0 for none (QUOTA_TPM)")
 }
 
 // functionEnv builds the functions' configuration: the stack's resources;
@@ -183,7 +184,7 @@ func functionEnv(res *awsemu.Resources, fs *flag.FlagSet, m *modelFlags, getenv 
 	vars := res.Env()
 	fromFlag := map[string]string{
 		"provider": "MODEL_PROVIDER", "model": "MODEL_NAME", "base-url": "MODEL_BASE_URL", "sim-latency": "SIM_LATENCY",
-		"prompt": "DEFAULT_PROMPT", "batch-size": "BATCH_SIZE", "quota-rpm": "QUOTA_RPM",
+		"prompt": "DEFAULT_PROMPT", "batch-size": "BATCH_SIZE", "quota-rpm": "QUOTA_RPM", "quota-tpm": "QUOTA_TPM",
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/batchgen/batchgen/internal/blob/fileblob"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
@@ -42,7 +43,9 @@ func defaultDataDir(input string) string {
 	return filepath.Join(state, "batchgen")
 }
 
-func openDataDir(dir, input string) (*dataDir, error) {
+// openDataDir opens (creating it) the data directory; cacheTTL is how long
+// its cache reuses an output (0: store.DefaultCacheTTL).
+func openDataDir(dir, input string, cacheTTL time.Duration) (*dataDir, error) {
 	if dir == "" {
 		dir = defaultDataDir(input)
 	}
@@ -61,7 +64,7 @@ func openDataDir(dir, input string) (*dataDir, error) {
 		return nil, fmt.Errorf("lock data directory %s: %w", dir, err)
 	}
 	d := &dataDir{dir: dir, lock: lock}
-	d.store, err = sqlitestore.Open(filepath.Join(dir, "batchgen.db"), sqlitestore.Options{})
+	d.store, err = sqlitestore.Open(filepath.Join(dir, "batchgen.db"), sqlitestore.Options{CacheTTL: cacheTTL})
 	if err != nil {
 		d.close()
 		return nil, fmt.Errorf("open database in %s: %w", dir, err)

@@ -21,6 +21,9 @@ func TestProviderFaultStorm(t *testing.T) {
 	mock := mockserver.New(mockserver.Config{
 		Latency: 5 * time.Millisecond, FailRate: 0.25, Seed: 3,
 		Quota: 25, QuotaWindow: time.Second, FlakyFailures: 2,
+		// Without rate-limit headers the limiter learns the quota from
+		// 429s, so the storm has some (with them it would avoid them).
+		NoRateLimitHeaders: true,
 	})
 	srv := httptest.NewServer(mock)
 	defer srv.Close()

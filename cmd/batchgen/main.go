@@ -89,7 +89,9 @@ written with them marked); 2 input rejected or bad usage; 1 anything else; 130 i
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	for _, c := range []*cobra.Command{
 		newRunCmd(stdout, stderr),
+		newServeCmd(stdout, stderr),
 		newTasksCmd(stdout),
+		newStatusCmd(stdout),
 		newCancelCmd(stdout),
 		newRetryCmd(stdout, stderr),
 		newDLQCmd(stdout),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,14 +17,23 @@ import (
 
 // newMockLLMCmd serves an OpenAI-compatible test server until interrupted.
 func newMockLLMCmd(stdout io.Writer) *cobra.Command {
-	var addr string
+	var addr, paidLog string
 	var cfg mockserver.Config
 	cmd := &cobra.Command{
-		Use:     "mock-llm [flags]",
-		Short:   "Serve an OpenAI-compatible test server with latency, a quota and faults",
-		Example: `  batchgen mock-llm --addr 127.0.0.1:8089 --quota 2000 --latency 290ms`,
-		Args:    cobra.NoArgs,
+		Use:   "mock-llm [flags]",
+		Short: "Serve an OpenAI-compatible test server with latency, quotas and faults",
+		Example: `  batchgen mock-llm --addr 127.0.0.1:8089 --quota 2000 --latency 290ms
+  batchgen mock-llm --quota 600 --token-quota 40000 --no-ratelimit-headers`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if paidLog != "" {
+				f, err := os.OpenFile(paidLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+				if err != nil {
+					return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--paid-log: %w", err)}
+				}
+				defer f.Close()
+				cfg.PaidLog = f
+			}
 			return serveMockLLM(cmd.Context(), addr, cfg, stdout)
 		},
 	}
@@ -32,16 +42,19 @@ func newMockLLMCmd(stdout io.Writer) *cobra.Command {
 	fs.DurationVar(&cfg.Latency, "latency", 290*time.Millisecond, "latency of every request")
 	fs.DurationVar(&cfg.Jitter, "jitter", 0, "random extra latency up to this much")
 	fs.IntVar(&cfg.Quota, "quota", 0, "accepted requests per --quota-window; more get 429 with Retry-After (0: unlimited)")
-	fs.DurationVar(&cfg.QuotaWindow, "quota-window", time.Minute, "sliding window of --quota")
+	fs.IntVar(&cfg.TokenQuota, "token-quota", 0, "accepted tokens (prompt + max_tokens at admission, corrected to the usage) per --quota-window (0: unlimited)")
+	fs.DurationVar(&cfg.QuotaWindow, "quota-window", time.Minute, "sliding window of --quota and --token-quota")
+	fs.BoolVar(&cfg.NoRateLimitHeaders, "no-ratelimit-headers", false, "leave out the x-ratelimit-* and retry-after-ms headers (429s keep Retry-After), so clients must learn the quota from 429s")
 	fs.Float64Var(&cfg.FailRate, "fail-rate", 0, "fraction of requests answered with a 5xx")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the fault injection")
 	fs.StringVar(&cfg.FilterMarker, "filter-marker", "[[filter]]", "prompts containing this get a 400 content_filter")
+	fs.StringVar(&paidLog, "paid-log", "", "append one line per completion returned (the prompt, JSON-quoted) to this file, written before the answer so it survives a kill")
 	return cmd
 }
 
 func serveMockLLM(ctx context.Context, addr string, cfg mockserver.Config, stdout io.Writer) error {
-	if cfg.Quota < 0 || cfg.FailRate < 0 || cfg.FailRate > 1 || cfg.Latency < 0 {
-		return &report.ExitError{Code: report.Rejected, Err: errors.New("--quota must be >= 0, --fail-rate within 0..1, --latency >= 0")}
+	if cfg.Quota < 0 || cfg.TokenQuota < 0 || cfg.FailRate < 0 || cfg.FailRate > 1 || cfg.Latency < 0 {
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--quota and --token-quota must be >= 0, --fail-rate within 0..1, --latency >= 0")}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
 	"github.com/batchgen/batchgen/internal/report"
@@ -88,40 +90,55 @@ func openStateReadOnly(dir string) (*sqlitestore.Store, error) {
 // of a deployed stack, newest first, with what needs an operator's
 // attention.
 func newTasksCmd(stdout io.Writer) *cobra.Command {
-	var dir, table, dlqURL string
+	var dir, table, dlqURL, pricesFile, states, since string
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "tasks [flags]",
 		Short: "List tasks, newest first, with what needs attention",
-		Args:  cobra.NoArgs,
+		Example: `  batchgen tasks --data .batchgen --state partial,failed --since 24h
+  batchgen tasks --table TABLE --since 2026-01-31`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return listTasks(cmd.Context(), dir, table, dlqURL, limit, stdout)
+			prices, err := pricing.Load(pricesFile)
+			if err != nil {
+				return report.Rejectf("--prices: %w", err)
+			}
+			f, err := parseTaskFilter(states, since, time.Now())
+			if err != nil {
+				return report.Rejectf("%w", err)
+			}
+			f.limit = limit
+			return listTasks(cmd.Context(), dir, table, dlqURL, f, prices, stdout)
 		},
 	}
 	fs := cmd.Flags()
 	addDataFlag(fs, &dir)
 	fs.IntVar(&limit, "limit", 50, "show at most this many tasks")
+	fs.StringVar(&states, "state", "", "only tasks in these states (comma-separated: pending, running, exporting, succeeded, partial, failed, cancelled)")
+	fs.StringVar(&since, "since", "", "only tasks created since then: a duration back from now (24h, 90m) or a date (2026-01-31, or RFC 3339)")
 	fs.StringVar(&table, "table", "", "AWS: the stack's DynamoDB table (output TableName) instead of --data")
 	fs.StringVar(&dlqURL, "dlq-url", "", "AWS: the dead-letter queue (output DlqUrl), to flag tasks with dead-lettered messages")
+	fs.StringVar(&pricesFile, "prices", "", "price table (YAML) overriding the built-in one, for the COST column")
 	_ = cmd.MarkFlagDirname("data")
 	return cmd
 }
 
-func listTasks(ctx context.Context, dir, table, dlqURL string, limit int, stdout io.Writer) error {
+func listTasks(ctx context.Context, dir, table, dlqURL string, f taskFilter, prices *pricing.Table, stdout io.Writer) error {
 	if table != "" {
-		return tasksAWS(ctx, table, dlqURL, limit, stdout)
+		return tasksAWS(ctx, table, dlqURL, f, prices, stdout)
 	}
 	st, err := openStateReadOnly(dir)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	tasks, err := st.ListTasks(ctx, limit)
+	tasks, err := st.ListTasks(ctx, f.fetch())
 	if err != nil {
 		return fmt.Errorf("list tasks: %w", err)
 	}
+	tasks = f.apply(tasks)
 	if len(tasks) == 0 {
-		fmt.Fprintf(stdout, "no tasks in %s\n", dir)
+		fmt.Fprintf(stdout, "no tasks in %s%s\n", dir, f)
 		return nil
 	}
 	lines := make([]taskLine, 0, len(tasks))
@@ -140,22 +157,23 @@ func listTasks(ctx context.Context, dir, table, dlqURL string, limit int, stdout
 		}
 		lines = append(lines, taskLine{task: t, succeeded: c.succeeded, failed: c.failed, dead: len(dead), rerun: "rerun batchgen run"})
 	}
-	return printTasks(stdout, lines)
+	return printTasks(stdout, lines, prices)
 }
 
 // tasksAWS lists a deployed stack's tasks from its table. Row counts are the
 // task's counters (finished batches), which is what the API shows too.
-func tasksAWS(ctx context.Context, table, dlqURL string, limit int, stdout io.Writer) error {
+func tasksAWS(ctx context.Context, table, dlqURL string, f taskFilter, prices *pricing.Table, stdout io.Writer) error {
 	cfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
 		return fmt.Errorf("AWS configuration: %w", err)
 	}
-	tasks, err := dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}).ListTasks(ctx, limit)
+	tasks, err := dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}).ListTasks(ctx, f.fetch())
 	if err != nil {
 		return fmt.Errorf("list tasks in %s: %w", table, err)
 	}
+	tasks = f.apply(tasks)
 	if len(tasks) == 0 {
-		fmt.Fprintf(stdout, "no tasks in %s\n", table)
+		fmt.Fprintf(stdout, "no tasks in %s%s\n", table, f)
 		return nil
 	}
 	dead := map[string]int{}
@@ -174,7 +192,7 @@ func tasksAWS(ctx context.Context, table, dlqURL string, limit int, stdout io.Wr
 	for _, t := range tasks {
 		lines = append(lines, taskLine{task: t, succeeded: t.RowsSucceeded, failed: t.RowsFailed, dead: dead[t.ID], rerun: "the sweeper re-enqueues; check the alarms"})
 	}
-	return printTasks(stdout, lines)
+	return printTasks(stdout, lines, prices)
 }
 
 // taskLine is one row of `batchgen tasks`.
@@ -187,12 +205,15 @@ type taskLine struct {
 	rerun string
 }
 
-func printTasks(w io.Writer, lines []taskLine) error {
+// printTasks lays the tasks out; TOKENS are input/output tokens of the
+// finished batches and COST their estimate at prices.
+func printTasks(w io.Writer, lines []taskLine, prices *pricing.Table) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tSTATE\tROWS\tSUCCEEDED\tFAILED\tSOURCE\tCREATED\tNOTE")
+	fmt.Fprintln(tw, "TASK\tSTATE\tROWS\tSUCCEEDED\tFAILED\tTOKENS\tCOST\tSOURCE\tCREATED\tNOTE")
 	for _, l := range lines {
 		t := l.task
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", t.ID, t.State, t.RowsTotal, l.succeeded, l.failed,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\n", t.ID, t.State, t.RowsTotal, l.succeeded, l.failed,
+			t.Usage.InputTokens, t.Usage.OutputTokens, prices.Task(t),
 			t.Source, t.CreatedAt.Local().Format("2006-01-02 15:04"), taskNote(l))
 	}
 	return tw.Flush()
@@ -243,7 +264,7 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 	// With the lock free no run is working the task: the partial result is
 	// written now. Otherwise the run sees the cancel and writes it.
 	var exports pipeline.ExportStarter
-	data, lockErr := openDataDir(dir, "")
+	data, lockErr := openDataDir(dir, "", 0)
 	if lockErr == nil {
 		defer data.close()
 		exports = pipeline.NewExporter(data.store, data.blobs, pipeline.ExporterConfig{})
@@ -323,7 +344,7 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--out %s: use a name ending in .xlsx", j.opts.out)}
 	}
 	j.opts.dataDir = dir
-	if j.data, err = openDataDir(dir, ""); err != nil {
+	if j.data, err = openDataDir(dir, "", j.cacheTTL); err != nil {
 		return err
 	}
 	defer j.close()
@@ -331,7 +352,7 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 		return err
 	}
 	outcome, err := pipeline.Retry(ctx, j.data.store, j.queue, pipeline.RetryParams{
-		TaskID: id, ErrorClass: errorClass, Provider: o.provider.name, Model: o.provider.modelName(), Now: time.Now(),
+		TaskID: id, ErrorClass: errorClass, Provider: j.providers.ProviderLabel(), Model: j.providers.Providers[0].Model, Resume: true, Now: time.Now(),
 	})
 	var state *pipeline.StateError
 	var mismatch *pipeline.MismatchError
@@ -371,8 +392,8 @@ func retryAWS(ctx context.Context, table, queueURL, id, errorClass string, stdou
 		return fmt.Errorf("AWS configuration: %w", err)
 	}
 	r := pipeline.Retrier{
-		Reopener: dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}),
-		Queue:    sqsqueue.New(sqs.NewFromConfig(cfg), queueURL, sqsqueue.Options{}),
+		Store: dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}),
+		Queue: sqsqueue.New(sqs.NewFromConfig(cfg), queueURL, sqsqueue.Options{}),
 	}
 	task, n, err := r.Retry(ctx, id, errorClass, time.Now())
 	switch {
@@ -533,4 +554,89 @@ func dlqLocal(ctx context.Context, verb, dir string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", dir)
 	}
 	return nil
+}
+
+// taskFilter selects the tasks `batchgen tasks` shows.
+type taskFilter struct {
+	states []store.TaskState // empty: any
+	since  time.Time         // zero: any
+	limit  int               // 0: all
+}
+
+// parseTaskFilter reads --state and --since as of now.
+func parseTaskFilter(states, since string, now time.Time) (taskFilter, error) {
+	var f taskFilter
+	known := []store.TaskState{store.TaskPending, store.TaskRunning, store.TaskExporting, store.TaskSucceeded, store.TaskPartial, store.TaskFailed, store.TaskCancelled}
+	for _, s := range strings.Split(states, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		st := store.TaskState(strings.ToUpper(s))
+		if !slices.Contains(known, st) {
+			return f, fmt.Errorf("--state %q: not a task state; use pending, running, exporting, succeeded, partial, failed or cancelled", s)
+		}
+		f.states = append(f.states, st)
+	}
+	since = strings.TrimSpace(since)
+	if since == "" {
+		return f, nil
+	}
+	if d, err := time.ParseDuration(since); err == nil && d >= 0 {
+		f.since = now.Add(-d)
+		return f, nil
+	}
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, since, time.Local); err == nil {
+			f.since = t
+			return f, nil
+		}
+	}
+	return f, fmt.Errorf("--since %q: give a duration back from now (24h, 90m) or a date (2026-01-31, 2026-01-31 08:00, RFC 3339)", since)
+}
+
+// fetch is how many tasks to read before filtering: all of them when a
+// filter may drop some, so that --limit counts shown tasks.
+func (f taskFilter) fetch() int {
+	if len(f.states) > 0 || !f.since.IsZero() {
+		return 0
+	}
+	return f.limit
+}
+
+// apply keeps the tasks f selects, newest first as listed, at most limit.
+func (f taskFilter) apply(tasks []store.Task) []store.Task {
+	out := tasks[:0:0]
+	for _, t := range tasks {
+		if len(f.states) > 0 && !slices.Contains(f.states, t.State) {
+			continue
+		}
+		if !f.since.IsZero() && t.CreatedAt.Before(f.since) {
+			continue
+		}
+		out = append(out, t)
+		if f.limit > 0 && len(out) == f.limit {
+			break
+		}
+	}
+	return out
+}
+
+// String describes the filter for the "no tasks" line.
+func (f taskFilter) String() string {
+	var parts []string
+	if len(f.states) > 0 {
+		names := make([]string, len(f.states))
+		for i, s := range f.states {
+			names[i] = string(s)
+		}
+		parts = append(parts, "in state "+strings.Join(names, " or "))
+	}
+	if !f.since.IsZero() {
+		parts = append(parts, "created since "+f.since.Local().Format("2006-01-02 15:04"))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " " + strings.Join(parts, ", ")
 }

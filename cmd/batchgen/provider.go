@@ -4,26 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"strconv"
 	"time"
 
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/spf13/pflag"
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
-	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
-	"github.com/batchgen/batchgen/internal/llm/sim"
+	bedrockllm "github.com/batchgen/batchgen/internal/llm/bedrock"
+	"github.com/batchgen/batchgen/internal/metrics"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/providerfile"
+	"github.com/batchgen/batchgen/internal/providers"
 	"github.com/batchgen/batchgen/internal/quota"
 )
 
 // providerOptions are the model provider flags shared by the commands that
 // call a model.
 type providerOptions struct {
+	// file is --providers: several providers, each with its own quota,
+	// concurrency and timeout, instead of the single-provider flags.
+	file        string
+	fs          *pflag.FlagSet
 	name        string
 	baseURL     string
 	model       string
+	region      string
 	temperature float64
 	maxTokens   int
 	simLatency  time.Duration
@@ -31,9 +41,12 @@ type providerOptions struct {
 }
 
 func (p *providerOptions) register(fs *pflag.FlagSet) {
-	fs.StringVar(&p.name, "provider", "sim", "model provider: sim (in-process simulator, no key) or openai (any OpenAI-compatible server)")
-	fs.StringVar(&p.baseURL, "base-url", "", "OpenAI-compatible API base URL, e.g. http://127.0.0.1:8089/v1; default $OPENAI_BASE_URL, else OpenAI's")
-	fs.StringVar(&p.model, "model", "", "model name; default sim-1 for sim, gpt-4o-mini for openai")
+	p.fs = fs
+	fs.StringVar(&p.file, "providers", "", "providers file (YAML): several providers, each with its own rpm, tpm, concurrency and timeout, routed in order or by weight, with failover; replaces --provider, --base-url, --model, --region, --rpm, --tpm, --concurrency, --call-timeout")
+	fs.StringVar(&p.name, "provider", "sim", "model provider: sim (in-process simulator, no key), openai (any OpenAI-compatible server) or bedrock (Amazon Bedrock Converse, AWS credentials from the default chain)")
+	fs.StringVar(&p.baseURL, "base-url", "", "OpenAI-compatible API base URL, e.g. http://127.0.0.1:8089/v1; default $OPENAI_BASE_URL, else OpenAI's (bedrock: an endpoint override)")
+	fs.StringVar(&p.model, "model", "", "model name; default sim-1 for sim, gpt-4o-mini for openai; bedrock: a model id, inference profile id or ARN (required)")
+	fs.StringVar(&p.region, "region", "", "bedrock: AWS region of the endpoint; default the AWS configuration's (AWS_REGION)")
 	p.temperature = math.NaN()
 	fs.Var(optionalFloat{&p.temperature}, "temperature", "sampling temperature, 0 to 2; default the provider's")
 	fs.IntVar(&p.maxTokens, "max-tokens", 0, "completion token cap; 0 for the provider's default")
@@ -63,11 +76,29 @@ func (f optionalFloat) Set(s string) error {
 
 func (f optionalFloat) Type() string { return "float" }
 
+// singleFlags are the flags a providers file replaces.
+var singleFlags = []string{"provider", "base-url", "model", "region", "rpm", "tpm", "concurrency", "call-timeout", "sim-latency", "sim-jitter"}
+
 func (p *providerOptions) validate() error {
+	if p.file != "" {
+		for _, name := range singleFlags {
+			if p.fs != nil && p.fs.Changed(name) {
+				return fmt.Errorf("--%s and --providers are both set: give each provider's settings in the providers file", name)
+			}
+		}
+	}
 	switch p.name {
 	case "sim", "openai":
+	case "bedrock":
+		if p.model == "" {
+			return errors.New("--provider bedrock needs --model: a Bedrock model id (amazon.nova-lite-v1:0), inference profile id (us.amazon.nova-lite-v1:0) or ARN")
+		}
+		return p.validateSettings()
 	default:
-		return fmt.Errorf("--provider %q: use sim or openai", p.name)
+		return fmt.Errorf("--provider %q: use sim, openai or bedrock", p.name)
+	}
+	if p.region != "" {
+		return fmt.Errorf("--region is for --provider bedrock, not %s", p.name)
 	}
 	if p.baseURL == "" {
 		// As the OpenAI SDKs and tools read it.
@@ -76,6 +107,11 @@ func (p *providerOptions) validate() error {
 	if p.name == "openai" && p.baseURL == "" && os.Getenv("OPENAI_API_KEY") == "" {
 		return errors.New("--provider openai needs OPENAI_API_KEY in the environment (or --base-url for a local OpenAI-compatible server)")
 	}
+	return p.validateSettings()
+}
+
+// validateSettings checks the model settings every provider takes.
+func (p *providerOptions) validateSettings() error {
 	if !math.IsNaN(p.temperature) && (p.temperature < 0 || p.temperature > 2) {
 		return fmt.Errorf("--temperature %v: must be between 0 and 2", p.temperature)
 	}
@@ -106,17 +142,63 @@ func (p *providerOptions) temperaturePtr() *float64 {
 	return &t
 }
 
-func (p *providerOptions) build(clk clock.Clock) (llm.Provider, error) {
-	switch p.name {
-	case "openai":
-		key := os.Getenv("OPENAI_API_KEY")
-		if key == "" {
-			key = "unused" // local OpenAI-compatible servers ignore it; the SDK wants one
-		}
-		return openaillm.New(openaillm.Config{BaseURL: p.baseURL, APIKey: key, Model: p.modelName()})
-	default:
-		return sim.New(sim.Config{Latency: p.simLatency, Jitter: p.simJitter, Clock: clk}), nil
+// providers returns the providers file of o: --providers, or one entry
+// built from the single-provider flags, so both take one code path.
+func (o *runOptions) providers() (*providerfile.File, error) {
+	p := &o.provider
+	if p.file != "" {
+		return providerfile.Load(p.file)
 	}
+	entry := providerfile.Provider{
+		// Named as rows answered by a task's own provider are labelled.
+		Name: p.name + "/" + p.modelName(), Kind: providerfile.Kind(p.name), BaseURL: p.baseURL, Model: p.modelName(),
+		Region: p.region, RPM: o.rpm, TPM: o.tpm, Concurrency: o.concurrency, Timeout: o.retry.callTimeout,
+	}
+	if entry.Kind == providerfile.KindSim {
+		// $OPENAI_BASE_URL, read by validate, is not the simulator's.
+		entry.BaseURL = ""
+		entry.Latency, entry.Jitter = p.simLatency, p.simJitter
+	}
+	f := &providerfile.File{Providers: []providerfile.Provider{entry}}
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("provider flags: %w", err)
+	}
+	return f, nil
+}
+
+// buildRouter builds the router of f for the embedded runtime: keys from
+// the environment, an in-process limiter per provider, every call counted
+// in stats.
+func buildRouter(ctx context.Context, f *providerfile.File, clk clock.Clock, stats *runStats, logger *slog.Logger, rec metrics.Recorder) (*pipeline.Router, error) {
+	build := providers.Builder{
+		Clock:   clk,
+		Bedrock: func(p providerfile.Provider) (llm.Provider, error) { return bedrockProvider(ctx, p) },
+	}
+	return f.Router(providerfile.Wiring{
+		Build: build.Build,
+		// Paced to the quotas given, and learnt from the provider's
+		// headers and 429s where not given (or given too high).
+		Limiter: func(p providerfile.Provider) pipeline.Limiter {
+			// Waits are timed for the progress line.
+			return watchedLimiter{quota.NewLocal(quota.LocalConfig{RPM: p.RPM, TPM: p.TPM, Clock: clk}), stats}
+		},
+		Wrap: func(_ providerfile.Provider, lp llm.Provider) llm.Provider { return countingProvider{lp, stats} },
+	}, pipeline.RouterConfig{Logger: logger, Metrics: rec})
+}
+
+// bedrockProvider builds a Bedrock provider signed from the default
+// credential chain: environment, profile, SSO, the instance or task role.
+// Nothing to configure here, no key.
+func bedrockProvider(ctx context.Context, p providerfile.Provider) (llm.Provider, error) {
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("AWS configuration: %w", err)
+	}
+	cfg := bedrockllm.Config{Model: p.Model, Region: p.Region, BaseURL: p.BaseURL}
+	if cfg.Region == "" && awsCfg.Region == "" {
+		return nil, errors.New("no AWS region: give region (--region) or set AWS_REGION")
+	}
+	return bedrockllm.New(bedrockllm.NewClient(awsCfg, cfg), cfg)
 }
 
 // countingProvider counts calls and their outcomes for the run summary.
@@ -130,8 +212,4 @@ func (c countingProvider) Generate(ctx context.Context, req llm.Request) (llm.Re
 	resp, err := c.Provider.Generate(ctx, req)
 	c.stats.countCall(err)
 	return resp, err
-}
-
-func newLimiter(rpm int) *quota.Local {
-	return quota.NewLocal(quota.LocalConfig{RPM: rpm})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -26,6 +27,7 @@ import (
 // readmeExempt are README command lines the test does not run, each with
 // the reason; keyed by the line as written.
 var readmeExempt = map[string]string{
+	"batchgen run --in skus.csv --prompt-file prompt.txt --provider bedrock --model us.amazon.nova-lite-v1:0 --region us-east-1": "needs AWS credentials with Bedrock model access; TestRunBedrock runs these flags through the real SDK against a double of the Converse API",
 	"batchgen tasks --table TABLE --dlq-url DLQ_URL":                                "needs a deployed stack's table; TestDLQOnSQS (-tags emulator) runs it against moto",
 	"batchgen dlq list --queue-url QUEUE_URL --dlq-url DLQ_URL":                     "needs a deployed stack's queues; TestDLQOnSQS (-tags emulator) runs it against moto",
 	"batchgen retry TASK --table TABLE --queue-url QUEUE_URL [--error-class CLASS]": "needs a deployed stack's table and queue; TestRetryOnAWS (-tags emulator) runs it against moto",
@@ -105,6 +107,10 @@ func TestReadmeCommands(t *testing.T) {
 				serveMockLLMBriefly(t, work, args)
 				return
 			}
+			if c.args[0] == "serve" {
+				serveBriefly(t, work, env, args)
+				return
+			}
 			r := runIn(t, work, env, args...)
 			if r.code != 0 {
 				t.Errorf("exit %d, want 0\nargs: %q\nstdout:\n%s\nstderr:\n%s", r.code, args, r.stdout, r.stderr)
@@ -149,7 +155,7 @@ var (
 	// commandWords are the words of the command path; an inline span of
 	// only these names a command rather than showing a command line.
 	commandWords = map[string]bool{"run": true, "tasks": true, "cancel": true, "retry": true, "dlq": true, "list": true,
-		"redrive": true, "mock-llm": true, "help": true, "completion": true}
+		"redrive": true, "mock-llm": true, "serve": true, "help": true, "completion": true, "status": true}
 )
 
 // readmeCommands extracts the batchgen command lines: those of the fenced
@@ -291,6 +297,10 @@ func writeReadmeInputs(t *testing.T, dir string) {
 	}
 	writeFile(t, filepath.Join(dir, "skus.csv"), "商品名称,类目\n保温杯,家居\n蓝牙耳机,数码\n")
 	writeFile(t, filepath.Join(dir, "prompt.txt"), "为商品{{商品名称}}（类目：{{类目}}）写一段 50 字以内的营销文案\n")
+	// The README's providers-sim.yaml, as shown there.
+	writeFile(t, filepath.Join(dir, "providers-sim.yaml"), "routing: weighted\nproviders:\n  - {name: fast, kind: sim, latency: 50ms, concurrency: 8, weight: 3}\n  - {name: slow, kind: sim, latency: 300ms, concurrency: 4, weight: 1}\n")
+	// The README's prices.yaml, as shown there.
+	writeFile(t, filepath.Join(dir, "prices.yaml"), "models:\n  gpt-4o-mini: {input_per_mtok: 0.15, output_per_mtok: 0.60, cached_input_per_mtok: 0.075}\n  qwen2.5:7b: {input_per_mtok: 0.02, output_per_mtok: 0.02}\n")
 }
 
 // runIn runs the binary in dir with env.
@@ -377,5 +387,58 @@ func serveMockLLMBriefly(t *testing.T, dir string, args []string) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("mock-llm stopped with %v, want exit 0\n%s", err, stderr.String())
+	}
+}
+
+// serveBriefly runs the README's serve command on a free loopback port,
+// waits for it to listen and answer, and stops it as Ctrl-C would: it must
+// exit 0.
+func serveBriefly(t *testing.T, dir string, env []string, args []string) {
+	t.Helper()
+	args = append([]string{}, args...)
+	addr := false
+	for i, a := range args {
+		if a == "--addr" && i+1 < len(args) {
+			args[i+1], addr = "127.0.0.1:0", true
+		}
+	}
+	if !addr {
+		args = append(args, "--addr", "127.0.0.1:0")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Dir, cmd.Env = dir, env
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	m := listenLine.FindStringSubmatch(line)
+	if err != nil || m == nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("serve did not start: %q %v\n%s", line, err, stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	resp, err := http.Get(m[1] + "/")
+	if err != nil {
+		t.Errorf("GET /: %v", err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET /: %d, want the page", resp.StatusCode)
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("serve stopped with %v, want exit 0\n%s", err, stderr.String())
 	}
 }

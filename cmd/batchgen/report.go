@@ -3,15 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -25,9 +20,17 @@ import (
 type runStats struct {
 	calls       atomic.Int64
 	rateLimited atomic.Int64
-	callErrors  atomic.Int64
-	rowsDone    atomic.Int64
-	rowsFailed  atomic.Int64
+	// callErrors are failed calls other than 429s: a rate limit is the
+	// provider pacing us, not a failure.
+	callErrors atomic.Int64
+	rowsDone   atomic.Int64
+	rowsFailed atomic.Int64
+	// last429 and lastQuotaWait are when (Unix nanoseconds) a call was
+	// last answered 429, and when a wait for the quota limiter last took
+	// long enough to slow the job: what the progress line names as the
+	// reason the job is being held back.
+	last429       atomic.Int64
+	lastQuotaWait atomic.Int64
 
 	mu      sync.Mutex
 	classes map[string]int
@@ -37,13 +40,33 @@ func newRunStats() *runStats { return &runStats{classes: map[string]int{}} }
 
 func (s *runStats) countCall(err error) {
 	s.calls.Add(1)
-	if err == nil {
-		return
-	}
-	s.callErrors.Add(1)
-	if llm.Classify(err).Class == llm.ClassRateLimited {
+	switch {
+	case err == nil:
+	case llm.Classify(err).Class == llm.ClassRateLimited:
 		s.rateLimited.Add(1)
+		s.last429.Store(time.Now().UnixNano())
+	default:
+		s.callErrors.Add(1)
 	}
+}
+
+// quotaWaitWorthShowing is how long a wait for the quota limiter must take
+// to count as the quota holding the job back.
+const quotaWaitWorthShowing = 50 * time.Millisecond
+
+// watchedLimiter times the waits for the quota, for the progress line.
+type watchedLimiter struct {
+	pipeline.Limiter
+	stats *runStats
+}
+
+func (w watchedLimiter) Wait(ctx context.Context, tokens int) error {
+	start := time.Now()
+	err := w.Limiter.Wait(ctx, tokens)
+	if end := time.Now(); end.Sub(start) >= quotaWaitWorthShowing {
+		w.stats.lastQuotaWait.Store(end.UnixNano())
+	}
+	return err
 }
 
 func (s *runStats) observe(e pipeline.Event) {
@@ -66,113 +89,23 @@ func countDone(ctx context.Context, st store.Store, task store.Task) (int, error
 	return c.succeeded + c.failed + c.skipped, err
 }
 
-type rowCounts struct{ total, succeeded, failed, skipped, cached, pending int }
+type rowCounts struct {
+	total, succeeded, failed, skipped, cached, pending int
+	// usage sums the rows' tokens per provider label that answered, to
+	// price each provider's at its own price.
+	usage map[string]store.Usage
+}
 
+// countRows counts a task's rows through the core's one reading of them
+// (pipeline.Status), so the run summary, tasks and status agree.
 func countRows(ctx context.Context, st store.Store, taskID string) (rowCounts, error) {
-	var c rowCounts
-	next := 1
-	for {
-		rows, err := st.ListRows(ctx, store.ListRowsParams{TaskID: taskID, FromNo: next, Limit: 2000})
-		if err != nil {
-			return c, fmt.Errorf("count rows of task %s: %w", taskID, err)
-		}
-		for _, r := range rows {
-			c.total++
-			switch r.State {
-			case store.RowSucceeded:
-				c.succeeded++
-				if r.Cached {
-					c.cached++
-				}
-			case store.RowFailed:
-				c.failed++
-			case store.RowSkipped:
-				c.skipped++
-			default:
-				c.pending++
-			}
-			next = r.No + 1
-		}
-		if len(rows) < 2000 {
-			return c, nil
-		}
+	s, err := pipeline.Status(ctx, st, taskID, time.Now())
+	if err != nil {
+		return rowCounts{}, fmt.Errorf("count rows of task %s: %w", taskID, err)
 	}
-}
-
-// progress shows rows done on stderr: a bar on a terminal, plain lines
-// every interval otherwise, nothing with --quiet.
-type progress struct {
-	w        io.Writer
-	total    int
-	base     int
-	stats    *runStats
-	bar      *progressbar.ProgressBar
-	interval time.Duration
-	start    time.Time
-	last     time.Time
-	quiet    bool
-	finished bool
-}
-
-func newProgress(w io.Writer, total, done int, stats *runStats, quiet bool, interval time.Duration) *progress {
-	p := &progress{w: w, total: total, base: done, stats: stats, interval: interval, start: time.Now(), last: time.Now(), quiet: quiet}
-	if quiet {
-		return p
-	}
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		p.bar = progressbar.NewOptions(total,
-			progressbar.OptionSetWriter(w),
-			progressbar.OptionSetDescription("rows"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("rows"),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionSetWidth(30),
-		)
-		_ = p.bar.Set(done)
-	}
-	return p
-}
-
-func (p *progress) update() {
-	if p.quiet || p.finished {
-		return
-	}
-	done := p.base + int(p.stats.rowsDone.Load())
-	failed := p.stats.rowsFailed.Load()
-	if p.bar != nil {
-		p.bar.Describe(fmt.Sprintf("rows (%d failed)", failed))
-		_ = p.bar.Set(min(done, p.total))
-		return
-	}
-	if time.Since(p.last) < p.interval {
-		return
-	}
-	p.last = time.Now()
-	fmt.Fprintln(p.w, p.line(done, failed))
-}
-
-func (p *progress) line(done int, failed int64) string {
-	elapsed := time.Since(p.start)
-	rate := float64(done-p.base) / elapsed.Seconds()
-	eta := "?"
-	if rate > 0 {
-		eta = (time.Duration(float64(p.total-done)/rate) * time.Second).Round(time.Second).String()
-	}
-	pct := 100 * float64(done) / float64(max(p.total, 1))
-	return fmt.Sprintf("batchgen: %d/%d rows (%.0f%%), %d failed, %.1f rows/s, ETA %s", done, p.total, pct, failed, rate, eta)
-}
-
-func (p *progress) finish() {
-	if p.quiet || p.finished {
-		return
-	}
-	p.finished = true
-	if p.bar != nil {
-		_ = p.bar.Finish()
-		fmt.Fprintln(p.w)
-	}
+	r := s.Rows
+	return rowCounts{total: r.Total, succeeded: r.Succeeded, failed: r.Failed, skipped: r.Skipped, cached: r.Cached, pending: r.Pending,
+		usage: s.UsageByProvider}, nil
 }
 
 // summarize is what `batchgen run` prints at the end, with the number of
@@ -192,7 +125,8 @@ func summarize(ctx context.Context, st store.Store, task store.Task, stats *runS
 			Cached: c.cached, Calls: stats.calls.Load(), RateLimited: stats.rateLimited.Load(), Errors: stats.callErrors.Load(),
 			Classes: classes,
 		},
-		Elapsed: elapsed,
-		Result:  out,
+		UsageByProvider: c.usage,
+		Elapsed:         elapsed,
+		Result:          out,
 	}, c.failed + c.pending, nil
 }

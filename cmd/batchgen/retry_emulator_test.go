@@ -47,6 +47,21 @@ func TestRetryOnAWS(t *testing.T) {
 	_, err = st.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskPartial, ResultKey: "results/x.xlsx", Now: now})
 	must(err)
 
+	// status and tasks read the deployed table as they read a data directory.
+	r := runBinary(t, ctx, "status", task.ID, "--table", res.TableName)
+	for _, want := range []string{"t-retry-1  PARTIAL", "rows      2  (succeeded 1, failed 1, skipped 0, pending 0; cached 0)",
+		"failures  retry_exhausted 1", "row 2 (sheet row 3)  retry_exhausted: quota", "answered  sim 1"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("status --table: exit %d, want %q in\n%s%s", r.code, want, r.stdout, r.stderr)
+		}
+	}
+	if r := runBinary(t, ctx, "tasks", "--table", res.TableName, "--state", "partial", "--since", "1h"); r.code != 0 || !strings.Contains(r.stdout, task.ID) {
+		t.Errorf("tasks --table --state partial: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runBinary(t, ctx, "tasks", "--table", res.TableName, "--state", "running"); r.code != 0 || strings.Contains(r.stdout, task.ID) {
+		t.Errorf("tasks --table --state running lists the PARTIAL task: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
 	stack := []string{"--table", res.TableName, "--queue-url", res.QueueURL}
 	if r := runBinary(t, ctx, "retry", task.ID, "--table", res.TableName); r.code != 2 || !strings.Contains(r.stderr, "--queue-url") {
 		t.Errorf("retry with --table alone: exit %d\n%s", r.code, r.stderr)
@@ -54,7 +69,7 @@ func TestRetryOnAWS(t *testing.T) {
 	if r := runBinary(t, ctx, append([]string{"retry", "no-such-task"}, stack...)...); r.code != 2 || !strings.Contains(r.stderr, "no task no-such-task") {
 		t.Errorf("retry of an unknown task: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	r := runBinary(t, ctx, append([]string{"retry", task.ID, "--error-class", "retry_exhausted"}, stack...)...)
+	r = runBinary(t, ctx, append([]string{"retry", task.ID, "--error-class", "retry_exhausted"}, stack...)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "1 batch(es) with failed rows of class retry_exhausted re-enqueued") || !strings.Contains(r.stdout, "export generation 1") {
 		t.Fatalf("retry on AWS: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

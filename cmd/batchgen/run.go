@@ -17,8 +17,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/logging"
+	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
 	"github.com/batchgen/batchgen/internal/report"
@@ -28,17 +33,22 @@ import (
 
 // runOptions are the flags of `batchgen run`.
 type runOptions struct {
-	in, out          string
-	prompt, promptF  string
-	system           string
-	sheetName        string
-	encoding         string
-	dataDir          string
-	batchSize        int
-	maxRows          int
-	concurrency      int
-	rpm              int
-	noCache          bool
+	in, out         string
+	prompt, promptF string
+	system          string
+	sheetName       string
+	encoding        string
+	dataDir         string
+	batchSize       int
+	maxRows         int
+	concurrency     int
+	rpm             int
+	tpm             int
+	noCache         bool
+	cacheMode       string
+	// cacheTTL is --cache-ttl, read by pipeline.ParseCacheTTL.
+	cacheTTL         string
+	prices           string
 	quiet            bool
 	logLevel         string
 	progressInterval time.Duration
@@ -59,23 +69,70 @@ type retryOptions struct {
 func (o *runOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.in, "in", "", "input spreadsheet (.xlsx or .csv); required")
 	fs.StringVar(&o.out, "out", "", "result workbook (.xlsx); default <in>.result.xlsx beside the input")
-	fs.StringVar(&o.prompt, "prompt", "", "prompt template with {{column}} placeholders")
-	fs.StringVar(&o.promptF, "prompt-file", "", "file holding the prompt template")
-	fs.StringVar(&o.system, "system", "", "system prompt")
 	fs.StringVar(&o.sheetName, "sheet", "", "input sheet name; default the first visible sheet not named \"prompt\"")
 	fs.StringVar(&o.encoding, "encoding", "", "text encoding of a CSV input: utf-8, windows-1252 (latin1), gb18030 (gbk), big5, shift_jis, ...; default: detected")
 	fs.StringVar(&o.dataDir, "data", "", "state directory (SQLite database, result blobs); default .batchgen beside the input")
+	o.registerSpec(fs)
+	o.registerEngine(fs)
+}
+
+// registerSpec registers the flags of what a task runs and how its input
+// is bounded: run's own, and serve's default for inputs that bring none.
+func (o *runOptions) registerSpec(fs *pflag.FlagSet) {
+	fs.StringVar(&o.prompt, "prompt", "", "prompt template with {{column}} placeholders")
+	fs.StringVar(&o.promptF, "prompt-file", "", "file holding the prompt template")
+	fs.StringVar(&o.system, "system", "", "system prompt")
 	fs.IntVar(&o.batchSize, "batch-size", pipeline.DefaultBatchSize, "rows per batch")
 	fs.IntVar(&o.maxRows, "max-rows", 200_000, "reject inputs with more data rows than this")
-	o.registerEngine(fs)
+}
+
+// checkSpec validates the flags registerSpec registers and reads
+// --prompt-file into the prompt.
+func (o *runOptions) checkSpec() error {
+	reject := func(format string, a ...any) error {
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf(format, a...)}
+	}
+	if o.prompt != "" && o.promptF != "" {
+		return reject("--prompt and --prompt-file are both set; use one")
+	}
+	if o.promptF != "" {
+		b, err := os.ReadFile(o.promptF)
+		if err != nil {
+			return reject("--prompt-file: %w", unwrapPathError(err))
+		}
+		o.prompt = strings.TrimRight(string(b), "\r\n")
+		if strings.TrimSpace(o.prompt) == "" {
+			return reject("--prompt-file %s is empty", o.promptF)
+		}
+	}
+	if o.batchSize < 1 || o.batchSize > 1000 {
+		return reject("--batch-size %d: must be between 1 and 1000", o.batchSize)
+	}
+	if o.maxRows < 1 {
+		return reject("--max-rows %d: must be at least 1", o.maxRows)
+	}
+	return nil
+}
+
+// taskSpec is the task spec the flags ask for.
+func (j *runJob) taskSpec() store.TaskSpec {
+	o := &j.opts
+	return store.TaskSpec{
+		Prompt: o.prompt, System: o.system, Provider: j.providers.ProviderLabel(), Model: j.providers.Providers[0].Model,
+		Temperature: o.provider.temperaturePtr(), MaxTokens: o.provider.maxTokens, BatchSize: o.batchSize,
+	}
 }
 
 // registerEngine registers the flags of everything that calls the model:
 // run and retry.
 func (o *runOptions) registerEngine(fs *pflag.FlagSet) {
 	fs.IntVar(&o.concurrency, "concurrency", 8, "model calls in flight at once")
-	fs.IntVar(&o.rpm, "rpm", 0, "provider quota in requests per minute across the job (0: unlimited)")
-	fs.BoolVar(&o.noCache, "no-cache", false, "call the model even for prompts answered before")
+	fs.IntVar(&o.rpm, "rpm", 0, "provider quota in requests per minute across the job (0: learn it from the provider's rate-limit headers and 429s)")
+	fs.IntVar(&o.tpm, "tpm", 0, "provider quota in tokens (prompt + completion) per minute across the job (0: learn it like --rpm)")
+	fs.BoolVar(&o.noCache, "no-cache", false, "call the model even for prompts answered before (same as --cache off)")
+	fs.StringVar(&o.cacheMode, "cache", "auto", "reuse outputs cached for identical calls: auto (unless --temperature > 0), always, or off")
+	fs.StringVar(&o.cacheTTL, "cache-ttl", "30d", "how long a cached output is reused: whole days (30d) or a duration (12h)")
+	fs.StringVar(&o.prices, "prices", "", "price table (YAML, models: {MODEL: {input_per_mtok, output_per_mtok, cached_input_per_mtok}}) overriding the built-in one, for the estimated cost")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress output")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
 	fs.DurationVar(&o.progressInterval, "progress-interval", 5*time.Second, "interval of plain progress lines when stderr is not a terminal")
@@ -127,13 +184,22 @@ same task: rows that already have a result are never sent to the model again.`,
 // runJob is one `batchgen run`: the wiring of embedded adapters around the
 // pipeline for one input.
 type runJob struct {
-	opts    runOptions
-	stderr  io.Writer
-	logger  *slog.Logger
-	spec    store.TaskSpec
-	delays  []time.Duration
-	data    *dataDir
-	started time.Time
+	opts   runOptions
+	stderr io.Writer
+	logger *slog.Logger
+	spec   store.TaskSpec
+	delays []time.Duration
+	// cacheTTL is --cache-ttl, given to the store.
+	cacheTTL time.Duration
+	data     *dataDir
+	started  time.Time
+	// prices estimate the task's cost in the summary.
+	prices *pricing.Table
+	// metrics receives the engine's metrics (serve's /metrics); nil
+	// records nothing.
+	metrics metrics.Recorder
+	// providers are the routes of the job's model calls.
+	providers *providerfile.File
 
 	// The engine of one task, built by openEngine.
 	queue    queue.Queue
@@ -160,33 +226,14 @@ func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if !strings.EqualFold(filepath.Ext(o.out), ".xlsx") {
 		return nil, reject("--out %s: the result is an Excel workbook; use a name ending in .xlsx", o.out)
 	}
-	if o.prompt != "" && o.promptF != "" {
-		return nil, reject("--prompt and --prompt-file are both set; use one")
-	}
-	if o.promptF != "" {
-		b, err := os.ReadFile(o.promptF)
-		if err != nil {
-			return nil, reject("--prompt-file: %w", unwrapPathError(err))
-		}
-		o.prompt = strings.TrimRight(string(b), "\r\n")
-		if strings.TrimSpace(o.prompt) == "" {
-			return nil, reject("--prompt-file %s is empty", o.promptF)
-		}
-	}
-	if o.batchSize < 1 || o.batchSize > 1000 {
-		return nil, reject("--batch-size %d: must be between 1 and 1000", o.batchSize)
-	}
-	if o.maxRows < 1 {
-		return nil, reject("--max-rows %d: must be at least 1", o.maxRows)
+	if err := o.checkSpec(); err != nil {
+		return nil, err
 	}
 	j, err := newEngineJob(o, stderr)
 	if err != nil {
 		return nil, err
 	}
-	j.spec = store.TaskSpec{
-		Prompt: o.prompt, System: o.system, Provider: o.provider.name, Model: o.provider.modelName(),
-		Temperature: o.provider.temperaturePtr(), MaxTokens: o.provider.maxTokens, BatchSize: o.batchSize,
-	}
+	j.spec = j.taskSpec()
 	return j, nil
 }
 
@@ -200,7 +247,10 @@ func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 		return nil, reject("--concurrency %d: must be at least 1", o.concurrency)
 	}
 	if o.rpm < 0 {
-		return nil, reject("--rpm %d: must be 0 (unlimited) or more", o.rpm)
+		return nil, reject("--rpm %d: must be 0 (learn the quota) or more", o.rpm)
+	}
+	if o.tpm < 0 {
+		return nil, reject("--tpm %d: must be 0 (learn the quota) or more", o.tpm)
 	}
 	if o.sweepAfter < time.Second {
 		return nil, reject("--sweep-after %s: must be at least 1s", o.sweepAfter)
@@ -218,16 +268,37 @@ func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if err := o.provider.validate(); err != nil {
 		return nil, reject("%w", err)
 	}
+	if _, err := pipeline.ParseCacheMode(o.cacheMode); err != nil {
+		return nil, reject("--cache: %w", err)
+	}
+	if o.noCache && o.cacheMode != string(pipeline.CacheAuto) && o.cacheMode != string(pipeline.CacheOff) {
+		return nil, reject("--no-cache contradicts --cache %s; give one", o.cacheMode)
+	}
+	cacheTTL, err := pipeline.ParseCacheTTL(o.cacheTTL)
+	if err != nil {
+		return nil, reject("--cache-ttl: %w", err)
+	}
+	providers, err := o.providers()
+	if err != nil {
+		return nil, reject("%w", err)
+	}
 	level := new(slog.LevelVar)
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return nil, reject("--log-level %q: use debug, info, warn or error", o.logLevel)
 	}
+	prices, err := pricing.Load(o.prices)
+	if err != nil {
+		return nil, reject("--prices: %w", err)
+	}
 	return &runJob{
-		opts:    o,
-		stderr:  stderr,
-		logger:  slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
-		delays:  delays,
-		started: time.Now(),
+		opts:      o,
+		prices:    prices.FromProviders(providers),
+		stderr:    stderr,
+		logger:    logging.NewText(stderr, level),
+		delays:    delays,
+		cacheTTL:  cacheTTL,
+		providers: providers,
+		started:   time.Now(),
 	}, nil
 }
 
@@ -250,7 +321,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	taskID := pipeline.DeriveTaskID(identity, j.spec)
 
 	params := pipeline.SplitParams{
-		TaskID: taskID, Path: o.in, Source: filepath.Base(o.in), Spec: j.spec, Sheet: o.sheetName,
+		TaskID: taskID, Path: o.in, Source: filepath.Base(o.in), Owner: pipeline.LocalOwner, Spec: j.spec, Sheet: o.sheetName,
 		Encoding: o.encoding, Limits: sheet.Limits{MaxRows: o.maxRows},
 	}
 	// Validate before touching the data directory: rejected input writes
@@ -265,7 +336,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	}
 	params.Validated = &validated
 
-	j.data, err = openDataDir(o.dataDir, o.in)
+	j.data, err = openDataDir(o.dataDir, o.in, j.cacheTTL)
 	if err != nil {
 		return err
 	}
@@ -276,7 +347,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	existed := false
 	if t, err := j.data.store.GetTask(ctx, taskID); err == nil {
 		existed = true
-		j.logger.Info("continuing task", "task", taskID, "state", t.State)
+		j.logger.Info("continuing task", "task_id", taskID, "state", t.State)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("read task %s: %w", taskID, err)
 	}
@@ -311,35 +382,51 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 // openEngine builds the queue, generator and exporter of one task over the
 // opened data directory.
 func (j *runJob) openEngine(taskID string) error {
+	j.signal = &pipeline.ExportSignal{}
+	return j.openEngineOn(queueName(taskID), j.data.blobs, j.signal)
+}
+
+// openEngineOn builds the queue called queueName, the generator and the
+// exporter (writing results to blobs) over the opened data directory. The
+// generator starts exports through exports; nil exports in-process, with
+// the exporter itself.
+func (j *runJob) openEngineOn(queueName string, blobs blob.Store, exports pipeline.ExportStarter) error {
 	o := j.opts
 	clk := clock.Real{}
 	q, err := sqlitequeue.New(j.data.store.DB(), sqlitequeue.Config{
-		Name: queueName(taskID), Visibility: 5 * time.Minute, MaxReceive: maxReceive, Clock: clk,
+		Name: queueName, Visibility: 5 * time.Minute, MaxReceive: maxReceive, Clock: clk,
 	})
 	if err != nil {
 		return fmt.Errorf("open queue in %s: %w", j.data.dir, err)
 	}
-	provider, err := o.provider.build(clk)
+	j.stats = newRunStats()
+	router, err := buildRouter(context.Background(), j.providers, clk, j.stats, j.logger, j.metrics)
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: err}
 	}
 	j.queue = q
-	j.stats = newRunStats()
-	j.signal = &pipeline.ExportSignal{}
+	j.exporter = pipeline.NewExporter(j.data.store, blobs, pipeline.ExporterConfig{Clock: clk, Logger: j.logger, Metrics: j.metrics})
+	if exports == nil {
+		exports = j.exporter
+	}
+	concurrency := 0
+	for _, p := range j.providers.Providers {
+		concurrency += p.Concurrency
+	}
 	cfg := pipeline.GeneratorConfig{
-		Limiter: newLimiter(o.rpm), Clock: clk, Logger: j.logger, Observer: j.stats.observe, Owner: fmt.Sprintf("batchgen-%d", os.Getpid()),
-		Concurrency: o.concurrency, Lease: o.retry.lease, CallTimeout: o.retry.callTimeout,
+		Clock: clk, Logger: j.logger, Metrics: j.metrics, Observer: j.stats.observe, Owner: fmt.Sprintf("batchgen-%d", os.Getpid()),
+		// Rows in flight: every provider's slots can be busy at once.
+		Concurrency: concurrency, Lease: o.retry.lease, CallTimeout: router.MaxTimeout(),
 		CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
 		// SQLite writes are local and cheap: group results only while a
 		// write is under way, so a kill costs no more repeated calls than
 		// were in flight.
 		FlushInterval: pipeline.FlushAtOnce,
 	}
-	if !o.noCache {
-		cfg.Cache = j.data.store
+	if mode := pipeline.CacheMode(o.cacheMode); !o.noCache && mode != pipeline.CacheOff {
+		cfg.Cache, cfg.CacheMode = j.data.store, mode
 	}
-	j.gen = pipeline.NewGenerator(j.data.store, countingProvider{provider, j.stats}, j.signal, cfg)
-	j.exporter = pipeline.NewExporter(j.data.store, j.data.blobs, pipeline.ExporterConfig{Clock: clk, Logger: j.logger})
+	j.gen = pipeline.NewGenerator(j.data.store, router, exports, cfg)
 	return nil
 }
 
@@ -377,6 +464,7 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 	if err != nil {
 		return err
 	}
+	summary.Prices = j.prices
 	fmt.Fprint(stdout, summary.String())
 	return report.ForTask(task, failed)
 }
@@ -390,7 +478,7 @@ func (j *runJob) recover(ctx context.Context, task store.Task) error {
 		return err
 	}
 	if n > 0 {
-		j.logger.Info("recovered unfinished batches", "task", task.ID, "batches", n)
+		j.logger.Info("recovered unfinished batches", "task_id", task.ID, "batches", n)
 	}
 	return nil
 }
@@ -405,7 +493,7 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 	if err != nil {
 		return err
 	}
-	progress := newProgress(j.stderr, task.RowsTotal, done, j.stats, o.quiet, o.progressInterval)
+	progress := newProgress(j.stderr, task.RowsTotal, done, j.stats, o.quiet, o.progressInterval, o.rpm)
 	defer progress.finish()
 
 	workerCtx, stopWorkers := context.WithCancel(ctx)
@@ -474,8 +562,7 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 		progress.update()
 	}
 	stop()
-	progress.update()
-	progress.finish()
+	progress.complete()
 	if _, err := j.exporter.Export(ctx, task.ID); err != nil {
 		return fmt.Errorf("%w; the rows are saved: fix the problem and run the same command again", err)
 	}

@@ -1,5 +1,5 @@
 // Command api is the HTTP API Lambda: the internal/api handler behind API
-// Gateway's HTTP API, payload format 2.0 (see lambdafn.HTTP).
+// Gateway's HTTP API, payload format 2.0 (see apifn.Handler).
 package main
 
 import (
@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 )
 
 func main() {
@@ -15,7 +16,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("api", err)
 	}
-	h, err := d.HTTP()
+	h, err := apiwire.New(d)
 	if err != nil {
 		awswire.Fatal("api", err)
 	}

@@ -1,5 +1,5 @@
 // Command exporter is the exporter Lambda, the export state machine's task:
-// it writes a finished task's result workbook (see lambdafn.Exporter).
+// it writes a finished task's result workbook (see exporterfn.Handler).
 package main
 
 import (
@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/exporterwire"
 )
 
 func main() {
@@ -15,7 +16,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("exporter", err)
 	}
-	h, err := d.Exporter()
+	h, err := exporterwire.New(d)
 	if err != nil {
 		awswire.Fatal("exporter", err)
 	}

@@ -1,6 +1,6 @@
 // Command generator is the generator Lambda: SQS batch messages are claimed
 // and their rows generated under the provider quota (see
-// lambdafn.Generator).
+// generatorfn.Handler).
 package main
 
 import (

@@ -1,5 +1,5 @@
 // Command splitter is the splitter Lambda: S3 uploads under incoming/ are
-// validated and split into batches (see lambdafn.Splitter).
+// validated and split into batches (see splitterfn.Handler).
 package main
 
 import (
@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/splitterwire"
 )
 
 func main() {
@@ -15,7 +16,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("splitter", err)
 	}
-	h, err := d.Splitter()
+	h, err := splitterwire.New(d)
 	if err != nil {
 		awswire.Fatal("splitter", err)
 	}

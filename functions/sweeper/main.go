@@ -1,5 +1,5 @@
 // Command sweeper is the sweeper Lambda: on a schedule it re-enqueues stuck
-// batches and starts exports that never started (see lambdafn.Sweeper).
+// batches and starts exports that never started (see sweeperfn.Handler).
 package main
 
 import (
@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/sweeperwire"
 )
 
 func main() {
@@ -15,7 +16,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("sweeper", err)
 	}
-	h, err := d.Sweeper()
+	h, err := sweeperwire.New(d)
 	if err != nil {
 		awswire.Fatal("sweeper", err)
 	}

@@ -1,12 +1,21 @@
 // Package api is the batchgen HTTP API: one http.Handler that net/http
 // serves locally (`batchgen serve`) and the api Lambda serves behind API
-// Gateway (see internal/lambdafn.HTTP).
+// Gateway (see internal/lambdafn/apifn), with the same routes, the same
+// principals and the same answers. openapi.yaml describes it, and a test
+// holds the handler to the document.
 //
-// A client creates a task with POST /api/tasks, which returns a presigned
-// URL; it PUTs the sheet there (under incoming/<task id>/), the upload event
-// starts the splitter, and GET /api/tasks/{id} follows the task to a
-// presigned link to the result. The file never passes through the API, so
-// API Gateway's 10 MB payload limit and 29 s timeout do not bound a job.
+// A client creates a task with POST /api/tasks, either sending the sheet
+// as multipart/form-data (up to Limits.MaxFileBytes) or asking for an
+// upload URL with a JSON body (AWS: a presigned S3 PUT, so API Gateway's
+// 10 MB payload limit does not bound a job; locally: PUT
+// /api/tasks/{id}/upload). It follows the task with GET /api/tasks/{id},
+// reads the first rows with /preview and downloads /result. Every task
+// belongs to the principal that created it (see Authenticator); any other
+// principal gets 404 for it on every route and never sees it in a list.
+//
+// The handler parses, authenticates, calls the core (internal/pipeline) and
+// formats; the decisions (who owns a task, what a valid sheet is, how a
+// task is cancelled or retried) are the core's.
 package api
 
 import (
@@ -19,14 +28,17 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"reflect"
-	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -42,16 +54,64 @@ type Presigner interface {
 	PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error)
 }
 
+// Intake splits an input the API stored under incoming/<task id>/ right
+// away (pipeline.Intake): the embedded runtime. On AWS the bucket's event
+// notification starts the splitter instead, and Config.Intake is nil.
+type Intake interface {
+	Accept(ctx context.Context, key, version string) (pipeline.IntakeResult, error)
+}
+
+// Limits are what one deployment accepts; the template's parameters on
+// AWS, flags of `batchgen serve` locally.
+type Limits struct {
+	// Models is the allow-list of models a request may name; empty allows
+	// any. The deployment's default model is always allowed.
+	Models []string
+	// MaxTokens caps a request's max_tokens. Defaults to 100000.
+	MaxTokens int
+	// MaxBatchSize caps a request's batch_size. Defaults to 1000.
+	MaxBatchSize int
+	// MaxFileBytes is the largest sheet accepted, uploaded or announced.
+	// Defaults to pipeline.DefaultMaxInputBytes. On AWS it must match the
+	// splitter's MAX_INPUT_BYTES, so a file the splitter would refuse is
+	// refused up front with 413.
+	MaxFileBytes int64
+	// MaxRows is the most data rows a sheet may have; 0 takes the sheet
+	// reader's default.
+	MaxRows int
+}
+
+// Route is an extra route served behind the same authentication, such as
+// the event stream `batchgen serve` adds (GET /api/tasks/{id}/events).
+type Route struct {
+	// Pattern is an http.ServeMux pattern with a method, e.g.
+	// "GET /api/tasks/{id}/events".
+	Pattern string
+	// Handler serves it; PrincipalFrom(r.Context()) names the caller.
+	Handler http.Handler
+}
+
 // Config wires the API.
 type Config struct {
+	// Prices estimate a task's cost from its tokens. Defaults to the
+	// built-in table.
+	Prices *pricing.Table
 	// Store holds the tasks.
 	Store store.Store
-	// Blobs holds the upload records (uploads/<id>.json).
+	// Blobs holds upload records (uploads/<id>.json), the inputs the API
+	// receives (incoming/<id>/<name>) and the results it streams.
 	Blobs blob.Store
+	// Auth names the principal of each request. Required.
+	Auth Authenticator
 	// Presigner, when non-nil, lets clients upload inputs and download
-	// results directly. Without it POST /api/tasks answers 501 and tasks
-	// carry no result_url.
+	// results directly from S3: the JSON form of POST /api/tasks answers
+	// with a presigned PUT, and GET .../result redirects to a presigned
+	// GET. Without it uploads go to PUT /api/tasks/{id}/upload and results
+	// are streamed.
 	Presigner Presigner
+	// Intake, when non-nil, splits an input as soon as the API has stored
+	// it (the embedded runtime); see Intake.
+	Intake Intake
 	// Clock stamps upload records and computes expiry times. Defaults to
 	// clock.Real.
 	Clock clock.Clock
@@ -60,23 +120,21 @@ type Config struct {
 	Logger *slog.Logger
 	// DefaultSpec is the deployment's spec: its Provider always applies,
 	// its Model, System and BatchSize apply when the request sets none, and
-	// its Prompt is left for the splitter to apply after the workbook's
-	// own prompt sheet.
+	// its Prompt applies when neither the request nor the workbook's
+	// "prompt" sheet has one.
 	DefaultSpec store.TaskSpec
-	// MaxBatchSize caps a request's batch_size. Defaults to 1000.
-	MaxBatchSize int
+	// Limits bound requests and files.
+	Limits Limits
 	// UploadTTL is how long an upload URL stays valid. Defaults to 15
 	// minutes.
 	UploadTTL time.Duration
 	// DownloadTTL is how long a result URL stays valid. Defaults to 1 hour.
 	DownloadTTL time.Duration
-	// MaxBodyBytes caps a request body. Defaults to 256 KiB.
+	// MaxBodyBytes caps a JSON request body. Defaults to 256 KiB.
 	MaxBodyBytes int64
-	// MaxInputBytes is the largest sheet an upload URL is issued for: the
-	// splitter's limit (MAX_INPUT_BYTES), so a file the splitter would
-	// refuse is refused up front with 413. Defaults to
-	// pipeline.DefaultMaxInputBytes.
-	MaxInputBytes int64
+	// TempDir receives uploaded sheets while they are checked. Defaults to
+	// os.TempDir().
+	TempDir string
 	// NewID returns a fresh task id for an upload. Defaults to 128 random
 	// bits in hex. It must return ids that ValidTaskID accepts.
 	NewID func() string
@@ -86,6 +144,25 @@ type Config struct {
 	// Retrier, when non-nil, serves POST /api/tasks/{id}/retry; without it
 	// that endpoint answers 501.
 	Retrier Retrier
+	// EventInterval is how often an event stream reads its task, and so
+	// the most often it sends progress. Defaults to 1 second.
+	EventInterval time.Duration
+	// HeartbeatInterval is the longest an event stream stays silent: a
+	// comment line is sent when nothing else was, so proxies keep it open.
+	// Defaults to 15 seconds.
+	HeartbeatInterval time.Duration
+	// EventsURL, when set, is the base URL the event stream is served at
+	// (the events function's Function URL on AWS, since API Gateway cannot
+	// stream): every task's links.events points there. Empty leaves it on
+	// this handler's own route.
+	EventsURL string
+	// StreamFor, when positive, ends an event stream after this long; the
+	// client reconnects with Last-Event-ID. For a runtime with a time limit
+	// (the events Lambda). Zero streams until the task is finished.
+	StreamFor time.Duration
+	// Routes are served beside the API's own, behind the same
+	// authentication.
+	Routes []Route
 }
 
 // Retrier reruns the failed rows of a finished task (pipeline.Retrier: the
@@ -111,11 +188,14 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.MaxInputBytes <= 0 {
-		c.MaxInputBytes = pipeline.DefaultMaxInputBytes
+	if c.Limits.MaxFileBytes <= 0 {
+		c.Limits.MaxFileBytes = pipeline.DefaultMaxInputBytes
 	}
-	if c.MaxBatchSize <= 0 {
-		c.MaxBatchSize = 1000
+	if c.Limits.MaxBatchSize <= 0 {
+		c.Limits.MaxBatchSize = 1000
+	}
+	if c.Limits.MaxTokens <= 0 {
+		c.Limits.MaxTokens = 100_000
 	}
 	if c.UploadTTL <= 0 {
 		c.UploadTTL = 15 * time.Minute
@@ -126,8 +206,20 @@ func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 256 << 10
 	}
+	if c.TempDir == "" {
+		c.TempDir = os.TempDir()
+	}
 	if c.NewID == nil {
 		c.NewID = randomID
+	}
+	if c.Prices == nil {
+		c.Prices = pricing.Default()
+	}
+	if c.EventInterval <= 0 {
+		c.EventInterval = defaultEventInterval
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = defaultHeartbeatInterval
 	}
 	return c
 }
@@ -141,36 +233,103 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-var taskIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
+// ValidTaskID reports whether id can name a task (pipeline.ValidTaskID
+// holds the rule).
+func ValidTaskID(id string) bool { return pipeline.ValidTaskID(id) }
 
-// ValidTaskID reports whether id can name a task: 1-80 letters, digits,
-// '-' or '_'. The limit is Step Functions' execution name, which is the
-// task id; the alphabet keeps ids safe inside object keys.
-func ValidTaskID(id string) bool { return taskIDPattern.MatchString(id) }
+// routes are the API's own routes, in one table so that the OpenAPI test
+// can hold the document to exactly these.
+var routes = []route{
+	{http.MethodPost, "/api/tasks", (*server).createTask},
+	{http.MethodGet, "/api/tasks", (*server).listTasks},
+	{http.MethodGet, "/api/tasks/{id}", (*server).getTask},
+	{http.MethodPut, "/api/tasks/{id}/upload", (*server).uploadTask},
+	{http.MethodGet, "/api/tasks/{id}/result", (*server).getResult},
+	{http.MethodGet, "/api/tasks/{id}/preview", (*server).previewTask},
+	{http.MethodPost, "/api/tasks/{id}/cancel", (*server).cancelTask},
+	{http.MethodPost, "/api/tasks/{id}/retry", (*server).retryTask},
+	{http.MethodGet, EventsPattern, (*server).taskEvents},
+}
 
-// New returns the API handler. It panics if cfg has no Store or Blobs: that
-// is a wiring bug found at start-up.
+// route is one of the API's own routes.
+type route struct {
+	method, pattern string
+	handle          func(*server, http.ResponseWriter, *http.Request)
+}
+
+// Routes lists the method and path pattern of every route the handler
+// serves itself (Config.Routes not included).
+func Routes() [][2]string {
+	out := make([][2]string, len(routes))
+	for i, rt := range routes {
+		out[i] = [2]string{rt.method, rt.pattern}
+	}
+	return out
+}
+
+// New returns the API handler. It panics if cfg has no Store, Blobs or
+// Auth: that is a wiring bug found at start-up.
 func New(cfg Config) http.Handler {
-	if cfg.Store == nil || cfg.Blobs == nil {
-		panic("api.New: Config.Store and Config.Blobs are required")
+	return newHandler("api.New", cfg, routes)
+}
+
+// NewEvents returns a handler that serves only the task event stream (GET
+// /api/tasks/{id}/events), behind cfg.Auth, and answers 404 on every other
+// path: the events function's Lambda Function URL, which streams responses
+// but has no API Gateway authorizer in front of it, so its cfg.Auth
+// verifies the JWT itself (jwtauth). Serving nothing else keeps that
+// unauthorized-by-the-gateway door as narrow as the one route it exists
+// for. It panics under the same conditions as New.
+func NewEvents(cfg Config) http.Handler {
+	var only []route
+	for _, rt := range routes {
+		if rt.pattern == EventsPattern {
+			only = append(only, rt)
+		}
+	}
+	cfg.Routes = nil
+	return newHandler("api.NewEvents", cfg, only)
+}
+
+// EventsPattern is the path of a task's event stream.
+const EventsPattern = "/api/tasks/{id}/events"
+
+func newHandler(name string, cfg Config, routes []route) http.Handler {
+	if cfg.Store == nil || cfg.Blobs == nil || cfg.Auth == nil {
+		panic(name + ": Config.Store, Config.Blobs and Config.Auth are required")
 	}
 	s := &server{cfg: cfg.withDefaults()}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/tasks", s.createTask)
-	mux.HandleFunc("GET /api/tasks", s.listTasks)
-	mux.HandleFunc("GET /api/tasks/{id}", s.getTask)
-	mux.HandleFunc("POST /api/tasks/{id}/cancel", s.cancelTask)
-	mux.HandleFunc("POST /api/tasks/{id}/retry", s.retryTask)
+	allow := map[string][]string{}
+	var order []string
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
+		if allow[rt.pattern] == nil {
+			order = append(order, rt.pattern)
+		}
+		allow[rt.pattern] = append(allow[rt.pattern], rt.method)
+	}
+	for _, rt := range cfg.Routes {
+		mux.Handle(rt.Pattern, rt.Handler)
+		method, pattern, _ := strings.Cut(rt.Pattern, " ")
+		if allow[pattern] == nil {
+			order = append(order, pattern)
+		}
+		allow[pattern] = append(allow[pattern], method)
+	}
 	// Method-less patterns catch the other methods on known paths, so they
 	// get a JSON 405 instead of falling through to the JSON 404 below.
-	mux.HandleFunc("/api/tasks", methodNotAllowed("GET, HEAD, POST"))
-	mux.HandleFunc("/api/tasks/{id}", methodNotAllowed("GET, HEAD"))
-	mux.HandleFunc("/api/tasks/{id}/cancel", methodNotAllowed("POST"))
-	mux.HandleFunc("/api/tasks/{id}/retry", methodNotAllowed("POST"))
+	for _, pattern := range order {
+		methods := allow[pattern]
+		if slices.Contains(methods, http.MethodGet) {
+			methods = append(methods, http.MethodHead)
+		}
+		mux.HandleFunc(pattern, methodNotAllowed(strings.Join(methods, ", ")))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
-	return s.recoverer(mux)
+	return s.recoverer(RequireAuth(s.cfg.Auth, s.cfg.Logger, mux))
 }
 
 type server struct {
@@ -228,8 +387,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-func writeError(w http.ResponseWriter, status int, code, message string) {
+// WriteError answers with the API's one error shape,
+// {"error": {"code", "message"}}. Routes served beside the API
+// (Config.Routes) use it so that clients parse one format.
+func WriteError(w http.ResponseWriter, status int, code, message string) {
 	writeJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: message}})
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	WriteError(w, status, code, message)
 }
 
 // internalError logs err with the request and answers a 500 that leaks

@@ -54,6 +54,39 @@ func (brokenStore) GetTask(context.Context, string) (store.Task, error) {
 	return store.Task{}, errSecret
 }
 func (brokenStore) ListTasks(context.Context, int) ([]store.Task, error) { return nil, errSecret }
+func (brokenStore) ListTasksByOwner(context.Context, store.ListTasksByOwnerParams) ([]store.Task, error) {
+	return nil, errSecret
+}
+
+// The fixture's principals and their tokens.
+const (
+	aliceToken = "alice-secret-0123456789"
+	bobToken   = "bob-secret-0123456789"
+)
+
+var tokens = map[string]string{"alice": aliceToken, "bob": bobToken, "": ""}
+
+func mustTokens(t *testing.T) *api.Tokens {
+	t.Helper()
+	tok, err := api.ParseTokens("alice:" + aliceToken + ",bob:" + bobToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// linksOf is the links object of task id as JSON decodes it.
+func linksOf(id string, upload bool) map[string]any {
+	base := "/api/tasks/" + id
+	l := map[string]any{
+		"self": base, "result": base + "/result", "preview": base + "/preview", "events": base + "/events",
+		"cancel": base + "/cancel", "retry": base + "/retry",
+	}
+	if upload {
+		l["upload"] = base + "/upload"
+	}
+	return l
+}
 
 type fixture struct {
 	store  *sqlitestore.Store
@@ -79,16 +112,16 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{
 		store: st, blobs: blobs, logs: logs,
 		config: api.Config{
-			Store: st, Blobs: blobs, Presigner: fakePresigner{},
+			Store: st, Blobs: blobs, Presigner: fakePresigner{}, Auth: mustTokens(t),
 			Clock:  clock.NewFake(now),
 			Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 			DefaultSpec: store.TaskSpec{
 				Prompt: "default {{name}}", Provider: "openai", Model: "gpt-4o-mini", System: "be brief",
 				Temperature: &temp, MaxTokens: 300, BatchSize: 100,
 			},
-			MaxBatchSize:  500,
-			MaxInputBytes: 1 << 20,
-			NewID:         func() string { return "0123456789abcdef0123456789abcdef" },
+			Limits:  api.Limits{MaxBatchSize: 500, MaxFileBytes: 1 << 20, MaxTokens: 4000, Models: []string{"gpt-4o"}},
+			TempDir: t.TempDir(),
+			NewID:   func() string { return "0123456789abcdef0123456789abcdef" },
 		},
 	}
 }
@@ -99,13 +132,42 @@ type response struct {
 	body   map[string]any
 }
 
+// do sends a request as alice.
 func do(t *testing.T, h http.Handler, method, target, body string) response {
+	t.Helper()
+	return doAs(t, h, "alice", method, target, body)
+}
+
+// doWith sends a request with a Content-Type as a principal.
+func doWith(t *testing.T, h http.Handler, who, method, target, contentType, body string) response {
+	t.Helper()
+	hdr := http.Header{}
+	if contentType != "" {
+		hdr.Set("Content-Type", contentType)
+	}
+	return doHeader(t, h, who, method, target, hdr, body)
+}
+
+// doAs sends a request as a principal of the fixture ("" for none) and
+// decodes the JSON answer.
+func doAs(t *testing.T, h http.Handler, who, method, target, body string) response {
+	t.Helper()
+	return doHeader(t, h, who, method, target, nil, body)
+}
+
+func doHeader(t *testing.T, h http.Handler, who, method, target string, hdr http.Header, body string) response {
 	t.Helper()
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, r)
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if tok := tokens[who]; tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	out := response{status: rec.Code, header: rec.Header()}
@@ -132,8 +194,12 @@ func TestCreateTask(t *testing.T) {
 	if res.status != http.StatusCreated {
 		t.Fatalf("status = %d, want 201; body %v", res.status, res.body)
 	}
+	const id = "0123456789abcdef0123456789abcdef"
 	want := map[string]any{
-		"task_id": "0123456789abcdef0123456789abcdef",
+		"id": id, "status": "AWAITING_UPLOAD", "source": "商品 list.XLSX", "provider": "openai", "model": "gpt-4o-mini",
+		"created_at": "2025-06-01T12:00:00Z", "rows_total": 0.0, "rows_succeeded": 0.0, "rows_failed": 0.0, "rows_skipped": 0.0,
+		"batches_done": 0.0, "batches_total": 0.0, "links": linksOf(id, true),
+		"input_tokens": 0.0, "cached_input_tokens": 0.0, "output_tokens": 0.0,
 		// The URL is signed for the declared size and the extension's type
 		// (in any case), and the client is told the headers to send.
 		"upload_url":    "https://bucket.test/incoming/0123456789abcdef0123456789abcdef/商品 list.xlsx?method=PUT&ttl=15m0s&size=18342&type=application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
@@ -166,6 +232,8 @@ func TestCreateTask(t *testing.T) {
 			Prompt: "Write copy for {{商品名称}}", System: "be brief", Provider: "openai", Model: "gpt-4o-mini",
 			Temperature: &temp, MaxTokens: 50, BatchSize: 20,
 		},
+		Owner:     "alice",
+		Size:      18342,
 		CreatedAt: now,
 	}
 	if diff := cmp.Diff(wantRec, rec); diff != "" {
@@ -174,13 +242,18 @@ func TestCreateTask(t *testing.T) {
 
 	got := do(t, h, "GET", "/api/tasks/0123456789abcdef0123456789abcdef", "")
 	wantView := map[string]any{
-		"task_id": "0123456789abcdef0123456789abcdef", "state": "AWAITING_UPLOAD", "source": "商品 list.XLSX",
+		"id": id, "status": "AWAITING_UPLOAD", "source": "商品 list.XLSX",
 		"provider": "openai", "model": "gpt-4o-mini", "created_at": "2025-06-01T12:00:00Z",
 		"rows_total": 0.0, "rows_succeeded": 0.0, "rows_failed": 0.0, "rows_skipped": 0.0,
-		"batches_done": 0.0, "batches_total": 0.0,
+		"batches_done": 0.0, "batches_total": 0.0, "links": linksOf(id, true),
+		"input_tokens": 0.0, "cached_input_tokens": 0.0, "output_tokens": 0.0,
 	}
 	if diff := cmp.Diff(wantView, got.body); diff != "" {
 		t.Errorf("awaiting upload view mismatch (-want +got):\n%s", diff)
+	}
+	// Another principal learns nothing about it.
+	if res := doAs(t, h, "bob", "GET", "/api/tasks/"+id, ""); res.status != http.StatusNotFound {
+		t.Errorf("bob reads alice's upload: %d %v, want 404", res.status, res.body)
 	}
 }
 
@@ -208,7 +281,10 @@ func TestCreateTaskRejects(t *testing.T) {
 		{"bad template", `{"filename": "a.csv", "prompt": "copy for {{name"}`, 400, "invalid_request", "prompt template"},
 		{"temperature too high", `{"filename": "a.csv", "temperature": 2.5}`, 400, "invalid_request", "temperature"},
 		{"negative max tokens", `{"filename": "a.csv", "max_tokens": -1}`, 400, "invalid_request", "max_tokens"},
-		{"batch too large", `{"filename": "a.csv", "batch_size": 501}`, 400, "invalid_request", "between 1 and 500"},
+		{"max tokens over the cap", `{"filename": "a.csv", "max_tokens": 4001}`, 400, "limit_exceeded", "at most 4000"},
+		{"batch too large", `{"filename": "a.csv", "batch_size": 501}`, 400, "limit_exceeded", "at most 500"},
+		{"model not allowed", `{"filename": "a.csv", "model": "o1-pro"}`, 400, "limit_exceeded", `model "o1-pro" is not allowed here; allowed: gpt-4o`},
+		{"bad encoding name", `{"filename": "a.csv", "size": 3, "encoding": "utf 8; drop"}`, 400, "invalid_request", "encoding"},
 		{"missing size", `{"filename": "a.csv"}`, 400, "invalid_request", "size is required"},
 		{"zero size", `{"filename": "a.csv", "size": 0}`, 400, "invalid_request", "at least 1"},
 		{"negative size", `{"filename": "a.csv", "size": -5}`, 400, "invalid_request", "at least 1"},
@@ -241,9 +317,13 @@ func TestCreateTaskWithoutPresigner(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.config.Presigner = nil
-	res := do(t, api.New(f.config), "POST", "/api/tasks", `{"filename": "a.csv"}`)
-	if res.status != http.StatusNotImplemented || errorCode(res) != "uploads_unsupported" {
-		t.Fatalf("got %d %v, want 501 uploads_unsupported", res.status, res.body)
+	res := do(t, api.New(f.config), "POST", "/api/tasks", `{"filename": "a.csv", "size": 10, "model": "gpt-4o"}`)
+	if res.status != http.StatusCreated {
+		t.Fatalf("got %d %v, want 201", res.status, res.body)
+	}
+	// The embedded runtime takes the upload itself.
+	if got, want := res.body["upload_url"], "http://example.com/api/tasks/0123456789abcdef0123456789abcdef/upload"; got != want {
+		t.Errorf("upload_url = %v, want %v", got, want)
 	}
 }
 
@@ -260,32 +340,55 @@ func TestGetTask(t *testing.T) {
 		{
 			name: "running task has no result",
 			task: store.Task{
-				ID: "t-running", State: store.TaskRunning, Source: "incoming/a.xlsx", Sheet: "Sheet1",
+				ID: "t-running", Owner: "alice", State: store.TaskRunning, Source: "incoming/a.xlsx", Sheet: "Sheet1",
 				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "sim", Model: "sim-1", BatchSize: 10},
 				RowsTotal: 30, BatchesTotal: 3, BatchesDone: 1, RowsSucceeded: 9, RowsFailed: 1,
+				Usage:     store.Usage{InputTokens: 90, OutputTokens: 40},
 				CreatedAt: created, UpdatedAt: created,
 			},
 			presigner: fakePresigner{},
 			want: map[string]any{
-				"task_id": "t-running", "state": "RUNNING", "source": "incoming/a.xlsx", "sheet": "Sheet1",
+				"id": "t-running", "status": "RUNNING", "source": "incoming/a.xlsx", "sheet": "Sheet1", "links": linksOf("t-running", false),
+				// 10 rows in the hour since it was created; 20 to go.
+				"rows_per_second": 10.0 / 3600, "eta_seconds": 7200.0,
 				"provider": "sim", "model": "sim-1", "rows_total": 30.0, "rows_succeeded": 9.0, "rows_failed": 1.0,
 				"rows_skipped": 0.0, "batches_done": 1.0, "batches_total": 3.0,
+				"input_tokens": 90.0, "cached_input_tokens": 0.0, "output_tokens": 40.0, "estimated_cost": 0.0,
 				"created_at": "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:00:00Z",
+			},
+		},
+		{
+			name: "tokens and their estimated cost",
+			task: store.Task{
+				ID: "t-priced", Owner: "alice", State: store.TaskSucceeded,
+				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "openai", Model: "gpt-4o-mini", BatchSize: 10},
+				RowsTotal: 1, BatchesTotal: 1, BatchesDone: 1, RowsSucceeded: 1,
+				Usage:     store.Usage{InputTokens: 2_000_000, CachedInputTokens: 1_000_000, OutputTokens: 500_000},
+				CreatedAt: created, UpdatedAt: finished, FinishedAt: finished,
+			},
+			want: map[string]any{
+				"id": "t-priced", "status": "SUCCEEDED", "provider": "openai", "model": "gpt-4o-mini", "links": linksOf("t-priced", false), "rows_per_second": 1.0 / 3540,
+				"rows_total": 1.0, "rows_succeeded": 1.0, "rows_failed": 0.0, "rows_skipped": 0.0,
+				"batches_done": 1.0, "batches_total": 1.0,
+				// 1M input at 0.15, 1M cached at 0.075, 0.5M output at 0.60 per million.
+				"input_tokens": 2e6, "cached_input_tokens": 1e6, "output_tokens": 5e5, "estimated_cost": 0.525,
+				"created_at": "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:59:00Z", "finished_at": "2025-06-01T11:59:00Z",
 			},
 		},
 		{
 			name: "partial task links its result",
 			task: store.Task{
-				ID: "t-partial", State: store.TaskPartial, Source: "a.csv", Encoding: "windows-1252",
+				ID: "t-partial", Owner: "alice", State: store.TaskPartial, Source: "a.csv", Encoding: "windows-1252",
 				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 10},
 				RowsTotal: 2, BatchesTotal: 1, BatchesDone: 1, RowsSucceeded: 1, RowsFailed: 1,
 				ResultKey: "results/t-partial.xlsx", CreatedAt: created, UpdatedAt: finished, FinishedAt: finished,
 			},
 			presigner: fakePresigner{},
 			want: map[string]any{
-				"task_id": "t-partial", "state": "PARTIAL", "source": "a.csv", "encoding": "windows-1252", "provider": "sim",
+				"id": "t-partial", "status": "PARTIAL", "links": linksOf("t-partial", false), "rows_per_second": 2.0 / 3540, "source": "a.csv", "encoding": "windows-1252", "provider": "sim",
 				"rows_total": 2.0, "rows_succeeded": 1.0, "rows_failed": 1.0, "rows_skipped": 0.0,
 				"batches_done": 1.0, "batches_total": 1.0,
+				"input_tokens": 0.0, "cached_input_tokens": 0.0, "output_tokens": 0.0,
 				"result_url":        "https://bucket.test/results/t-partial.xlsx?method=GET&ttl=1h0m0s",
 				"result_expires_at": "2025-06-01T13:00:00Z",
 				"created_at":        "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:59:00Z", "finished_at": "2025-06-01T11:59:00Z",
@@ -294,31 +397,33 @@ func TestGetTask(t *testing.T) {
 		{
 			name: "without a presigner there is no link",
 			task: store.Task{
-				ID: "t-done", State: store.TaskSucceeded, Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 1},
+				ID: "t-done", Owner: "alice", State: store.TaskSucceeded, Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 1},
 				RowsTotal: 1, BatchesTotal: 1, BatchesDone: 1, RowsSucceeded: 1, ResultKey: "results/t-done.xlsx",
 				CreatedAt: created, UpdatedAt: finished, FinishedAt: finished,
 			},
 			want: map[string]any{
-				"task_id": "t-done", "state": "SUCCEEDED", "provider": "sim",
+				"id": "t-done", "status": "SUCCEEDED", "provider": "sim", "links": linksOf("t-done", false), "rows_per_second": 1.0 / 3540,
 				"rows_total": 1.0, "rows_succeeded": 1.0, "rows_failed": 0.0, "rows_skipped": 0.0,
 				"batches_done": 1.0, "batches_total": 1.0,
+				"input_tokens": 0.0, "cached_input_tokens": 0.0, "output_tokens": 0.0,
 				"created_at": "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:59:00Z", "finished_at": "2025-06-01T11:59:00Z",
 			},
 		},
 		{
 			name: "failed task says why",
 			task: store.Task{
-				ID: "t-failed", State: store.TaskFailed, Source: "incoming/bad.xlsx",
+				ID: "t-failed", Owner: "alice", State: store.TaskFailed, Source: "incoming/bad.xlsx",
 				Spec:      store.TaskSpec{Provider: "sim", BatchSize: 100},
 				Error:     `bad.xlsx: prompt template: placeholder {{nme}} names no column; the columns are "name"`,
 				CreatedAt: created, UpdatedAt: created, FinishedAt: created,
 			},
 			presigner: fakePresigner{},
 			want: map[string]any{
-				"task_id": "t-failed", "state": "FAILED", "source": "incoming/bad.xlsx", "provider": "sim",
+				"id": "t-failed", "status": "FAILED", "links": linksOf("t-failed", false), "source": "incoming/bad.xlsx", "provider": "sim",
 				"error":      `bad.xlsx: prompt template: placeholder {{nme}} names no column; the columns are "name"`,
 				"rows_total": 0.0, "rows_succeeded": 0.0, "rows_failed": 0.0, "rows_skipped": 0.0,
 				"batches_done": 0.0, "batches_total": 0.0,
+				"input_tokens": 0.0, "cached_input_tokens": 0.0, "output_tokens": 0.0,
 				"created_at": "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:00:00Z", "finished_at": "2025-06-01T11:00:00Z",
 			},
 		},
@@ -345,56 +450,72 @@ func TestGetTask(t *testing.T) {
 func TestListTasks(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	for i, id := range []string{"old", "mid", "new"} {
+	for i, id := range []string{"old", "mid", "bobs", "new"} {
 		at := now.Add(time.Duration(i) * time.Minute)
-		err := f.store.CreateTask(t.Context(), store.Task{ID: id, State: store.TaskRunning, Spec: store.TaskSpec{Provider: "sim", BatchSize: 1}, CreatedAt: at, UpdatedAt: at})
+		owner := "alice"
+		if id == "bobs" {
+			owner = "bob"
+		}
+		err := f.store.CreateTask(t.Context(), store.Task{ID: id, Owner: owner, State: store.TaskRunning, Spec: store.TaskSpec{Provider: "sim", BatchSize: 1}, CreatedAt: at, UpdatedAt: at})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	h := api.New(f.config)
-	tests := []struct {
-		target string
-		want   []string
-	}{
-		{"/api/tasks", []string{"new", "mid", "old"}},
-		{"/api/tasks?limit=2", []string{"new", "mid"}},
-	}
-	for _, tc := range tests {
-		res := do(t, h, "GET", tc.target, "")
+	list := func(who, target string) ([]string, string) {
+		t.Helper()
+		res := doAs(t, h, who, "GET", target, "")
 		if res.status != http.StatusOK {
-			t.Fatalf("GET %s: status %d; body %v", tc.target, res.status, res.body)
+			t.Fatalf("GET %s: status %d; body %v", target, res.status, res.body)
 		}
 		var got []string
 		for _, v := range res.body["tasks"].([]any) {
-			got = append(got, v.(map[string]any)["task_id"].(string))
+			got = append(got, v.(map[string]any)["id"].(string))
 		}
-		if diff := cmp.Diff(tc.want, got); diff != "" {
-			t.Errorf("GET %s: ids mismatch (-want +got):\n%s", tc.target, diff)
-		}
+		next, _ := res.body["next_cursor"].(string)
+		return got, next
+	}
+	got, next := list("alice", "/api/tasks")
+	if diff := cmp.Diff([]string{"new", "mid", "old"}, got); diff != "" || next != "" {
+		t.Errorf("alice's tasks (-want +got):\n%s\nnext_cursor %q, want none", diff, next)
+	}
+	got, next = list("alice", "/api/tasks?limit=2")
+	if diff := cmp.Diff([]string{"new", "mid"}, got); diff != "" || next == "" {
+		t.Fatalf("alice's first page (-want +got):\n%s\nnext_cursor %q, want one", diff, next)
+	}
+	got, next = list("alice", "/api/tasks?limit=2&cursor="+next)
+	if diff := cmp.Diff([]string{"old"}, got); diff != "" || next != "" {
+		t.Errorf("alice's second page (-want +got):\n%s\nnext_cursor %q, want none", diff, next)
+	}
+	if got, _ := list("bob", "/api/tasks"); !cmp.Equal([]string{"bobs"}, got) {
+		t.Errorf("bob's tasks = %v, want only his own", got)
 	}
 }
 
 func TestErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name      string
-		broken    bool
-		presigner api.Presigner
-		method    string
-		target    string
-		body      string
-		status    int
-		code      string
-		allow     string
+		name        string
+		broken      bool
+		presigner   api.Presigner
+		method      string
+		target      string
+		body        string
+		contentType string
+		status      int
+		code        string
+		allow       string
 	}{
 		{name: "unknown task", method: "GET", target: "/api/tasks/nope", status: 404, code: "not_found"},
 		{name: "invalid task id", method: "GET", target: "/api/tasks/a%2F..%2Fb", status: 404, code: "not_found"},
 		{name: "unknown path", method: "GET", target: "/api/nothing", status: 404, code: "not_found"},
 		{name: "root", method: "GET", target: "/", status: 404, code: "not_found"},
 		{name: "delete a task", method: "DELETE", target: "/api/tasks/abc", status: 405, code: "method_not_allowed", allow: "GET, HEAD"},
-		{name: "put the collection", method: "PUT", target: "/api/tasks", status: 405, code: "method_not_allowed", allow: "GET, HEAD, POST"},
+		{name: "put the collection", method: "PUT", target: "/api/tasks", status: 405, code: "method_not_allowed", allow: "POST, GET, HEAD"},
 		{name: "bad limit", method: "GET", target: "/api/tasks?limit=0", status: 400, code: "invalid_request"},
+		{name: "forged cursor", method: "GET", target: "/api/tasks?cursor=eyJpIjoiLi4vLi4ifQ", status: 400, code: "invalid_request"},
+		{name: "form without a file", method: "POST", target: "/api/tasks", body: "--x\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\n{{a}}\r\n--x--\r\n", contentType: "multipart/form-data; boundary=x", status: 400, code: "invalid_request"},
+		{name: "plain text body", method: "POST", target: "/api/tasks", body: "a,b", contentType: "text/csv", status: 415, code: "unsupported_media_type"},
 		{name: "store down on get", broken: true, method: "GET", target: "/api/tasks/abc", status: 500, code: "internal"},
 		{name: "store down on list", broken: true, method: "GET", target: "/api/tasks", status: 500, code: "internal"},
 		{name: "presign fails", presigner: fakePresigner{err: errSecret}, method: "POST", target: "/api/tasks", body: `{"filename": "a.csv", "size": 10}`, status: 500, code: "internal"},
@@ -410,7 +531,7 @@ func TestErrors(t *testing.T) {
 			if tc.presigner != nil {
 				f.config.Presigner = tc.presigner
 			}
-			res := do(t, api.New(f.config), tc.method, tc.target, tc.body)
+			res := doWith(t, api.New(f.config), "alice", tc.method, tc.target, tc.contentType, tc.body)
 			if res.status != tc.status || errorCode(res) != tc.code {
 				t.Fatalf("got %d %q, want %d %q; body %v", res.status, errorCode(res), tc.status, tc.code, res.body)
 			}
@@ -475,7 +596,7 @@ func TestCancelTask(t *testing.T) {
 	h := api.New(f.config)
 	const id = "0123456789abcdef0123456789abcdef"
 	if err := f.store.CreateTask(context.Background(), store.Task{
-		ID: id, State: store.TaskRunning, Source: "incoming/x/a.xlsx", Header: []string{"a"}, RowsTotal: 3, BatchesTotal: 1,
+		ID: id, Owner: "alice", State: store.TaskRunning, Source: "incoming/x/a.xlsx", Header: []string{"a"}, RowsTotal: 3, BatchesTotal: 1,
 		Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 3}, CreatedAt: now, UpdatedAt: now,
 	}); err != nil {
 		t.Fatal(err)
@@ -495,8 +616,8 @@ func TestCancelTask(t *testing.T) {
 		if r.status != tc.status || errorCode(r) != tc.code {
 			t.Errorf("%s: %d %q, want %d %q (%v)", tc.name, r.status, errorCode(r), tc.status, tc.code, r.body)
 		}
-		if tc.status == http.StatusAccepted && r.body["state"] != "CANCELLED" {
-			t.Errorf("%s: state %v, want CANCELLED", tc.name, r.body["state"])
+		if tc.status == http.StatusAccepted && r.body["status"] != "CANCELLED" {
+			t.Errorf("%s: status %v, want CANCELLED", tc.name, r.body["status"])
 		}
 	}
 	if len(exports.ids) != 1 || exports.ids[0] != id {

@@ -18,7 +18,7 @@ func finishedTask(t *testing.T, st store.Store, id string) {
 	t.Helper()
 	ctx := context.Background()
 	if err := st.CreateTask(ctx, store.Task{
-		ID: id, State: store.TaskRunning, Source: "incoming/x/a.xlsx", Header: []string{"a"}, RowsTotal: 4, BatchesTotal: 2,
+		ID: id, Owner: "alice", State: store.TaskRunning, Source: "incoming/x/a.xlsx", Header: []string{"a"}, RowsTotal: 4, BatchesTotal: 2,
 		Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 2}, CreatedAt: now, UpdatedAt: now,
 	}); err != nil {
 		t.Fatal(err)
@@ -71,13 +71,13 @@ func TestRetryTask(t *testing.T) {
 	}
 	const id = "0123456789abcdef0123456789abcdef"
 	finishedTask(t, f.store, id)
-	if err := f.store.CreateTask(context.Background(), store.Task{ID: "fedcba9876543210fedcba9876543210", State: store.TaskRunning, Spec: store.TaskSpec{Provider: "sim", BatchSize: 1}, CreatedAt: now}); err != nil {
+	if err := f.store.CreateTask(context.Background(), store.Task{ID: "fedcba9876543210fedcba9876543210", Owner: "alice", State: store.TaskRunning, Spec: store.TaskSpec{Provider: "sim", BatchSize: 1}, CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	if r := do(t, api.New(f.config), "POST", "/api/tasks/"+id+"/retry", ""); r.status != http.StatusNotImplemented {
 		t.Errorf("retry without a Retrier: %d %v, want 501", r.status, r.body)
 	}
-	f.config.Retrier = pipeline.Retrier{Reopener: f.store, Queue: q}
+	f.config.Retrier = pipeline.Retrier{Store: f.store, Queue: q}
 	h := api.New(f.config)
 	tests := []struct {
 		name, method, target, body string
@@ -98,8 +98,8 @@ func TestRetryTask(t *testing.T) {
 		if r.status != tc.status || errorCode(r) != tc.code {
 			t.Errorf("%s: %d %q, want %d %q (%v)", tc.name, r.status, errorCode(r), tc.status, tc.code, r.body)
 		}
-		if tc.status == http.StatusAccepted && r.body["state"] != "RUNNING" {
-			t.Errorf("%s: state %v, want RUNNING", tc.name, r.body["state"])
+		if tc.status == http.StatusAccepted && r.body["status"] != "RUNNING" {
+			t.Errorf("%s: status %v, want RUNNING", tc.name, r.body["status"])
 		}
 	}
 	task, err := f.store.GetTask(context.Background(), id)

@@ -149,8 +149,9 @@ func TestProvisionMatchesTemplate(t *testing.T) {
 			Billing: "PAY_PER_REQUEST",
 			Keys:    []string{"PK HASH", "SK RANGE"},
 			GSIs: map[string][]string{
-				"open-batches":  {"open_pk HASH", "open_sk RANGE", "ALL"},
-				"tasks-by-time": {"list_pk HASH", "created_at RANGE", "ALL"},
+				"open-batches":   {"open_pk HASH", "open_sk RANGE", "ALL"},
+				"tasks-by-time":  {"list_pk HASH", "created_at RANGE", "ALL"},
+				"tasks-by-owner": {"task_owner HASH", "owner_sk RANGE", "ALL"},
 			},
 			TTL:  "expires_at",
 			PITR: "ENABLED",
@@ -261,6 +262,7 @@ func TestProvisionMatchesTemplate(t *testing.T) {
 				"abort-incomplete-multipart-uploads Enabled abort=1",
 				"expire-incoming Enabled prefix=incoming/ expire=7",
 				"expire-overflow Enabled prefix=overflow/ expire=30",
+				"expire-processed Enabled prefix=processed/ expire=7",
 				"expire-results Enabled prefix=results/ expire=30",
 				"expire-upload-records Enabled prefix=uploads/ expire=7",
 			},
@@ -392,7 +394,10 @@ func TestProvisionFollowsTemplateEdits(t *testing.T) {
 			},
 			check: func(t *testing.T, res *Resources) {
 				got := describeTable(t, cfg, res.TableName).GSIs
-				want := map[string][]string{"tasks-by-time": {"list_pk HASH", "created_at RANGE", "ALL"}}
+				want := map[string][]string{
+					"tasks-by-time":  {"list_pk HASH", "created_at RANGE", "ALL"},
+					"tasks-by-owner": {"task_owner HASH", "owner_sk RANGE", "ALL"},
+				}
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Errorf("GSIs mismatch (-want +got):\n%s", diff)
 				}

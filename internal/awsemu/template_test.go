@@ -334,11 +334,12 @@ func TestTemplateTable(t *testing.T) {
 
 	want := table{
 		Billing:    "PAY_PER_REQUEST",
-		Attributes: map[string]string{"PK": "S", "SK": "S", "open_pk": "S", "open_sk": "S", "list_pk": "S", "created_at": "S"},
+		Attributes: map[string]string{"PK": "S", "SK": "S", "open_pk": "S", "open_sk": "S", "list_pk": "S", "created_at": "S", "task_owner": "S", "owner_sk": "S"},
 		Keys:       []string{"PK HASH", "SK RANGE"},
 		GSIs: map[string]gsi{
-			"open-batches":  {Hash: "open_pk", Range: "open_sk", Projection: "ALL"},
-			"tasks-by-time": {Hash: "list_pk", Range: "created_at", Projection: "ALL"},
+			"open-batches":   {Hash: "open_pk", Range: "open_sk", Projection: "ALL"},
+			"tasks-by-time":  {Hash: "list_pk", Range: "created_at", Projection: "ALL"},
+			"tasks-by-owner": {Hash: "task_owner", Range: "owner_sk", Projection: "ALL"},
 		},
 		TTL:  "expires_at",
 		PITR: true,
@@ -382,9 +383,9 @@ func TestTemplateFunctions(t *testing.T) {
 	t.Parallel()
 	tpl, ev := contractTemplate(t)
 	common := []string{
-		"BATCH_SIZE", "BUCKET_NAME", "DEFAULT_PROMPT", "DLQ_URL", "LEASE_SECONDS", "LOG_LEVEL", "MAX_CONCURRENCY", "MAX_ROWS",
+		"BATCH_SIZE", "BEDROCK_INFERENCE_PROFILE", "BUCKET_NAME", "DEFAULT_PROMPT", "DLQ_URL", "DROP_OWNER", "LEASE_SECONDS", "LOG_LEVEL", "MAX_CONCURRENCY", "MAX_INPUT_BYTES", "MAX_ROWS",
 		"MODEL_API_KEY_PARAM", "MODEL_BASE_URL", "MODEL_NAME", "MODEL_PROVIDER", "QUEUE_URL",
-		"QUOTA_RPM", "STACK_NAME", "TABLE_NAME",
+		"QUOTA_RPM", "QUOTA_TPM", "STACK_NAME", "TABLE_NAME",
 	}
 	for name, id := range functions {
 		t.Run(name, func(t *testing.T) {
@@ -412,6 +413,17 @@ func TestTemplateFunctions(t *testing.T) {
 				// Calls in flight per instance, part of the sizing that
 				// lambdafn.TestGeneratorSizing checks.
 				wantEnv = append(wantEnv, "GENERATOR_CONCURRENCY")
+				// The cache policy (CacheMode, CacheTtlDays): only the
+				// generator reads or writes the cache.
+				wantEnv = append(wantEnv, "CACHE_MODE", "CACHE_TTL")
+				// The providers file, read by the generator only.
+				wantEnv = append(wantEnv, "PROVIDERS_FILE")
+			}
+			if name == "api" {
+				// The API's request limits (api.Limits).
+				wantEnv = append(wantEnv, "ALLOWED_MODELS", "MAX_BATCH_SIZE", "MAX_TOKENS_LIMIT")
+				// Task links point at the events function's URL: API Gateway cannot stream.
+				wantEnv = append(wantEnv, "EVENTS_URL")
 			}
 			sort.Strings(wantEnv)
 			want := fn{

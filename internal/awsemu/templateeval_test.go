@@ -124,6 +124,12 @@ func parseTemplate(data []byte) (*template, error) {
 		}
 		meta, _ := r["Metadata"].(map[string]any)
 		t.resources[id] = resource{id: id, typ: typ, condition: cond, properties: props, metadata: meta}
+		// SAM generates resources a template may name: a function with a
+		// FunctionUrlConfig gets an AWS::Lambda::Url called <Id>Url
+		// (its FunctionUrl attribute is the URL).
+		if _, hasURL := props["FunctionUrlConfig"]; hasURL && typ == "AWS::Serverless::Function" {
+			t.resources[id+"Url"] = resource{id: id + "Url", typ: "AWS::Lambda::Url", condition: cond, properties: map[string]any{}}
+		}
 	}
 	return t, nil
 }

@@ -20,7 +20,9 @@ package awsops
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -29,6 +31,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // Recorder counts the operations of the clients it is attached to. It is
@@ -60,7 +63,19 @@ func (r *Recorder) Middleware(stack *middleware.Stack) error {
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			out, md, err := next.HandleInitialize(ctx, in)
 			_, presign := out.Result.(*v4.PresignedHTTPRequest)
-			r.record(middleware.GetServiceID(ctx), middleware.GetOperationName(ctx), in.Parameters, presign)
+			serviceID := middleware.GetServiceID(ctx)
+			r.record(serviceID, middleware.GetOperationName(ctx), in.Parameters, presign)
+			if serviceID == "S3" && isNotFound(err) {
+				// S3 tells a caller that a key does not exist (404) only
+				// when the caller may list the bucket; without
+				// s3:ListBucket the same read is refused with 403
+				// AccessDenied, which code reading "missing" as "none"
+				// takes for a failure. An emulator answers 404 either
+				// way, so a 404 seen here means the role needs the grant.
+				r.mu.Lock()
+				r.actions["s3:ListBucket"] = struct{}{}
+				r.mu.Unlock()
+			}
 			return out, md, err
 		}), middleware.Before)
 }
@@ -80,6 +95,12 @@ func (r *Recorder) record(serviceID, operation string, params any, presign bool)
 	for _, a := range actions {
 		r.actions[a] = struct{}{}
 	}
+}
+
+// isNotFound reports whether err is a service's HTTP 404 answer.
+func isNotFound(err error) bool {
+	var re *smithyhttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound
 }
 
 // Counts returns how many times each operation was called, keyed by Name.

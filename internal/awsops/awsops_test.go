@@ -108,6 +108,44 @@ func TestRecorderCountsFailedCalls(t *testing.T) {
 	}
 }
 
+// An S3 read that finds no key needs s3:ListBucket on AWS (without it S3
+// answers 403, not 404), so a 404 seen through the recorder adds the action;
+// a found key and another service's 404 do not.
+func TestRecorderS3NotFoundNeedsListBucket(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/b/missing" {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`<Error><Code>NoSuchKey</Code><Message>none</Message></Error>`))
+			return
+		}
+		_, _ = w.Write([]byte("content"))
+	}))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		key  string
+		want []string
+	}{
+		{"found", []string{"s3:GetObject"}},
+		{"missing", []string{"s3:GetObject", "s3:ListBucket"}},
+	} {
+		rec := awsops.New()
+		cfg := rec.Attach(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+			BaseEndpoint: aws.String(srv.URL), HTTPClient: srv.Client()})
+		out, err := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true }).GetObject(t.Context(), &s3.GetObjectInput{Bucket: aws.String("b"), Key: aws.String(tc.key)})
+		if err == nil {
+			out.Body.Close()
+		}
+		if (err != nil) != (tc.key == "missing") {
+			t.Fatalf("GetObject %s: err = %v", tc.key, err)
+		}
+		if diff := cmp.Diff(tc.want, rec.Actions()); diff != "" {
+			t.Errorf("Actions after GetObject %s (-want +got):\n%s", tc.key, diff)
+		}
+	}
+}
+
 // Attach gives each recorder its own APIOptions, so two functions built from
 // one base configuration report separately.
 func TestSetKeepsFunctionsApart(t *testing.T) {

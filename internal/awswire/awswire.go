@@ -1,12 +1,15 @@
-// Package awswire builds the AWS side of the Lambda functions from their
-// environment: it reads the configuration, loads the AWS SDK configuration,
-// builds the DynamoDB, SQS, S3 and Step Functions adapters and wires them
-// into the handlers of internal/lambdafn, which know nothing of AWS. The
-// generator's extra pieces (model provider, SSM, shared quota) live in
-// generatorwire, so only the generator function links them.
+// Package awswire holds what every Lambda function's wiring shares: it reads
+// the configuration from the environment, loads the AWS SDK configuration
+// and builds the task store (DynamoDB, which every function uses). Each
+// function is wired by its own package below (splitterwire, generatorwire,
+// exporterwire, apiwire, sweeperwire), which builds only the AWS clients
+// that function calls (S3, SQS, Step Functions, SSM, the model provider)
+// and its handler from internal/lambdafn/<function>fn, so each function
+// links only what it uses (TestDependencyEdges holds that).
 package awswire
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,19 +22,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/logging/lambdalog"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
-	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
-	"github.com/batchgen/batchgen/internal/sheet"
-	"github.com/batchgen/batchgen/internal/stepfn"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/dynamostore"
 )
@@ -51,9 +47,16 @@ type Env struct {
 	ModelName        string // MODEL_NAME
 	ModelBaseURL     string // MODEL_BASE_URL: empty for the provider's public endpoint
 	ModelAPIKeyParam string // MODEL_API_KEY_PARAM: SSM SecureString name; read by the generator only
+	// BedrockInferenceProfile (BEDROCK_INFERENCE_PROFILE) is the
+	// cross-region inference profile a bedrock deployment calls instead of
+	// ModelName; empty calls ModelName.
+	BedrockInferenceProfile string
 	// QuotaRPM is the provider's requests per minute across all generator
 	// instances (QUOTA_RPM).
 	QuotaRPM int
+	// QuotaTPM is the provider's tokens per minute across all generator
+	// instances (QUOTA_TPM); 0 means no token limit.
+	QuotaTPM int
 	// MaxConcurrency is the event source mapping's MaximumConcurrency
 	// (MAX_CONCURRENCY, optional, defaults to 10 like the template's
 	// parameter): each instance takes QuotaRPM/MaxConcurrency.
@@ -65,6 +68,18 @@ type Env struct {
 	// Go duration). Defaults to 300ms.
 	SimLatency time.Duration
 
+	// CacheMode says when the generator reuses cached outputs (CACHE_MODE,
+	// optional: auto, always or off; defaults to auto), as run's --cache.
+	CacheMode pipeline.CacheMode
+	// CacheTTL is how long a cached output is reused (CACHE_TTL, optional:
+	// whole days such as 30d or a Go duration; defaults to
+	// store.DefaultCacheTTL), as run's --cache-ttl.
+	CacheTTL time.Duration
+	// ProvidersFile is the providers file's YAML content (PROVIDERS_FILE,
+	// optional; read by the generator only): several providers routed with
+	// failover instead of MODEL_PROVIDER and its companions.
+	ProvidersFile string
+
 	// Jobs.
 	BatchSize     int           // BATCH_SIZE: rows per batch
 	MaxRows       int           // MAX_ROWS: largest accepted sheet
@@ -73,6 +88,27 @@ type Env struct {
 	// DefaultPrompt is the deployment's prompt template for inputs with
 	// none of their own (DEFAULT_PROMPT, optional).
 	DefaultPrompt string
+	// AllowedModels is the API's allow-list of models a request may name
+	// (ALLOWED_MODELS, optional, comma-separated); empty allows any.
+	AllowedModels []string
+	// MaxTokensLimit caps a request's max_tokens (MAX_TOKENS_LIMIT,
+	// optional); 0 takes the API's default.
+	MaxTokensLimit int
+	// MaxBatchSize caps a request's batch_size (MAX_BATCH_SIZE, optional);
+	// 0 takes the API's default.
+	MaxBatchSize int
+	// DropOwner is the principal sheets dropped into incoming/ belong to
+	// (DROP_OWNER, optional). Defaults to pipeline.LocalOwner.
+	DropOwner string
+	// JWTIssuer and JWTAudience are what the events function's in-handler
+	// JWT check requires of a token (JWT_ISSUER, JWT_AUDIENCE): the same
+	// issuer and audience as the HTTP API's authorizer, since the Function
+	// URL has none in front of it. Read by the events function only.
+	JWTIssuer, JWTAudience string
+	// EventsURL is the events function's Function URL (EVENTS_URL), where
+	// the API's task links send clients for the event stream. Read by the
+	// api function only.
+	EventsURL string
 
 	LogLevel slog.Level // LOG_LEVEL: debug, info, warn or error
 	// StackName is the CloudFormation stack (STACK_NAME, optional): the
@@ -88,18 +124,24 @@ type Env struct {
 // in main). Which resources a function needs is checked by its builder.
 func LoadEnv(getenv func(string) string) (Env, error) {
 	e := Env{
-		TableName:        getenv("TABLE_NAME"),
-		QueueURL:         getenv("QUEUE_URL"),
-		DLQURL:           getenv("DLQ_URL"),
-		BucketName:       getenv("BUCKET_NAME"),
-		StateMachineARN:  getenv("STATE_MACHINE_ARN"),
-		ModelProvider:    getenv("MODEL_PROVIDER"),
-		ModelName:        getenv("MODEL_NAME"),
-		ModelBaseURL:     getenv("MODEL_BASE_URL"),
-		ModelAPIKeyParam: getenv("MODEL_API_KEY_PARAM"),
-		DefaultPrompt:    getenv("DEFAULT_PROMPT"),
-		LogStream:        getenv("AWS_LAMBDA_LOG_STREAM_NAME"),
-		StackName:        getenv("STACK_NAME"),
+		TableName:               getenv("TABLE_NAME"),
+		QueueURL:                getenv("QUEUE_URL"),
+		DLQURL:                  getenv("DLQ_URL"),
+		BucketName:              getenv("BUCKET_NAME"),
+		StateMachineARN:         getenv("STATE_MACHINE_ARN"),
+		ModelProvider:           getenv("MODEL_PROVIDER"),
+		ModelName:               getenv("MODEL_NAME"),
+		ModelBaseURL:            getenv("MODEL_BASE_URL"),
+		ModelAPIKeyParam:        getenv("MODEL_API_KEY_PARAM"),
+		BedrockInferenceProfile: getenv("BEDROCK_INFERENCE_PROFILE"),
+		DefaultPrompt:           getenv("DEFAULT_PROMPT"),
+		DropOwner:               getenv("DROP_OWNER"),
+		JWTIssuer:               getenv("JWT_ISSUER"),
+		JWTAudience:             getenv("JWT_AUDIENCE"),
+		EventsURL:               getenv("EVENTS_URL"),
+		LogStream:               getenv("AWS_LAMBDA_LOG_STREAM_NAME"),
+		StackName:               getenv("STACK_NAME"),
+		ProvidersFile:           getenv("PROVIDERS_FILE"),
 	}
 	var errs []error
 	intVar := func(name string, def, minimum int) int {
@@ -114,10 +156,18 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		return n
 	}
 	e.QuotaRPM = intVar("QUOTA_RPM", 0, 0)
+	e.QuotaTPM = intVar("QUOTA_TPM", 0, 0)
 	e.MaxConcurrency = intVar("MAX_CONCURRENCY", 10, 1)
 	e.Concurrency = intVar("GENERATOR_CONCURRENCY", 8, 1)
 	e.BatchSize = intVar("BATCH_SIZE", pipeline.DefaultBatchSize, 1)
 	e.MaxRows = intVar("MAX_ROWS", 0, 0)
+	e.MaxTokensLimit = intVar("MAX_TOKENS_LIMIT", 0, 0)
+	e.MaxBatchSize = intVar("MAX_BATCH_SIZE", 0, 0)
+	for _, m := range strings.Split(getenv("ALLOWED_MODELS"), ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			e.AllowedModels = append(e.AllowedModels, m)
+		}
+	}
 	e.MaxInputBytes = int64(intVar("MAX_INPUT_BYTES", pipeline.DefaultMaxInputBytes, 1))
 	e.Lease = time.Duration(intVar("LEASE_SECONDS", 360, 1)) * time.Second
 	e.SimLatency = 300 * time.Millisecond
@@ -128,13 +178,26 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		}
 		e.SimLatency = d
 	}
+	// The same readers as run's --cache and --cache-ttl.
+	mode, err := pipeline.ParseCacheMode(cmp.Or(getenv("CACHE_MODE"), string(pipeline.CacheAuto)))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("CACHE_MODE: %w", err))
+	}
+	e.CacheMode = mode
+	if e.CacheTTL, err = pipeline.ParseCacheTTL(getenv("CACHE_TTL")); err != nil {
+		errs = append(errs, fmt.Errorf("CACHE_TTL: %w", err))
+	}
 	if e.ModelProvider == "" {
 		e.ModelProvider = "sim"
 	}
 	switch e.ModelProvider {
 	case "sim", "openai":
+	case "bedrock":
+		if e.ModelName == "" && e.BedrockInferenceProfile == "" {
+			errs = append(errs, errors.New("MODEL_PROVIDER=bedrock needs MODEL_NAME (a Bedrock model id) or BEDROCK_INFERENCE_PROFILE"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("MODEL_PROVIDER=%q: want sim or openai", e.ModelProvider))
+		errs = append(errs, fmt.Errorf("MODEL_PROVIDER=%q: want sim, openai or bedrock", e.ModelProvider))
 	}
 	if p := e.ModelAPIKeyParam; p != "" && !strings.HasPrefix(p, "/") {
 		errs = append(errs, fmt.Errorf("MODEL_API_KEY_PARAM=%q: want an SSM parameter name starting with /", p))
@@ -168,8 +231,12 @@ func (e Env) Require(names ...string) error {
 // DefaultSpec is the deployment's task spec.
 func (e Env) DefaultSpec() store.TaskSpec {
 	model := e.ModelName
-	if e.ModelProvider == "sim" {
+	switch {
+	case e.ModelProvider == "sim":
 		model = "sim-1"
+	case e.ModelProvider == "bedrock" && e.BedrockInferenceProfile != "":
+		// Calls go through the profile (the role is granted it).
+		model = e.BedrockInferenceProfile
 	}
 	return store.TaskSpec{Prompt: e.DefaultPrompt, Provider: e.ModelProvider, Model: model, BatchSize: e.BatchSize}
 }
@@ -184,6 +251,14 @@ func (e Env) InstanceRPM() int {
 		return 0
 	}
 	return max(1, e.QuotaRPM/max(1, e.MaxConcurrency))
+}
+
+// InstanceTPM is one instance's share of QuotaTPM, like InstanceRPM.
+func (e Env) InstanceTPM() int {
+	if e.QuotaTPM <= 0 {
+		return 0
+	}
+	return max(1, e.QuotaTPM/max(1, e.MaxConcurrency))
 }
 
 // Deps are the AWS clients and shared pieces one function is built from.
@@ -226,7 +301,9 @@ func FromEnv(ctx context.Context, function string) (*Deps, error) {
 // NewDeps returns Deps for env and cfg, logging JSON to stdout, where
 // Lambda collects it, with metrics lines beside the logs.
 func NewDeps(env Env, cfg aws.Config, function string) *Deps {
-	logger := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: env.LogLevel})).With("function", function)
+	// CloudWatch's JSON log format (the template's LogFormat: JSON), with
+	// the invocation's request id and the task's attributes from the context.
+	logger := lambdalog.New(os.Stdout, env.LogLevel).With("function", function)
 	return &Deps{
 		Env:     env,
 		AWS:     cfg,
@@ -249,101 +326,22 @@ func metricProps(env Env, function string) map[string]string {
 // Fatal logs a start-up error and exits: a function that cannot be wired
 // must fail its cold start loudly rather than answer events wrongly.
 func Fatal(function string, err error) {
-	slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("cannot start", "function", function, "error", err)
+	lambdalog.New(os.Stderr, slog.LevelInfo).Error("cannot start", "function", function, "error", err)
 	os.Exit(1)
 }
 
-// Blobs returns the bucket as a blob store. Against an emulator endpoint
-// the client uses path-style URLs, which emulators serve without wildcard
-// DNS.
-func (d *Deps) Blobs() *s3blob.Store {
-	client := s3.NewFromConfig(d.AWS, func(o *s3.Options) {
-		if d.AWS.BaseEndpoint != nil {
-			o.UsePathStyle = true
-		}
-	})
-	return s3blob.New(client, d.Env.BucketName, s3blob.Options{})
+// Store returns the task store. overflow, when non-nil, keeps the cells of
+// rows too large for one item (the bucket's overflow/ prefix); a function
+// that never reads or writes such rows passes nil and links no S3 client.
+func (d *Deps) Store(overflow blob.Store) *dynamostore.Store {
+	return dynamostore.New(dynamodb.NewFromConfig(d.AWS), d.Env.TableName, dynamostore.Options{Overflow: overflow, Clock: d.Clock, CacheTTL: d.Env.CacheTTL})
 }
 
-// Store returns the task store, keeping oversized rows' cells in the
-// bucket.
-func (d *Deps) Store() *dynamostore.Store {
-	return dynamostore.New(dynamodb.NewFromConfig(d.AWS), d.Env.TableName, dynamostore.Options{Overflow: d.Blobs(), Clock: d.Clock})
-}
-
-// Queue returns the work queue.
-func (d *Deps) Queue() *sqsqueue.Queue {
-	return sqsqueue.New(sqs.NewFromConfig(d.AWS), d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
-}
-
-// Exports returns the export state machine starter.
-func (d *Deps) Exports() pipeline.ExportStarter {
+// Exports returns the export starter: ExportStarter when set (the emulator
+// harness), else stateMachine, the function's own state machine starter.
+func (d *Deps) Exports(stateMachine pipeline.ExportStarter) pipeline.ExportStarter {
 	if d.ExportStarter != nil {
 		return d.ExportStarter
 	}
-	return stepfn.Starter{Client: sfn.NewFromConfig(d.AWS), StateMachineARN: d.Env.StateMachineARN}
-}
-
-// Splitter builds the splitter function's handler.
-func (d *Deps) Splitter() (*lambdafn.Splitter, error) {
-	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME", "STATE_MACHINE_ARN"); err != nil {
-		return nil, err
-	}
-	blobs := d.Blobs()
-	intake := pipeline.NewIntake(
-		pipeline.NewSplitter(d.Store(), d.Queue(), pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger}),
-		blobs, d.Exports(),
-		pipeline.IntakeConfig{
-			DefaultSpec: d.Env.DefaultSpec(),
-			Limits:      sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
-			Uploads:     api.Uploads{Blobs: blobs},
-			TempDir:     d.TempDir,
-			Clock:       d.Clock,
-			Logger:      d.Logger,
-		})
-	return &lambdafn.Splitter{Intake: intake, Metrics: d.Metrics, Logger: d.Logger}, nil
-}
-
-// Exporter builds the exporter function's handler.
-func (d *Deps) Exporter() (*lambdafn.Exporter, error) {
-	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
-		return nil, err
-	}
-	return &lambdafn.Exporter{
-		Exporter: pipeline.NewExporter(d.Store(), d.Blobs(), pipeline.ExporterConfig{Clock: d.Clock, Logger: d.Logger}),
-		Metrics:  d.Metrics,
-		Logger:   d.Logger,
-	}, nil
-}
-
-// Sweeper builds the sweeper function's handler.
-func (d *Deps) Sweeper() (*lambdafn.Sweeper, error) {
-	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "STATE_MACHINE_ARN"); err != nil {
-		return nil, err
-	}
-	cfg := pipeline.SweeperConfig{Clock: d.Clock, Logger: d.Logger}
-	if d.TuneSweeper != nil {
-		d.TuneSweeper(&cfg)
-	}
-	return &lambdafn.Sweeper{
-		Sweeper: pipeline.NewSweeper(d.Store(), d.Queue(), d.Exports(), cfg),
-		Metrics: d.Metrics,
-		Logger:  d.Logger,
-	}, nil
-}
-
-// HTTP builds the api function's handler.
-func (d *Deps) HTTP() (*lambdafn.HTTP, error) {
-	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
-		return nil, err
-	}
-	blobs := d.Blobs()
-	return &lambdafn.HTTP{
-		Handler: api.New(api.Config{
-			Store: d.Store(), Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
-			DefaultSpec: d.Env.DefaultSpec(), Exports: d.Exports(), MaxInputBytes: d.Env.MaxInputBytes,
-			Retrier: pipeline.Retrier{Reopener: d.Store(), Queue: d.Queue()},
-		}),
-		Logger: d.Logger,
-	}, nil
+	return stateMachine
 }

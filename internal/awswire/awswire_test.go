@@ -10,10 +10,16 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/apiwire"
+	"github.com/batchgen/batchgen/internal/awswire/exporterwire"
 	"github.com/batchgen/batchgen/internal/awswire/generatorwire"
+	"github.com/batchgen/batchgen/internal/awswire/splitterwire"
+	"github.com/batchgen/batchgen/internal/awswire/sweeperwire"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -29,6 +35,7 @@ var templateEnv = map[string]string{
 	"MODEL_BASE_URL":      "",
 	"MODEL_API_KEY_PARAM": "/batchgen/openai-api-key",
 	"QUOTA_RPM":           "2000",
+	"QUOTA_TPM":           "0",
 	"BATCH_SIZE":          "100",
 	"MAX_ROWS":            "100000",
 	"LEASE_SECONDS":       "360",
@@ -53,6 +60,7 @@ func TestLoadEnv(t *testing.T) {
 		QuotaRPM: 2000, MaxConcurrency: 10, Concurrency: 8, SimLatency: 300 * time.Millisecond,
 		BatchSize: 100, MaxRows: 100000, MaxInputBytes: 100 << 20, Lease: 360 * time.Second,
 		LogLevel: slog.LevelWarn, StackName: "batchgen",
+		CacheMode: pipeline.CacheAuto, CacheTTL: store.DefaultCacheTTL,
 	}
 	if diff := cmp.Diff(want, env); diff != "" {
 		t.Errorf("env mismatch (-want +got):\n%s", diff)
@@ -80,16 +88,52 @@ func TestLoadEnvDefaults(t *testing.T) {
 	}
 }
 
+// TestBedrockEnv: a bedrock deployment calls its inference profile when
+// it has one, else the model; it needs one of the two.
+func TestBedrockEnv(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, model, profile, wantModel, wantErr string
+	}{
+		{name: "model", model: "amazon.nova-lite-v1:0", wantModel: "amazon.nova-lite-v1:0"},
+		{name: "profile", model: "amazon.nova-lite-v1:0", profile: "us.amazon.nova-lite-v1:0", wantModel: "us.amazon.nova-lite-v1:0"},
+		{name: "neither", wantErr: "MODEL_PROVIDER=bedrock needs MODEL_NAME"},
+	}
+	for _, tc := range tests {
+		m := map[string]string{}
+		for k, v := range templateEnv {
+			m[k] = v
+		}
+		m["MODEL_PROVIDER"], m["MODEL_NAME"], m["BEDROCK_INFERENCE_PROFILE"] = "bedrock", tc.model, tc.profile
+		env, err := awswire.LoadEnv(getenv(m))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: LoadEnv error = %v, want %q", tc.name, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := env.DefaultSpec(); got.Provider != "bedrock" || got.Model != tc.wantModel {
+			t.Errorf("%s: DefaultSpec provider %q model %q, want bedrock %q", tc.name, got.Provider, got.Model, tc.wantModel)
+		}
+	}
+}
+
 func TestLoadEnvRejects(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ name, key, value, want string }{
-		{"provider", "MODEL_PROVIDER", "bedrock", "MODEL_PROVIDER"},
+		{"provider", "MODEL_PROVIDER", "vertex", "MODEL_PROVIDER"},
 		{"quota", "QUOTA_RPM", "lots", "QUOTA_RPM"},
 		{"batch size", "BATCH_SIZE", "0", "BATCH_SIZE"},
 		{"lease", "LEASE_SECONDS", "-5", "LEASE_SECONDS"},
 		{"log level", "LOG_LEVEL", "loud", "LOG_LEVEL"},
 		{"key parameter", "MODEL_API_KEY_PARAM", "sk-live-123", "MODEL_API_KEY_PARAM"},
 		{"sim latency", "SIM_LATENCY", "fast", "SIM_LATENCY"},
+		{"cache mode", "CACHE_MODE", "sometimes", "CACHE_MODE"},
+		{"cache ttl", "CACHE_TTL", "0d", "CACHE_TTL"},
+		{"cache ttl unit", "CACHE_TTL", "30", "CACHE_TTL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,11 +163,11 @@ func TestBuildersCheckTheirResources(t *testing.T) {
 	env.ModelProvider = "sim" // openai would read the key from SSM
 	cfg := aws.Config{Region: "us-east-1"}
 	builders := map[string]func(*awswire.Deps) error{
-		"splitter":  func(d *awswire.Deps) error { _, err := d.Splitter(); return err },
+		"splitter":  func(d *awswire.Deps) error { _, err := splitterwire.New(d); return err },
 		"generator": func(d *awswire.Deps) error { _, err := generatorwire.New(context.Background(), d); return err },
-		"exporter":  func(d *awswire.Deps) error { _, err := d.Exporter(); return err },
-		"sweeper":   func(d *awswire.Deps) error { _, err := d.Sweeper(); return err },
-		"api":       func(d *awswire.Deps) error { _, err := d.HTTP(); return err },
+		"exporter":  func(d *awswire.Deps) error { _, err := exporterwire.New(d); return err },
+		"sweeper":   func(d *awswire.Deps) error { _, err := sweeperwire.New(d); return err },
+		"api":       func(d *awswire.Deps) error { _, err := apiwire.New(d); return err },
 	}
 	for name, build := range builders {
 		if err := build(awswire.NewDeps(env, cfg, name)); err != nil {
@@ -139,7 +183,8 @@ func TestBuildersCheckTheirResources(t *testing.T) {
 
 // TestGeneratorQuotaIsShared: with QUOTA_RPM set, the generator paces with
 // the table-backed shared limiter, so the quota holds across instances;
-// a quota under one request a second falls back to a per-instance share.
+// a quota under one request a second, or none, falls back to a
+// per-instance limiter (learning the quota from 429s when none is given).
 func TestGeneratorQuotaIsShared(t *testing.T) {
 	t.Parallel()
 	env, err := awswire.LoadEnv(getenv(templateEnv))
@@ -154,21 +199,145 @@ func TestGeneratorQuotaIsShared(t *testing.T) {
 	}{
 		{2000, "*quota.Shared"},
 		{30, "*quota.Local"},
-		{0, "<nil>"},
+		{0, "*quota.Local"},
 	}
 	for _, tc := range tests {
 		env.QuotaRPM = tc.rpm
+		f, err := generatorwire.Providers(env)
+		if err != nil {
+			t.Fatal(err)
+		}
 		d := awswire.NewDeps(env, cfg, "generator")
-		var limiter pipeline.Limiter
+		if got := fmt.Sprintf("%T", generatorwire.Limiter(d, f.Providers[0])); got != tc.want {
+			t.Errorf("QUOTA_RPM=%d: limiter %s, want %s", tc.rpm, got, tc.want)
+		}
+		if _, err := generatorwire.New(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestGeneratorProvidersFromParameters: without PROVIDERS_FILE the model
+// parameters build the one-entry file run's flags would, with the key's
+// SSM parameter for openai.
+func TestGeneratorProvidersFromParameters(t *testing.T) {
+	t.Parallel()
+	env, err := awswire.LoadEnv(getenv(templateEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := generatorwire.Providers(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weight := 1
+	want := []providerfile.Provider{{
+		Name: "openai/gpt-4o-mini", Kind: providerfile.KindOpenAI, Model: "gpt-4o-mini", APIKeyParam: "/batchgen/openai-api-key",
+		RPM: 2000, Concurrency: 8, Timeout: providerfile.DefaultTimeout, Weight: &weight,
+	}}
+	if diff := cmp.Diff(want, f.Providers, cmpopts.IgnoreUnexported(providerfile.Provider{})); diff != "" {
+		t.Errorf("providers from the parameters (-want +got):\n%s", diff)
+	}
+}
+
+// TestGeneratorProvidersFile: PROVIDERS_FILE routes the generator over
+// its entries, each with its own shared limiter keyed by its name; a bad
+// file fails the cold start naming the key and its line.
+func TestGeneratorProvidersFile(t *testing.T) {
+	t.Parallel()
+	env, err := awswire.LoadEnv(getenv(templateEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.ProvidersFile = `routing: weighted
+providers:
+  - {name: east, kind: mock, base_url: "http://127.0.0.1:1/v1", rpm: 600, tpm: 90000, concurrency: 3}
+  - {name: west, kind: sim, rpm: 30, concurrency: 5, timeout: 90s}
+  - {name: nova, kind: bedrock, model: amazon.nova-lite-v1:0, region: us-west-2, concurrency: 2, weight: 0}
+`
+	f, err := generatorwire.Providers(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"east", "west", "nova"}, f.Names()); diff != "" {
+		t.Errorf("names (-want +got):\n%s", diff)
+	}
+	d := awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "generator")
+	for _, tc := range []struct{ name, want string }{{"east", "*quota.Shared"}, {"west", "*quota.Local"}, {"nova", "*quota.Local"}} {
+		p, _ := f.Lookup(tc.name)
+		if got := fmt.Sprintf("%T", generatorwire.Limiter(d, p)); got != tc.want {
+			t.Errorf("%s: limiter %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	router, err := generatorwire.Router(context.Background(), d, f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Bedrock entry is built with the function's AWS configuration
+	// (signed by its role), in the entry's region.
+	if diff := cmp.Diff([]string{"east", "west", "nova"}, router.Routes()); diff != "" {
+		t.Errorf("routes (-want +got):\n%s", diff)
+	}
+	var got pipeline.GeneratorConfig
+	d.TuneGenerator = func(st store.Store, cfg *pipeline.GeneratorConfig) store.Store {
+		got = *cfg
+		return st
+	}
+	if _, err := generatorwire.New(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if got.Concurrency != 10 || got.CallTimeout != 90*time.Second {
+		t.Errorf("generator concurrency %d, call timeout %v; want 3+5+2 and the longest timeout, 90s", got.Concurrency, got.CallTimeout)
+	}
+
+	env.ProvidersFile = "providers:\n  - name: east\n    kind: mock\n    rmp: 600\n"
+	_, err = generatorwire.New(context.Background(), awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "generator"))
+	if err == nil || !strings.Contains(err.Error(), "PROVIDERS_FILE:4") || !strings.Contains(err.Error(), `"rmp"`) {
+		t.Errorf("bad file: %v; want an error naming PROVIDERS_FILE, line 4 and the key", err)
+	}
+}
+
+// TestGeneratorCacheSettings: CACHE_MODE and CACHE_TTL (the template's
+// CacheMode and CacheTtlDays) reach the generator's configuration and its
+// store, read by the same functions as run's --cache and --cache-ttl.
+func TestGeneratorCacheSettings(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		mode, ttl string
+		wantMode  pipeline.CacheMode
+		wantTTL   time.Duration
+	}{
+		{"", "", pipeline.CacheAuto, store.DefaultCacheTTL},
+		{"always", "7d", pipeline.CacheAlways, 7 * 24 * time.Hour},
+		{"off", "12h", pipeline.CacheOff, 12 * time.Hour},
+	}
+	for _, tc := range tests {
+		m := map[string]string{"CACHE_MODE": tc.mode, "CACHE_TTL": tc.ttl}
+		for k, v := range templateEnv {
+			m[k] = v
+		}
+		env, err := awswire.LoadEnv(getenv(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.CacheTTL != tc.wantTTL {
+			t.Errorf("CACHE_TTL=%q: CacheTTL %v, want %v", tc.ttl, env.CacheTTL, tc.wantTTL)
+		}
+		env.ModelProvider = "sim"
+		d := awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "generator")
+		var got pipeline.GeneratorConfig
 		d.TuneGenerator = func(st store.Store, cfg *pipeline.GeneratorConfig) store.Store {
-			limiter = cfg.Limiter
+			got = *cfg
 			return st
 		}
 		if _, err := generatorwire.New(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}
-		if got := fmt.Sprintf("%T", limiter); got != tc.want {
-			t.Errorf("QUOTA_RPM=%d: limiter %s, want %s", tc.rpm, got, tc.want)
+		if got.CacheMode != tc.wantMode || got.Cache == nil {
+			t.Errorf("CACHE_MODE=%q: generator cache mode %q (cache %v), want %q with a cache", tc.mode, got.CacheMode, got.Cache != nil, tc.wantMode)
+		}
+		if ttl := got.Cache.(interface{ CacheTTL() time.Duration }).CacheTTL(); ttl != tc.wantTTL {
+			t.Errorf("CACHE_TTL=%q: the generator's cache keeps entries %v, want %v", tc.ttl, ttl, tc.wantTTL)
 		}
 	}
 }

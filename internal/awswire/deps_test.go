@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 const mod = "github.com/batchgen/batchgen/"
@@ -23,40 +25,113 @@ func deps(t *testing.T, pkg string) []string {
 }
 
 func links(list []string, prefix string) bool {
-	return slices.ContainsFunc(list, func(p string) bool { return strings.HasPrefix(p, prefix) })
+	return slices.ContainsFunc(list, func(p string) bool { return p == prefix || strings.HasPrefix(p, prefix+"/") })
 }
 
-// TestDependencyEdges asserts the layering: the core never imports the AWS
-// SDK or Lambda, the handlers no AWS service client, and each function
-// links only what it uses (the OpenAI client and SSM only in the
-// generator).
+const (
+	sdk         = "github.com/aws/aws-sdk-go-v2"
+	sdkServices = sdk + "/service/"
+	lambdaGo    = "github.com/aws/aws-lambda-go"
+	apiProxy    = "github.com/awslabs/aws-lambda-go-api-proxy"
+	openai      = "github.com/openai/openai-go"
+)
+
+// credentialServices are the service clients the SDK's configuration
+// loader links into every function for its credential chain (SSO, STS
+// web identity, sign-in); no code of ours calls them.
+var credentialServices = []string{"signin", "sso", "ssooidc", "sts"}
+
+// services returns the AWS service clients list links besides the
+// credential chain's, by service package name.
+func services(list []string) []string {
+	var out []string
+	for _, p := range list {
+		name, ok := strings.CutPrefix(p, sdkServices)
+		if ok && !strings.Contains(name, "/") && !slices.Contains(credentialServices, name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// fnPackages are each function's own handler and wiring packages: no
+// function links another's.
+var fnPackages = map[string][]string{
+	"splitter":  {"internal/lambdafn/splitterfn", "internal/awswire/splitterwire"},
+	"generator": {"internal/lambdafn/generatorfn", "internal/awswire/generatorwire"},
+	"exporter":  {"internal/lambdafn/exporterfn", "internal/awswire/exporterwire"},
+	"api":       {"internal/lambdafn/apifn", "internal/awswire/apiwire"},
+	"sweeper":   {"internal/lambdafn/sweeperfn", "internal/awswire/sweeperwire"},
+	"events":    {"internal/lambdafn/eventsfn", "internal/awswire/eventswire"},
+}
+
+// TestDependencyEdges asserts the layering and that each Lambda function
+// links only what it uses: exactly the AWS service clients of the
+// operations it performs (TestIAMGrantsMatchUse, on the emulator, holds
+// those operations against each role's grants in template.yaml), no other
+// function's handler or wiring, and nothing of the model provider, the
+// quota or the HTTP API unless it is the function that calls them. The
+// core (internal/pipeline) and the handlers never import the AWS SDK.
 func TestDependencyEdges(t *testing.T) {
 	t.Parallel()
-	const (
-		sdkServices = "github.com/aws/aws-sdk-go-v2/service/"
-		sdk         = "github.com/aws/aws-sdk-go-v2"
-		lambdaGo    = "github.com/aws/aws-lambda-go"
-		openai      = "github.com/openai/openai-go"
-		ssm         = "github.com/aws/aws-sdk-go-v2/service/ssm"
-	)
 	tests := []struct {
-		pkg     string
-		must    []string
-		mustNot []string
+		pkg      string
+		services []string // exactly these service clients (nil: none)
+		must     []string
+		mustNot  []string
 	}{
-		{"internal/pipeline", nil, []string{sdk, lambdaGo, openai, mod + "internal/api", mod + "internal/lambdafn"}},
-		{"internal/lambdafn", []string{lambdaGo + "/events"}, []string{sdkServices, openai}},
-		{"internal/awswire", []string{sdkServices + "dynamodb"}, []string{openai, ssm}},
-		{"functions/generator", []string{openai, ssm}, nil},
-		{"functions/sweeper", []string{sdkServices + "sqs"}, []string{openai, ssm}},
-		{"functions/exporter", nil, []string{openai, ssm}},
-		{"functions/splitter", nil, []string{openai, ssm}},
-		{"functions/api", nil, []string{openai, ssm}},
+		{pkg: "internal/pipeline", mustNot: []string{sdk, lambdaGo, openai, apiProxy, mod + "internal/api", mod + "internal/lambdafn", mod + "internal/awswire", mod + "internal/quota"}},
+		{pkg: "internal/lambdafn/splitterfn", must: []string{lambdaGo + "/events"}, mustNot: []string{sdk, openai, mod + "internal/api"}},
+		{pkg: "internal/lambdafn/generatorfn", must: []string{lambdaGo + "/events"}, mustNot: []string{sdk, openai, mod + "internal/api"}},
+		{pkg: "internal/lambdafn/exporterfn", mustNot: []string{sdk, openai, mod + "internal/api"}},
+		{pkg: "internal/lambdafn/sweeperfn", must: []string{lambdaGo + "/events"}, mustNot: []string{sdk, openai, mod + "internal/api"}},
+		{pkg: "internal/lambdafn/apifn", must: []string{lambdaGo + "/events", apiProxy}, mustNot: []string{sdk, openai, mod + "internal/pipeline"}},
+		{pkg: "internal/awswire", services: []string{"dynamodb"}, mustNot: []string{openai, mod + "internal/lambdafn", mod + "internal/api"}},
+		{
+			pkg:      "functions/splitter",
+			services: []string{"dynamodb", "s3", "sfn", "sqs"},
+			mustNot:  []string{openai, apiProxy, mod + "internal/llm/openai", mod + "internal/llm/bedrock", mod + "internal/llm/sim", mod + "internal/quota"},
+		},
+		{
+			pkg:      "functions/generator",
+			services: []string{"bedrockruntime", "dynamodb", "s3", "sfn", "sqs", "ssm"},
+			must:     []string{openai, mod + "internal/llm/bedrock", mod + "internal/quota/dynamoquota"},
+			mustNot:  []string{apiProxy, mod + "internal/api"},
+		},
+		{
+			pkg:      "functions/exporter",
+			services: []string{"dynamodb", "s3"},
+			mustNot:  []string{openai, apiProxy, lambdaGo + "/events", mod + "internal/api", mod + "internal/quota", mod + "internal/queue/sqsqueue", mod + "internal/stepfn"},
+		},
+		{
+			pkg:      "functions/api",
+			services: []string{"dynamodb", "s3", "sfn", "sqs"},
+			must:     []string{apiProxy, mod + "internal/api"},
+			mustNot:  []string{openai, mod + "internal/llm/openai", mod + "internal/llm/bedrock", mod + "internal/llm/sim", mod + "internal/quota"},
+		},
+		{pkg: "internal/lambdafn/eventsfn", must: []string{lambdaGo + "/lambdaurl"}, mustNot: []string{sdk, openai, apiProxy, mod + "internal/pipeline"}},
+		{
+			// The event stream only reads: the task (DynamoDB), an upload
+			// record and the presigned result link (S3), and checks the JWT.
+			pkg:      "functions/events",
+			services: []string{"dynamodb", "s3"},
+			must:     []string{lambdaGo + "/lambdaurl", mod + "internal/api", mod + "internal/api/jwtauth"},
+			mustNot:  []string{openai, apiProxy, mod + "internal/llm/openai", mod + "internal/quota", mod + "internal/queue/sqsqueue", mod + "internal/stepfn"},
+		},
+		{
+			pkg:      "functions/sweeper",
+			services: []string{"dynamodb", "sfn", "sqs"},
+			mustNot:  []string{openai, apiProxy, mod + "internal/api", mod + "internal/blob/s3blob", mod + "internal/quota", mod + "internal/llm/openai", mod + "internal/llm/bedrock"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.pkg, func(t *testing.T) {
 			t.Parallel()
 			list := deps(t, tc.pkg)
+			if diff := cmp.Diff(tc.services, services(list)); diff != "" {
+				t.Errorf("%s links AWS service clients (-want +got):\n%s", tc.pkg, diff)
+			}
 			for _, p := range tc.must {
 				if !links(list, p) {
 					t.Errorf("%s does not link %s; the test's picture of the layout is out of date", tc.pkg, p)
@@ -65,6 +140,14 @@ func TestDependencyEdges(t *testing.T) {
 			for _, p := range tc.mustNot {
 				if links(list, p) {
 					t.Errorf("%s links %s", tc.pkg, p)
+				}
+			}
+			fn, isFunction := strings.CutPrefix(tc.pkg, "functions/")
+			for other, pkgs := range fnPackages {
+				for _, p := range pkgs {
+					if got := links(list, mod+p); isFunction && got != (other == fn) {
+						t.Errorf("%s links %s: %v, want %v", tc.pkg, p, got, other == fn)
+					}
 				}
 			}
 		})

@@ -22,4 +22,12 @@ type Store interface {
 	Open(ctx context.Context, key string) (io.ReadCloser, error)
 	// Delete removes an object; deleting a missing key is not an error.
 	Delete(ctx context.Context, key string) error
+	// Move puts the object at from under to, replacing any object there,
+	// and then removes it from from (a drop folder's input goes from
+	// incoming/ to processed/). A missing from is ErrNotFound and leaves
+	// to as it was, so a repeated Move after a completed one tells the
+	// caller there is nothing left to move. Readers of to see the old
+	// object or the whole moved one; a Move that fails part-way may leave
+	// the object under both keys, never under neither.
+	Move(ctx context.Context, from, to string) error
 }

@@ -106,6 +106,9 @@ type e2eOptions struct {
 	latency                  time.Duration
 	quotaRPM, maxConcurrency int
 	callTimeout              time.Duration
+	// providers, when set, returns PROVIDERS_FILE given the mock model's
+	// base URL (http://HOST:PORT/v1).
+	providers func(mockURL string) string
 }
 
 func newE2E(t *testing.T, opts e2eOptions) *e2e {
@@ -149,6 +152,9 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 	vars["MAX_ROWS"] = "100000"
 	vars["LEASE_SECONDS"] = "360"
 	vars["LOG_LEVEL"] = "debug"
+	if opts.providers != nil {
+		vars["PROVIDERS_FILE"] = opts.providers(vars["MODEL_BASE_URL"])
+	}
 	if opts.quotaRPM > 0 {
 		vars["QUOTA_RPM"] = strconv.Itoa(opts.quotaRPM)
 	}

@@ -11,7 +11,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/lambdafn/exporterfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/sweeperfn"
 	"github.com/batchgen/batchgen/internal/llm/sim"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -29,9 +30,11 @@ func lambdaErrorType(err error) string {
 	return t.Name()
 }
 
-func (e *env) exporter() *lambdafn.Exporter {
-	return &lambdafn.Exporter{
-		Exporter: pipeline.NewExporter(e.store, e.blobs, pipeline.ExporterConfig{Clock: e.clock, Logger: e.log}),
+func (e *env) exporter() *exporterfn.Handler {
+	counter := metrics.NewCounter(metrics.TasksExported)
+	return &exporterfn.Handler{
+		Exporter: pipeline.NewExporter(e.store, e.blobs, pipeline.ExporterConfig{Clock: e.clock, Logger: e.log, Metrics: counter}),
+		Counter:  counter,
 		Metrics:  metrics.New(e.logs, e.clock, nil),
 		Logger:   e.log,
 	}
@@ -44,7 +47,7 @@ func TestExporter(t *testing.T) {
 	taskID := e.splitCSV(3, 2)
 	h := e.exporter()
 
-	var in lambdafn.ExportInput
+	var in exporterfn.ExportInput
 	readJSON(t, "sfn-export-input.json", &in)
 	in.TaskID = taskID
 
@@ -55,7 +58,7 @@ func TestExporter(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := h.Handle(t.Context(), in)
-	var notReady *lambdafn.NotReadyError
+	var notReady *exporterfn.NotReadyError
 	if !errors.As(err, &notReady) || !errors.Is(err, pipeline.ErrNotReady) || lambdaErrorType(err) != "NotReadyError" {
 		t.Fatalf("Handle before the last batch = %v (%s), want a NotReadyError", err, lambdaErrorType(err))
 	}
@@ -68,7 +71,7 @@ func TestExporter(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Handle: %v", err)
 		}
-		want := lambdafn.ExportOutput{
+		want := exporterfn.ExportOutput{
 			TaskID: taskID, State: "SUCCEEDED", ResultKey: "results/" + taskID + ".xlsx",
 			RowsTotal: 3, RowsSucceeded: 3,
 		}
@@ -94,7 +97,7 @@ func TestExporterErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			_, err := e.exporter().Handle(t.Context(), lambdafn.ExportInput{TaskID: tc.taskID})
+			_, err := e.exporter().Handle(t.Context(), exporterfn.ExportInput{TaskID: tc.taskID})
 			if err == nil || lambdaErrorType(err) != tc.wantType {
 				t.Fatalf("Handle = %v (%s), want a %s", err, lambdaErrorType(err), tc.wantType)
 			}
@@ -113,8 +116,10 @@ func TestSweeper(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := &lambdafn.Sweeper{
-		Sweeper: pipeline.NewSweeper(e.store, e.queue, &pipeline.ExportSignal{}, pipeline.SweeperConfig{Clock: e.clock, Logger: e.log}),
+	counter := sweeperfn.NewCounter()
+	h := &sweeperfn.Handler{
+		Sweeper: pipeline.NewSweeper(e.store, e.queue, &pipeline.ExportSignal{}, pipeline.SweeperConfig{Clock: e.clock, Logger: e.log, Metrics: counter}),
+		Counter: counter,
 		Metrics: metrics.New(e.logs, e.clock, nil),
 		Logger:  e.log,
 	}
@@ -138,7 +143,7 @@ func TestSweeper(t *testing.T) {
 		}
 	}
 	delete(got, "_aws")
-	want := map[string]any{"SweeperRequeued": 2.0, "SweeperLeasesReset": 0.0, "SweeperExportsStarted": 0.0}
+	want := map[string]any{"SweeperRequeued": 2.0, "SweeperLeasesReset": 0.0, "SweeperExportsStarted": 0.0, "LeasesExpired": 0.0}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 	}
@@ -154,7 +159,7 @@ func (brokenOpenBatches) ListOpenBatches(context.Context, store.ListOpenBatchesP
 func TestSweeperReturnsErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	h := &lambdafn.Sweeper{
+	h := &sweeperfn.Handler{
 		Sweeper: pipeline.NewSweeper(brokenOpenBatches{e.store}, e.queue, &pipeline.ExportSignal{}, pipeline.SweeperConfig{Clock: e.clock}),
 		Metrics: metrics.New(e.logs, e.clock, nil),
 	}

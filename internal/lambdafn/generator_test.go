@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/llm/sim"
 	"github.com/batchgen/batchgen/internal/metrics"
@@ -62,26 +62,26 @@ func sqsEvent(t *testing.T, ds []queue.Delivery) events.SQSEvent {
 type generatorFixture struct {
 	*env
 	signal  *pipeline.ExportSignal
-	handler *lambdafn.Generator
+	handler *generatorfn.Handler
 	metrics *syncBuffer
 }
 
 func (e *env) generator(provider llm.Provider, st store.Store) *generatorFixture {
 	signal := &pipeline.ExportSignal{}
-	counter := lambdafn.NewGeneratorCounter()
+	counter := generatorfn.NewCounter()
 	if st == nil {
 		st = e.store
 	}
 	gen := pipeline.NewGenerator(st, provider, signal, pipeline.GeneratorConfig{
 		Cache: e.store, Clock: e.clock, Logger: e.log, Owner: "test",
-		Observer:    lambdafn.RowObserver(counter),
+		Metrics:     counter,
 		Concurrency: 4, CallsPerRound: 1, Rounds: 3,
 		RetryDelays: []time.Duration{10 * time.Second, 60 * time.Second},
 	})
 	m := &syncBuffer{}
 	return &generatorFixture{
 		env: e, signal: signal, metrics: m,
-		handler: &lambdafn.Generator{
+		handler: &generatorfn.Handler{
 			Generator: gen, Queue: e.queue, Counter: counter,
 			Metrics: metrics.New(m, e.clock, map[string]string{"function": "generator"}),
 			Logger:  e.log,
@@ -179,6 +179,7 @@ func TestGeneratorAllSucceed(t *testing.T) {
 	want := map[string]float64{
 		"RowsSucceeded": 6, "RowsFailed": 0, "RowsCached": 0, "ModelCalls": 6, "RateLimited": 0,
 		"BatchesReleased": 0, "MessagesFailed": 0, "PoisonMessages": 0,
+		"InputTokens": 30, "OutputTokens": 141, // the simulator's counts for these prompts
 	}
 	if diff := cmp.Diff(want, f.lastMetrics()); diff != "" {
 		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
@@ -229,6 +230,7 @@ func TestGeneratorRetryableFailureUsesGradedDelay(t *testing.T) {
 	want := map[string]float64{
 		"RowsSucceeded": 5, "RowsFailed": 0, "RowsCached": 0, "ModelCalls": 6, "RateLimited": 1,
 		"BatchesReleased": 1, "MessagesFailed": 0, "PoisonMessages": 0,
+		"InputTokens": 25, "OutputTokens": 117,
 	}
 	if diff := cmp.Diff(want, f.lastMetrics()); diff != "" {
 		t.Errorf("metrics mismatch (-want +got):\n%s", diff)

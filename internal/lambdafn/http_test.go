@@ -17,7 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire/apiwire"
+	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -45,7 +46,7 @@ func echo(got *seen) http.Handler {
 		for _, c := range r.Cookies() {
 			got.Cookies = append(got.Cookies, c.Name+"="+c.Value)
 		}
-		if rc, ok := lambdafn.APIGatewayRequestContext(r.Context()); ok {
+		if rc, ok := apifn.APIGatewayRequestContext(r.Context()); ok {
 			got.RequestID = rc.RequestID
 			if rc.Authorizer != nil && rc.Authorizer.JWT != nil {
 				got.Sub = rc.Authorizer.JWT.Claims["sub"]
@@ -128,7 +129,7 @@ func TestHTTPRequest(t *testing.T) {
 				tc.edit(&ev)
 			}
 			var got seen
-			resp, err := (&lambdafn.HTTP{Handler: echo(&got)}).Handle(t.Context(), ev)
+			resp, err := (&apifn.Handler{Handler: echo(&got)}).Handle(t.Context(), ev)
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
@@ -144,7 +145,7 @@ func TestHTTPRequest(t *testing.T) {
 
 func TestHTTPRequestContextOutsideHandle(t *testing.T) {
 	t.Parallel()
-	if rc, ok := lambdafn.APIGatewayRequestContext(t.Context()); ok {
+	if rc, ok := apifn.APIGatewayRequestContext(t.Context()); ok {
 		t.Errorf("APIGatewayRequestContext of a plain context = %+v, true; want false", rc)
 	}
 }
@@ -256,7 +257,7 @@ func TestHTTPResponse(t *testing.T) {
 			t.Parallel()
 			var ev events.APIGatewayV2HTTPRequest
 			readJSON(t, "apigw-v2-get-task.json", &ev)
-			got, err := (&lambdafn.HTTP{Handler: tc.handler}).Handle(t.Context(), ev)
+			got, err := (&apifn.Handler{Handler: tc.handler}).Handle(t.Context(), ev)
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
@@ -291,7 +292,7 @@ func TestHTTPMalformedEvent(t *testing.T) {
 			tc.edit(&ev)
 			called := false
 			var logs bytes.Buffer
-			h := &lambdafn.HTTP{
+			h := &apifn.Handler{
 				Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }),
 				Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 			}
@@ -331,8 +332,8 @@ func (urlPresigner) PresignGet(_ context.Context, key string, _ time.Duration) (
 func TestHTTPServesTheAPI(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	h := &lambdafn.HTTP{Handler: api.New(api.Config{
-		Store: e.store, Blobs: e.blobs, Presigner: urlPresigner{}, Clock: e.clock,
+	h := &apifn.Handler{Handler: api.New(api.Config{
+		Store: e.store, Blobs: e.blobs, Presigner: urlPresigner{}, Auth: apiwire.GatewayAuth{}, Clock: e.clock,
 		DefaultSpec: store.TaskSpec{Provider: "sim", BatchSize: 100},
 		NewID:       func() string { return "0123456789abcdef0123456789abcdef" },
 	})}
@@ -363,8 +364,8 @@ func TestHTTPServesTheAPI(t *testing.T) {
 	if err := json.Unmarshal([]byte(resp.Body), &view); err != nil {
 		t.Fatal(err)
 	}
-	if view.State != api.StateAwaitingUpload || view.Source != "商品 list.xlsx" {
-		t.Errorf("task = %s %q, want AWAITING_UPLOAD for the posted file", view.State, view.Source)
+	if view.Status != api.StateAwaitingUpload || view.Source != "商品 list.xlsx" {
+		t.Errorf("task = %s %q, want AWAITING_UPLOAD for the posted file", view.Status, view.Source)
 	}
 	if !strings.HasPrefix(resp.Headers["Content-Type"], "application/json") || resp.IsBase64Encoded {
 		t.Errorf("JSON answer went out as %q base64=%v", resp.Headers["Content-Type"], resp.IsBase64Encoded)

@@ -8,11 +8,13 @@ package lambdafn_test
 // unless an entry of unobserved says why.
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -27,6 +29,9 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/apiwire"
+	"github.com/batchgen/batchgen/internal/awswire/eventswire"
+	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -39,6 +44,7 @@ var roles = map[string]string{
 	"exporter":     "ExporterFunction",
 	"api":          "ApiFunction",
 	"sweeper":      "SweeperFunction",
+	"events":       "EventsFunction",
 	"statemachine": "ExportStateMachine",
 }
 
@@ -55,7 +61,10 @@ var unobserved = map[string]map[string]string{
 	},
 	"GeneratorFunction": {
 		"ssm:GetParameter": "reads the model API key at cold start, only when ModelApiKeyParam is set (the emulator runs use a keyless mock)",
-		"s3:GetObject":     "reads the cells of rows over 300 KB from overflow/; the test sheets have no such rows",
+		// No emulator serves Bedrock; internal/llm/bedrock tests the calls
+		// through the SDK against a double of the Converse wire format.
+		"bedrock:InvokeModel": "calls the model through Bedrock's Converse, only when ModelProvider is bedrock (the emulator runs use a mock)",
+		"s3:GetObject":        "reads the cells of rows over 300 KB from overflow/; the test sheets have no such rows",
 	},
 	"ExportStateMachine": {
 		"lambda:InvokeFunction": "the Task state invokes the exporter; the emulator runs stand in for that call with the handler itself",
@@ -106,25 +115,36 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	apiDeps := awswire.NewDeps(e.stack.Env, ops.For("api").Attach(cfg), "api")
-	h, err := apiDeps.HTTP()
+	h, err := apiwire.New(apiDeps)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The caller is the drop folder's principal, so the dropped task is
+	// theirs to read and retry.
 	call := func(method, path, body string, want int) []byte {
 		t.Helper()
-		rec := httptest.NewRecorder()
-		h.Handler.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)).WithContext(ctx))
-		if rec.Code != want {
-			t.Fatalf("%s %s = %d %s, want %d", method, path, rec.Code, rec.Body, want)
+		resp, out := serveGateway(t, h, gatewayRequest{sub: pipeline.LocalOwner, method: method, target: path, contentType: "application/json", body: body})
+		if resp.StatusCode != want {
+			t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, out, want)
 		}
-		return rec.Body.Bytes()
+		return out
 	}
 	var created api.CreateTaskResponse
 	body := xlsx(t, header, [][]string{{"a", "b"}, {"c", "d"}}, "{{商品名称}}")
 	if err := json.Unmarshal(call("POST", "/api/tasks", fmt.Sprintf(`{"filename":"via-api.xlsx","size":%d}`, len(body)), http.StatusCreated), &created); err != nil {
 		t.Fatal(err)
 	}
-	call("GET", "/api/tasks/"+created.TaskID, "", http.StatusOK) // awaiting upload
+	call("GET", "/api/tasks/"+created.ID, "", http.StatusOK) // awaiting upload
+	// The event stream, through the Function URL adapter as the events
+	// function serves it: a task awaiting its sheet (its upload record).
+	evDeps := awswire.NewDeps(e.stack.Env, ops.For("events").Attach(cfg), "events")
+	stream, err := eventswire.New(ctx, evDeps, api.Fixed(pipeline.LocalOwner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := streamFirstEvent(t, stream, created.ID); !strings.Contains(got, `"status":"AWAITING_UPLOAD"`) {
+		t.Errorf("event stream of a task awaiting its sheet: %q", got)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, created.UploadURL, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +158,7 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("PUT to the upload URL = %s", resp.Status)
 	}
-	key := api.IncomingKey(created.TaskID, "via-api.xlsx")
+	key := api.IncomingKey(created.ID, "via-api.xlsx")
 	head, err := e.stack.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(key)})
 	if err != nil {
 		t.Fatal(err)
@@ -148,8 +168,12 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 		t.Fatalf("splitter on the API upload: %v", err)
 	}
 	call("GET", "/api/tasks?limit=10", "", http.StatusOK)
-	call("POST", "/api/tasks/"+created.TaskID+"/cancel", "", http.StatusAccepted)
+	call("POST", "/api/tasks/"+created.ID+"/cancel", "", http.StatusAccepted)
 	call("GET", "/api/tasks/"+dropped, "", http.StatusOK) // finished: presigns the result
+	// A finished task's stream: the task and its presigned result link.
+	if got := streamFirstEvent(t, stream, dropped); !strings.Contains(got, "event: done") || !strings.Contains(got, `"result_url":"http`) {
+		t.Errorf("event stream of a finished task: %q", got)
+	}
 	call("GET", "/api/tasks/no-such-task", "", http.StatusNotFound)
 
 	// 4. The sweeper: a split task nobody works on, with one batch claimed
@@ -256,5 +280,35 @@ func checkGrants(t *testing.T, ops *awsops.Set) {
 	}
 	if t.Failed() {
 		t.Logf("grants: %+v", grants)
+	}
+}
+
+// streamFirstEvent opens a task's event stream through the events
+// function's handler and returns the stream up to its first event, then
+// hangs up.
+func streamFirstEvent(t *testing.T, h *eventsfn.Handler, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	path := "/api/tasks/" + id + "/events"
+	req := &events.LambdaFunctionURLRequest{RawPath: path, Headers: map[string]string{"accept": "text/event-stream"}}
+	req.RequestContext.DomainName = "events.lambda-url.eu-west-1.on.aws"
+	req.RequestContext.HTTP.Method, req.RequestContext.HTTP.Path = http.MethodGet, path
+	resp, err := h.Handle(ctx, req)
+	if err != nil {
+		t.Fatalf("events %s: %v", id, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("events %s: %d %s", id, resp.StatusCode, b)
+	}
+	var out strings.Builder
+	lines := bufio.NewReader(resp.Body)
+	for {
+		line, err := lines.ReadString('\n')
+		out.WriteString(line)
+		if err != nil || line == "\n" && strings.Contains(out.String(), "event: ") {
+			return out.String()
+		}
 	}
 }

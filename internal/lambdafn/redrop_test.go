@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
@@ -32,7 +32,7 @@ func TestSplitterRedropAfterResultExpired(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t)
 	starts := &genStarts{}
-	h := &lambdafn.Splitter{Intake: pipeline.NewIntake(
+	h := &splitterfn.Handler{Intake: pipeline.NewIntake(
 		pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock, Logger: e.log}),
 		e.blobs, starts,
 		pipeline.IntakeConfig{

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
@@ -70,7 +70,7 @@ func TestGeneratorSizing(t *testing.T) {
 		t.Errorf("WorkQueue VisibilityTimeout %vs < 6 x generator Timeout %vs", visibility, timeout)
 	}
 	// Rows start only until a call's timeout and the settling remain.
-	budget := timeout - (pipeline.DefaultCallTimeout + lambdafn.DefaultHeadroom).Seconds()
+	budget := timeout - (pipeline.DefaultCallTimeout + generatorfn.DefaultHeadroom).Seconds()
 	rows := messages * rowsPerBatch
 	if work := rows / perInstance * latency; work > budget {
 		t.Errorf("an invocation's %v rows at %v in flight and %vs each take %vs, over its %vs budget", rows, perInstance, latency, work, budget)

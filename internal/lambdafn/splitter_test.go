@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/sheet"
@@ -34,7 +34,7 @@ func s3Event(t *testing.T, key, etag string) events.S3Event {
 	return ev
 }
 
-func (e *env) splitter(limits sheet.Limits) *lambdafn.Splitter {
+func (e *env) splitter(limits sheet.Limits) *splitterfn.Handler {
 	intake := pipeline.NewIntake(
 		pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock, Logger: e.log}),
 		e.blobs, &pipeline.ExportSignal{},
@@ -42,7 +42,7 @@ func (e *env) splitter(limits sheet.Limits) *lambdafn.Splitter {
 			DefaultSpec: defaultSpec, Limits: limits, Uploads: api.Uploads{Blobs: e.blobs},
 			TempDir: e.t.TempDir(), Clock: e.clock, Logger: e.log,
 		})
-	return &lambdafn.Splitter{Intake: intake, Metrics: metrics.New(e.logs, e.clock, nil), Logger: e.log}
+	return &splitterfn.Handler{Intake: intake, Metrics: metrics.New(e.logs, e.clock, nil), Logger: e.log}
 }
 
 var header = []string{"商品名称", "类目"}
@@ -295,19 +295,6 @@ func TestSplitterRejects(t *testing.T) {
 	}
 }
 
-func TestErrorFileKey(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ key, want string }{
-		{"incoming/a.xlsx", "results/a.xlsx.error.txt"},
-		{"incoming/abc/商品 list.csv", "results/abc/商品 list.csv.error.txt"},
-	}
-	for _, tc := range tests {
-		if got := pipeline.ErrorFileKey(tc.key); got != tc.want {
-			t.Errorf("ErrorFileKey(%q) = %q, want %q", tc.key, got, tc.want)
-		}
-	}
-}
-
 func TestSplitterIgnores(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -371,20 +358,6 @@ func TestSplitterAcceptsExtensionsInAnyCase(t *testing.T) {
 				t.Fatalf("tasks = %+v; want one split task of 3 rows", summarize(ts))
 			}
 		})
-	}
-}
-
-func TestIsInputKey(t *testing.T) {
-	t.Parallel()
-	for key, want := range map[string]bool{
-		"incoming/a.xlsx": true, "incoming/A.XLSX": true, "incoming/a.Xlsx": true, "incoming/x/a.CSV": true,
-		"incoming/a.csv": true, "incoming/a.xlsm": true, "incoming/a.Tsv": true,
-		"incoming/a.xls": false, "incoming/a.txt": false, "incoming/a.csv/": false, "incoming/": false,
-		"results/a.xlsx": false, "Incoming/a.xlsx": false, "incoming/.xlsx": false, "incoming/a.xlsx.error.txt": false,
-	} {
-		if got := pipeline.IsInputKey(key); got != want {
-			t.Errorf("IsInputKey(%q) = %v, want %v", key, got, want)
-		}
 	}
 }
 

@@ -29,9 +29,29 @@ type Request struct {
 
 // Response is a successful model call.
 type Response struct {
-	Text         string
-	InputTokens  int
+	Text string
+	// Usage is what the provider billed for the call, as it reported it
+	// (or as estimated by a simulator).
+	Usage Usage
+	// Provider, when set, names the provider (and model) that answered,
+	// for the result's provider column: a router sets the name of the route
+	// it took. Empty means the task's provider and model.
+	Provider string
+	// RateLimits is what the answer's rate-limit headers said, if any.
+	RateLimits RateLimits
+}
+
+// Usage counts the tokens of one call.
+type Usage struct {
+	// InputTokens counts prompt tokens, CachedInputTokens included.
+	InputTokens int
+	// OutputTokens counts completion tokens.
 	OutputTokens int
+	// CachedInputTokens is the part of InputTokens the provider read from
+	// its prompt cache (OpenAI's cached_tokens, Bedrock's
+	// cacheReadInputTokens); priced at the cached-input price where the
+	// provider has one.
+	CachedInputTokens int
 }
 
 // Provider generates text. Implementations return *Error (possibly wrapped)
@@ -86,6 +106,8 @@ type Error struct {
 	StatusCode int
 	// RetryAfter is the provider's requested wait (Retry-After), or 0.
 	RetryAfter time.Duration
+	// RateLimits is what the answer's rate-limit headers said, if any.
+	RateLimits RateLimits
 	// Message is the provider's explanation, safe to show to users.
 	Message string
 	// Err is the underlying error, if any.

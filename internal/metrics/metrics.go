@@ -86,7 +86,13 @@ type Value struct {
 	Name  string
 	Unit  Unit
 	Value float64
+	// Values, when non-empty, replaces Value with up to MaxValues values
+	// of a distribution (CloudWatch computes its statistics from them).
+	Values []float64
 }
+
+// MaxValues is how many values one metric may carry in one EMF line.
+const MaxValues = 100
 
 // Emitter writes EMF lines to an io.Writer (os.Stdout in Lambda). It is
 // safe for concurrent use; each line is one Write call.
@@ -160,7 +166,14 @@ func (e *Emitter) Emit(values []Value, props map[string]string) error {
 			unit = Count
 		}
 		defs = append(defs, metricDef{Name: v.Name, Unit: unit})
-		line[v.Name] = v.Value
+		if len(v.Values) > MaxValues {
+			return fmt.Errorf("emit metrics: metric %q has %d values; at most %d fit a line", v.Name, len(v.Values), MaxValues)
+		}
+		if len(v.Values) > 0 {
+			line[v.Name] = v.Values
+		} else {
+			line[v.Name] = v.Value
+		}
 	}
 	line["_aws"] = awsMeta{
 		Timestamp: e.clk.Now().UnixMilli(),
@@ -201,32 +214,57 @@ type metricDef struct {
 	Unit Unit   `json:"Unit"`
 }
 
-// Counter accumulates counts during one invocation and writes them as one
-// line when flushed, so a busy generator prints one metrics line per
-// invocation rather than one per row. It is safe for concurrent use.
+// Counter accumulates the metrics of one invocation and writes them when
+// flushed, so a busy generator prints one metrics line per invocation
+// rather than one per row. It is the Recorder of the Lambda runtime: labels
+// are dropped (the stack is the one dimension), distributions are kept as
+// values. It is safe for concurrent use.
 type Counter struct {
 	mu sync.Mutex
 	// names are always reported, zeros included, so dashboards show a
 	// quiet period as 0 rather than as missing data.
 	names  []string
 	counts map[string]float64
+	values map[string][]float64
+	gauges map[string]float64
 }
+
+var _ Recorder = (*Counter)(nil)
 
 // NewCounter returns a Counter that always reports names.
 func NewCounter(names ...string) *Counter {
-	c := &Counter{names: slices.Clone(names), counts: map[string]float64{}}
-	for _, n := range names {
-		c.counts[n] = 0
-	}
+	c := &Counter{names: slices.Clone(names)}
+	c.reset()
 	return c
 }
 
+func (c *Counter) reset() {
+	c.counts, c.values, c.gauges = map[string]float64{}, map[string][]float64{}, map[string]float64{}
+	for _, n := range c.names {
+		c.counts[n] = 0
+	}
+}
+
 // Add adds n to the count called name, which need not be one of the names
-// given to NewCounter.
-func (c *Counter) Add(name string, n float64) {
+// given to NewCounter. Labels are dropped.
+func (c *Counter) Add(name string, n float64, _ ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.counts[name] += n
+}
+
+// Observe keeps v as one value of the distribution called name.
+func (c *Counter) Observe(name string, v float64, _ ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.values[name] = append(c.values[name], v)
+}
+
+// Set keeps v as the latest value of the gauge called name.
+func (c *Counter) Set(name string, v float64, _ ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gauges[name] = v
 }
 
 // Snapshot returns the current counts.
@@ -236,20 +274,44 @@ func (c *Counter) Snapshot() map[string]float64 {
 	return maps.Clone(c.counts)
 }
 
-// Flush writes the counts as one line through e and resets them to zero.
-// The counts are reset even if the write fails: a metric lost is better
-// than one counted twice.
+// Flush writes the counts, gauges and distributions through e and resets
+// them. A distribution of more than MaxValues values continues on further
+// lines. Everything is reset even if a write fails: a metric lost is
+// better than one counted twice.
 func (c *Counter) Flush(e *Emitter, props map[string]string) error {
 	c.mu.Lock()
-	counts := c.counts
-	c.counts = map[string]float64{}
-	for _, n := range c.names {
-		c.counts[n] = 0
-	}
+	counts, values, gauges := c.counts, c.values, c.gauges
+	c.reset()
 	c.mu.Unlock()
-	values := make([]Value, 0, len(counts))
-	for name, n := range counts {
-		values = append(values, Value{Name: name, Unit: Count, Value: n})
+	unit := func(name string) Unit {
+		if d, ok := Lookup(name); ok && d.Unit != "" {
+			return d.Unit
+		}
+		return Count
 	}
-	return e.Emit(values, props)
+	line := make([]Value, 0, len(counts)+len(gauges)+len(values))
+	for name, n := range counts {
+		line = append(line, Value{Name: name, Unit: unit(name), Value: n})
+	}
+	for name, v := range gauges {
+		line = append(line, Value{Name: name, Unit: unit(name), Value: v})
+	}
+	var errs []error
+	for len(values) > 0 {
+		for name, vs := range values {
+			n := min(len(vs), MaxValues)
+			line = append(line, Value{Name: name, Unit: unit(name), Values: vs[:n]})
+			if n == len(vs) {
+				delete(values, name)
+			} else {
+				values[name] = vs[n:]
+			}
+		}
+		errs = append(errs, e.Emit(line, props))
+		line = line[:0]
+	}
+	if len(line) > 0 {
+		errs = append(errs, e.Emit(line, props))
+	}
+	return errors.Join(errs...)
 }

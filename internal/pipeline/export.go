@@ -12,6 +12,8 @@ import (
 
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/logging"
+	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -20,7 +22,8 @@ import (
 var ErrNotReady = errors.New("task is not ready for export")
 
 // ResultColumns are the columns the export adds after the input columns.
-var ResultColumns = []string{"output", "status", "error", "error_class", "cached", "attempts", "latency_ms"}
+var ResultColumns = []string{"output", "status", "error", "error_class", "cached", "attempts", "latency_ms",
+	"provider", "input_tokens", "output_tokens"}
 
 // exportPage is how many rows are read from the store at a time; the
 // export's memory is bounded by one page plus the writer's buffer.
@@ -40,11 +43,15 @@ type ExporterConfig struct {
 	Clock clock.Clock
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Metrics receives the use case's metrics. Defaults to recording
+	// nothing.
+	Metrics metrics.Recorder
 }
 
 func (c ExporterConfig) withDefaults() ExporterConfig {
 	c.Clock = orClock(c.Clock)
 	c.Logger = orLogger(c.Logger)
+	c.Metrics = metrics.Or(c.Metrics)
 	return c
 }
 
@@ -65,6 +72,8 @@ func NewExporter(st store.Store, blobs blob.Store, cfg ExporterConfig) *Exporter
 // exported is returned as is, and an export that died halfway is simply
 // written again.
 func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error) {
+	// An export started by a batch's last row is the task's, not the batch's.
+	ctx = logging.Without(ctx, logging.BatchNo, logging.Attempt, logging.Row)
 	task, err := e.store.GetTask(ctx, taskID)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("export %s: load task: %w", taskID, err)
@@ -91,6 +100,7 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 	}
 
 	key := TaskResultKey(task)
+	started := e.cfg.Clock.Now()
 	pr, pw := io.Pipe()
 	written := make(chan exportCounts, 1)
 	go func() {
@@ -122,7 +132,11 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 	if err != nil {
 		return task, fmt.Errorf("export %s: mark %s: %w", taskID, final, err)
 	}
-	e.cfg.Logger.Info("task exported", "task", taskID, "state", done.State, "rows", counts.rows, "failed", counts.failed, "key", key)
+	now := e.cfg.Clock.Now()
+	e.cfg.Metrics.Add(metrics.TasksExported, 1)
+	e.cfg.Metrics.Observe(metrics.ExportDuration, float64(now.Sub(started).Microseconds())/1000)
+	e.cfg.Metrics.Observe(metrics.TaskDuration, now.Sub(task.CreatedAt).Seconds(), "state", string(done.State))
+	e.cfg.Logger.InfoContext(ctx, "task exported", logging.TaskID, taskID, "state", done.State, "rows", counts.rows, "failed", counts.failed, "key", key)
 	return done, nil
 }
 
@@ -194,7 +208,16 @@ func resultRow(task store.Task, r store.Row) []string {
 	if r.LatencyMS > 0 {
 		latency = strconv.FormatInt(r.LatencyMS, 10)
 	}
-	return append(values, r.Output, status, errText, class, cached, strconv.Itoa(r.Attempts), latency)
+	// A succeeded row shows its tokens, 0 for a cached one (it cost
+	// nothing); other rows only when a provider billed them.
+	tokens := func(n int64) string {
+		if r.State == store.RowSucceeded || n > 0 {
+			return strconv.FormatInt(n, 10)
+		}
+		return ""
+	}
+	return append(values, r.Output, status, errText, class, cached, strconv.Itoa(r.Attempts), latency,
+		r.Provider, tokens(r.InputTokens), tokens(r.OutputTokens))
 }
 
 // resultColumnNames returns ResultColumns, prefixed with "batchgen_" where

@@ -34,11 +34,13 @@ func goldenTask() (store.Task, []store.Row) {
 	}
 	rows := []store.Row{
 		{No: 1, SheetRow: 2, Values: []string{"积木", "00123", "旧输出"},
-			RowResult: store.RowResult{State: store.RowSucceeded, Output: "拼出想象力。", Attempts: 1, LatencyMS: 812}},
+			RowResult: store.RowResult{State: store.RowSucceeded, Output: "拼出想象力。", Attempts: 1, LatencyMS: 812,
+				Provider: "sim/sim-1", Usage: store.Usage{InputTokens: 21, OutputTokens: 9}}},
 		{No: 2, SheetRow: 3, Values: []string{"拼图", "12345678901234567890", ""},
 			RowResult: store.RowResult{State: store.RowSucceeded, Output: "=SUM(A1:A2)", Attempts: 0, Cached: true}},
 		{No: 3, SheetRow: 4, Values: []string{"多行\r\n名称", "_x000D_", ""},
-			RowResult: store.RowResult{State: store.RowSucceeded, Output: "第一行\n第二行", Attempts: 2, LatencyMS: 1500}},
+			RowResult: store.RowResult{State: store.RowSucceeded, Output: "第一行\n第二行", Attempts: 2, LatencyMS: 1500,
+				Provider: "bedrock/anthropic.claude-3-haiku-20240307-v1:0", Usage: store.Usage{InputTokens: 1200, OutputTokens: 34, CachedInputTokens: 1024}}},
 		{No: 4, SheetRow: 5, Values: []string{"违规商品", "-5", ""},
 			RowResult: store.RowResult{State: store.RowFailed, Error: "the provider refused the request (content filter)", ErrorClass: "content_filter", Attempts: 1, LatencyMS: 95}},
 		{No: 5, SheetRow: 6, Values: []string{"", "", ""},
@@ -157,12 +159,13 @@ func TestExportGolden(t *testing.T) {
 	}
 
 	// What the golden files must say, whatever -update wrote: these are the export's promises.
-	wantHeader := append([]string{"商品名称", "编号", "output"}, "batchgen_output", "status", "error", "error_class", "cached", "attempts", "latency_ms")
+	wantHeader := append([]string{"商品名称", "编号", "output"}, "batchgen_output", "status", "error", "error_class", "cached", "attempts", "latency_ms",
+		"provider", "input_tokens", "output_tokens")
 	if diff := cmp.Diff(wantHeader, got.Rows[0]); diff != "" {
 		t.Errorf("column order (-want +got):\n%s", diff)
 	}
-	if got.Dimension != "A1:J8" {
-		t.Errorf("dimension = %q, want A1:J8 (10 columns, header and 7 rows)", got.Dimension)
+	if got.Dimension != "A1:M8" {
+		t.Errorf("dimension = %q, want A1:M8 (13 columns, header and 7 rows)", got.Dimension)
 	}
 	if len(got.CellTypes) != 1 || got.CellTypes["inlineStr"] == 0 {
 		t.Errorf("cell types = %v, want only inline strings", got.CellTypes)

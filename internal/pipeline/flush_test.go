@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -149,5 +150,48 @@ func TestFlushIntervalWritesALoneResult(t *testing.T) {
 	close(gate)
 	if task := <-done; task.RowsSucceeded != 6 {
 		t.Errorf("%d rows succeeded, want 6", task.RowsSucceeded)
+	}
+}
+
+// TestLargeResultsSplitIntoBoundedGroups: results whose outputs (and the
+// cache entries that ride with them) would make one group heavier than a
+// DynamoDB transaction holds are written in several groups, each within
+// store.MaxSaveBytes and store.MaxSaveRows, and every row is saved.
+func TestLargeResultsSplitIntoBoundedGroups(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 300<<10) // 300 KiB, under DynamoDB's 400 KB item
+	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		return llm.Response{Text: req.Prompt + big}, nil
+	})
+	const rows = 20
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 4, FlushRows: rows, FlushInterval: time.Hour})
+	rs := record(e)
+	var sizes []int
+	rs.onSave = func(p store.SaveRowResultsParams) {
+		rs.mu.Lock()
+		sizes = append(sizes, p.Size())
+		rs.mu.Unlock()
+	}
+	id := e.splitProducts("big", "{{id}}", rows, rows).TaskID
+	task := e.runToCompletion(context.Background(), id)
+	if task.State != store.TaskSucceeded || task.RowsSucceeded != rows {
+		t.Fatalf("task %s with %d rows succeeded, want SUCCEEDED with %d", task.State, task.RowsSucceeded, rows)
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	written := 0
+	for i, n := range rs.groups {
+		written += n
+		if sizes[i] > store.MaxSaveBytes || n > store.MaxSaveRows {
+			t.Errorf("group %d: %d rows, %d bytes; at most %d rows and %d bytes", i, n, sizes[i], store.MaxSaveRows, store.MaxSaveBytes)
+		}
+	}
+	if written != rows {
+		t.Errorf("%d rows written, want %d", written, rows)
+	}
+	// 20 rows of 600 KiB (output and cache entry) are 12 MiB: at least 4
+	// groups of at most 3 MiB.
+	if len(rs.groups) < 4 {
+		t.Errorf("%d groups %v, want at least 4 for %d MiB of results", len(rs.groups), rs.groups, rows*600>>10)
 	}
 }

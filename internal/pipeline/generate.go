@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,18 +20,98 @@ import (
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/logging"
+	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/prompt"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
-// Limiter paces model calls to the provider's quota. quota.Local implements
-// it for one process; a DynamoDB-backed limiter shares it across Lambdas.
+// Limiter paces model calls to the provider's request and token quotas.
+// quota.Local implements it for one process; quota.Shared over a DynamoDB
+// lease store shares it across Lambdas. The generator calls Wait before
+// every call, then Observe with the answer's rate-limit headers, then
+// Settle with the usage of an answered call or Penalize for a 429.
 type Limiter interface {
-	// Wait blocks until one request may start, or ctx ends.
-	Wait(ctx context.Context) error
+	// Wait blocks until one request estimated at tokens (prompt plus the
+	// most the completion may use, llm.EstimateRequestTokens) may start,
+	// or ctx ends.
+	Wait(ctx context.Context, tokens int) error
+	// Settle corrects the charge of a started call with the tokens the
+	// provider reported it used (input plus output); used < 0 when it
+	// reported none.
+	Settle(charged, used int)
+	// Observe takes in what the provider's rate-limit headers said.
+	Observe(rl llm.RateLimits)
 	// Penalize reports a 429: nobody should start a request before
 	// retryAfter has passed, and the rate should back off.
 	Penalize(retryAfter time.Duration)
+}
+
+// CacheMode says when a task reuses cached outputs instead of calling the
+// model.
+type CacheMode string
+
+// Cache modes.
+const (
+	// CacheAuto reuses outputs unless the task asks for variety: a
+	// temperature above 0 means each row should get a fresh sample. A task
+	// that sets no temperature reuses (the provider's default applies, and
+	// asking for variety is asking by temperature).
+	CacheAuto CacheMode = "auto"
+	// CacheAlways reuses outputs whatever the temperature.
+	CacheAlways CacheMode = "always"
+	// CacheOff never reuses outputs (they are still written, when a cache
+	// is configured, for later runs in another mode).
+	CacheOff CacheMode = "off"
+)
+
+// ParseCacheMode reads a --cache value.
+func ParseCacheMode(s string) (CacheMode, error) {
+	switch m := CacheMode(s); m {
+	case CacheAuto, CacheAlways, CacheOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("cache mode %q: use auto, always or off", s)
+}
+
+// ParseCacheTTL reads how long a cached output is reused: whole days
+// ("30d", as the CacheTtlDays template parameter gives it) or a Go duration
+// ("12h"). Both entry points (run/serve's --cache-ttl and the generator
+// Lambda's CACHE_TTL) read it here, so they accept the same values; "" is
+// store.DefaultCacheTTL.
+func ParseCacheTTL(s string) (time.Duration, error) {
+	if s == "" {
+		return store.DefaultCacheTTL, nil
+	}
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n > 100*365 {
+			return 0, fmt.Errorf("cache TTL %q: want whole days such as 30d, or a duration such as 12h", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("cache TTL %q: want whole days such as 30d, or a duration such as 12h", s)
+		}
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("cache TTL %q: must be positive (to stop reusing outputs, use cache mode off)", s)
+	}
+	return d, nil
+}
+
+// Reuses reports whether a task with spec may take its outputs from the
+// cache under mode m.
+func (m CacheMode) Reuses(spec store.TaskSpec) bool {
+	switch m {
+	case CacheAlways:
+		return true
+	case CacheOff:
+		return false
+	}
+	return spec.Temperature == nil || *spec.Temperature <= 0
 }
 
 // DefaultCallTimeout is GeneratorConfig.CallTimeout's default.
@@ -42,8 +124,12 @@ const DefaultErrorDelay = 10 * time.Second
 // collaborators. Zero fields take the defaults; NewGenerator applies them
 // and validates the result, once.
 type GeneratorConfig struct {
-	// Cache, when non-nil, short-circuits prompts answered before.
+	// Cache, when non-nil, short-circuits prompts answered before, as
+	// CacheMode allows; answers are written to it either way.
 	Cache store.Cache
+	// CacheMode says when Cache's outputs are reused. Defaults to
+	// CacheAuto.
+	CacheMode CacheMode
 	// Limiter, when non-nil, paces calls to the provider's quota.
 	Limiter Limiter
 	// Observer, when non-nil, receives row events.
@@ -55,6 +141,9 @@ type GeneratorConfig struct {
 	Clock clock.Clock
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Metrics receives the use case's metrics. Defaults to recording
+	// nothing.
+	Metrics metrics.Recorder
 
 	// Concurrency bounds in-flight model calls across all batches of this
 	// generator. Defaults to 8.
@@ -62,7 +151,8 @@ type GeneratorConfig struct {
 	// Lease is how long a claim lasts without renewal; it is renewed every
 	// Lease/3 while the batch runs. Defaults to 2 minutes.
 	Lease time.Duration
-	// CallTimeout bounds one model call. Defaults to 60 seconds.
+	// CallTimeout bounds one model call of a plain provider (a Router's
+	// routes have their own). Defaults to 60 seconds.
 	CallTimeout time.Duration
 	// CallsPerRound is how many calls a row gets within one claim of its
 	// batch before the batch is released for later redelivery. Defaults to 3.
@@ -104,9 +194,11 @@ type GeneratorConfig struct {
 const FlushAtOnce time.Duration = -1
 
 func (c GeneratorConfig) withDefaults() GeneratorConfig {
+	c.CacheMode = cmp.Or(c.CacheMode, CacheAuto)
 	c.Owner = cmp.Or(c.Owner, "generator")
 	c.Clock = orClock(c.Clock)
 	c.Logger = orLogger(c.Logger)
+	c.Metrics = metrics.Or(c.Metrics)
 	c.Concurrency = cmp.Or(c.Concurrency, 8)
 	c.Lease = cmp.Or(c.Lease, 2*time.Minute)
 	c.CallTimeout = cmp.Or(c.CallTimeout, DefaultCallTimeout)
@@ -133,6 +225,9 @@ func (c GeneratorConfig) validate() error {
 	if c.Concurrency < 1 || c.CallsPerRound < 1 || c.Rounds < 1 || c.FlushRows < 1 {
 		errs = append(errs, fmt.Errorf("config: Concurrency %d, CallsPerRound %d, Rounds %d, FlushRows %d: each must be at least 1", c.Concurrency, c.CallsPerRound, c.Rounds, c.FlushRows))
 	}
+	if _, err := ParseCacheMode(string(c.CacheMode)); err != nil {
+		errs = append(errs, err)
+	}
 	positive("Lease", c.Lease)
 	positive("CallTimeout", c.CallTimeout)
 	positive("BackoffBase", c.BackoffBase)
@@ -153,25 +248,48 @@ func (c GeneratorConfig) validate() error {
 // One Generator is shared by all workers of a process; its concurrency limit
 // and its memory of fatal provider errors are process-wide.
 type Generator struct {
-	store    store.Store
-	provider llm.Provider
-	exports  ExportStarter
-	cfg      GeneratorConfig
-	sem      chan struct{}
-	fatal    atomic.Pointer[llm.Error]
+	store   store.Store
+	router  *Router
+	exports ExportStarter
+	cfg     GeneratorConfig
+	sem     chan struct{}
+	fatal   atomic.Pointer[llm.Error]
 }
 
 // NewGenerator returns a Generator that claims batches in st, calls
 // provider and starts exports through exports. It applies cfg's defaults
 // and panics if a port is nil or cfg is invalid: a mistake in the wiring,
 // caught at start-up.
+//
+// Every call goes through a Router. A *Router given as provider brings its
+// routes, each paced, bounded and timed out on its own, and cfg.Limiter
+// must then be nil; any other provider becomes the one route of a Router
+// paced by cfg.Limiter with cfg.CallTimeout, so there is one code path.
 func NewGenerator(st store.Store, provider llm.Provider, exports ExportStarter, cfg GeneratorConfig) *Generator {
 	cfg = cfg.withDefaults()
-	if err := errors.Join(required("Store", st), required("Provider", provider), required("ExportStarter", exports), cfg.validate()); err != nil {
+	err := errors.Join(required("Store", st), required("Provider", provider), required("ExportStarter", exports), cfg.validate())
+	router, ok := provider.(*Router)
+	switch {
+	case ok && cfg.Limiter != nil:
+		err = errors.Join(err, errors.New("a Router paces each route itself; leave Limiter nil"))
+	case !ok && err == nil:
+		router = NewRouter(RouterConfig{
+			Routes: []Route{{Name: singleRoute, Provider: provider, Limiter: cfg.Limiter, Timeout: cfg.CallTimeout}},
+			Logger: cfg.Logger,
+		})
+		// The provider's own answer says who answered (or the task does).
+		router.routes[0].anonymous = true
+	}
+	if err != nil {
 		panic("pipeline.NewGenerator: " + err.Error())
 	}
-	return &Generator{store: st, provider: provider, exports: exports, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
+	return &Generator{store: st, router: router, exports: exports, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
 }
+
+// singleRoute names the one route of a Generator given a plain provider;
+// rows answered by it record the provider's answer or the task's provider
+// instead.
+const singleRoute = "provider"
 
 // Delivery is one queue message handed to the generator.
 type Delivery struct {
@@ -189,6 +307,11 @@ type Delivery struct {
 	// means no such limit: the other runtimes stop only when their context
 	// ends.
 	StopStartingAt time.Time
+	// Stop, when non-nil, is closed to stop starting rows, as at
+	// StopStartingAt: calls in flight finish and are saved, and the batch is
+	// handed back. The embedded server closes it when it is told to shut
+	// down, so that no call already paid for is cut off.
+	Stop <-chan struct{}
 }
 
 // StopStartingAt is Delivery.StopStartingAt, on the generator's clock, for
@@ -198,7 +321,7 @@ type Delivery struct {
 // than twice that remains, half of what remains is kept instead, so that a
 // short invocation still does some work.
 func (g *Generator) StopStartingAt(remaining, flush time.Duration) time.Time {
-	headroom := g.cfg.CallTimeout + flush
+	headroom := g.router.MaxTimeout() + flush
 	if remaining < 2*headroom {
 		headroom = remaining / 2
 	}
@@ -220,6 +343,11 @@ type Outcome struct {
 	// work that ran out of time, not a failing message (see Settle).
 	HandedBack bool
 	Progress   int
+	// QuotaStarved, with HandedBack and no Progress, means the batch made no
+	// model call in this delivery because its rows were still waiting for
+	// the quota limiter when the time came: the quota was busy with other
+	// work, and the batch itself did nothing that failed (see Settle).
+	QuotaStarved bool
 	// Err is a failure to handle the message at all. A *PoisonError will
 	// never succeed; other errors are transient. Either way the message is
 	// left for the queue to redeliver and, eventually, dead-letter.
@@ -251,6 +379,7 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	})
 	switch {
 	case isConflict(err):
+		g.cfg.Metrics.Add(metrics.ClaimsLost, 1)
 		// Someone else owns the batch or it is done. If it is done, make
 		// sure its task's export was started: the worker that finished the
 		// last batch may have died between finishing and starting it.
@@ -301,11 +430,18 @@ type rowOutcome struct {
 	// ended (shutdown or lost lease) or no new call could start; it stays
 	// as it was.
 	aborted bool
+	// starved means the row was aborted while it waited for the quota
+	// limiter (or right after the wait, the stop time having come meanwhile),
+	// without a model call in this delivery.
+	starved bool
 }
 
 func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch, d Delivery) Outcome {
 	keepAlive := d.KeepAlive
-	log := g.cfg.Logger.With("task", task.ID, "batch", b.No, "attempt", b.Attempt)
+	// Every line on the batch's path names it; a Lambda's request id rides
+	// in ctx too (logging.Handler).
+	ctx = logging.With(ctx, logging.TaskID, task.ID, logging.BatchNo, b.No, logging.Attempt, b.Attempt)
+	log := g.cfg.Logger
 	batchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var lost atomic.Bool
@@ -325,12 +461,30 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	// d.StopStartingAt has come (checked before each row, so that a row
 	// never starts after it however the goroutine below is scheduled).
 	stopNow := func() bool {
-		if d.StopStartingAt.IsZero() || g.cfg.Clock.Now().Before(d.StopStartingAt) {
+		stopped := false
+		if d.Stop != nil {
+			select {
+			case <-d.Stop:
+				stopped = true
+			default:
+			}
+		}
+		if !stopped && (d.StopStartingAt.IsZero() || g.cfg.Clock.Now().Before(d.StopStartingAt)) {
 			return false
 		}
 		timeUp.Store(true)
 		stopStarting()
 		return true
+	}
+	if d.Stop != nil {
+		go func() {
+			select {
+			case <-startCtx.Done():
+			case <-d.Stop:
+				timeUp.Store(true)
+				stopStarting()
+			}
+		}()
 	}
 	if !d.StopStartingAt.IsZero() {
 		go func() {
@@ -345,6 +499,9 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			stopStarting()
 		}()
 	}
+	// mayStart reports whether a row may still start a model call: checked
+	// again after the wait for the quota, which can outlast the stop time.
+	mayStart := func() bool { return !stopNow() && startCtx.Err() == nil }
 	f := &flusher{
 		g: g, b: b, ctx: ctx, log: log, stop: make(chan struct{}),
 		onFenced:    func() { lost.Store(true); cancel() },
@@ -390,13 +547,13 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		open = append(open, keys[i])
 	}
 	var cached map[string]string
-	if g.cfg.Cache != nil && len(open) > 0 {
+	if g.cfg.Cache != nil && len(open) > 0 && g.cfg.CacheMode.Reuses(task.Spec) {
 		// One batched read for the whole batch instead of one per row.
 		if cached, err = g.cfg.Cache.GetCached(batchCtx, open); err != nil {
 			if batchCtx.Err() != nil {
 				return finish(Outcome{Err: fmt.Errorf("batch %s/%d: %w", task.ID, b.No, batchCtx.Err())})
 			}
-			log.Warn("cache lookup failed; calling the model", "error", err)
+			log.WarnContext(ctx, "cache lookup failed; calling the model", "error", err)
 		}
 	}
 
@@ -442,11 +599,11 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 				// it. The row stays as it was; the batch is released, and a
 				// message that keeps panicking ends in the dead-letter queue.
 				if p := recover(); p != nil {
-					log.Error("panic while generating a row", "row", rows[i].No, "panic", p, "stack", string(debug.Stack()))
+					log.ErrorContext(ctx, "panic while generating a row", logging.Row, rows[i].No, "panic", p, "stack", string(debug.Stack()))
 					outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 				}
 			}()
-			o := g.generateRow(batchCtx, startCtx, task, rows[i], reqs[i], keys[i])
+			o := g.generateRow(batchCtx, startCtx, mayStart, task, rows[i], reqs[i], keys[i])
 			if o.save {
 				// The row keeps its concurrency slot while a full group is
 				// written, so results never pile up faster than they are
@@ -460,7 +617,8 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	f.flush()
 
 	if lost.Load() {
-		log.Warn("batch taken over by a newer claim; leaving it to the new owner")
+		g.cfg.Metrics.Add(metrics.LeasesExpired, 1)
+		log.WarnContext(ctx, "batch taken over by a newer claim; leaving it to the new owner")
 		return finish(Outcome{Ack: true})
 	}
 	for i := range outcomes {
@@ -476,13 +634,17 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		// Rows that had started are saved; the rest stay PENDING and are
 		// exported as not started.
 		g.release(ctx, b, "task cancelled", log)
-		log.Info("task cancelled; batch stopped")
+		log.InfoContext(ctx, "task cancelled; batch stopped")
 		return finish(Outcome{Ack: true})
 	}
 	var succeeded, failed, skipped, pending, maxAttempts, progress int
 	var lastErr string
-	aborted := false
-	for _, o := range outcomes {
+	var usage store.Usage
+	aborted, starved, called := false, false, false
+	for i, o := range outcomes {
+		starved = starved || o.starved
+		called = called || o.result.Attempts > rows[i].Attempts
+		usage = usage.Add(o.result.Usage)
 		switch o.result.State {
 		case store.RowSucceeded:
 			succeeded++
@@ -510,10 +672,13 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		}
 		g.release(ctx, b, lastErr, log)
 		if timeUp.Load() && aborted {
-			log.Info("time to stop starting rows; batch handed back", "pending_rows", pending, "rows_finished", progress)
-			return finish(Outcome{HandedBack: true, Progress: progress})
+			// Starved: nothing was called and nothing finished because the
+			// rows were waiting for the quota, not because anything failed.
+			starved = starved && progress == 0 && !called
+			log.InfoContext(ctx, "time to stop starting rows; batch handed back", "pending_rows", pending, "rows_finished", progress, "quota_starved", starved)
+			return finish(Outcome{HandedBack: true, Progress: progress, QuotaStarved: starved})
 		}
-		log.Info("batch released for a later attempt", "pending_rows", pending, "delay", delay, "last_error", lastErr)
+		log.InfoContext(ctx, "batch released for a later attempt", "pending_rows", pending, "delay", delay, "last_error", lastErr)
 		return finish(Outcome{RetryAfter: delay})
 	}
 	var t store.Task
@@ -521,18 +686,18 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		var err error
 		t, err = g.store.FinishBatch(ctx, store.FinishBatchParams{
 			TaskID: task.ID, BatchNo: b.No, Attempt: b.Attempt,
-			Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: g.cfg.Clock.Now(),
+			Succeeded: succeeded, Failed: failed, Skipped: skipped, Usage: usage, Now: g.cfg.Clock.Now(),
 		})
 		return err
 	})
 	if isConflict(err) {
-		log.Warn("batch finished by someone else")
+		log.WarnContext(ctx, "batch finished by someone else")
 		return finish(Outcome{Ack: true})
 	}
 	if err != nil {
 		return finish(Outcome{Err: fmt.Errorf("finish batch %s/%d: %w", task.ID, b.No, err)})
 	}
-	log.Debug("batch done", "succeeded", succeeded, "failed", failed, "batches_done", t.BatchesDone, "batches_total", t.BatchesTotal)
+	log.InfoContext(ctx, "batch done", "succeeded", succeeded, "failed", failed, "skipped", skipped, "batches_done", t.BatchesDone, "batches_total", t.BatchesTotal)
 	if err := g.maybeExport(ctx, t); err != nil {
 		// The batch is done; a redelivery of this message will find it DONE
 		// and retry the export start (see ensureExport).
@@ -555,19 +720,19 @@ func (g *Generator) heartbeat(ctx context.Context, b store.Batch, keepAlive func
 			TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LeaseUntil: now.Add(g.cfg.Lease), Now: now,
 		})
 		if isConflict(err) {
-			log.Warn("lease lost to a newer claim")
+			log.WarnContext(ctx, "lease lost to a newer claim")
 			onLost()
 			return
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				log.Warn("renew lease failed; will try again", "error", err)
+				log.WarnContext(ctx, "renew lease failed; will try again", "error", err)
 			}
 			continue
 		}
 		if keepAlive != nil {
 			if err := keepAlive(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("extend message visibility failed", "error", err)
+				log.WarnContext(ctx, "extend message visibility failed", "error", err)
 			}
 		}
 	}
@@ -583,11 +748,24 @@ func (g *Generator) release(ctx context.Context, b store.Batch, lastErr string, 
 		TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LastError: truncate(lastErr, 1000), Now: g.cfg.Clock.Now(),
 	})
 	if err != nil && !isConflict(err) {
-		log.Warn("release batch failed; its lease will expire instead", "error", err)
+		log.WarnContext(ctx, "release batch failed; its lease will expire instead", "error", err)
 	}
 }
 
-// CacheKey hashes everything that changes a model's output.
+// ProviderLabel is the provider column of a row answered by the task's own
+// provider: "provider/model", or the provider alone when the task names no
+// model.
+func ProviderLabel(spec store.TaskSpec) string {
+	if spec.Model == "" {
+		return spec.Provider
+	}
+	return spec.Provider + "/" + spec.Model
+}
+
+// CacheKey hashes everything that changes a model's output: the provider
+// family, the model, the system prompt, the rendered prompt, temperature,
+// top_p and the completion cap. An unset setting (the provider's default)
+// hashes apart from every explicit value.
 func CacheKey(provider string, req llm.Request) string {
 	b, _ := json.Marshal(struct {
 		Provider    string   `json:"p"`
@@ -605,8 +783,9 @@ func CacheKey(provider string, req llm.Request) string {
 // generateRow produces one row's result (to be saved by the caller). Model
 // calls run under ctx; waits before a call (quota, backoff) end with
 // startCtx, which ends when no new call may start (shutdown, lost lease,
-// task cancelled).
-func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, row store.Row, req llm.Request, key string) rowOutcome {
+// task cancelled, the stop time); mayStart is asked again after each wait,
+// so no call starts after the stop time however long the wait took.
+func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() bool, task store.Task, row store.Row, req llm.Request, key string) rowOutcome {
 	done := func(res store.RowResult, calls int, class string) rowOutcome {
 		return rowOutcome{result: res, save: true, event: Event{
 			TaskID: task.ID, RowNo: row.No, State: res.State, Cached: res.Cached, Calls: calls, ErrorClass: class,
@@ -623,23 +802,35 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, 
 				Error: "not sent: the provider refused an earlier call in this run: " + f.Error(),
 			}, 0, string(f.Class))
 		}
-		if startCtx.Err() != nil {
+		if !mayStart() {
 			return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
 		}
-		if g.cfg.Limiter != nil {
-			if err := g.cfg.Limiter.Wait(startCtx); err != nil {
-				return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
+		resp, err := g.router.route(ctx, startCtx, mayStart, req)
+		if errors.Is(err, errNotStarted) {
+			// Stopped before any call: while waiting for the quota (a
+			// token taken just as the time came is left unused: a call
+			// started now could not be saved in time), or for a slot. A
+			// limiter that failed on its own (its store) is not starvation.
+			return rowOutcome{
+				result:  g.pendingResult(prior, attempts, last),
+				aborted: true,
+				starved: attempts == prior.Attempts && errors.Is(err, errStarved),
 			}
 		}
-		callCtx, cancelCall := context.WithTimeout(ctx, g.cfg.CallTimeout)
-		start := time.Now()
-		resp, err := g.provider.Generate(callCtx, req)
-		latency := time.Since(start)
-		cancelCall()
+		for _, c := range resp.Log {
+			g.recordCall(cmp.Or(c.Response.Provider, c.Route, ProviderLabel(task.Spec)), c.Latency, c.Response, c.Err, c.Aborted)
+		}
+		latency := resp.Latency
 		if err == nil {
 			attempts++
 			o := done(store.RowResult{
 				State: store.RowSucceeded, Output: resp.Text, Attempts: attempts, LatencyMS: latency.Milliseconds(),
+				Provider: cmp.Or(resp.Provider, ProviderLabel(task.Spec)),
+				Usage: store.Usage{
+					InputTokens:       int64(resp.Usage.InputTokens),
+					OutputTokens:      int64(resp.Usage.OutputTokens),
+					CachedInputTokens: int64(resp.Usage.CachedInputTokens),
+				},
 			}, 1, "")
 			if g.cfg.Cache != nil {
 				o.cache = &store.CacheEntry{Key: key, Output: resp.Text}
@@ -663,9 +854,13 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, task store.Task, 
 			}, 1, string(e.Class))
 		}
 		g.observe(Event{TaskID: task.ID, RowNo: row.No, State: store.RowPending, Calls: 1, ErrorClass: string(e.Class)})
-		if e.Class == llm.ClassRateLimited && g.cfg.Limiter != nil {
-			g.cfg.Limiter.Penalize(e.RetryAfter)
+		// Per row, so DEBUG only: INFO has one line per batch outcome.
+		provider := ProviderLabel(task.Spec)
+		if n := len(resp.Log); n > 0 && resp.Log[n-1].Route != "" {
+			provider = resp.Log[n-1].Route
 		}
+		g.cfg.Logger.DebugContext(ctx, "model call failed; the row will be tried again", logging.Row, row.No, "call", attempts,
+			logging.Provider, provider, "error_class", e.Class)
 		if i == g.cfg.CallsPerRound-1 || attempts >= maxAttempts {
 			break
 		}
@@ -790,8 +985,8 @@ func (f *flusher) flushIfFull() {
 	}
 }
 
-// flush writes every pending result, in groups of at most
-// store.MaxSaveRows.
+// flush writes every pending result, in groups within the store's bounds
+// (see saveGroupLen).
 func (f *flusher) flush() {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
@@ -806,10 +1001,28 @@ func (f *flusher) flushLocked() {
 	f.gen++
 	f.mu.Unlock()
 	for len(group) > 0 {
-		n := min(len(group), store.MaxSaveRows)
+		n := saveGroupLen(group)
 		f.write(group[:n])
 		group = group[n:]
 	}
+}
+
+// saveGroupLen is how many of rows, from the first, go into one
+// SaveRowResults call: at most store.MaxSaveRows, and no more than
+// store.MaxSaveBytes with their cache entries (DynamoDB's transaction
+// holds 100 items and 4 MB), but always at least one.
+func saveGroupLen(rows []pendingRow) int {
+	size := store.SaveRowResultsParams{}.Size() // the batch's fence
+	for i, r := range rows {
+		size += r.write.SaveSize()
+		if r.cache != nil {
+			size += r.cache.SaveSize()
+		}
+		if i == store.MaxSaveRows || (i > 0 && size > store.MaxSaveBytes) {
+			return i
+		}
+	}
+	return len(rows)
 }
 
 // write saves one group, retrying transient store errors.
@@ -840,7 +1053,7 @@ func (f *flusher) write(group []pendingRow) {
 		return
 	}
 	if err != nil {
-		f.log.Error("save row results failed; the rows will be retried", "rows", len(group), "error", err)
+		f.log.ErrorContext(f.ctx, "save row results failed; the rows will be retried", "rows", len(group), "error", err)
 		f.mu.Lock()
 		if f.failed == nil {
 			f.failed = map[int]error{}
@@ -885,7 +1098,7 @@ func (g *Generator) retryStore(ctx context.Context, fn func() error) error {
 		if i == storeAttempts-1 {
 			break
 		}
-		g.cfg.Logger.Warn("store write failed; retrying", "attempt", i+1, "delay", delay, "error", err)
+		g.cfg.Logger.WarnContext(ctx, "store write failed; retrying", "try", i+1, "delay", delay, "error", err)
 		select {
 		case <-ctx.Done():
 			return errors.Join(err, ctx.Err())
@@ -897,6 +1110,7 @@ func (g *Generator) retryStore(ctx context.Context, fn func() error) error {
 }
 
 func (g *Generator) observe(e Event) {
+	recordRow(g.cfg.Metrics, e)
 	if g.cfg.Observer != nil {
 		g.cfg.Observer(e)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -45,6 +46,10 @@ type DropFolder interface {
 type Upload struct {
 	Spec     store.TaskSpec
 	Filename string
+	// Owner is the principal that created the upload; the task is theirs.
+	Owner string
+	// Encoding names the text encoding of a CSV input; empty detects it.
+	Encoding string
 }
 
 // UploadRecords finds the records of inputs uploaded through the API.
@@ -64,9 +69,24 @@ type IntakeConfig struct {
 	// Zero fields take sheet's defaults, and MaxFileBytes defaults to
 	// DefaultMaxInputBytes.
 	Limits sheet.Limits
-	// Uploads, when non-nil, supplies the spec of inputs uploaded through
-	// the API (incoming/<task id>/<name>).
+	// Uploads, when non-nil, supplies the spec and owner of inputs
+	// uploaded through the API (incoming/<task id>/<name>).
 	Uploads UploadRecords
+	// Owner is the principal drop-folder inputs belong to (API uploads
+	// belong to their uploader). Defaults to LocalOwner.
+	Owner string
+	// Sidecars, when set, makes a drop-folder input's sidecar prompt file
+	// (SidecarPromptKey) its template when the workbook has no "prompt"
+	// sheet. The local drop folder and the deployed splitter set it (the
+	// splitter may list the bucket, so S3 answers a missing sidecar with
+	// 404, not 403).
+	Sidecars bool
+	// MoveTaken, when set, makes Accept move a taken input (see
+	// IntakeResult.Taken) from incoming/ to ProcessedKey once its intake
+	// is done, through the DropFolder's Move. The deployed splitter sets
+	// it; the local drop folder (dropdir) renames its files itself after
+	// Accept returns, by the same rule.
+	MoveTaken bool
 	// TempDir receives the downloaded input. Defaults to os.TempDir().
 	TempDir string
 	// Clock stamps rejected tasks. Defaults to the wall clock.
@@ -81,6 +101,9 @@ func (c IntakeConfig) withDefaults() IntakeConfig {
 	}
 	if c.TempDir == "" {
 		c.TempDir = os.TempDir()
+	}
+	if c.Owner == "" {
+		c.Owner = LocalOwner
 	}
 	c.Clock = orClock(c.Clock)
 	c.Logger = orLogger(c.Logger)
@@ -133,6 +156,15 @@ type IntakeResult struct {
 	// TaskID is the task the object belongs to; empty when ignored before
 	// it was named.
 	TaskID string
+	// Taken is true when the input is done with and belongs in processed/
+	// (ProcessedKey): it was split, rejected with its error file written,
+	// exported again, or is a duplicate of a task that exists. It is false
+	// for an object that is no input or was gone when looked at: there is
+	// nothing to move.
+	Taken bool
+	// Moved is true when Accept moved the input to processed/
+	// (IntakeConfig.MoveTaken).
+	Moved bool
 }
 
 // DropTaskID is the task id of a drop-folder input at key whose object
@@ -148,6 +180,30 @@ func ErrorFileKey(key string) string {
 	return "results/" + strings.TrimPrefix(key, IncomingPrefix) + ".error.txt"
 }
 
+// ProcessedPrefix is where a drop folder moves an input once it has been
+// taken (split, rejected, or a duplicate of a known task).
+const ProcessedPrefix = "processed/"
+
+// ProcessedKey is where the drop-folder input at key goes once taken:
+// incoming/<path> -> processed/<path>, the sub-path kept as for results.
+func ProcessedKey(key string) string {
+	return ProcessedPrefix + strings.TrimPrefix(key, IncomingPrefix)
+}
+
+// SidecarSuffix ends the name of a drop-folder input's own prompt file.
+const SidecarSuffix = ".prompt.txt"
+
+// SidecarPromptKey is the prompt file that goes with the drop-folder input
+// at key: incoming/<path>/<name>.<ext> -> incoming/<path>/<name>.prompt.txt.
+// Its template applies when the workbook has no "prompt" sheet, before the
+// deployment's default.
+func SidecarPromptKey(key string) string {
+	return strings.TrimSuffix(key, path.Ext(key)) + SidecarSuffix
+}
+
+// maxSidecarBytes bounds a sidecar prompt file: the API's prompt limit.
+const maxSidecarBytes = 32 << 10
+
 // input is one object to split.
 type input struct {
 	key    string
@@ -155,8 +211,15 @@ type input struct {
 	spec   store.TaskSpec
 	// source names the input on the task; display names it in messages.
 	source, display string
+	// owner is the principal the task belongs to.
+	owner string
+	// encoding is the CSV encoding asked for; empty detects it.
+	encoding string
 	// upload is true when an API upload record supplied the spec.
 	upload bool
+	// sidecar is the template of the input's sidecar prompt file; empty
+	// when it has none.
+	sidecar string
 }
 
 // Accept takes the object at key (already URL-decoded) whose version (or
@@ -164,10 +227,35 @@ type input struct {
 // a rejected input is an outcome, not an error, because retrying cannot
 // fix a bad file. Accept is idempotent: a repeated call continues the same
 // task.
+//
+// With IntakeConfig.MoveTaken a taken input is then moved to processed/.
+// An input already moved (a duplicate S3 event after the first one's move:
+// S3 delivers events at least once) finds its task and nothing to move,
+// and is a quiet no-op.
 func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult, error) {
+	res, err := in.accept(ctx, key, version)
+	if err != nil || !res.Taken || !in.cfg.MoveTaken {
+		return res, err
+	}
+	to := ProcessedKey(key)
+	err = in.objects.Move(ctx, key, to)
+	switch {
+	case errors.Is(err, blob.ErrNotFound):
+		// Moved by an earlier delivery of the same event.
+	case err != nil:
+		// The task is in place; the retried event finds it and moves again.
+		return res, fmt.Errorf("move %s to %s: %w", key, to, err)
+	default:
+		res.Moved = true
+		in.cfg.Logger.InfoContext(ctx, "input moved to processed", logging.TaskID, res.TaskID, "key", key, "moved_to", to)
+	}
+	return res, nil
+}
+
+func (in *Intake) accept(ctx context.Context, key, version string) (IntakeResult, error) {
 	log := in.cfg.Logger
 	if !IsInputKey(key) {
-		log.Info("ignoring object that is not a sheet in the drop folder", "key", key)
+		log.InfoContext(ctx, "ignoring object that is not a sheet in the drop folder", "key", key)
 		return IntakeResult{}, nil
 	}
 	src, err := in.identify(ctx, key, version)
@@ -175,7 +263,8 @@ func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult
 		return IntakeResult{}, err
 	}
 	res := IntakeResult{TaskID: src.taskID}
-	log = log.With("task", src.taskID, "key", key)
+	ctx = logging.With(ctx, logging.TaskID, src.taskID)
+	log = log.With("key", key)
 
 	// A repeated event for a task that got past splitting (or was
 	// rejected) has nothing left to do: skip the download.
@@ -189,11 +278,12 @@ func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult
 			if err != nil {
 				return res, fmt.Errorf("split %s: %w", key, err)
 			}
-			log.Info("input dropped again after its result was gone; exporting it again", "state", t.State, "started", started)
-			res.Outcome = IntakeSplit
+			log.InfoContext(ctx, "input dropped again after its result was gone; exporting it again", "state", t.State, "started", started)
+			res.Outcome, res.Taken = IntakeSplit, true
 			return res, nil
 		}
-		log.Info("duplicate upload event; the task exists", "state", t.State)
+		log.InfoContext(ctx, "duplicate upload event; the task exists", "state", t.State)
+		res.Taken = true
 		return res, nil
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return res, fmt.Errorf("split %s: look up task %s: %w", key, src.taskID, err)
@@ -202,7 +292,7 @@ func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult
 	limits := in.cfg.Limits
 	size, err := in.objects.Size(ctx, key)
 	if errors.Is(err, blob.ErrNotFound) {
-		log.Warn("object is gone; nothing to split")
+		log.WarnContext(ctx, "object is gone; nothing to split")
 		return res, nil
 	}
 	if err != nil {
@@ -216,7 +306,7 @@ func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult
 		return in.reject(ctx, src, fmt.Sprintf("%s: the file is larger than the limit of %s", src.display, mib(limits.MaxFileBytes)))
 	}
 	if errors.Is(err, blob.ErrNotFound) {
-		log.Warn("object is gone; nothing to split")
+		log.WarnContext(ctx, "object is gone; nothing to split")
 		return res, nil
 	}
 	if err != nil {
@@ -224,8 +314,8 @@ func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult
 	}
 	defer os.Remove(file)
 
-	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Spec: src.spec, Limits: limits}
-	params.Spec.Prompt = in.prompt(file, params)
+	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Owner: src.owner, Spec: src.spec, Encoding: src.encoding, Limits: limits}
+	params.Spec.Prompt = in.prompt(file, params, src.sidecar)
 	// The display name, not the temporary file's, must appear in messages.
 	params.Source = src.display
 	v, err := Validate(params)
@@ -245,7 +335,7 @@ func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult
 	if err != nil {
 		return res, fmt.Errorf("split %s: %w", key, err)
 	}
-	log.Info("input split", "rows", task.RowsTotal, "batches", task.BatchesTotal, "state", task.State, "upload", src.upload)
+	log.InfoContext(ctx, "input split", "rows", task.RowsTotal, "batches", task.BatchesTotal, "state", task.State, "upload", src.upload)
 	res.Outcome = IntakeSplit
 	if task.BatchesTotal == 0 && !task.State.Final() {
 		// Nothing would ever finish a batch and start the export.
@@ -253,6 +343,7 @@ func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult
 			return res, fmt.Errorf("split %s: start export of empty task %s: %w", key, task.ID, err)
 		}
 	}
+	res.Taken = true
 	return res, nil
 }
 
@@ -282,26 +373,66 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 		up, err := in.cfg.Uploads.LookupUpload(ctx, id)
 		switch {
 		case err == nil:
-			return input{key: key, taskID: id, spec: up.Spec, source: up.Filename, display: up.Filename, upload: true}, nil
+			return input{key: key, taskID: id, spec: up.Spec, source: up.Filename, display: up.Filename, owner: up.Owner, encoding: up.Encoding, upload: true}, nil
 		case !errors.Is(err, blob.ErrNotFound):
 			return input{}, fmt.Errorf("split %s: %w", key, err)
 		}
 	}
 	spec := in.cfg.DefaultSpec
 	spec.Prompt = "" // resolved after the workbook's prompt sheet, see prompt
+	sidecar, err := in.sidecar(ctx, key)
+	if err != nil {
+		return input{}, err
+	}
+	if sidecar != "" {
+		// The sidecar is part of what the input asks for: a file dropped
+		// again with another sidecar (say, after its first drop was
+		// rejected for want of a prompt) is another task.
+		version += "|prompt=" + DeriveTaskID(sidecar, store.TaskSpec{})
+	}
 	return input{
 		key:     key,
 		taskID:  DropTaskID(key, version, in.cfg.DefaultSpec),
 		spec:    spec,
 		source:  key,
 		display: path.Base(key),
+		owner:   in.cfg.Owner,
+		sidecar: sidecar,
 	}, nil
 }
 
+// sidecar reads the sidecar prompt file of the input at key (see
+// SidecarPromptKey): its text with trailing line breaks removed, or ""
+// when there is none or it is blank. A file over the prompt limit is read
+// only up to it; Validate then reports what the template lacks.
+func (in *Intake) sidecar(ctx context.Context, key string) (string, error) {
+	if !in.cfg.Sidecars {
+		return "", nil
+	}
+	rc, err := in.objects.Open(ctx, SidecarPromptKey(key))
+	if errors.Is(err, blob.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("split %s: read its prompt file: %w", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxSidecarBytes))
+	if err != nil {
+		return "", fmt.Errorf("split %s: read its prompt file: %w", key, err)
+	}
+	text := strings.TrimRight(string(b), "\r\n")
+	if strings.TrimSpace(text) == "" {
+		return "", nil
+	}
+	return text, nil
+}
+
 // prompt resolves the template: the request's (an upload record's), else
-// the workbook's "prompt" sheet, else the deployment's default. An input
-// that cannot be opened keeps the request's; Validate then reports why.
-func (in *Intake) prompt(file string, p SplitParams) string {
+// the workbook's "prompt" sheet, else the input's sidecar prompt file, else
+// the deployment's default. An input that cannot be opened keeps the
+// request's; Validate then reports why.
+func (in *Intake) prompt(file string, p SplitParams, sidecar string) string {
 	if strings.TrimSpace(p.Spec.Prompt) != "" {
 		return p.Spec.Prompt
 	}
@@ -312,6 +443,9 @@ func (in *Intake) prompt(file string, p SplitParams) string {
 	defer r.Close()
 	if text, ok := r.Prompt(); ok && strings.TrimSpace(text) != "" {
 		return text
+	}
+	if sidecar != "" {
+		return sidecar
 	}
 	return in.cfg.DefaultSpec.Prompt
 }
@@ -324,7 +458,7 @@ func (in *Intake) reject(ctx context.Context, src input, reason string) (IntakeR
 	now := in.cfg.Clock.Now()
 	st := in.split.store
 	err := st.CreateTask(ctx, store.Task{
-		ID: src.taskID, State: store.TaskFailed, Spec: src.spec, Source: src.source, Error: reason,
+		ID: src.taskID, State: store.TaskFailed, Spec: src.spec, Source: src.source, Owner: src.owner, Error: reason,
 		CreatedAt: now, UpdatedAt: now, FinishedAt: now,
 	})
 	if err != nil && !errors.Is(err, store.ErrConflict) {
@@ -344,8 +478,8 @@ func (in *Intake) reject(ctx context.Context, src input, reason string) (IntakeR
 	if err := in.objects.Put(ctx, errKey, strings.NewReader(reason+"\n")); err != nil {
 		return res, fmt.Errorf("reject %s: write %s: %w", src.key, errKey, err)
 	}
-	in.cfg.Logger.Warn("input rejected", "task", src.taskID, "key", src.key, "reason", reason, "error_file", errKey)
-	res.Outcome = IntakeRejected
+	in.cfg.Logger.WarnContext(ctx, "input rejected", logging.TaskID, src.taskID, "key", src.key, "reason", reason, "error_file", errKey)
+	res.Outcome, res.Taken = IntakeRejected, true
 	return res, nil
 }
 

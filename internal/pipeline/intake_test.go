@@ -103,3 +103,150 @@ func readBlob(t *testing.T, e *env, key string) string {
 	}
 	return string(b)
 }
+
+// TestErrorFileKey: the reason for a rejected input lands under results/,
+// beside where its result would have gone, keeping its sub-path.
+func TestErrorFileKey(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ key, want string }{
+		{"incoming/a.xlsx", "results/a.xlsx.error.txt"},
+		{"incoming/abc/商品 list.csv", "results/abc/商品 list.csv.error.txt"},
+	}
+	for _, tc := range tests {
+		if got := pipeline.ErrorFileKey(tc.key); got != tc.want {
+			t.Errorf("ErrorFileKey(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+}
+
+// TestIsInputKey: only sheets under the drop folder are inputs, their
+// extension in any letter case.
+func TestIsInputKey(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]bool{
+		"incoming/a.xlsx": true, "incoming/A.XLSX": true, "incoming/a.Xlsx": true, "incoming/x/a.CSV": true,
+		"incoming/a.csv": true, "incoming/a.xlsm": true, "incoming/a.Tsv": true,
+		"incoming/a.xls": false, "incoming/a.txt": false, "incoming/a.csv/": false, "incoming/": false,
+		"results/a.xlsx": false, "Incoming/a.xlsx": false, "incoming/.xlsx": false, "incoming/a.xlsx.error.txt": false,
+	} {
+		if got := pipeline.IsInputKey(key); got != want {
+			t.Errorf("IsInputKey(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestIntakeSidecarPrompt: with sidecars on, an input without a prompt
+// sheet takes its template from <name>.prompt.txt beside it, before the
+// deployment's default; the sidecar is part of the task's identity, so the
+// same file dropped again with another sidecar is another task; without
+// sidecars (the deployed splitter) the file is ignored.
+func TestIntakeSidecarPrompt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	def := store.TaskSpec{Prompt: "Default {{name}}", Provider: "sim", BatchSize: 2}
+	newIntake := func(sidecars bool) *pipeline.Intake {
+		return pipeline.NewIntake(e.splitter, e.blobs, e.signal, pipeline.IntakeConfig{DefaultSpec: def, Sidecars: sidecars, TempDir: t.TempDir()})
+	}
+	put := func(key, content string) {
+		t.Helper()
+		if err := e.blobs.Put(ctx, key, strings.NewReader(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const sheetKey = "incoming/team/products.csv"
+	put(sheetKey, "id,name\n1,brick\n")
+	if got := pipeline.SidecarPromptKey(sheetKey); got != "incoming/team/products.prompt.txt" {
+		t.Fatalf("SidecarPromptKey = %q", got)
+	}
+	put(pipeline.SidecarPromptKey(sheetKey), "Sidecar {{name}}\r\n")
+
+	promptOf := func(in *pipeline.Intake, version string) (string, string) {
+		t.Helper()
+		res, err := in.Accept(ctx, sheetKey, version)
+		if err != nil || res.Outcome != pipeline.IntakeSplit {
+			t.Fatalf("Accept: %+v, %v; want split", res, err)
+		}
+		task, err := e.store.GetTask(ctx, res.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task.Spec.Prompt, task.ID
+	}
+	withSidecar, first := promptOf(newIntake(true), "v1")
+	if withSidecar != "Sidecar {{name}}" {
+		t.Errorf("prompt with a sidecar = %q, want the sidecar's", withSidecar)
+	}
+	without, plain := promptOf(newIntake(false), "v1")
+	if without != "Default {{name}}" {
+		t.Errorf("prompt with sidecars off = %q, want the default", without)
+	}
+	if plain == first {
+		t.Errorf("the same version with and without a sidecar is one task %s; want two", first)
+	}
+	put(pipeline.SidecarPromptKey(sheetKey), "Other {{name}}")
+	other, second := promptOf(newIntake(true), "v1")
+	if other != "Other {{name}}" || second == first {
+		t.Errorf("after the sidecar changed: prompt %q task %s (first %s); want the new prompt in a new task", other, second, first)
+	}
+	if diff := cmp.Diff("processed/team/products.csv", pipeline.ProcessedKey(sheetKey)); diff != "" {
+		t.Errorf("ProcessedKey (-want +got):\n%s", diff)
+	}
+}
+
+// TestIntakeMovesTaken: with MoveTaken, what Accept took goes to
+// processed/ (split, rejected, a duplicate still in incoming/), a repeated
+// delivery after the move finds nothing to move and is no error, and what
+// it did not take (no sheet, gone) stays where it is.
+func TestIntakeMovesTaken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	intake := pipeline.NewIntake(e.splitter, e.blobs, e.signal, pipeline.IntakeConfig{
+		DefaultSpec: store.TaskSpec{Prompt: "Copy for {{name}}", Provider: "sim", BatchSize: 2},
+		TempDir:     t.TempDir(), MoveTaken: true,
+	})
+	put := func(key, content string) {
+		t.Helper()
+		if err := e.blobs.Put(ctx, key, strings.NewReader(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(key string) bool {
+		_, err := e.blobs.Size(ctx, key)
+		return err == nil
+	}
+	type got struct {
+		Outcome             pipeline.IntakeOutcome
+		Taken, Moved        bool
+		InIncoming, InProcd bool
+	}
+	steps := []struct {
+		name, key string
+		put       string // content put under key first; "" for none
+		want      got
+	}{
+		{"a sheet is split and moved", "incoming/team/a.csv", "id,name\n1,brick\n", got{Outcome: pipeline.IntakeSplit, Taken: true, Moved: true, InProcd: true}},
+		{"the same event after the move", "incoming/team/a.csv", "", got{Taken: true, InProcd: true}},
+		{"the same content dropped again", "incoming/team/a.csv", "id,name\n1,brick\n", got{Taken: true, Moved: true, InProcd: true}},
+		{"a rejected sheet is moved", "incoming/empty.csv", "id,name\n", got{Outcome: pipeline.IntakeRejected, Taken: true, Moved: true, InProcd: true}},
+		{"no sheet stays", "incoming/notes.txt", "notes", got{InIncoming: true}},
+		{"a gone object has nothing to move", "incoming/never.csv", "", got{}},
+	}
+	for _, s := range steps {
+		if s.put != "" {
+			put(s.key, s.put)
+		}
+		res, err := intake.Accept(ctx, s.key, "v1")
+		if err != nil {
+			t.Fatalf("%s: Accept(%s): %v", s.name, s.key, err)
+		}
+		g := got{Outcome: res.Outcome, Taken: res.Taken, Moved: res.Moved, InIncoming: exists(s.key), InProcd: exists(pipeline.ProcessedKey(s.key))}
+		if diff := cmp.Diff(s.want, g); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", s.name, diff)
+		}
+	}
+	if errFile := readBlob(t, e, pipeline.ErrorFileKey("incoming/empty.csv")); !strings.Contains(errFile, "no data rows") {
+		t.Errorf("error file of the moved rejected sheet = %q, want the reason", errFile)
+	}
+}

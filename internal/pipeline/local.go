@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/queue"
 )
 
@@ -21,6 +23,8 @@ type LocalWorkers struct {
 	queue queue.Queue
 	gen   *Generator
 	cfg   LocalWorkersConfig
+	// sampled is when the queue's backlog was last recorded (Unix nanos).
+	sampled atomic.Int64
 }
 
 // LocalWorkersConfig tunes the workers. Zero fields take the defaults;
@@ -37,6 +41,9 @@ type LocalWorkersConfig struct {
 	Clock clock.Clock
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Metrics receives the use case's metrics. Defaults to recording
+	// nothing.
+	Metrics metrics.Recorder
 }
 
 func (c LocalWorkersConfig) withDefaults() LocalWorkersConfig {
@@ -45,6 +52,7 @@ func (c LocalWorkersConfig) withDefaults() LocalWorkersConfig {
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
 	c.Clock = orClock(c.Clock)
 	c.Logger = orLogger(c.Logger)
+	c.Metrics = metrics.Or(c.Metrics)
 	return c
 }
 
@@ -70,9 +78,10 @@ func NewLocalWorkers(q queue.Queue, gen *Generator, cfg LocalWorkersConfig) *Loc
 // per-message failures are logged and left to the queue's redelivery.
 func (w *LocalWorkers) Run(ctx context.Context) error { return w.RunUntil(ctx, nil) }
 
-// RunUntil is Run that also stops taking new messages once drain is closed,
-// returning after the messages in hand are processed (under ctx, which may
-// still cut them short).
+// RunUntil is Run that also stops once drain is closed: no new message is
+// taken, the batches in hand start no new row, their calls in flight finish
+// and are saved, and the batches are handed back (Delivery.Stop); it
+// returns then (under ctx, which may still cut them short).
 func (w *LocalWorkers) RunUntil(ctx context.Context, drain <-chan struct{}) error {
 	var wg sync.WaitGroup
 	for range w.cfg.Workers {
@@ -93,9 +102,10 @@ func (w *LocalWorkers) loop(ctx context.Context, drain <-chan struct{}) {
 			return
 		default:
 		}
+		w.sampleBacklog(ctx)
 		ds, err := w.queue.Receive(ctx, 1)
 		if err != nil && ctx.Err() == nil {
-			w.cfg.Logger.Warn("receive from queue failed", "error", err)
+			w.cfg.Logger.WarnContext(ctx, "receive from queue failed", "error", err)
 		}
 		if len(ds) == 0 {
 			select {
@@ -108,23 +118,42 @@ func (w *LocalWorkers) loop(ctx context.Context, drain <-chan struct{}) {
 			continue
 		}
 		for _, d := range ds {
-			w.handle(ctx, d)
+			w.handle(ctx, d, drain)
 		}
 	}
 }
 
-func (w *LocalWorkers) handle(ctx context.Context, d queue.Delivery) {
-	out := w.process(ctx, d)
+// sampleBacklog records the queue's depth and oldest age, at most once a
+// second across the workers, when the queue can tell (queue.Backlog).
+func (w *LocalWorkers) sampleBacklog(ctx context.Context) {
+	b, ok := w.queue.(queue.Backlog)
+	if !ok {
+		return
+	}
+	now, last := w.cfg.Clock.Now().UnixNano(), w.sampled.Load()
+	if now-last < int64(time.Second) || !w.sampled.CompareAndSwap(last, now) {
+		return
+	}
+	visible, oldest, err := b.Backlog(ctx)
+	if err != nil {
+		return // a metric is not worth a log line per second
+	}
+	w.cfg.Metrics.Set(metrics.QueueDepth, float64(visible))
+	w.cfg.Metrics.Set(metrics.QueueOldestAge, oldest.Seconds())
+}
+
+func (w *LocalWorkers) handle(ctx context.Context, d queue.Delivery, drain <-chan struct{}) {
+	out := w.process(ctx, d, drain)
 	w.apply(ctx, d, out)
 }
 
 // process runs the generator on one message. A panic (a bug) fails only
 // this message, which the queue then redelivers and finally dead-letters,
 // instead of taking every other batch of the run down with it.
-func (w *LocalWorkers) process(ctx context.Context, d queue.Delivery) (out Outcome) {
+func (w *LocalWorkers) process(ctx context.Context, d queue.Delivery, drain <-chan struct{}) (out Outcome) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.cfg.Logger.Error("panic while processing a message; it will be redelivered and, if it keeps failing, dead-lettered",
+			w.cfg.Logger.ErrorContext(ctx, "panic while processing a message; it will be redelivered and, if it keeps failing, dead-lettered",
 				"message_id", d.ID, "panic", p, "stack", string(debug.Stack()))
 			out = Outcome{Err: &PoisonError{Err: fmt.Errorf("panic: %v", p)}}
 		}
@@ -135,6 +164,7 @@ func (w *LocalWorkers) process(ctx context.Context, d queue.Delivery) (out Outco
 		KeepAlive: func(ctx context.Context) error {
 			return w.queue.ChangeVisibility(ctx, d.Receipt, w.cfg.Visibility)
 		},
+		Stop: drain,
 	})
 }
 
@@ -144,11 +174,13 @@ func (w *LocalWorkers) apply(ctx context.Context, d queue.Delivery, out Outcome)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	m := Message{ID: d.ID, Receipt: d.Receipt, Body: d.Body, ReceiveCount: d.ReceiveCount}
-	if !w.gen.Settle(out).Apply(actx, w.queue, m, w.cfg.Logger) {
+	s := w.gen.Settle(out)
+	RecordSettlement(w.cfg.Metrics, s)
+	if !s.Apply(actx, w.queue, m, w.cfg.Logger) {
 		return
 	}
 	if err := w.queue.Delete(actx, d.Receipt); err != nil {
-		w.cfg.Logger.Warn("delete message failed; it will be redelivered and acknowledged then", "message_id", d.ID, "error", err)
+		w.cfg.Logger.WarnContext(ctx, "delete message failed; it will be redelivered and acknowledged then", "message_id", d.ID, "error", err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"path"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -68,6 +69,13 @@ type PoisonError struct{ Err error }
 
 func (e *PoisonError) Error() string { return "poison message: " + e.Err.Error() }
 func (e *PoisonError) Unwrap() error { return e.Err }
+
+// ValidTaskID reports whether id can name a task: 1-80 letters, digits,
+// '-' or '_'. The limit is Step Functions' execution name, which is the
+// task id; the alphabet keeps ids safe inside object keys.
+func ValidTaskID(id string) bool { return taskIDPattern.MatchString(id) }
+
+var taskIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
 
 // DeriveTaskID returns the task id for an input and a spec: the same input
 // content (or the same object version) with the same settings always gives

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -218,13 +219,15 @@ func TestEndToEndEmbedded(t *testing.T) {
 		t.Fatalf("state = %s, want SUCCEEDED", done.State)
 	}
 	cells := e.resultCells(done)
-	wantHeader := []string{"sku", "名称", "output", "status", "error", "error_class", "cached", "attempts", "latency_ms"}
+	wantHeader := []string{"sku", "名称", "output", "status", "error", "error_class", "cached", "attempts", "latency_ms",
+		"provider", "input_tokens", "output_tokens"}
 	if diff := cmp.Diff(wantHeader, cells[0]); diff != "" {
 		t.Errorf("header (-want +got):\n%s", diff)
 	}
 	if len(cells) != 251 {
 		t.Fatalf("result has %d rows, want 251", len(cells))
 	}
+	var sum store.Usage
 	for i, row := range cells[1:] {
 		if row[0] != fmt.Sprintf("SKU-%04d", i+1) {
 			t.Fatalf("row %d is %q: rows out of order", i+1, row[0])
@@ -232,6 +235,16 @@ func TestEndToEndEmbedded(t *testing.T) {
 		if row[3] != "succeeded" || row[2] == "" {
 			t.Fatalf("row %d = %q, want succeeded with output", i+1, row)
 		}
+		in, errIn := strconv.ParseInt(row[10], 10, 64)
+		out, errOut := strconv.ParseInt(row[11], 10, 64)
+		if row[9] != "sim/sim-1" || errIn != nil || errOut != nil || in <= 0 || out <= 0 {
+			t.Fatalf("row %d = %q, want provider sim/sim-1 and positive token counts", i+1, row)
+		}
+		sum = sum.Add(store.Usage{InputTokens: in, OutputTokens: out})
+	}
+	// The task's sums are the rows' tokens, each row counted once.
+	if diff := cmp.Diff(sum, done.Usage); diff != "" {
+		t.Errorf("task usage (-rows' sum +task):\n%s", diff)
 	}
 	for p, n := range provider.snapshot() {
 		if n != 1 {
@@ -439,8 +452,10 @@ func (f providerFunc) Generate(ctx context.Context, req llm.Request) (llm.Respon
 
 type nopLimiter struct{}
 
-func (nopLimiter) Wait(ctx context.Context) error { return ctx.Err() }
-func (nopLimiter) Penalize(time.Duration)         {}
+func (nopLimiter) Wait(ctx context.Context, _ int) error { return ctx.Err() }
+func (nopLimiter) Settle(int, int)                       {}
+func (nopLimiter) Observe(llm.RateLimits)                {}
+func (nopLimiter) Penalize(time.Duration)                {}
 
 // TestResumedSplitSendsOnlyUnclaimedBatches: a split that died after
 // enqueueing, with some batches already claimed or done, resumes without a

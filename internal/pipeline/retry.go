@@ -96,9 +96,17 @@ type RetryParams struct {
 	// ErrorClass limits the retry to rows that failed with this class;
 	// empty retries every failed row.
 	ErrorClass string
-	// Provider and Model are what the retry would call. They must be the
-	// task's own: the cache and the result columns are per model.
+	// Provider and Model are what the retry would call. When set they must
+	// be the task's own: the cache and the result columns are per model.
+	// Empty skips the check (a deployed stack's generator runs the task's
+	// own spec).
 	Provider, Model string
+	// Resume is set by a caller that holds the only workers of the task
+	// (the embedded runtime, under its data directory's lock): an
+	// unfinished task is then a run that stopped midway and is resumed.
+	// Without it (a deployed stack, whose workers may be running the task)
+	// an unfinished task is a *StateError.
+	Resume bool
 	// Now is the time of the retry.
 	Now time.Time
 }
@@ -127,21 +135,26 @@ func (e *MismatchError) Error() string {
 		e.Task.ID, e.Task.Spec.Provider, e.Task.Spec.Model, e.Provider, e.Model)
 }
 
-// Retry puts a task back to work for the embedded runtime: an unfinished
-// task (its run was killed) is resumed; a finished one has its failed rows
-// reopened (see Reopen). The caller holds the only workers of the task and
-// runs them afterwards. An unknown task is store.ErrNotFound, a task in a
-// state that cannot be retried a *StateError, another provider or model a
-// *MismatchError.
+// Retry puts a task back to work, for every runtime: a finished task has
+// its failed rows reopened (see Reopen); an unfinished one is resumed when
+// p.Resume says the caller holds its only workers, and refused otherwise.
+// An unknown task is store.ErrNotFound, a task in a state that cannot be
+// retried a *StateError (which matches store.ErrConflict), another
+// provider or model a *MismatchError. When the task was reopened but its
+// batches could not all be enqueued, the error is returned with the
+// reopened task: the sweeper enqueues the batches that wait.
 func Retry(ctx context.Context, st RetryStore, q queue.Queue, p RetryParams) (RetryOutcome, error) {
 	task, err := st.GetTask(ctx, p.TaskID)
 	if err != nil {
 		return RetryOutcome{}, fmt.Errorf("retry task %s: %w", p.TaskID, err)
 	}
-	if task.Spec.Provider != p.Provider || task.Spec.Model != p.Model {
+	if (p.Provider != "" || p.Model != "") && (task.Spec.Provider != p.Provider || task.Spec.Model != p.Model) {
 		return RetryOutcome{Task: task}, &MismatchError{Task: task, Provider: p.Provider, Model: p.Model}
 	}
 	if !task.State.Final() {
+		if !p.Resume {
+			return RetryOutcome{}, &StateError{Task: task, Action: "retried", Allowed: reopenable}
+		}
 		n, err := Resume(ctx, st, q, task.ID, p.Now)
 		return RetryOutcome{Task: task, Resumed: true, Batches: n}, err
 	}
@@ -152,14 +165,76 @@ func Retry(ctx context.Context, st RetryStore, q queue.Queue, p RetryParams) (Re
 	return RetryOutcome{Task: reopened, Batches: n}, nil
 }
 
-// Retrier binds Reopen to a store and a queue, for entry points (the HTTP
-// API, the CLI against a deployed stack) that retry tasks.
+// Retrier binds Retry to a store and a queue whose workers may be running
+// (the HTTP API, the CLI against a deployed stack): it reopens finished
+// tasks and refuses unfinished ones.
 type Retrier struct {
-	Reopener Reopener
-	Queue    queue.Queue
+	Store RetryStore
+	Queue queue.Queue
 }
 
-// Retry is Reopen on r's store and queue.
+// Retry is Retry on r's store and queue, without Resume. It returns the
+// reopened task and how many batches were enqueued.
 func (r Retrier) Retry(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, int, error) {
-	return Reopen(ctx, r.Reopener, r.Queue, taskID, errorClass, now)
+	out, err := Retry(ctx, r.Store, r.Queue, RetryParams{TaskID: taskID, ErrorClass: errorClass, Now: now})
+	return out.Task, out.Batches, err
+}
+
+// ResumeReport counts what ResumeUnfinished did.
+type ResumeReport struct {
+	// Tasks counts running tasks whose batches were re-enqueued.
+	Tasks int
+	// Batches counts the batches re-enqueued.
+	Batches int
+	// Exports counts exports started again: tasks that were EXPORTING, and
+	// cancelled tasks whose partial result was never written.
+	Exports int
+}
+
+// ResumeUnfinished is Resume for every unfinished task of a store whose
+// workers are all known to be dead: the embedded server (`batchgen
+// serve`) calls it at start-up, holding its data directory's lock, so
+// whatever was in flight when it stopped continues. RUNNING tasks get their
+// batches back on q; EXPORTING tasks, and CANCELLED tasks without a result,
+// are exported again through exports. PENDING tasks are left alone: a split
+// that died halfway continues when its input is taken again (the drop
+// folder still holds it). It carries on past per-task failures and returns
+// them joined.
+func ResumeUnfinished(ctx context.Context, st store.Store, q queue.Queue, exports ExportStarter, now time.Time) (ResumeReport, error) {
+	tasks, err := st.ListTasks(ctx, 0)
+	if err != nil {
+		return ResumeReport{}, fmt.Errorf("resume unfinished tasks: list tasks: %w", err)
+	}
+	var report ResumeReport
+	var errs []error
+	for _, t := range tasks {
+		switch {
+		case t.State == store.TaskRunning && t.BatchesDone >= t.BatchesTotal:
+			// Stopped between finishing its last batch and starting the
+			// export.
+			started, err := StartExportOnce(ctx, st, exports, t, now)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("resume task %s: %w", t.ID, err))
+				continue
+			}
+			if started {
+				report.Exports++
+			}
+		case t.State == store.TaskRunning:
+			n, err := Resume(ctx, st, q, t.ID, now)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			report.Tasks++
+			report.Batches += n
+		case t.State == store.TaskExporting, t.State == store.TaskCancelled && t.ResultKey == "":
+			if err := exports.StartExport(ctx, t.ID, t.ExportGen); err != nil {
+				errs = append(errs, fmt.Errorf("resume task %s: export: %w", t.ID, err))
+				continue
+			}
+			report.Exports++
+		}
+	}
+	return report, errors.Join(errs...)
 }

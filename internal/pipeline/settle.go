@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/queue"
 )
 
@@ -69,6 +70,12 @@ type Settlement struct {
 //   - Err is anything else: retry after the generator's ErrorDelay.
 //   - HandedBack with Progress: the batch ran out of time after finishing
 //     rows; resend it at once (a fresh message, receive count reset).
+//   - HandedBack without progress but QuotaStarved: resend it at once too.
+//     The batch made no call: its rows waited for the quota (busy with
+//     other batches) until the time came. Using up a receive would walk a
+//     healthy batch toward the dead-letter queue for the quota's sake; it
+//     is sound to skip because nothing was tried that could fail, and a
+//     limiter that fails on its own is not starvation.
 //   - HandedBack without progress: retry at once, using up a receive, so a
 //     batch that cannot finish a row within a delivery still dead-letters.
 //   - otherwise: the batch was released; retry after out.RetryAfter, the
@@ -86,7 +93,7 @@ func settle(out Outcome, errorDelay time.Duration) Settlement {
 		return Settlement{Action: SettleDeadLetter, Err: out.Err}
 	case out.Err != nil:
 		return Settlement{Action: SettleRetry, Delay: errorDelay, Err: out.Err}
-	case out.HandedBack && out.Progress > 0:
+	case out.HandedBack && (out.Progress > 0 || out.QuotaStarved):
 		return Settlement{Action: SettleResend}
 	default:
 		return Settlement{Action: SettleRetry, Delay: out.RetryAfter}
@@ -118,35 +125,38 @@ type Message struct {
 // conditional.
 func (s Settlement) Apply(ctx context.Context, q queue.Queue, m Message, log *slog.Logger) (remove bool) {
 	log = log.With("message_id", m.ID, "receive_count", m.ReceiveCount)
+	if bm, err := DecodeBatchMessage(m.Body); err == nil {
+		ctx = logging.With(ctx, logging.TaskID, bm.TaskID, logging.BatchNo, bm.BatchNo)
+	}
 	switch s.Action {
 	case SettleDelete:
 		return true
 	case SettleDeadLetter:
-		log.Error("poison message; it will be dead-lettered", "body", truncate(string(m.Body), 300), "error", s.Err)
+		log.ErrorContext(ctx, "poison message; it will be dead-lettered", "body", truncate(string(m.Body), 300), "error", s.Err)
 		return false
 	}
 	if s.Action == SettleResend {
 		if err := q.Send(ctx, []queue.Outgoing{{Body: m.Body, Delay: s.Delay}}); err != nil {
 			// Fall back to the normal retry: it uses up a receive, but the
 			// batch is not left without a message.
-			log.Warn("resend handed-back message failed; retrying it instead", "error", err)
+			log.WarnContext(ctx, "resend handed-back message failed; retrying it instead", "error", err)
 			s = Settlement{Action: SettleRetry, Delay: s.Delay}
 		} else {
 			return true
 		}
 	}
 	if s.Err != nil {
-		log.Warn("message failed; will retry", "retry_in", s.Delay, "error", s.Err)
+		log.WarnContext(ctx, "message failed; will retry", "retry_in", s.Delay, "error", s.Err)
 	}
 	err := q.ChangeVisibility(ctx, m.Receipt, s.Delay)
 	if err == nil {
 		return false
 	}
 	if !errors.Is(err, queue.ErrNotFound) {
-		log.Warn("change visibility failed; sending a fresh message", "error", err)
+		log.WarnContext(ctx, "change visibility failed; sending a fresh message", "error", err)
 	}
 	if err := q.Send(ctx, []queue.Outgoing{{Body: m.Body, Delay: s.Delay}}); err != nil {
-		log.Error("re-send message failed; it comes back when its visibility ends, or the sweeper re-enqueues the batch", "error", err)
+		log.ErrorContext(ctx, "re-send message failed; it comes back when its visibility ends, or the sweeper re-enqueues the batch", "error", err)
 		return false
 	}
 	return true

@@ -52,6 +52,7 @@ func TestSettle(t *testing.T) {
 		{"transient failure", pipeline.Outcome{Err: transient}, settled{Action: pipeline.SettleRetry, Delay: 7 * time.Second, Err: transient.Error()}},
 		{"handed back with progress", pipeline.Outcome{HandedBack: true, Progress: 3}, settled{Action: pipeline.SettleResend}},
 		{"handed back without progress", pipeline.Outcome{HandedBack: true}, settled{Action: pipeline.SettleRetry}},
+		{"handed back starved by the quota", pipeline.Outcome{HandedBack: true, QuotaStarved: true}, settled{Action: pipeline.SettleResend}},
 		{"error wins over a hand-back", pipeline.Outcome{HandedBack: true, Progress: 3, Err: transient}, settled{Action: pipeline.SettleRetry, Delay: 7 * time.Second, Err: transient.Error()}},
 		{"poison", pipeline.Outcome{Err: poison}, settled{Action: pipeline.SettleDeadLetter, Err: poison.Error()}},
 		{"wrapped poison", pipeline.Outcome{Err: errors.Join(errors.New("handler"), poison)}, settled{Action: pipeline.SettleDeadLetter, Err: "handler\n" + poison.Error()}},

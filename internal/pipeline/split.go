@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/prompt"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/sheet"
@@ -66,6 +67,9 @@ type SplitParams struct {
 	Path string
 	// Source names the input for people (file name or object key).
 	Source string
+	// Owner is the principal the task belongs to (see store.Task.Owner);
+	// the CLI passes LocalOwner.
+	Owner string
 	// Spec is what to run. An empty Spec.Prompt takes the workbook's
 	// "prompt" sheet (cell A1); with neither, the input is rejected.
 	Spec store.TaskSpec
@@ -75,6 +79,9 @@ type SplitParams struct {
 	Encoding string
 	// Limits bound the input; zero fields take sheet's defaults.
 	Limits sheet.Limits
+	// DefaultPrompt is the deployment's template, used when neither
+	// Spec.Prompt nor the workbook has one (the order Intake resolves).
+	DefaultPrompt string
 	// Validated, when non-nil, is the result of Validate(p) run just
 	// before, so Split does not read the input an extra time.
 	Validated *Validated
@@ -100,10 +107,14 @@ func Validate(p SplitParams) (Validated, error) {
 	}
 	spec := p.Spec
 	if strings.TrimSpace(spec.Prompt) == "" {
-		if !summary.HasPrompt {
+		switch {
+		case summary.HasPrompt:
+			spec.Prompt = summary.Prompt
+		case strings.TrimSpace(p.DefaultPrompt) != "":
+			spec.Prompt = p.DefaultPrompt
+		default:
 			return Validated{}, &RejectedError{Err: fmt.Errorf("%s: no prompt: pass --prompt or --prompt-file, or add a sheet named \"prompt\" with the template in cell A1", p.Source)}
 		}
-		spec.Prompt = summary.Prompt
 	}
 	tpl, err := prompt.Parse(spec.Prompt)
 	if err != nil {
@@ -150,6 +161,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		ID:           p.TaskID,
 		State:        store.TaskPending,
 		Spec:         spec,
+		Owner:        p.Owner,
 		Source:       p.Source,
 		Sheet:        summary.Sheet,
 		Encoding:     summary.Encoding,
@@ -185,7 +197,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("split %s: start task: %w", task.ID, err)
 	}
-	s.cfg.Logger.Info("task split", "task", t.ID, "source", t.Source, "encoding", t.Encoding, "rows", t.RowsTotal, "batches", t.BatchesTotal)
+	s.cfg.Logger.InfoContext(ctx, "task split", logging.TaskID, t.ID, "source", t.Source, "encoding", t.Encoding, "rows", t.RowsTotal, "batches", t.BatchesTotal)
 	return t, nil
 }
 

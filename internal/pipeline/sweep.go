@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/logging"
+	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -49,6 +51,9 @@ type SweeperConfig struct {
 	Clock clock.Clock
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Metrics receives the use case's metrics. Defaults to recording
+	// nothing.
+	Metrics metrics.Recorder
 }
 
 func (c SweeperConfig) withDefaults() SweeperConfig {
@@ -60,6 +65,7 @@ func (c SweeperConfig) withDefaults() SweeperConfig {
 	c.MaxClaims = cmp.Or(c.MaxClaims, 12)
 	c.Clock = orClock(c.Clock)
 	c.Logger = orLogger(c.Logger)
+	c.Metrics = metrics.Or(c.Metrics)
 	return c
 }
 
@@ -167,13 +173,18 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		after = batches[len(batches)-1].Cursor()
 		if outOfTime() {
 			report.Incomplete = true
-			log.Warn("sweeper ran out of time before it saw every open batch; the next sweep carries on", "seen", seen, "resume_after", after.UpdatedAt)
+			log.WarnContext(ctx, "sweeper ran out of time before it saw every open batch; the next sweep carries on", "seen", seen, "resume_after", after.UpdatedAt)
 			break
 		}
 	}
 	s.keepPlace(after)
 
 	report.ExportsStarted, errs = s.startMissingExports(ctx, cfg, now, log, errs)
+	m := cfg.Metrics
+	m.Add(metrics.SweeperRequeued, float64(report.Requeued))
+	m.Add(metrics.SweeperLeasesReset, float64(report.LeasesReset))
+	m.Add(metrics.LeasesExpired, float64(report.LeasesReset))
+	m.Add(metrics.SweeperExportsStarted, float64(report.ExportsStarted))
 	return report, errors.Join(errs...)
 }
 
@@ -243,7 +254,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 				continue
 			}
 			report.Requeued++
-			log.Info("sweeper re-enqueued a batch that waited too long", "task", b.TaskID, "batch", b.No, "waiting_since", b.UpdatedAt)
+			log.InfoContext(ctx, "sweeper re-enqueued a batch that waited too long", logging.TaskID, b.TaskID, logging.BatchNo, b.No, "waiting_since", b.UpdatedAt)
 		case b.State == store.BatchRunning && b.LeaseUntil.Before(now):
 			err := s.store.ReleaseBatch(ctx, store.ReleaseBatchParams{
 				TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LastError: "lease expired: worker " + b.Owner + " stopped renewing", Now: now,
@@ -256,14 +267,14 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 				continue
 			}
 			report.LeasesReset++
-			log.Warn("sweeper reset an expired lease", "task", b.TaskID, "batch", b.No, "owner", b.Owner, "lease_until", b.LeaseUntil)
+			log.WarnContext(ctx, "sweeper reset an expired lease", logging.TaskID, b.TaskID, logging.BatchNo, b.No, "owner", b.Owner, "lease_until", b.LeaseUntil)
 		default:
 			continue
 		}
 		msgs = append(msgs, queue.Outgoing{Body: EncodeBatchMessage(b.TaskID, b.No)})
 	}
 	for id, n := range parked {
-		log.Info("sweeper parked the open batches of a task with no work left", "task", id, "batches", n)
+		log.InfoContext(ctx, "sweeper parked the open batches of a task with no work left", logging.TaskID, id, "batches", n)
 	}
 	if len(msgs) > 0 {
 		if err := s.queue.Send(ctx, msgs); err != nil {
@@ -307,7 +318,7 @@ func (s *Sweeper) startMissingExports(ctx context.Context, cfg SweeperConfig, no
 			continue
 		}
 		started++
-		log.Warn("sweeper started an export that never started", "task", t.ID, "state", t.State)
+		log.WarnContext(ctx, "sweeper started an export that never started", logging.TaskID, t.ID, "state", t.State)
 	}
 	return started, errs
 }
@@ -359,7 +370,7 @@ func (s *Sweeper) failStuck(ctx context.Context, b store.Batch, now time.Time, l
 	if err != nil {
 		return fmt.Errorf("finish stuck batch %s/%d: %w", b.TaskID, b.No, err)
 	}
-	log.Error("sweeper failed the remaining rows of a stuck batch", "task", b.TaskID, "batch", b.No, "claims", b.Attempt, "last_error", b.LastError)
+	log.ErrorContext(ctx, "sweeper failed the remaining rows of a stuck batch", logging.TaskID, b.TaskID, logging.BatchNo, b.No, "claims", b.Attempt, "last_error", b.LastError)
 	if task.BatchesDone >= task.BatchesTotal {
 		if _, err := StartExportOnce(ctx, s.store, s.exports, task, now); err != nil {
 			return err

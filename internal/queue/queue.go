@@ -63,3 +63,13 @@ type DeadLetters interface {
 	// fresh receive count and returns how many moved.
 	Redrive(ctx context.Context) (int, error)
 }
+
+// Backlog reports how much work waits in a queue, for the queue-depth
+// metrics. SQS publishes its own (ApproximateNumberOfMessagesVisible,
+// ApproximateAgeOfOldestMessage); the embedded queue implements this.
+type Backlog interface {
+	// Backlog returns how many live messages are visible now and the age
+	// of the oldest live message (visible, delayed or in flight; zero when
+	// there is none).
+	Backlog(ctx context.Context) (visible int, oldest time.Duration, err error)
+}

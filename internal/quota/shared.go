@@ -8,17 +8,27 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/llm"
 )
 
-// Leaser hands out request tokens of calendar seconds shared by every
-// worker of a deployment. dynamoquota implements it with one conditional
-// DynamoDB update per lease (two when the seconds span a minute).
+// Amount is a share of one calendar second's budget: requests, and model
+// tokens (prompt plus completion) when a tokens-per-minute quota applies.
+type Amount struct {
+	Requests int
+	Tokens   int
+}
+
+// Leaser hands out the budgets of calendar seconds shared by every worker
+// of a deployment. dynamoquota implements it with one conditional DynamoDB
+// update per lease (two when the seconds span a minute), requests and
+// tokens together.
 type Leaser interface {
-	// Lease takes up to want[i] tokens of second from+i (Unix seconds),
-	// each second out of limit, and returns how many it got for each: fewer
-	// when others took the rest, 0 when a second is spent. It never grants
-	// beyond limit in total for a second.
-	Lease(ctx context.Context, from int64, want []int, limit int) ([]int, error)
+	// Lease takes up to want[i] of second from+i (Unix seconds), each
+	// second out of limit, and returns how much it got for each: less when
+	// others took the rest, 0 when a second is spent. It never grants
+	// beyond limit in total for a second; a limit of 0 Tokens means tokens
+	// are not counted (and none are granted).
+	Lease(ctx context.Context, from int64, want []Amount, limit Amount) ([]Amount, error)
 }
 
 // Tuning of the blocks a Shared limiter leases.
@@ -36,6 +46,10 @@ const (
 type SharedConfig struct {
 	// RPM is the provider's quota across every worker of the deployment.
 	RPM int
+	// TPM is the tokens-per-minute quota across every worker; 0 means
+	// none. Its per-second budget is floor(TPM/60 x (1 - margin)), like
+	// RPM's.
+	TPM int
 	// SafetyMargin is the fraction of RPM left unused; 0 means
 	// DefaultSafetyMargin. With whole-second budgets of
 	// floor(RPM/60 x (1 - margin)), any 60 s window, which touches at most
@@ -67,11 +81,20 @@ type SharedConfig struct {
 type Shared struct {
 	leaser Leaser
 	cfg    SharedConfig
-	limit  int // tokens per calendar second
+	limit  int // requests per calendar second
+	// tokLimit is the model tokens per calendar second; 0 when no TPM.
+	tokLimit int
 
 	mu sync.Mutex
-	// grants holds the leased tokens not taken yet, by second.
-	grants map[int64]int
+	// grants holds the leased budget not taken yet, by second.
+	grants map[int64]Amount
+	// tokFull holds the seconds the store has no model tokens left for.
+	tokFull map[int64]bool
+	// avgTok is a moving average of the tokens a request is charged, and
+	// usedRatio of the share of its charge it used (Settle), to size and
+	// pace the token part of a block.
+	avgTok    float64
+	usedRatio float64
 	// Pacing within second cur: the next token starts at next, spacing
 	// after the one before.
 	cur        int64
@@ -119,12 +142,31 @@ func NewShared(leaser Leaser, cfg SharedConfig) (*Shared, error) {
 		// overshoot them.
 		return nil, fmt.Errorf("shared quota: RPM %d is below one request a second; use a lower concurrency instead", cfg.RPM)
 	}
-	return &Shared{leaser: leaser, cfg: cfg, limit: limit, grants: map[int64]int{}, full: map[int64]bool{}}, nil
+	tokLimit := 0
+	if cfg.TPM > 0 {
+		tokLimit = int(math.Floor(float64(cfg.TPM) / 60 * (1 - cfg.SafetyMargin)))
+		if tokLimit < 1 {
+			return nil, fmt.Errorf("shared quota: TPM %d is below one token a second", cfg.TPM)
+		}
+	}
+	return &Shared{leaser: leaser, cfg: cfg, limit: limit, tokLimit: tokLimit,
+		grants: map[int64]Amount{}, full: map[int64]bool{}, tokFull: map[int64]bool{}}, nil
 }
 
-// Wait blocks until one request may start, or ctx ends.
-func (s *Shared) Wait(ctx context.Context) error {
+// Wait blocks until one request estimated at tokens may start, or ctx
+// ends. A request estimated above a second's token budget is charged the
+// whole second.
+func (s *Shared) Wait(ctx context.Context, tokens int) error {
+	tok := 0
 	s.mu.Lock()
+	if s.tokLimit > 0 {
+		tok = min(max(tokens, 0), s.tokLimit)
+		if s.avgTok == 0 {
+			s.avgTok = float64(tok)
+		} else {
+			s.avgTok += (float64(tok) - s.avgTok) / 8
+		}
+	}
 	s.waiting++
 	s.mu.Unlock()
 	holding := false // holding a token: no longer part of the demand
@@ -151,7 +193,7 @@ func (s *Shared) Wait(ctx context.Context) error {
 			}
 			continue
 		}
-		if at, ok := s.takeLocked(now); ok {
+		if at, ok := s.takeLocked(now, tok); ok {
 			s.countStartLocked(sec)
 			holding = true
 			s.waiting--
@@ -172,7 +214,8 @@ func (s *Shared) Wait(ctx context.Context) error {
 				return nil
 			}
 		}
-		if s.full[sec] || (s.startedSec == sec && s.started >= s.limit) {
+		if s.full[sec] || (s.startedSec == sec && s.started >= s.limit) ||
+			(tok > 0 && s.tokFull[sec] && s.grants[sec].Tokens < tok) {
 			// The store has nothing left for this second.
 			s.mu.Unlock()
 			if err := s.sleep(ctx, time.Unix(sec+1, 0).Sub(now), changed); err != nil {
@@ -191,12 +234,12 @@ func (s *Shared) Wait(ctx context.Context) error {
 			}
 			continue
 		}
-		want := s.blockLocked(sec)
+		want := s.blockLocked(sec, tok)
 		done := make(chan struct{})
 		s.leasing = done
 		s.mu.Unlock()
 
-		got, err := s.leaser.Lease(ctx, sec, want, s.limit)
+		got, err := s.leaser.Lease(ctx, sec, want, Amount{Requests: s.limit, Tokens: s.tokLimit})
 
 		s.mu.Lock()
 		s.leasing = nil
@@ -206,42 +249,55 @@ func (s *Shared) Wait(ctx context.Context) error {
 			return fmt.Errorf("lease quota tokens: %w", err)
 		}
 		for i, w := range want {
-			n := 0
+			var n Amount
 			if i < len(got) {
 				n = got[i]
 			}
-			if n > 0 {
-				s.grants[sec+int64(i)] += n
+			k := sec + int64(i)
+			g := s.grants[k]
+			g.Requests += n.Requests
+			g.Tokens += n.Tokens
+			s.grants[k] = g
+			if n.Requests < w.Requests {
+				s.full[k] = true
 			}
-			if n < w {
-				s.full[sec+int64(i)] = true
+			// Less than asked, or the whole second's tokens: the store
+			// has none left for it.
+			if n.Tokens < w.Tokens || (s.tokLimit > 0 && n.Tokens >= s.tokLimit) {
+				s.tokFull[k] = true
 			}
 		}
-		if s.cur == sec && len(got) > 0 && got[0] > 0 {
+		if s.cur == sec && len(got) > 0 && got[0].Requests > 0 {
 			// Topped up mid-second: spread the rest over what is left.
-			s.spacing = s.spacingLocked(s.cfg.Clock.Now(), s.grants[sec])
+			s.spacing = s.spacingLocked(s.cfg.Clock.Now(), s.grants[sec].Requests)
 		}
 		s.mu.Unlock()
 	}
 }
 
-// takeLocked takes a token of now's second, if the block holds one, and
-// returns when it may start.
-func (s *Shared) takeLocked(now time.Time) (time.Time, bool) {
+// takeLocked takes a request and tok model tokens of now's second, if the
+// block holds them, and returns when the request may start.
+func (s *Shared) takeLocked(now time.Time, tok int) (time.Time, bool) {
 	sec := now.Unix()
-	left := s.grants[sec]
-	if left <= 0 {
+	g := s.grants[sec]
+	left := g.Requests
+	if left <= 0 || g.Tokens < tok {
 		return time.Time{}, false
 	}
 	if s.cur != sec {
 		for k := range s.grants {
 			if k < sec {
-				delete(s.grants, k) // unused tokens of past seconds
+				delete(s.grants, k) // unused budget of past seconds
 			}
 		}
 		for k := range s.full {
 			if k < sec {
 				delete(s.full, k)
+			}
+		}
+		for k := range s.tokFull {
+			if k < sec {
+				delete(s.tokFull, k)
 			}
 		}
 		s.cur, s.next = sec, now
@@ -257,8 +313,16 @@ func (s *Shared) takeLocked(now time.Time) (time.Time, bool) {
 		delete(s.grants, sec)
 		return time.Time{}, false
 	}
-	s.grants[sec]--
-	s.next = at.Add(s.spacing)
+	g.Requests--
+	g.Tokens -= tok
+	s.grants[sec] = g
+	spacing := s.spacing
+	if s.tokLimit > 0 {
+		// Never spend tokens faster than the quota's pace either.
+		// Unused tokens come back (Settle), so pace at what calls use.
+		spacing = max(spacing, time.Duration(float64(tok)*s.ratioLocked()/float64(s.tokLimit)*float64(time.Second)))
+	}
+	s.next = at.Add(spacing)
 	return at, true
 }
 
@@ -282,7 +346,7 @@ func (s *Shared) changedLocked() chan struct{} {
 // started in its last full second plus a quarter (less what it started in
 // sec already, for sec), or the goroutines waiting now if they are more;
 // over enough seconds to cover leaseTokens.
-func (s *Shared) blockLocked(sec int64) []int {
+func (s *Shared) blockLocked(sec int64, tok int) []Amount {
 	rate, already := 0, 0
 	switch s.startedSec {
 	case sec:
@@ -291,6 +355,11 @@ func (s *Shared) blockLocked(sec int64) []int {
 		rate = s.started
 	}
 	perSecond := min(max(rate+(rate+3)/4, s.waiting, 1), s.limit)
+	if s.tokLimit > 0 && s.avgTok > 0 {
+		// No more requests than a second's tokens can start: the rest
+		// would be held from other processes for nothing.
+		perSecond = min(perSecond, max(int(math.Ceil(float64(s.tokLimit)/(s.avgTok*s.ratioLocked()))), 1))
+	}
 	first := min(max(perSecond-already, s.waiting, 1), s.limit)
 	seconds := 1
 	if rate > 0 {
@@ -298,10 +367,22 @@ func (s *Shared) blockLocked(sec int64) []int {
 		// goroutines may be gone next second.
 		seconds = min(max((leaseTokens+perSecond-1)/perSecond, 1), maxLeaseSeconds)
 	}
-	want := make([]int, seconds)
-	want[0] = first
+	want := make([]Amount, seconds)
+	want[0].Requests = first
 	for i := 1; i < seconds; i++ {
-		want[i] = perSecond
+		want[i].Requests = perSecond
+	}
+	if s.tokLimit > 0 {
+		// Tokens for the same requests at the average charge; the first
+		// second at least what the caller needs beyond what is left.
+		for i := range want {
+			want[i].Tokens = min(int(math.Ceil(float64(want[i].Requests)*s.avgTok*s.ratioLocked())), s.tokLimit)
+		}
+		have := s.grants[sec].Tokens
+		want[0].Tokens = min(max(want[0].Tokens, tok-have), s.tokLimit)
+		if s.tokFull[sec] {
+			want[0].Tokens = 0
+		}
 	}
 	return want
 }
@@ -335,6 +416,47 @@ func (s *Shared) Penalize(retryAfter time.Duration) {
 	}
 	s.mu.Unlock()
 }
+
+// Settle corrects a started request's charge with the tokens the provider
+// reported it used: unused tokens go back to the current second's block (the
+// store keeps the charge: returning them would cost a write each), extra
+// ones are taken from it. Either way the error is confined to the seconds
+// a call takes.
+func (s *Shared) Settle(charged, used int) {
+	if s.tokLimit == 0 || used < 0 || used == charged {
+		return
+	}
+	sec := s.cfg.Clock.Now().Unix()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if charged > 0 {
+		r := min(float64(used)/float64(charged), 1)
+		if s.usedRatio == 0 {
+			s.usedRatio = r
+		} else {
+			s.usedRatio += (r - s.usedRatio) / 8
+		}
+	}
+	g, ok := s.grants[sec]
+	if !ok {
+		return
+	}
+	g.Tokens = max(g.Tokens+min(charged, s.tokLimit)-used, 0)
+	s.grants[sec] = g
+}
+
+// ratioLocked is the share of a charge calls use, 1 until known.
+func (s *Shared) ratioLocked() float64 {
+	if s.usedRatio <= 0 {
+		return 1
+	}
+	return max(s.usedRatio, 0.05)
+}
+
+// Observe does nothing: a shared quota is configured for the deployment
+// (the stack's parameters), and one process's headers cannot see the
+// others'.
+func (s *Shared) Observe(llm.RateLimits) {}
 
 // Limit is the number of requests a calendar second may start.
 func (s *Shared) Limit() int { return s.limit }

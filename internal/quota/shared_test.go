@@ -16,21 +16,25 @@ import (
 // leases, each of which is one write to the real store.
 type memLeaser struct {
 	mu     sync.Mutex
-	used   map[int64]int
+	used   map[int64]Amount
 	leases atomic.Int64
 }
 
-func newMemLeaser() *memLeaser { return &memLeaser{used: map[int64]int{}} }
+func newMemLeaser() *memLeaser { return &memLeaser{used: map[int64]Amount{}} }
 
-func (m *memLeaser) Lease(_ context.Context, from int64, want []int, limit int) ([]int, error) {
+func (m *memLeaser) Lease(_ context.Context, from int64, want []Amount, limit Amount) ([]Amount, error) {
 	m.leases.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	got := make([]int, len(want))
+	got := make([]Amount, len(want))
 	for i, w := range want {
 		sec := from + int64(i)
-		got[i] = max(min(w, limit-m.used[sec]), 0)
-		m.used[sec] += got[i]
+		u := m.used[sec]
+		got[i].Requests = max(min(w.Requests, limit.Requests-u.Requests), 0)
+		got[i].Tokens = max(min(w.Tokens, limit.Tokens-u.Tokens), 0)
+		u.Requests += got[i].Requests
+		u.Tokens += got[i].Tokens
+		m.used[sec] = u
 	}
 	return got, nil
 }
@@ -38,7 +42,7 @@ func (m *memLeaser) Lease(_ context.Context, from int64, want []int, limit int) 
 func TestSharedConformance(t *testing.T) {
 	t.Parallel()
 	quotatest.Run(t, func(t *testing.T, cfg quotatest.Config) quotatest.Limiter {
-		s, err := NewShared(newMemLeaser(), SharedConfig{RPM: cfg.RPM, MinPenalty: cfg.MinPenalty, Clock: cfg.Clock})
+		s, err := NewShared(newMemLeaser(), SharedConfig{RPM: cfg.RPM, TPM: cfg.TPM, MinPenalty: cfg.MinPenalty, Clock: cfg.Clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,23 +101,30 @@ func TestSharedLeaseCost(t *testing.T) {
 		workers int
 		latency time.Duration // of a model call, between a start and the next Wait
 		rate    int           // calls a second the process can make
+		// tpm, when set, adds a token quota; each call is charged tokens
+		// and uses used.
+		tpm, tokens, used int
 	}{
 		{name: "held by the quota", rpm: 6000, workers: 32, rate: 99},
 		{name: "held by the quota, low", rpm: 600, workers: 32, rate: 9},
 		{name: "held by concurrency", rpm: 60000, workers: 16, latency: 400 * time.Millisecond, rate: 40},
 		{name: "a slow Lambda", rpm: 60000, workers: 8, latency: time.Second, rate: 8},
 		{name: "one worker", rpm: 60000, workers: 1, latency: 40 * time.Millisecond, rate: 25},
+		{name: "tokens counted, requests bind", rpm: 6000, workers: 32, rate: 99, tpm: 6_000_000, tokens: 100, used: 50},
+		{name: "tokens bind", rpm: 60000, workers: 32, latency: 200 * time.Millisecond, rate: 9, tpm: 60000, tokens: 100, used: 100},
+		{name: "tokens bind, half used", rpm: 60000, workers: 32, latency: 200 * time.Millisecond, rate: 18, tpm: 60000, tokens: 100, used: 50},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			leaser := newMemLeaser()
 			clk := clock.NewFake(quotatest.Base)
-			s, err := NewShared(leaser, SharedConfig{RPM: tc.rpm, Clock: clk})
+			s, err := NewShared(leaser, SharedConfig{RPM: tc.rpm, TPM: tc.tpm, Clock: clk})
 			if err != nil {
 				t.Fatal(err)
 			}
 			d := quotatest.NewDriver(t, clk)
+			d.Tokens, d.Used = tc.tokens, tc.used
 			d.StartCalling(s, tc.workers, tc.latency)
 			// Warm up for 5 s (the first seconds size the block), then
 			// count 30 s of steady state.

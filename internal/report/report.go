@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -99,7 +100,9 @@ type Rows struct {
 type Counted struct {
 	// Cached rows were answered from the cache.
 	Cached int
-	// Calls, RateLimited and Errors count this run's model calls.
+	// Calls, RateLimited and Errors count this run's model calls; Errors
+	// are failed calls other than the rate limits (429s), which are the
+	// provider pacing the job, not failures.
 	Calls, RateLimited, Errors int64
 	// Classes counts this run's failed rows by error class.
 	Classes map[string]int
@@ -115,6 +118,13 @@ type Summary struct {
 	Elapsed time.Duration
 	// Result is where the result workbook was written; empty for none.
 	Result string
+	// UsageByProvider sums the task's tokens per provider that answered;
+	// when set, each provider's tokens are priced at its own price, else
+	// the task's sums at the task's provider's.
+	UsageByProvider map[string]store.Usage
+	// Prices estimate the task's cost from its tokens. Defaults to the
+	// built-in table.
+	Prices *pricing.Table
 }
 
 // String lays the summary out, one aligned line per fact.
@@ -137,6 +147,18 @@ func (s Summary) String() string {
 	} else {
 		fmt.Fprintf(&b, "rows      %d  (succeeded %d, failed %d, skipped %d)\n", r.Total, r.Succeeded, r.Failed, r.Skipped)
 		fmt.Fprintf(&b, "time      %s\n", s.Elapsed.Round(10*time.Millisecond))
+	}
+	if u := s.Task.Usage; u != (store.Usage{}) {
+		prices := s.Prices
+		if prices == nil {
+			prices = pricing.Default()
+		}
+		est := prices.Task(s.Task)
+		if len(s.UsageByProvider) > 0 {
+			est = prices.ByProvider(s.Task.Spec, s.UsageByProvider)
+		}
+		fmt.Fprintf(&b, "tokens    %d in (%d cached), %d out  (estimated cost %s)\n",
+			u.InputTokens, u.CachedInputTokens, u.OutputTokens, est)
 	}
 	result := s.Result
 	if result == "" {

@@ -79,6 +79,18 @@ result    skus.result.xlsx
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("summary (-want +got):\n%s", diff)
 	}
+	priced := store.Task{ID: "c", State: store.TaskSucceeded, Spec: store.TaskSpec{Provider: "openai", Model: "gpt-4o-mini"},
+		Usage: store.Usage{InputTokens: 2_000_000, CachedInputTokens: 1_000_000, OutputTokens: 500_000}}
+	got = report.Summary{Task: priced, Rows: report.Rows{Total: 3, Succeeded: 3}, Elapsed: time.Second}.String()
+	want = `task      c  SUCCEEDED
+rows      3  (succeeded 3, failed 0, skipped 0)
+time      1s
+tokens    2000000 in (1000000 cached), 500000 out  (estimated cost $0.5250)
+result    (none)
+`
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("summary with tokens (-want +got):\n%s", diff)
+	}
 	failed := store.Task{ID: "b", State: store.TaskFailed, Error: "export: disk full"}
 	got = report.Summary{Task: failed, Rows: report.Rows{Total: 3, Succeeded: 3}, Elapsed: time.Second}.String()
 	want = `task      b  FAILED

@@ -132,7 +132,7 @@ func (r *Reader) ole2Error(f *os.File) error {
 		n, err := f.ReadAt(buf, off)
 		for _, name := range encryptedStreams {
 			if bytes.Contains(buf[:n], name) {
-				return r.fileErr("the workbook is password-protected; remove the password and save again")
+				return r.formatErr("the workbook is password-protected; remove the password and save again")
 			}
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -143,5 +143,5 @@ func (r *Reader) ole2Error(f *os.File) error {
 		}
 		off += int64(n - overlap)
 	}
-	return r.fileErr("legacy .xls (Excel 97-2003) is not supported; save it as .xlsx")
+	return r.formatErr("legacy .xls (Excel 97-2003) is not supported; save it as .xlsx")
 }

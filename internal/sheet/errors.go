@@ -1,10 +1,20 @@
 package sheet
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 )
+
+// ErrUnsupportedFormat is the cause (errors.Is) of an InputError for content
+// that is not a spreadsheet read here, judged from its bytes, whatever its
+// name says: an HTTP API answers it with 415.
+var ErrUnsupportedFormat = errors.New("unsupported file format")
+
+// ErrFileTooLarge is the cause (errors.Is) of an InputError for a file over
+// Limits.MaxFileBytes: an HTTP API answers it with 413.
+var ErrFileTooLarge = errors.New("file too large")
 
 // InputError is a rejected input: the file itself is wrong (format, encoding, limits, header, a cell), so retrying
 // cannot help and the message is meant for the person who uploaded it. Its message names the file, and where

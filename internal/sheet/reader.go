@@ -204,7 +204,9 @@ func (r *Reader) openSource(f *os.File, opts Options) (rowSource, error) {
 		return nil, r.fileErr("file is empty (0 bytes)")
 	}
 	if size > r.lim.MaxFileBytes {
-		return nil, r.fileErr(fmt.Sprintf("file is %s; the limit is %s (configurable)", formatBytes(size), formatBytes(r.lim.MaxFileBytes)))
+		ie := r.fileErr(fmt.Sprintf("file is %s; the limit is %s (configurable)", formatBytes(size), formatBytes(r.lim.MaxFileBytes)))
+		ie.cause = ErrFileTooLarge
+		return nil, ie
 	}
 	head := make([]byte, 512)
 	n, err := f.ReadAt(head, 0)
@@ -221,7 +223,7 @@ func (r *Reader) openSource(f *os.File, opts Options) (rowSource, error) {
 		tsv := strings.EqualFold(filepath.Ext(r.file), ".tsv")
 		return r.openCSV(f, head, tsv, opts.Encoding)
 	default:
-		return nil, r.fileErr(kind.reason())
+		return nil, r.formatErr(kind.reason())
 	}
 }
 
@@ -427,6 +429,11 @@ func (r *Reader) inputErr(row, col int, reason string) *InputError {
 // fileErr builds an *InputError about the file as a whole.
 func (r *Reader) fileErr(reason string) *InputError {
 	return &InputError{File: r.file, Reason: reason}
+}
+
+// formatErr is a fileErr for content that is not a format read here.
+func (r *Reader) formatErr(reason string) *InputError {
+	return &InputError{File: r.file, Reason: reason, cause: ErrUnsupportedFormat}
 }
 
 // fixErr completes a source's partial *InputError with the file, the sheet and the header of its column; other

@@ -35,6 +35,12 @@ var ErrInvalidName = errors.New("invalid execution name")
 // maxNameLen is Step Functions' execution name limit.
 const maxNameLen = 80
 
+// FromConfig returns a Starter of the state machine stateMachineARN with a
+// client built from cfg.
+func FromConfig(cfg aws.Config, stateMachineARN string) Starter {
+	return Starter{Client: sfn.NewFromConfig(cfg), StateMachineARN: stateMachineARN}
+}
+
 // Starter starts one export execution per task.
 type Starter struct {
 	// Client is the Step Functions client.

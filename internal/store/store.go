@@ -97,6 +97,11 @@ type Task struct {
 	ID    string
 	State TaskState
 	Spec  TaskSpec
+	// Owner is the principal the task belongs to: an API caller's name, the
+	// drop folder's configured principal, or "local" for the CLI. Only its
+	// owner sees a task through the API (see pipeline.OwnedTask). Empty on
+	// tasks stored before owners were recorded, which no principal owns.
+	Owner string
 	// Source names the input for people: a file name or an object key.
 	Source string
 	// Sheet is the name of the input sheet the rows came from.
@@ -114,6 +119,10 @@ type Task struct {
 	RowsFailed    int
 	RowsSkipped   int
 
+	// Usage sums the tokens of the rows of the task's finished batches
+	// (added by FinishBatch, recounted by a reopen), for the estimated cost.
+	Usage Usage
+
 	// ResultKey is the blob key of the exported result, once exported.
 	ResultKey string
 	// ExportGen counts the times the task was reopened (retried) after an
@@ -127,6 +136,28 @@ type Task struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	FinishedAt time.Time
+}
+
+// TaskCursor is a task's place in an owner's listing, which is ordered by
+// creation time, then id, both descending.
+type TaskCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// Cursor returns t's place in its owner's listing, to resume a listing
+// after it.
+func (t Task) Cursor() TaskCursor { return TaskCursor{CreatedAt: t.CreatedAt, ID: t.ID} }
+
+// ListTasksByOwnerParams selects one owner's tasks, newest first.
+type ListTasksByOwnerParams struct {
+	// Owner is the principal whose tasks are listed; required.
+	Owner string
+	// After, when its ID is set, resumes the listing after that task: the
+	// page starts with the next older task.
+	After TaskCursor
+	// Limit caps the result; 0 means no limit.
+	Limit int
 }
 
 // Batch is a contiguous range of rows claimed and processed as one unit.
@@ -175,6 +206,33 @@ type RowResult struct {
 	LatencyMS int64
 	// Cached is true when the output came from the result cache.
 	Cached bool
+	// Provider names the provider (and model, or route) that answered; ""
+	// for a row that no provider answered (cached, failed before a call).
+	Provider string
+	// Usage is the tokens the call that produced the result was billed
+	// for; zero for a cached row or when the provider reported none.
+	Usage
+}
+
+// Usage counts tokens. It mirrors llm.Usage; the store does not import the
+// provider port.
+type Usage struct {
+	// InputTokens counts prompt tokens, CachedInputTokens included.
+	InputTokens int64
+	// OutputTokens counts completion tokens.
+	OutputTokens int64
+	// CachedInputTokens is the part of InputTokens the provider served from
+	// its prompt cache (billed at the cached-input price where it has one).
+	CachedInputTokens int64
+}
+
+// Add returns the sum of u and v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{
+		InputTokens:       u.InputTokens + v.InputTokens,
+		OutputTokens:      u.OutputTokens + v.OutputTokens,
+		CachedInputTokens: u.CachedInputTokens + v.CachedInputTokens,
+	}
 }
 
 // TransitionTaskParams moves a task between states.
@@ -243,6 +301,26 @@ type RowResultWrite struct {
 	Result RowResult
 }
 
+// MaxSaveBytes bounds what one SaveRowResults call carries, as
+// SaveRowResultsParams.Size estimates it: DynamoDB writes a group in one
+// transaction of at most 4 MB in all, and this leaves room for what the
+// estimate leaves out. Callers split larger groups (a single row over it
+// still goes alone; the store refuses what it cannot hold).
+const MaxSaveBytes = 3 << 20
+
+// saveItemOverhead is Size's allowance per item for its keys and the
+// attributes whose size does not vary (states, counts, times).
+const saveItemOverhead = 512
+
+// SaveSize is what w adds to a group's Size.
+func (w RowResultWrite) SaveSize() int {
+	r := w.Result
+	return saveItemOverhead + len(r.Output) + len(r.Error) + len(r.ErrorClass) + len(r.Provider)
+}
+
+// SaveSize is what c adds to a group's Size.
+func (c CacheEntry) SaveSize() int { return saveItemOverhead + len(c.Key) + len(c.Output) }
+
 // CacheEntry is one model output to remember under its cache key (see
 // Cache).
 type CacheEntry struct {
@@ -264,6 +342,18 @@ type SaveRowResultsParams struct {
 	// calls, it never decides a result.
 	Cache []CacheEntry
 	Now   time.Time
+}
+
+// Size estimates the bytes p writes, to hold against MaxSaveBytes.
+func (p SaveRowResultsParams) Size() int {
+	n := saveItemOverhead // the batch's fence
+	for _, w := range p.Rows {
+		n += w.SaveSize()
+	}
+	for _, c := range p.Cache {
+		n += c.SaveSize()
+	}
+	return n
 }
 
 // SaveRowResultsResult is what the store learnt while saving a group.
@@ -291,7 +381,10 @@ type FinishBatchParams struct {
 	Succeeded int
 	Failed    int
 	Skipped   int
-	Now       time.Time
+	// Usage is the sum of the tokens of the batch's rows, added to the
+	// task's Usage.
+	Usage Usage
+	Now   time.Time
 }
 
 // ListBatchesParams selects batches of a task.
@@ -350,6 +443,12 @@ type Store interface {
 	GetTask(ctx context.Context, id string) (Task, error)
 	// ListTasks returns tasks, newest first, at most limit (0: all).
 	ListTasks(ctx context.Context, limit int) ([]Task, error)
+	// ListTasksByOwner returns the tasks of p.Owner, newest first (ties by
+	// id, descending), starting after p.After. Adapters answer it from an
+	// index by owner and creation time, never by scanning other owners'
+	// tasks. It may lag a just-created task where the backend's index is
+	// eventually consistent (DynamoDB).
+	ListTasksByOwner(ctx context.Context, p ListTasksByOwnerParams) ([]Task, error)
 	// TransitionTask changes a task's state if it is in one of p.From, and
 	// returns the updated task. Idempotent callers treat ErrConflict by
 	// re-reading the task.
@@ -416,8 +515,14 @@ type Store interface {
 	FinishBatch(ctx context.Context, p FinishBatchParams) (Task, error)
 }
 
+// DefaultCacheTTL is how long a cached model output is reused unless a
+// store is told otherwise.
+const DefaultCacheTTL = 30 * 24 * time.Hour
+
 // Cache maps a hash of everything that determines a model's output to that
-// output, so identical prompts are not billed twice. Outputs are written to
+// output, so identical prompts are not billed twice. Entries live for the
+// store's cache TTL (DefaultCacheTTL unless configured): an expired entry is
+// never returned, and is replaced or removed by the backend in time. Outputs are written to
 // the cache together with their rows, by Store.SaveRowResults; PutCached is
 // for callers outside a batch.
 type Cache interface {

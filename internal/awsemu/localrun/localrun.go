@@ -48,10 +48,18 @@ import (
 
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/exporterwire"
 	"github.com/batchgen/batchgen/internal/awswire/generatorwire"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/awswire/splitterwire"
+	"github.com/batchgen/batchgen/internal/awswire/sweeperwire"
+	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/sweeperfn"
+	"github.com/batchgen/batchgen/internal/logging/lambdalog"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/stepfn"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -106,13 +114,13 @@ type Stack struct {
 	SFN   *sfn.Client
 	Store store.Store
 
-	Splitter   *lambdafn.Splitter
-	Generators []*lambdafn.Generator
+	Splitter   *splitterfn.Handler
+	Generators []*generatorfn.Handler
 	// InvocationTimeout is each generator invocation's deadline. Zero
 	// means LambdaTimeout; a test shortens it to run invocations into
 	// their deadline.
 	InvocationTimeout time.Duration
-	Sweeper           *lambdafn.Sweeper
+	Sweeper           *sweeperfn.Handler
 	Exports           *Exports
 
 	region      string
@@ -139,7 +147,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	deps := func(function string) *awswire.Deps {
 		d := awswire.NewDeps(cfg.Env, cfg.AWS, function)
-		d.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: cfg.LogLevel})).With("function", function)
+		d.Logger = lambdalog.New(logs, cfg.LogLevel).With("function", function)
 		d.Metrics = metrics.New(metricsOut, nil, map[string]string{"function": function})
 		if cfg.Customize != nil {
 			cfg.Customize(function, d)
@@ -156,11 +164,11 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		S3:        s3.NewFromConfig(cfg.AWS, func(o *s3.Options) { o.UsePathStyle = true }),
 		SQS:       sqs.NewFromConfig(cfg.AWS),
 		SFN:       sfn.NewFromConfig(cfg.AWS),
-		Store:     deps("store").Store(),
+		Store:     deps("store").Store(s3blob.FromConfig(cfg.AWS, cfg.Env.BucketName, s3blob.Options{})),
 		region:    region,
 	}
 
-	exporter, err := deps("exporter").Exporter()
+	exporter, err := exporterwire.New(deps("exporter"))
 	if err != nil {
 		return nil, fmt.Errorf("localrun: exporter: %w", err)
 	}
@@ -171,7 +179,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	// The engine's own service calls (the Catch path's UpdateItem) are
 	// attributed to the state machine's configuration.
 	s.Exports, err = newExports(ctx, s, cfg.Resources, exporterARN, handler(exporter.Handle), cfg.IntervalScale,
-		deps("starter").Exports(), deps("statemachine").AWS)
+		stepfn.FromConfig(deps("starter").AWS, cfg.Env.StateMachineARN), deps("statemachine").AWS)
 	if err != nil {
 		return nil, fmt.Errorf("localrun: %w", err)
 	}
@@ -180,12 +188,12 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	// generators', the sweeper's) goes to the Exports stand-in, which
 	// starts the emulator's execution through the function's own starter.
 	viaStandIn := func(d *awswire.Deps) *awswire.Deps {
-		d.ExportStarter = s.Exports.Via(d.Exports())
+		d.ExportStarter = s.Exports.Via(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN))
 		return d
 	}
 	sd := viaStandIn(deps("splitter"))
 	sd.TempDir = cfg.TempDir
-	if s.Splitter, err = sd.Splitter(); err != nil {
+	if s.Splitter, err = splitterwire.New(sd); err != nil {
 		return nil, fmt.Errorf("localrun: splitter: %w", err)
 	}
 
@@ -202,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 
 	s.sweeperDeps = viaStandIn(deps("sweeper"))
-	if s.Sweeper, err = s.sweeperDeps.Sweeper(); err != nil {
+	if s.Sweeper, err = sweeperwire.New(s.sweeperDeps); err != nil {
 		return nil, fmt.Errorf("localrun: sweeper: %w", err)
 	}
 	return s, nil
@@ -212,7 +220,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 // by tune (tests: no waiting, fewer claims).
 func (s *Stack) TuneSweeper(tune func(*pipeline.SweeperConfig)) error {
 	s.sweeperDeps.TuneSweeper = tune
-	h, err := s.sweeperDeps.Sweeper()
+	h, err := sweeperwire.New(s.sweeperDeps)
 	if err != nil {
 		return fmt.Errorf("localrun: sweeper: %w", err)
 	}
@@ -308,7 +316,7 @@ func TaskID(ev events.S3Event, spec store.TaskSpec) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("task id: key %q: %w", obj.Key, err)
 	}
-	return pipeline.DropTaskID(key, lambdafn.ObjectVersion(obj), spec), nil
+	return pipeline.DropTaskID(key, splitterfn.ObjectVersion(obj), spec), nil
 }
 
 // TaskID is the id the splitter derives for the object in ev.
@@ -329,6 +337,8 @@ type Split struct {
 // object it has not handed over yet (by key and ETag) to the splitter as an
 // S3 event, reporting each to report (which may be nil). Objects present
 // at the start count as new: the splitter skips those whose task exists.
+// An object the splitter moved to processed/ is forgotten once it is no
+// longer listed, so the same content dropped again is handed over again.
 // It returns nil when ctx ends, or the error of a listing that failed.
 func (s *Stack) Watch(ctx context.Context, interval time.Duration, report func(Split)) error {
 	seen := map[string]bool{}
@@ -348,6 +358,10 @@ func (s *Stack) Watch(ctx context.Context, interval time.Duration, report func(S
 
 func (s *Stack) watchOnce(ctx context.Context, seen map[string]bool, report func(Split)) error {
 	bucket := s.Resources.BucketName
+	// The splitter moves what it took to processed/: an id no longer
+	// listed is forgotten, so the same content dropped again under the same
+	// name is handed over again, as S3 notifies every upload.
+	listed := map[string]bool{}
 	pages := s3.NewListObjectsV2Paginator(s.S3, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(pipeline.IncomingPrefix)})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
@@ -357,6 +371,7 @@ func (s *Stack) watchOnce(ctx context.Context, seen map[string]bool, report func
 		for _, o := range page.Contents {
 			key := aws.ToString(o.Key)
 			id := key + "@" + aws.ToString(o.ETag)
+			listed[id] = true
 			// The notification passes every key under the prefix; keys that are not sheets would reach the
 			// splitter only to be ignored, so they are not handed over (nor reported) at all.
 			if seen[id] || !pipeline.IsInputKey(key) {
@@ -388,6 +403,11 @@ func (s *Stack) watchOnce(ctx context.Context, seen map[string]bool, report func
 			if report != nil {
 				report(split)
 			}
+		}
+	}
+	for id := range seen {
+		if !listed[id] {
+			delete(seen, id)
 		}
 	}
 	return nil
@@ -451,7 +471,7 @@ func (s *Stack) Pump(ctx context.Context, until func(context.Context) bool, onEr
 // deletes those not reported as failures. An error of the handler itself
 // is returned, the messages left to their visibility timeout; a failed
 // delete is not an error (the message is redelivered and acknowledged).
-func (s *Stack) PollOnce(ctx context.Context, g *lambdafn.Generator) error {
+func (s *Stack) PollOnce(ctx context.Context, g *generatorfn.Handler) error {
 	queueURL := s.Resources.QueueURL
 	out, err := s.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(queueURL),

@@ -1,7 +1,8 @@
-// Package generatorwire builds the generator function: on top of
-// awswire's adapters it needs the model provider (the OpenAI SDK, the API
-// key from SSM) and the shared quota. It is its own package so that no
-// other function links those.
+// Package generatorwire builds the generator function: the task store
+// (with the bucket for oversized rows), the work queue, the export state
+// machine, and what no other function links: the model provider (the
+// OpenAI SDK and the API key from SSM, or the Bedrock runtime client) and
+// the shared quota.
 package generatorwire
 
 import (
@@ -9,6 +10,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -16,90 +19,160 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/lambdafn"
+	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
 	"github.com/batchgen/batchgen/internal/llm"
-	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
-	"github.com/batchgen/batchgen/internal/llm/sim"
+	bedrockllm "github.com/batchgen/batchgen/internal/llm/bedrock"
+	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/providerfile"
+	"github.com/batchgen/batchgen/internal/providers"
+	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
 	"github.com/batchgen/batchgen/internal/quota"
 	"github.com/batchgen/batchgen/internal/quota/dynamoquota"
+	"github.com/batchgen/batchgen/internal/stepfn"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
-// Provider builds the model provider. For openai with MODEL_API_KEY_PARAM
-// it reads the key from SSM Parameter Store (decrypted); the key is never
-// logged.
-func Provider(ctx context.Context, d *awswire.Deps) (llm.Provider, error) {
-	switch d.Env.ModelProvider {
-	case "openai":
-		key := ""
-		if name := d.Env.ModelAPIKeyParam; name != "" {
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			out, err := ssm.NewFromConfig(d.AWS).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
-			if err != nil {
-				return nil, fmt.Errorf("read the model API key from SSM parameter %s: %w", name, err)
-			}
-			if out.Parameter == nil || aws.ToString(out.Parameter.Value) == "" {
-				return nil, fmt.Errorf("SSM parameter %s is empty", name)
-			}
-			key = aws.ToString(out.Parameter.Value)
-		}
-		p, err := openaillm.New(openaillm.Config{BaseURL: d.Env.ModelBaseURL, APIKey: key, Model: d.Env.ModelName})
-		if err != nil {
-			return nil, fmt.Errorf("model provider: %w", err)
-		}
-		return p, nil
-	default:
-		return sim.New(sim.Config{Latency: d.Env.SimLatency, Jitter: d.Env.SimLatency / 6, Clock: d.Clock}), nil
+// Providers returns the generator's providers file: PROVIDERS_FILE (the
+// ProvidersFile parameter's YAML), or one entry built from MODEL_PROVIDER,
+// MODEL_NAME, MODEL_BASE_URL, MODEL_API_KEY_PARAM, QUOTA_RPM and QUOTA_TPM
+// as run's single-provider flags build theirs, so both take one code path
+// and pass providerfile's one Validate. A bad file is an error naming the
+// key and its line.
+func Providers(env awswire.Env) (*providerfile.File, error) {
+	if env.ProvidersFile != "" {
+		return providerfile.Parse("PROVIDERS_FILE", []byte(env.ProvidersFile))
 	}
+	spec := env.DefaultSpec()
+	entry := providerfile.Provider{
+		// Named as run names the entry of its flags.
+		Name: env.ModelProvider + "/" + spec.Model, Kind: providerfile.Kind(env.ModelProvider),
+		BaseURL: env.ModelBaseURL, Model: spec.Model,
+		RPM: env.QuotaRPM, TPM: env.QuotaTPM, Concurrency: env.Concurrency,
+	}
+	if entry.Kind == providerfile.KindOpenAI {
+		// MODEL_API_KEY_PARAM is for openai only; other kinds ignore it.
+		entry.APIKeyParam = env.ModelAPIKeyParam
+	}
+	if entry.Kind == providerfile.KindSim {
+		entry.BaseURL = ""
+		entry.Latency, entry.Jitter = env.SimLatency, env.SimLatency/6
+	}
+	f := &providerfile.File{Providers: []providerfile.Provider{entry}}
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("model parameters: %w", err)
+	}
+	return f, nil
+}
+
+// Router builds the router over f's providers for the generator: openai
+// keys from SSM (api_key_param), Bedrock signed by the function's role, a
+// shared DynamoDB limiter per provider keyed by its name; metrics go to
+// rec. ctx bounds the cold-start reads of the keys.
+func Router(ctx context.Context, d *awswire.Deps, f *providerfile.File, rec metrics.Recorder) (*pipeline.Router, error) {
+	build := providers.Builder{
+		Clock: d.Clock,
+		Key: func(p providerfile.Provider) (string, error) {
+			if p.APIKeyParam == "" {
+				return strings.TrimSpace(os.Getenv(p.APIKeyEnv)), nil
+			}
+			return readKey(ctx, d, p.APIKeyParam)
+		},
+		Bedrock: func(p providerfile.Provider) (llm.Provider, error) {
+			// Signed by the function's role: no key. The role may invoke
+			// the models the template grants only; a task calling another
+			// gets AccessDenied, which stops that provider's calls.
+			cfg := bedrockllm.Config{Model: p.Model, Region: p.Region, BaseURL: p.BaseURL}
+			return bedrockllm.New(bedrockllm.NewClient(d.AWS, cfg), cfg)
+		},
+	}
+	return f.Router(providerfile.Wiring{
+		Build:   build.Build,
+		Limiter: func(p providerfile.Provider) pipeline.Limiter { return Limiter(d, p) },
+	}, pipeline.RouterConfig{Logger: d.Logger, Metrics: rec})
+}
+
+// readKey reads an API key from SSM Parameter Store (decrypted); the key is
+// never logged.
+func readKey(ctx context.Context, d *awswire.Deps, name string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := ssm.NewFromConfig(d.AWS).GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
+	if err != nil {
+		return "", fmt.Errorf("read the model API key from SSM parameter %s: %w", name, err)
+	}
+	if out.Parameter == nil || aws.ToString(out.Parameter.Value) == "" {
+		return "", fmt.Errorf("SSM parameter %s is empty", name)
+	}
+	return aws.ToString(out.Parameter.Value), nil
 }
 
 // New builds the generator function's handler around one shared
-// pipeline.Generator; ctx bounds the cold-start reads (the API key).
-func New(ctx context.Context, d *awswire.Deps) (*lambdafn.Generator, error) {
+// pipeline.Generator; ctx bounds the cold-start reads (the API keys).
+func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
-	provider, err := Provider(ctx, d)
+	f, err := Providers(d.Env)
 	if err != nil {
 		return nil, err
 	}
-	var st store.Store = d.Store()
-	counter := lambdafn.NewGeneratorCounter()
+	counter := generatorfn.NewCounter()
+	router, err := Router(ctx, d, f, counter)
+	if err != nil {
+		return nil, err
+	}
+	// Rows over DynamoDB's item size keep their cells in the bucket.
+	overflow := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
+	var st store.Store = d.Store(overflow)
+	concurrency := 0
+	for _, p := range f.Providers {
+		concurrency += p.Concurrency
+	}
 	cfg := pipeline.GeneratorConfig{
-		Cache:       d.Store(),
-		Limiter:     limiter(d),
-		Observer:    lambdafn.RowObserver(counter),
-		Owner:       instanceName(d.Env.LogStream),
-		Clock:       d.Clock,
-		Logger:      d.Logger,
-		Concurrency: d.Env.Concurrency,
+		Cache:     d.Store(overflow),
+		CacheMode: d.Env.CacheMode,
+		Metrics:   counter,
+		Owner:     instanceName(d.Env.LogStream),
+		Clock:     d.Clock,
+		Logger:    d.Logger,
+		// Rows in flight: every provider's slots can be busy at once.
+		Concurrency: concurrency,
+		CallTimeout: router.MaxTimeout(),
 		Lease:       d.Env.Lease,
 	}
 	if d.TuneGenerator != nil {
 		st = d.TuneGenerator(st, &cfg)
 	}
-	gen := pipeline.NewGenerator(st, provider, d.Exports(), cfg)
-	return &lambdafn.Generator{Generator: gen, Queue: d.Queue(), Counter: counter, Metrics: d.Metrics, Logger: d.Logger}, nil
+	gen := pipeline.NewGenerator(st, router, d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)), cfg)
+	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
+	return &generatorfn.Handler{Generator: gen, Queue: queue, Counter: counter, Metrics: d.Metrics, Logger: d.Logger}, nil
 }
 
-// limiter paces the generator to QUOTA_RPM across every instance: a
-// quota.Shared leasing per-second blocks from the table, so the sum over
-// instances holds however many run. Quotas under one request a second fall
-// back to a per-instance share. nil means unlimited.
-func limiter(d *awswire.Deps) pipeline.Limiter {
-	if d.Env.QuotaRPM <= 0 {
-		return nil
+// Limiter paces provider p to its rpm and tpm across every instance: a
+// quota.Shared leasing per-second blocks from the table under p's name, so
+// the sum over instances holds however many run. A quota under one request
+// a second, or none (rpm 0: learnt from the provider's headers and 429s),
+// takes a per-instance limiter with the instance's share.
+func Limiter(d *awswire.Deps, p providerfile.Provider) pipeline.Limiter {
+	if p.RPM > 0 {
+		shared, err := quota.NewShared(dynamoquota.New(dynamodb.NewFromConfig(d.AWS), d.Env.TableName, p.Name),
+			quota.SharedConfig{RPM: p.RPM, TPM: p.TPM, Clock: d.Clock})
+		if err == nil {
+			return shared
+		}
+		d.Logger.Warn("quota too small to share; each instance takes its share", "provider", p.Name, "rpm", p.RPM, "tpm", p.TPM, "reason", err)
 	}
-	name := d.Env.ModelProvider + ":" + d.Env.ModelName
-	shared, err := quota.NewShared(dynamoquota.New(dynamodb.NewFromConfig(d.AWS), d.Env.TableName, name),
-		quota.SharedConfig{RPM: d.Env.QuotaRPM, Clock: d.Clock})
-	if err == nil {
-		return shared
+	return quota.NewLocal(quota.LocalConfig{RPM: share(p.RPM, d.Env.MaxConcurrency), TPM: share(p.TPM, d.Env.MaxConcurrency), Clock: d.Clock})
+}
+
+// share is one of instances' share of a per-minute quota (0: none).
+func share(perMinute, instances int) int {
+	if perMinute <= 0 {
+		return 0
 	}
-	d.Logger.Warn("quota too small to share; each instance takes its share", "rpm", d.Env.QuotaRPM, "reason", err)
-	return quota.NewLocal(quota.LocalConfig{RPM: d.Env.InstanceRPM(), Clock: d.Clock})
+	return max(1, perMinute/max(1, instances))
 }
 
 // instanceName names this Lambda instance in batch claims, so an operator

@@ -6,7 +6,7 @@
 //   - Put streams: it must accept a reader of unknown length that is not
 //     an io.Seeker (the suite's 5 MB object comes through an io.Pipe).
 //   - Keys that are empty, absolute or contain a ".." element are refused by
-//     Put, Open and Delete with an error, so a key taken from user input can
+//     Put, Open, Delete and Move with an error, so a key taken from user input can
 //     never reach outside the store.
 package blobtest
 
@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore func(t *testing.T) blob.Store) {
 		{"SubFolders", testSubFolders},
 		{"InvalidKeys", testInvalidKeys},
 		{"ConcurrentPuts", testConcurrentPuts},
+		{"Move", testMove},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -270,6 +271,14 @@ func testInvalidKeys(t *testing.T, s blob.Store) {
 			if err := s.Delete(ctx, key); err == nil {
 				t.Errorf("Delete(%q) succeeded, want an error", key)
 			}
+			put(t, s, "valid", []byte("x"))
+			if err := s.Move(ctx, key, "moved"); err == nil {
+				t.Errorf("Move(%q, \"moved\") succeeded, want an error", key)
+			}
+			if err := s.Move(ctx, "valid", key); err == nil {
+				t.Errorf("Move(\"valid\", %q) succeeded, want an error", key)
+			}
+			wantContent(t, s, "valid", []byte("x"))
 		})
 	}
 }
@@ -344,4 +353,50 @@ func testConcurrentPuts(t *testing.T, s blob.Store) {
 	if got := read(t, s, "results/t.xlsx"); !versions[sha256.Sum256(got)] {
 		t.Errorf("final object (%d bytes) is no version that was put", len(got))
 	}
+}
+
+// testMove moves objects as a drop folder moves its inputs to processed/:
+// into new sub-folders, over an earlier object of the same name, and a
+// second time after the object is gone (a repeated event), which must be
+// blob.ErrNotFound and leave the moved object alone.
+func testMove(t *testing.T, s blob.Store) {
+	ctx := t.Context()
+	tests := []struct {
+		name, from, to string
+		data, old      []byte // old: an object already at to, nil for none
+	}{
+		{"into a new folder", "incoming/商品 list+1.csv", "processed/商品 list+1.csv", []byte("名称\n积木\n"), nil},
+		{"sub-folders", "incoming/a b/c.d/名.xlsx", "processed/a b/c.d/名.xlsx", payload(3, 64<<10), nil},
+		{"over an older object", "incoming/again.csv", "processed/again.csv", []byte("new"), []byte("the older, longer content")},
+		{"empty object", "incoming/empty.csv", "processed/empty.csv", []byte{}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.old != nil {
+				put(t, s, tt.to, tt.old)
+			}
+			put(t, s, tt.from, tt.data)
+			if err := s.Move(ctx, tt.from, tt.to); err != nil {
+				t.Fatalf("move %s to %s: %v", tt.from, tt.to, err)
+			}
+			wantContent(t, s, tt.to, tt.data)
+			wantMissing(t, s, tt.from)
+			err := s.Move(ctx, tt.from, tt.to)
+			if !errors.Is(err, blob.ErrNotFound) {
+				t.Errorf("second move of %s: error = %v, want %v", tt.from, err, blob.ErrNotFound)
+			}
+			wantContent(t, s, tt.to, tt.data)
+		})
+	}
+	t.Run("missing source leaves the target", func(t *testing.T) {
+		put(t, s, "processed/kept.csv", []byte("kept"))
+		if err := s.Move(ctx, "incoming/never.csv", "processed/kept.csv"); !errors.Is(err, blob.ErrNotFound) {
+			t.Errorf("move of a key never put: error = %v, want %v", err, blob.ErrNotFound)
+		}
+		wantContent(t, s, "processed/kept.csv", []byte("kept"))
+		if err := s.Move(ctx, "incoming/never.csv", "processed/nothing.csv"); !errors.Is(err, blob.ErrNotFound) {
+			t.Errorf("move of a key never put: error = %v, want %v", err, blob.ErrNotFound)
+		}
+		wantMissing(t, s, "processed/nothing.csv")
+	})
 }

@@ -225,3 +225,43 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 func isMissing(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
 }
+
+// Move renames the file of from onto to's, creating to's folders: a rename
+// within one file system is atomic, so to holds the old file or the moved
+// one, and from is gone in the same step. A missing from (or a folder) is
+// blob.ErrNotFound.
+func (s *Store) Move(ctx context.Context, from, to string) error {
+	src, err := s.Path(from)
+	if err != nil {
+		return fmt.Errorf("move blob: %w", err)
+	}
+	dst, err := s.Path(to)
+	if err != nil {
+		return fmt.Errorf("move blob: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("move blob %q: %w", from, err)
+	}
+	info, err := os.Stat(src)
+	if isMissing(err) || err == nil && !info.Mode().IsRegular() {
+		return fmt.Errorf("move blob %q: %w", from, blob.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("move blob %q: %w", from, err)
+	}
+	dir := filepath.Dir(dst)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("move blob %q to %q: %w", from, to, err)
+	}
+	if err := os.Rename(src, dst); isMissing(err) {
+		// Moved away by another caller meanwhile.
+		return fmt.Errorf("move blob %q: %w", from, blob.ErrNotFound)
+	} else if err != nil {
+		return fmt.Errorf("move blob %q to %q: %w", from, to, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}

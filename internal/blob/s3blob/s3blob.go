@@ -17,6 +17,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -78,6 +79,19 @@ type Store struct {
 	prefix   string
 	uploader *transfermanager.Client
 	presign  *s3.PresignClient
+}
+
+// FromConfig returns a Store on bucket with an S3 client built from cfg.
+// Against a custom endpoint (cfg.BaseEndpoint, as AWS_ENDPOINT_URL sets
+// for an emulator) the client uses path-style URLs, which emulators serve
+// without wildcard DNS.
+func FromConfig(cfg aws.Config, bucket string, opts Options) *Store {
+	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if cfg.BaseEndpoint != nil {
+			o.UsePathStyle = true
+		}
+	})
+	return New(client, bucket, opts)
 }
 
 // New returns a Store on bucket. An invalid Options.Prefix is a
@@ -271,4 +285,47 @@ func isNotFound(err error) bool {
 	}
 	var re *smithyhttp.ResponseError
 	return errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound
+}
+
+// Move copies the object at from to to (one CopyObject, server-side; S3
+// copies objects up to 5 GiB that way, far above the input limit) and then
+// deletes from. S3 has no rename: between the two calls the object is under
+// both keys, and a failed delete leaves it so (the caller retries the Move,
+// whose copy then just happens again). A missing from is blob.ErrNotFound
+// (with s3:ListBucket; without it S3 answers 403).
+func (s *Store) Move(ctx context.Context, from, to string) error {
+	src, err := s.ObjectKey(from)
+	if err != nil {
+		return fmt.Errorf("move blob: %w", err)
+	}
+	dst, err := s.ObjectKey(to)
+	if err != nil {
+		return fmt.Errorf("move blob: %w", err)
+	}
+	_, err = s.client.CopyObject(ctx, &s3.CopyObjectInput{
+		Bucket: aws.String(s.bucket), Key: aws.String(dst),
+		CopySource: aws.String(copySource(s.bucket, src)),
+	})
+	if isNotFound(err) {
+		return fmt.Errorf("move blob %q: %w", from, blob.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("move blob %q to %q in s3://%s: copy: %w", from, to, s.bucket, err)
+	}
+	_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(src)})
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("move blob %q to %q in s3://%s: delete the original: %w", from, to, s.bucket, err)
+	}
+	return nil
+}
+
+// copySource is CopyObject's x-amz-copy-source: bucket/key, URL-encoded
+// (S3 decodes it), each path element escaped and '+' too, which S3 would
+// otherwise decode as a space.
+func copySource(bucket, key string) string {
+	parts := strings.Split(bucket+"/"+key, "/")
+	for i, p := range parts {
+		parts[i] = strings.ReplaceAll(url.PathEscape(p), "+", "%2B")
+	}
+	return strings.Join(parts, "/")
 }

@@ -5,6 +5,16 @@
 // answered per prompt, so a test can prove that a job stayed under the quota
 // and paid for every row exactly once.
 //
+// Quotas: Quota requests and TokenQuota tokens per QuotaWindow, each a strict
+// sliding window. A request is charged its prompt tokens plus max_tokens
+// (DefaultOutputTokens without one) when admitted, the way OpenAI counts it,
+// and the charge is corrected to the usage it reports once answered. Every
+// answer carries OpenAI's rate-limit headers (x-ratelimit-limit-*,
+// -remaining-*, -reset-* for requests and tokens, scaled to a minute; reset
+// is when the window is whole again) and a 429 also Retry-After and
+// retry-after-ms; NoRateLimitHeaders leaves all but Retry-After out, so that
+// a client must learn the quota from 429s alone.
+//
 // Markers (substrings anywhere in the request's messages) force an outcome:
 //
 //	[[filter]]         400 content_filter
@@ -17,6 +27,7 @@
 package mockserver
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -27,6 +38,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +46,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/llm"
 )
 
 // Defaults for Config.
@@ -65,6 +78,12 @@ type Config struct {
 	// Quota is the number of requests accepted per QuotaWindow; 0 means
 	// unlimited. Requests answered 429 do not count against it.
 	Quota int
+	// TokenQuota is the number of tokens (prompt plus completion) accepted
+	// per QuotaWindow; 0 means unlimited.
+	TokenQuota int
+	// NoRateLimitHeaders leaves the x-ratelimit-* and retry-after-ms
+	// headers out (a 429 still has Retry-After).
+	NoRateLimitHeaders bool
 	// QuotaWindow is the sliding window of Quota. Defaults to 60 s.
 	QuotaWindow time.Duration
 	// FailRate is the fraction of accepted requests answered 500 or 503.
@@ -105,6 +124,11 @@ type Config struct {
 	// Clock times the quota window and waits out latency. Defaults to
 	// clock.Real.
 	Clock clock.Clock
+	// PaidLog, when non-nil, gets one line per completion returned, the
+	// prompt as a JSON string, written before the answer: what a provider
+	// bills. Written to a file, it survives the server being killed (Stats
+	// do not), so a test can count every row's paid calls across a kill.
+	PaidLog io.Writer
 }
 
 // Stats is a snapshot of what the server answered since start or the last
@@ -116,6 +140,9 @@ type Stats struct {
 	Succeeded int64 `json:"succeeded"`
 	// RateLimited counts 429 rate_limit_exceeded answers.
 	RateLimited int64 `json:"rate_limited"`
+	// Tokens sums the usage (prompt plus completion tokens) of the
+	// completions returned.
+	Tokens int64 `json:"tokens"`
 	// QuotaExhausted counts 429 insufficient_quota answers.
 	QuotaExhausted int64 `json:"quota_exhausted"`
 	// ServerErrors counts 5xx answers.
@@ -159,6 +186,10 @@ type Server struct {
 	window []time.Time
 	head   int
 	n      int
+	// toks holds the token charges within the last QuotaWindow, oldest
+	// first, and tokSum their sum.
+	toks   []tokenCharge
+	tokSum int
 	stats  Stats
 	prompt map[string]*PromptStats
 	seq    int64
@@ -170,6 +201,7 @@ func New(cfg Config) *Server {
 		cfg.QuotaWindow = DefaultQuotaWindow
 	}
 	cfg.Quota = max(cfg.Quota, 0)
+	cfg.TokenQuota = max(cfg.TokenQuota, 0)
 	cfg.FailRate = min(max(cfg.FailRate, 0), 1)
 	cfg.Latency = max(cfg.Latency, 0)
 	cfg.Jitter = max(cfg.Jitter, 0)
@@ -236,6 +268,7 @@ func (s *Server) Reset() {
 	s.stats = Stats{InFlight: inFlight, PeakInFlight: inFlight}
 	clear(s.prompt)
 	s.head, s.n = 0, 0
+	s.toks, s.tokSum = nil, 0
 }
 
 // ServeHTTP routes:
@@ -324,22 +357,30 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	if retryAfter, ok := s.admitLocked(now); !ok {
+	charge := req.inTokens + cmpOr(req.maxTokens, llm.DefaultOutputTokens)
+	s.seq++
+	id := s.seq
+	retryAfter, what, ok := s.admitLocked(now, id, charge)
+	s.rateHeadersLocked(w.Header(), now)
+	if !ok {
 		s.stats.RateLimited++
 		s.mu.Unlock()
 		secs := int(math.Ceil(retryAfter.Seconds()))
 		secs = max(secs, 1)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		w.Header().Set("X-Ratelimit-Limit-Requests", strconv.Itoa(s.cfg.Quota))
-		w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+		if !s.cfg.NoRateLimitHeaders {
+			w.Header().Set("Retry-After-Ms", strconv.FormatInt(max(retryAfter.Milliseconds(), 1), 10))
+		}
+		limit := s.cfg.Quota
+		if what == "tokens" {
+			limit = s.cfg.TokenQuota
+		}
 		writeError(w, http.StatusTooManyRequests, apiError{
-			Message: fmt.Sprintf("Rate limit reached for requests: limit %d per %v. Please try again in %ds.", s.cfg.Quota, s.cfg.QuotaWindow, secs),
+			Message: fmt.Sprintf("Rate limit reached for %s: limit %d per %v. Please try again in %ds.", what, limit, s.cfg.QuotaWindow, secs),
 			Type:    "rate_limit_exceeded", Code: "rate_limit_exceeded",
 		})
 		return
 	}
-	s.seq++
-	id := s.seq
 	roll := s.roll(req.prompt, calls)
 	out := s.decide(req.text, calls, roll)
 	s.mu.Unlock()
@@ -392,10 +433,17 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.completion(id, now, req, "", "content_filter"))
 	default:
 		text, finish := truncate("Copy for: "+req.prompt, req.maxTokens)
+		used := req.inTokens + estimateTokens(text)
 		s.mu.Lock()
+		s.correctLocked(id, used)
+		s.stats.Tokens += int64(used)
 		s.stats.Succeeded++
 		if p, ok := s.prompt[req.prompt]; ok {
 			p.Succeeded++
+		}
+		if s.cfg.PaidLog != nil {
+			line, _ := json.Marshal(req.prompt) // a string always marshals
+			_, _ = s.cfg.PaidLog.Write(append(line, '\n'))
 		}
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, s.completion(id, now, req, text, finish))
@@ -442,21 +490,42 @@ func (s *Server) trackCallLocked(prompt string) int64 {
 	return p.Calls
 }
 
-// admitLocked applies the sliding-window quota at now. It records and
-// admits the request, or returns how long until the oldest counted request
-// leaves the window.
-func (s *Server) admitLocked(now time.Time) (time.Duration, bool) {
+// tokenCharge is one admitted request's tokens in the window.
+type tokenCharge struct {
+	at  time.Time
+	id  int64
+	tok int
+}
+
+// admitLocked applies the sliding-window quotas at now. It records and
+// admits request id charged tokens, or returns how long until enough of the
+// window's oldest requests leave it, and which quota refused ("requests" or
+// "tokens").
+func (s *Server) admitLocked(now time.Time, id int64, tokens int) (time.Duration, string, bool) {
+	cutoff := now.Add(-s.cfg.QuotaWindow)
+	s.expireLocked(cutoff)
+	if q := s.cfg.Quota; q > 0 && s.n == q {
+		return s.window[s.head].Sub(cutoff), "requests", false
+	}
+	if tq := s.cfg.TokenQuota; tq > 0 && len(s.toks) > 0 && s.tokSum+tokens > tq {
+		// Wait until enough charges leave; a request above the whole
+		// quota is admitted into an empty window.
+		left := s.tokSum
+		for _, c := range s.toks {
+			left -= c.tok
+			if left+tokens <= tq {
+				return c.at.Sub(cutoff), "tokens", false
+			}
+		}
+		return s.toks[len(s.toks)-1].at.Sub(cutoff), "tokens", false
+	}
+	if s.cfg.TokenQuota > 0 {
+		s.toks = append(s.toks, tokenCharge{at: now, id: id, tok: tokens})
+		s.tokSum += tokens
+	}
 	q := s.cfg.Quota
 	if q == 0 {
-		return 0, true
-	}
-	cutoff := now.Add(-s.cfg.QuotaWindow)
-	for s.n > 0 && !s.window[s.head].After(cutoff) {
-		s.head = (s.head + 1) % len(s.window)
-		s.n--
-	}
-	if s.n == q {
-		return s.window[s.head].Sub(cutoff), false
+		return 0, "", true
 	}
 	if s.n == len(s.window) {
 		// Grow on demand so that a huge Quota costs memory only when
@@ -469,7 +538,73 @@ func (s *Server) admitLocked(now time.Time) (time.Duration, bool) {
 	}
 	s.window[(s.head+s.n)%len(s.window)] = now
 	s.n++
-	return 0, true
+	return 0, "", true
+}
+
+// expireLocked drops what left the window at cutoff.
+func (s *Server) expireLocked(cutoff time.Time) {
+	for s.n > 0 && !s.window[s.head].After(cutoff) {
+		s.head = (s.head + 1) % len(s.window)
+		s.n--
+	}
+	i := 0
+	for i < len(s.toks) && !s.toks[i].at.After(cutoff) {
+		s.tokSum -= s.toks[i].tok
+		i++
+	}
+	if i > 0 {
+		s.toks = append(s.toks[:0], s.toks[i:]...)
+	}
+}
+
+// correctLocked replaces request id's token charge by what it used.
+func (s *Server) correctLocked(id int64, used int) {
+	i, ok := slices.BinarySearchFunc(s.toks, id, func(c tokenCharge, id int64) int { return cmp.Compare(c.id, id) })
+	if !ok {
+		return // left the window already
+	}
+	s.tokSum += used - s.toks[i].tok
+	s.toks[i].tok = used
+}
+
+// rateHeadersLocked sets OpenAI's x-ratelimit-* headers for the quotas in
+// force: per minute, as OpenAI states them, and reset is when the window
+// is whole again (one window after its newest request).
+func (s *Server) rateHeadersLocked(h http.Header, now time.Time) {
+	if s.cfg.NoRateLimitHeaders {
+		return
+	}
+	perMinute := float64(time.Minute) / float64(s.cfg.QuotaWindow)
+	set := func(kind string, limit, used int, newest time.Time) {
+		h.Set("X-Ratelimit-Limit-"+kind, strconv.Itoa(int(float64(limit)*perMinute)))
+		h.Set("X-Ratelimit-Remaining-"+kind, strconv.Itoa(int(float64(max(limit-used, 0))*perMinute)))
+		reset := time.Duration(0)
+		if used > 0 {
+			reset = max(newest.Add(s.cfg.QuotaWindow).Sub(now), time.Millisecond)
+		}
+		h.Set("X-Ratelimit-Reset-"+kind, reset.String())
+	}
+	if q := s.cfg.Quota; q > 0 {
+		var newest time.Time
+		if s.n > 0 {
+			newest = s.window[(s.head+s.n-1)%len(s.window)]
+		}
+		set("Requests", q, s.n, newest)
+	}
+	if tq := s.cfg.TokenQuota; tq > 0 {
+		var newest time.Time
+		if len(s.toks) > 0 {
+			newest = s.toks[len(s.toks)-1].at
+		}
+		set("Tokens", tq, s.tokSum, newest)
+	}
+}
+
+func cmpOr(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 // roll is the deterministic pseudo-random number in [0, 1) for the calls-th
@@ -657,22 +792,9 @@ func truncate(text string, maxTokens int) (string, string) {
 	return text, "stop"
 }
 
-// estimateTokens approximates a tokenizer: about four bytes per token for
-// Latin text and one per other character.
-func estimateTokens(s string) int {
-	if s == "" {
-		return 0
-	}
-	ascii, other := 0, 0
-	for _, r := range s {
-		if r < utf8.RuneSelf {
-			ascii++
-		} else {
-			other++
-		}
-	}
-	return (ascii+3)/4 + other
-}
+// estimateTokens is the mock's tokenizer: llm.EstimateTokens, about four
+// bytes per token for Latin text and one per other character.
+func estimateTokens(s string) int { return llm.EstimateTokens(s) }
 
 type completion struct {
 	ID                string   `json:"id"`

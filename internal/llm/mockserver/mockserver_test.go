@@ -105,6 +105,93 @@ func TestQuotaSlidingWindow(t *testing.T) {
 	}
 }
 
+// TestTokenQuotaSlidingWindow: a request is charged its prompt and
+// max_tokens when admitted and its usage once answered; one that does not
+// fit the window is refused until enough charges leave it.
+func TestTokenQuotaSlidingWindow(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(t0)
+	// Prompt "be brief\np\n" is 3 tokens, the answer "Copy for: p" 3: a
+	// request with max_tokens 40 is charged 43, then 6.
+	s := New(Config{TokenQuota: 50, QuotaWindow: time.Minute, Clock: clk})
+	type step struct {
+		Advance    time.Duration
+		MaxTokens  int
+		Status     int
+		RetryAfter string
+		Remaining  string // x-ratelimit-remaining-tokens
+	}
+	steps := []step{
+		{0, 40, 200, "", "7"},                   // 43 charged at admission
+		{10 * time.Second, 45, 429, "50", "44"}, // 6 + 48 > 50 until the first leaves at t=60s
+		{0, 40, 200, "", "1"},                   // 6 + 43 fit
+		{50 * time.Second, 45, 429, "10", "44"}, // t=60s: the first left; 6 + 48 > 50 until t=70s
+		{10 * time.Second, 45, 200, "", "2"},    // t=70s: window empty, 48 charged
+	}
+	var got []step
+	for _, st := range steps {
+		clk.Advance(st.Advance)
+		rec := post(s, fmt.Sprintf(`{"model":"m","max_tokens":%d,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"p"}]}`, st.MaxTokens))
+		got = append(got, step{st.Advance, st.MaxTokens, rec.Code, rec.Header().Get("Retry-After"), rec.Header().Get("X-Ratelimit-Remaining-Tokens")})
+		if rec.Code == 429 && !strings.Contains(decodeError(t, rec).Error.Message, "tokens") {
+			t.Errorf("429 body = %s, want it to name the token quota", rec.Body.String())
+		}
+	}
+	if diff := cmp.Diff(steps, got); diff != "" {
+		t.Errorf("token quota answers (-want +got):\n%s", diff)
+	}
+	if st := s.Stats(); st.Tokens != 18 || st.Succeeded != 3 {
+		t.Errorf("stats: %d tokens used by %d completions, want 18 by 3 (6 each, whatever was charged)", st.Tokens, st.Succeeded)
+	}
+}
+
+// TestRateLimitHeaders: answers state the quotas per minute and what is
+// left; a 429 adds Retry-After and retry-after-ms; NoRateLimitHeaders
+// leaves all but Retry-After out.
+func TestRateLimitHeaders(t *testing.T) {
+	t.Parallel()
+	names := []string{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests",
+		"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens", "Retry-After", "Retry-After-Ms"}
+	tests := []struct {
+		name      string
+		noHeaders bool
+		want      [][]string // per request, the header values in names' order
+	}{
+		{"headers", false, [][]string{
+			// 2 requests and 600 tokens per 10 s are 12 and 3600 a minute.
+			// "prompt N" is 3 tokens: charged 63 at admission, 8 used.
+			{"12", "6", "10s", "3600", "3222", "10s", "", ""},    // (600-63) x 6
+			{"12", "0", "10s", "3600", "3174", "10s", "", ""},    // (600-8-63) x 6
+			{"12", "0", "9s", "3600", "3504", "9s", "5", "5000"}, // refused at 5 s: the newest is whole at 14 s, the oldest leaves at 10 s
+		}},
+		{"no headers", true, [][]string{
+			{"", "", "", "", "", "", "", ""},
+			{"", "", "", "", "", "", "", ""},
+			{"", "", "", "", "", "", "5", ""},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(t0)
+			s := New(Config{Quota: 2, TokenQuota: 600, QuotaWindow: 10 * time.Second, NoRateLimitHeaders: tc.noHeaders, Clock: clk})
+			var got [][]string
+			for i, advance := range []time.Duration{0, 4 * time.Second, time.Second} {
+				clk.Advance(advance)
+				rec := post(s, fmt.Sprintf(`{"model":"m","max_tokens":60,"messages":[{"role":"user","content":"prompt %d"}]}`, i))
+				var vals []string
+				for _, n := range names {
+					vals = append(vals, rec.Header().Get(n))
+				}
+				got = append(got, vals)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("headers %v (-want +got):\n%s", names, diff)
+			}
+		})
+	}
+}
+
 func TestQuotaExactUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	s := New(Config{Quota: 20, Latency: 10 * time.Millisecond})
@@ -500,7 +587,7 @@ func TestStatsResetHealthz(t *testing.T) {
 	if err := json.Unmarshal(body, &got); err != nil {
 		t.Fatalf("stats JSON: %v", err)
 	}
-	want := Stats{Requests: 3, Succeeded: 1, RateLimited: 1, BadRequests: 1, PeakInFlight: 1,
+	want := Stats{Requests: 3, Succeeded: 1, RateLimited: 1, Tokens: 6, BadRequests: 1, PeakInFlight: 1,
 		PerPrompt: map[string]PromptStats{"a": {Calls: 2, Succeeded: 1}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
@@ -644,7 +731,7 @@ func TestAdmitMatchesNaiveWindow(t *testing.T) {
 		} else {
 			rejected++
 		}
-		gotWait, gotOK := s.admitLocked(now)
+		gotWait, _, gotOK := s.admitLocked(now, int64(i), 0)
 		if gotOK != wantOK || gotWait != wantWait {
 			t.Fatalf("request %d at +%v: admit = (%v, %v), want (%v, %v)", i, now.Sub(t0), gotWait, gotOK, wantWait, wantOK)
 		}

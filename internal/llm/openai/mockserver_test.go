@@ -61,7 +61,7 @@ func TestAgainstMockServer(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Generate: %v", err)
 				}
-				if resp.Text != tc.wantText || resp.InputTokens <= 0 || resp.OutputTokens <= 0 {
+				if resp.Text != tc.wantText || resp.Usage.InputTokens <= 0 || resp.Usage.OutputTokens <= 0 {
 					t.Errorf("response = %+v, want text %q and token counts", resp, tc.wantText)
 				}
 				return
@@ -164,8 +164,52 @@ func TestMockServerMaxTokens(t *testing.T) {
 		if err != nil {
 			t.Fatalf("legacy=%v: %v", legacy, err)
 		}
-		if resp.Text != "Copy for" || resp.OutputTokens != 2 {
+		if resp.Text != "Copy for" || resp.Usage.OutputTokens != 2 {
 			t.Errorf("legacy=%v: response = %+v, want text cut to 2 tokens", legacy, resp)
 		}
+	}
+}
+
+// TestRateLimitHeadersSurface: the adapter hands the answer's x-ratelimit-*
+// headers to the caller, on a completion and on a 429, and a 429 without
+// them still carries its Retry-After.
+func TestRateLimitHeadersSurface(t *testing.T) {
+	t.Parallel()
+	for _, noHeaders := range []bool{false, true} {
+		t.Run(map[bool]string{false: "headers", true: "no headers"}[noHeaders], func(t *testing.T) {
+			t.Parallel()
+			_, p := newMock(t, mockserver.Config{Quota: 1, TokenQuota: 6000, NoRateLimitHeaders: noHeaders})
+			resp, err := p.Generate(t.Context(), llm.Request{Prompt: "one", MaxTokens: 50})
+			if err != nil {
+				t.Fatalf("first call: %v", err)
+			}
+			_, err = p.Generate(t.Context(), llm.Request{Prompt: "two", MaxTokens: 50})
+			var e *llm.Error
+			if !errors.As(err, &e) || e.Class != llm.ClassRateLimited {
+				t.Fatalf("second call: %v, want rate_limited", err)
+			}
+			type seen struct {
+				OK, Limited llm.RateLimits
+				RetryAfter  bool
+			}
+			want := seen{RetryAfter: true}
+			if !noHeaders {
+				want.OK = llm.RateLimits{
+					Requests: llm.RateWindow{Limit: 1, Remaining: 0, Reset: time.Minute},
+					Tokens:   llm.RateWindow{Limit: 6000, Remaining: 6000 - 51, Reset: time.Minute}, // "one\n" is 1 token, plus max_tokens
+				}
+				want.Limited = llm.RateLimits{
+					Requests: llm.RateWindow{Limit: 1, Remaining: 0},
+					Tokens:   llm.RateWindow{Limit: 6000, Remaining: 6000 - 5},
+				}
+			}
+			got := seen{OK: resp.RateLimits, Limited: e.RateLimits, RetryAfter: e.RetryAfter > 0}
+			// Resets depend on the wall clock between the calls: only
+			// their presence on the completion is checked exactly.
+			got.Limited.Requests.Reset, got.Limited.Tokens.Reset = 0, 0
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("rate limits seen (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

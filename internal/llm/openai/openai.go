@@ -12,13 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -145,7 +141,11 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	if err != nil {
 		return llm.Response{}, p.classify(ctx, callCtx, err, httpResp)
 	}
-	return p.response(resp)
+	out, err := p.response(resp)
+	if err == nil && httpResp != nil {
+		out.RateLimits = llm.ParseRateLimits(httpResp.Header)
+	}
+	return out, err
 }
 
 func (p *Provider) response(resp *openai.ChatCompletion) (llm.Response, error) {
@@ -160,9 +160,12 @@ func (p *Provider) response(resp *openai.ChatCompletion) (llm.Response, error) {
 		return llm.Response{}, &llm.Error{Class: llm.ClassContentFilter, StatusCode: http.StatusOK, Message: p.clean("model refused: " + c.Message.Refusal)}
 	}
 	return llm.Response{
-		Text:         c.Message.Content,
-		InputTokens:  int(resp.Usage.PromptTokens),
-		OutputTokens: int(resp.Usage.CompletionTokens),
+		Text: c.Message.Content,
+		Usage: llm.Usage{
+			InputTokens:       int(resp.Usage.PromptTokens),
+			OutputTokens:      int(resp.Usage.CompletionTokens),
+			CachedInputTokens: int(resp.Usage.PromptTokensDetails.CachedTokens),
+		},
 	}, nil
 }
 
@@ -192,7 +195,7 @@ func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *h
 	}
 	err = &redacted{err: err, key: p.cfg.APIKey}
 	var e *llm.Error
-	if isConnectionError(err) {
+	if llm.IsConnectionError(err) {
 		e = &llm.Error{Class: llm.ClassConnection, Message: err.Error(), Err: err}
 	} else {
 		e = llm.Classify(fmt.Errorf("chat completion: %w", err))
@@ -204,21 +207,10 @@ func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *h
 	return e
 }
 
-// isConnectionError reports failures of the connection itself, including
-// those surfacing while the body is read, which are not net.Errors.
-func isConnectionError(err error) bool {
-	for _, target := range []error{io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET, syscall.ECONNREFUSED, syscall.ECONNABORTED, syscall.EPIPE} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
-}
-
 // fromStatus classifies an HTTP error answer from its status and OpenAI's
 // error code and type.
 func (p *Provider) fromStatus(status int, code, typ, message string, h http.Header) *llm.Error {
-	e := &llm.Error{StatusCode: status, Message: p.describe(status, code, message)}
+	e := &llm.Error{StatusCode: status, Message: p.describe(status, code, message), RateLimits: llm.ParseRateLimits(h)}
 	lowerMsg := strings.ToLower(message)
 	switch {
 	case status == http.StatusTooManyRequests && (code == "insufficient_quota" || typ == "insufficient_quota"):
@@ -270,49 +262,9 @@ func (p *Provider) clean(msg string) string {
 	return msg
 }
 
-// retryAfter reads how long the provider asked us to wait: retry-after-ms
-// (OpenAI, Azure: the most precise), then Retry-After (seconds or an HTTP
-// date), then, when a limit is spent, its x-ratelimit-reset-* hint. 0 when
-// none is usable.
-func retryAfter(h http.Header, now time.Time) time.Duration {
-	if h == nil {
-		return 0
-	}
-	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && !math.IsInf(ms, 0) {
-			return capDuration(ms * float64(time.Millisecond))
-		}
-	}
-	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
-		if secs, err := strconv.ParseFloat(v, 64); err == nil {
-			if secs > 0 && !math.IsInf(secs, 0) {
-				return capDuration(secs * float64(time.Second))
-			}
-			return 0
-		}
-		if at, err := http.ParseTime(v); err == nil {
-			return max(at.Sub(now), 0)
-		}
-	}
-	var d time.Duration
-	for _, kind := range []string{"requests", "tokens"} {
-		if strings.TrimSpace(h.Get("X-Ratelimit-Remaining-"+kind)) != "0" {
-			continue
-		}
-		if reset, err := time.ParseDuration(strings.TrimSpace(h.Get("X-Ratelimit-Reset-" + kind))); err == nil {
-			d = max(d, reset)
-		}
-	}
-	return d
-}
-
-// capDuration converts nanoseconds to a Duration without overflowing.
-func capDuration(ns float64) time.Duration {
-	if ns >= math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return time.Duration(ns)
-}
+// retryAfter is llm.RetryAfter; a variable so the adapter's tests keep
+// their name for it.
+var retryAfter = llm.RetryAfter
 
 // redacted hides the API key in a transport error's text (a base URL may
 // carry it as a query parameter) while keeping the chain for errors.Is/As.

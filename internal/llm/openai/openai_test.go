@@ -25,7 +25,7 @@ const testKey = "sk-test-0123456789abcdef"
 func okBody(content, finish string) string {
 	return fmt.Sprintf(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"gpt-test",
 		"choices":[{"index":0,"message":{"role":"assistant","content":%q,"refusal":null},"logprobs":null,"finish_reason":%q}],
-		"usage":{"prompt_tokens":12,"completion_tokens":7,"total_tokens":19}}`, content, finish)
+		"usage":{"prompt_tokens":12,"completion_tokens":7,"total_tokens":19,"prompt_tokens_details":{"cached_tokens":4}}}`, content, finish)
 }
 
 func errBody(message, typ, code string) string {
@@ -108,7 +108,7 @@ func TestGenerateSendsRequestAndReadsResponse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Generate: %v", err)
 			}
-			if diff := cmp.Diff(llm.Response{Text: "Fresh copy", InputTokens: 12, OutputTokens: 7}, resp); diff != "" {
+			if diff := cmp.Diff(llm.Response{Text: "Fresh copy", Usage: llm.Usage{InputTokens: 12, OutputTokens: 7, CachedInputTokens: 4}}, resp); diff != "" {
 				t.Errorf("response (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantBody, gotBody); diff != "" {

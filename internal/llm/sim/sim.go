@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
@@ -88,9 +87,11 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	}
 	text := Text(req)
 	return llm.Response{
-		Text:         text,
-		InputTokens:  estimateTokens(req.System) + estimateTokens(req.Prompt),
-		OutputTokens: estimateTokens(text),
+		Text: text,
+		Usage: llm.Usage{
+			InputTokens:  llm.EstimateTokens(req.System) + llm.EstimateTokens(req.Prompt),
+			OutputTokens: llm.EstimateTokens(text),
+		},
 	}, nil
 }
 
@@ -191,22 +192,4 @@ func mix(x uint64) uint64 {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x
-}
-
-// estimateTokens approximates a tokenizer: about four bytes per token for
-// Latin text and one token per CJK character, which is close enough for
-// usage accounting in simulations.
-func estimateTokens(s string) int {
-	if s == "" {
-		return 0
-	}
-	ascii, other := 0, 0
-	for _, r := range s {
-		if r < utf8.RuneSelf {
-			ascii++
-		} else {
-			other++
-		}
-	}
-	return (ascii+3)/4 + other
 }

@@ -41,8 +41,8 @@ func TestGenerateIsDeterministic(t *testing.T) {
 	if !strings.Contains(first.Text, "为商品无线耳机写一段营销文案") {
 		t.Errorf("Text = %q, want it to quote the short prompt whole", first.Text)
 	}
-	if first.InputTokens <= 0 || first.OutputTokens <= 0 {
-		t.Errorf("tokens = %d in / %d out, want both > 0", first.InputTokens, first.OutputTokens)
+	if first.Usage.InputTokens <= 0 || first.Usage.OutputTokens <= 0 {
+		t.Errorf("tokens = %d in / %d out, want both > 0", first.Usage.InputTokens, first.Usage.OutputTokens)
 	}
 	if got := p.Calls(); got != 1 {
 		t.Errorf("Calls() = %d, want 1", got)

@@ -34,6 +34,7 @@ import (
 var (
 	_ queue.Queue       = (*Queue)(nil)
 	_ queue.DeadLetters = (*Queue)(nil)
+	_ queue.Backlog     = (*Queue)(nil)
 )
 
 //go:embed migrations/*.sql
@@ -318,4 +319,23 @@ func (q *Queue) Redrive(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("redrive queue %s: %w", q.name, err)
 	}
 	return int(n), nil
+}
+
+// Backlog counts the live messages visible now and the age of the oldest
+// live message (dead letters are not work waiting).
+func (q *Queue) Backlog(ctx context.Context) (int, time.Duration, error) {
+	now := q.clock.Now().UnixMilli()
+	var visible int
+	var oldest sql.NullInt64
+	err := q.db.QueryRowContext(ctx, `SELECT
+		COALESCE(SUM(CASE WHEN visible_at <= ? THEN 1 ELSE 0 END), 0), MIN(created_at)
+		FROM queue_messages WHERE queue = ? AND dead = 0`, now, q.name).Scan(&visible, &oldest)
+	if err != nil {
+		return 0, 0, fmt.Errorf("backlog of queue %s: %w", q.name, err)
+	}
+	var age time.Duration
+	if oldest.Valid {
+		age = time.Duration(max(now-oldest.Int64, 0)) * time.Millisecond
+	}
+	return visible, age, nil
 }

@@ -362,3 +362,46 @@ func BenchmarkSendReceiveDelete(b *testing.B) {
 		}
 	}
 }
+
+// TestBacklog: the depth counts what a worker could receive now; the age is
+// the oldest live message's, in flight or delayed included; dead letters
+// are not backlog.
+func TestBacklog(t *testing.T) {
+	t.Parallel()
+	q, clk := fakeQueue(t, 1)
+	ctx := t.Context()
+	type backlog struct {
+		Visible int
+		Oldest  time.Duration
+	}
+	check := func(step string, want backlog) {
+		t.Helper()
+		v, o, err := q.Backlog(ctx)
+		if err != nil {
+			t.Fatalf("%s: Backlog: %v", step, err)
+		}
+		if diff := cmp.Diff(want, backlog{v, o}); diff != "" {
+			t.Errorf("%s: backlog (-want +got):\n%s", step, diff)
+		}
+	}
+	check("empty", backlog{})
+	if err := q.Send(ctx, []queue.Outgoing{{Body: []byte("a")}, {Body: []byte("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Second)
+	if err := q.Send(ctx, []queue.Outgoing{{Body: []byte("c"), Delay: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	check("two visible, one delayed", backlog{Visible: 2, Oldest: 5 * time.Second})
+	ds, err := q.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive = %v, %v", ds, err)
+	}
+	clk.Advance(time.Second)
+	check("one in flight", backlog{Visible: 1, Oldest: 6 * time.Second})
+	clk.Advance(time.Minute) // a's visibility ends; with MaxReceive 1 it is buried at the next receive
+	if _, err := q.Receive(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	check("a dead-lettered, b and c in flight", backlog{Visible: 0, Oldest: 66 * time.Second})
+}

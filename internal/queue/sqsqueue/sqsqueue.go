@@ -119,6 +119,12 @@ type Queue struct {
 	noMoveTask atomic.Bool
 }
 
+// FromConfig returns a Queue on the SQS queue at queueURL with a client
+// built from cfg.
+func FromConfig(cfg aws.Config, queueURL string, opts Options) *Queue {
+	return New(sqs.NewFromConfig(cfg), queueURL, opts)
+}
+
 // New returns a Queue on the SQS queue at queueURL.
 func New(client *sqs.Client, queueURL string, opts Options) *Queue {
 	if opts.WaitTime == 0 {

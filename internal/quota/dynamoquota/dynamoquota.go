@@ -21,11 +21,13 @@ import (
 // for an operator to look at recent usage.
 const keepSeconds = 3600
 
-// Leaser leases tokens from per-minute counter items: PK "QUOTA#<name>",
+// Leaser leases budgets from per-minute counter items: PK "QUOTA#<name>",
 // SK "M#<unix second of the minute>", one number attribute per second of
-// the minute ("s00" to "s59", the tokens handed out). A lease of several
-// seconds of one minute is one conditional update; when a second cannot
-// cover what was asked, the update is retried with what is left.
+// the minute for the requests handed out ("s00" to "s59") and, under a
+// tokens-per-minute quota, one for the model tokens ("t00" to "t59"). A
+// lease of several seconds of one minute is one conditional update,
+// requests and tokens together; when a second cannot cover what was asked,
+// the update is retried with what is left.
 type Leaser struct {
 	client *dynamodb.Client
 	table  string
@@ -40,10 +42,10 @@ func New(client *dynamodb.Client, table, name string) *Leaser {
 	return &Leaser{client: client, table: table, name: name}
 }
 
-// Lease takes up to want[i] of second from+i's limit tokens and returns how
-// many it got for each second: one update per minute the seconds touch.
-func (l *Leaser) Lease(ctx context.Context, from int64, want []int, limit int) ([]int, error) {
-	got := make([]int, len(want))
+// Lease takes up to want[i] of second from+i's limit and returns how much
+// it got for each second: one update per minute the seconds touch.
+func (l *Leaser) Lease(ctx context.Context, from int64, want []quota.Amount, limit quota.Amount) ([]quota.Amount, error) {
+	got := make([]quota.Amount, len(want))
 	for i := 0; i < len(want); {
 		minute := (from + int64(i)) / 60 * 60
 		n := min(len(want)-i, int(minute+60-(from+int64(i))))
@@ -55,12 +57,26 @@ func (l *Leaser) Lease(ctx context.Context, from int64, want []int, limit int) (
 	return got, nil
 }
 
-// leaseMinute leases want[j] tokens of second from+j, all in the minute
-// starting at minute, into got.
-func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got []int, limit int) error {
-	ask := make([]int, len(want))
+// counter is one attribute of the minute's item: a second's requests or
+// tokens.
+type counter struct {
+	attr  string
+	ask   *int
+	limit int
+}
+
+// leaseMinute leases want[j] of second from+j, all in the minute starting
+// at minute, into got.
+func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got []quota.Amount, limit quota.Amount) error {
+	ask := make([]quota.Amount, len(want))
+	var counters []counter
 	for j, w := range want {
-		ask[j] = max(min(w, limit), 0)
+		ask[j] = quota.Amount{Requests: max(min(w.Requests, limit.Requests), 0), Tokens: max(min(w.Tokens, limit.Tokens), 0)}
+		sec := from + int64(j) - minute
+		counters = append(counters, counter{fmt.Sprintf("s%02d", sec), &ask[j].Requests, limit.Requests})
+		if limit.Tokens > 0 {
+			counters = append(counters, counter{fmt.Sprintf("t%02d", sec), &ask[j].Tokens, limit.Tokens})
+		}
 	}
 	for {
 		var adds, conds []string
@@ -68,14 +84,15 @@ func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got 
 		values := map[string]types.AttributeValue{
 			":ttl": &types.AttributeValueMemberN{Value: strconv.FormatInt(minute+60+keepSeconds, 10)},
 		}
-		for j, n := range ask {
+		for _, c := range counters {
+			n := *c.ask
 			if n == 0 {
 				continue
 			}
-			attr := fmt.Sprintf("s%02d", from+int64(j)-minute)
+			attr := c.attr
 			names["#"+attr] = attr
 			values[":n"+attr] = &types.AttributeValueMemberN{Value: strconv.Itoa(n)}
-			values[":m"+attr] = &types.AttributeValueMemberN{Value: strconv.Itoa(limit - n)}
+			values[":m"+attr] = &types.AttributeValueMemberN{Value: strconv.Itoa(c.limit - n)}
 			adds = append(adds, fmt.Sprintf("#%s :n%s", attr, attr))
 			conds = append(conds, fmt.Sprintf("(attribute_not_exists(#%s) OR #%s <= :m%s)", attr, attr, attr))
 		}
@@ -100,22 +117,21 @@ func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got 
 		}
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return fmt.Errorf("lease tokens of quota %s seconds %d to %d: %w", l.name, from, from+int64(len(want))-1, err)
+			return fmt.Errorf("lease quota %s seconds %d to %d: %w", l.name, from, from+int64(len(want))-1, err)
 		}
-		// Ask again for what is left of each second. At least one ask
+		// Ask again for what is left of each counter. At least one ask
 		// shrinks each round (the one whose condition failed), and the
 		// counters only grow, so a lease racing others always ends.
-		for j := range ask {
-			attr := fmt.Sprintf("s%02d", from+int64(j)-minute)
+		for _, c := range counters {
 			used := 0
-			if n, ok := ccf.Item[attr].(*types.AttributeValueMemberN); ok {
+			if n, ok := ccf.Item[c.attr].(*types.AttributeValueMemberN); ok {
 				if v, err := strconv.Atoi(n.Value); err == nil {
 					used = v
 				}
 			} else if len(ccf.Item) == 0 {
-				used = limit // no item to read back: assume the worst
+				used = c.limit // no item to read back: assume the worst
 			}
-			ask[j] = max(min(ask[j], limit-used), 0)
+			*c.ask = max(min(*c.ask, c.limit-used), 0)
 		}
 	}
 }

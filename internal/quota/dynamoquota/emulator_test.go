@@ -46,19 +46,20 @@ func TestLeaseNeverExceedsLimit(t *testing.T) {
 	ctx := t.Context()
 	cfg, tableName := table(t)
 	client := dynamodb.NewFromConfig(cfg)
-	const limit = 25
+	limit := quota.Amount{Requests: 25, Tokens: 2500}
 	// Start mid-minute and run over its end: the leases span two items.
 	second := time.Now().Unix()/60*60 + 57
-	want := []int{3, 3, 3, 3, 3}
+	want := []quota.Amount{{Requests: 3, Tokens: 200}, {Requests: 3, Tokens: 200}, {Requests: 3, Tokens: 200}, {Requests: 3, Tokens: 200}, {Requests: 3, Tokens: 200}}
 	var mu sync.Mutex
-	total := make([]int, len(want))
+	total := make([]quota.Amount, len(want))
 	var wg sync.WaitGroup
 	for i := range 4 {
 		l := dynamoquota.New(client, tableName, "openai:gpt")
 		wg.Go(func() {
 			for {
 				ask := slices.Clone(want)
-				ask[i] += i // different sizes race
+				ask[i].Requests += i // different sizes race
+				ask[(i+1)%len(ask)].Tokens += 100 * i
 				got, err := l.Lease(ctx, second, ask, limit)
 				if err != nil {
 					t.Error(err)
@@ -67,8 +68,9 @@ func TestLeaseNeverExceedsLimit(t *testing.T) {
 				mu.Lock()
 				sum := 0
 				for j, n := range got {
-					total[j] += n
-					sum += n
+					total[j].Requests += n.Requests
+					total[j].Tokens += n.Tokens
+					sum += n.Requests + n.Tokens
 				}
 				mu.Unlock()
 				if sum == 0 {
@@ -78,15 +80,18 @@ func TestLeaseNeverExceedsLimit(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if diff := cmp.Diff([]int{limit, limit, limit, limit, limit}, total); diff != "" {
-		t.Errorf("tokens leased per second (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]quota.Amount{limit, limit, limit, limit, limit}, total); diff != "" {
+		t.Errorf("budget leased per second (-want +got):\n%s", diff)
 	}
-	// Another second has its own budget; another quota name too.
-	if got, err := dynamoquota.New(client, tableName, "openai:gpt").Lease(ctx, second+5, []int{5, 30}, limit); err != nil || !slices.Equal(got, []int{5, limit}) {
-		t.Errorf("next seconds: got %v, %v; want [5 %d]", got, err, limit)
+	// Another second has its own budget; another quota name too; without
+	// a token limit no tokens are counted.
+	got, err := dynamoquota.New(client, tableName, "openai:gpt").Lease(ctx, second+5, []quota.Amount{{Requests: 5, Tokens: 100}, {Requests: 30, Tokens: 9000}}, limit)
+	if diff := cmp.Diff([]quota.Amount{{Requests: 5, Tokens: 100}, limit}, got); err != nil || diff != "" {
+		t.Errorf("next seconds: err %v, (-want +got):\n%s", err, diff)
 	}
-	if got, err := dynamoquota.New(client, tableName, "other").Lease(ctx, second, []int{5}, limit); err != nil || !slices.Equal(got, []int{5}) {
-		t.Errorf("another quota: got %v, %v; want [5]", got, err)
+	got, err = dynamoquota.New(client, tableName, "other").Lease(ctx, second, []quota.Amount{{Requests: 5, Tokens: 100}}, quota.Amount{Requests: 25})
+	if diff := cmp.Diff([]quota.Amount{{Requests: 5, Tokens: 0}}, got); err != nil || diff != "" {
+		t.Errorf("another quota without TPM: err %v, (-want +got):\n%s", err, diff)
 	}
 }
 
@@ -98,7 +103,7 @@ func TestSharedConformance(t *testing.T) {
 	client := dynamodb.NewFromConfig(cfg)
 	quotatest.Run(t, func(t *testing.T, c quotatest.Config) quotatest.Limiter {
 		s, err := quota.NewShared(dynamoquota.New(client, tableName, t.Name()),
-			quota.SharedConfig{RPM: c.RPM, MinPenalty: c.MinPenalty, Clock: c.Clock})
+			quota.SharedConfig{RPM: c.RPM, TPM: c.TPM, MinPenalty: c.MinPenalty, Clock: c.Clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,42 +114,58 @@ func TestSharedConformance(t *testing.T) {
 // TestSharedWritesPerCall counts the DynamoDB calls of two generator
 // processes (8 goroutines each, a model call taking 500 ms) pacing on one
 // shared quota, through the SDK: at steady state at most one write per 20
-// model calls, and not one second over the quota.
+// model calls, and not one second over the quota, with and without a token
+// quota (leased in the same update).
 func TestSharedWritesPerCall(t *testing.T) {
 	t.Parallel()
-	cfg, tableName := table(t)
-	rec := awsops.New()
-	client := dynamodb.NewFromConfig(rec.Attach(cfg))
-	clk := clock.NewFake(quotatest.Base)
-	const rpm = 3000 // 49 a second after the margin; the processes draw 16 each
-	d := quotatest.NewDriver(t, clk)
-	for range 2 {
-		s, err := quota.NewShared(dynamoquota.New(client, tableName, "writes-per-call"), quota.SharedConfig{RPM: rpm, Clock: clk})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.StartCalling(s, 8, 500*time.Millisecond)
+	tests := []struct {
+		name              string
+		tpm, tokens, used int
+	}{
+		{name: "requests"},
+		// 16 calls a second each charged 100 tokens: 3,200 of 4,950 a
+		// second; half of each charge comes back.
+		{name: "requests and tokens", tpm: 300000, tokens: 100, used: 50},
 	}
-	d.RunUntil(quotatest.Base.Add(5 * time.Second)) // warm-up: the blocks find their size
-	warm := len(d.Starts())
-	rec.Reset()
-	d.RunUntil(quotatest.Base.Add(35 * time.Second))
-	starts := d.Stop()
-	calls := len(starts) - warm
-	counts := rec.Counts()
-	if calls < 2*16*30*9/10 {
-		t.Fatalf("%d calls in 30 s, want about 32 a second", calls)
-	}
-	if writes := rec.Total(); writes*20 > calls {
-		t.Errorf("%d DynamoDB calls (%v) for %d model calls, want at most 1 per 20", writes, counts, calls)
-	}
-	perSecond := map[int64]int{}
-	for _, s := range starts {
-		perSecond[s.Unix()]++
-	}
-	for sec, n := range perSecond {
-		if n > 49 {
-			t.Errorf("second %d started %d requests, more than the 49 the quota allows", sec-quotatest.Base.Unix(), n)
-		}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, tableName := table(t)
+			rec := awsops.New()
+			client := dynamodb.NewFromConfig(rec.Attach(cfg))
+			clk := clock.NewFake(quotatest.Base)
+			const rpm = 3000 // 49 a second after the margin; the processes draw 16 each
+			d := quotatest.NewDriver(t, clk)
+			d.Tokens, d.Used = tc.tokens, tc.used
+			for range 2 {
+				s, err := quota.NewShared(dynamoquota.New(client, tableName, "writes-per-call-"+tc.name), quota.SharedConfig{RPM: rpm, TPM: tc.tpm, Clock: clk})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.StartCalling(s, 8, 500*time.Millisecond)
+			}
+			d.RunUntil(quotatest.Base.Add(5 * time.Second)) // warm-up: the blocks find their size
+			warm := len(d.Starts())
+			rec.Reset()
+			d.RunUntil(quotatest.Base.Add(35 * time.Second))
+			starts := d.Stop()
+			calls := len(starts) - warm
+			counts := rec.Counts()
+			if calls < 2*16*30*9/10 {
+				t.Fatalf("%d calls in 30 s, want about 32 a second", calls)
+			}
+			if writes := rec.Total(); writes*20 > calls {
+				t.Errorf("%d DynamoDB calls (%v) for %d model calls, want at most 1 per 20", writes, counts, calls)
+			}
+			perSecond := map[int64]int{}
+			for _, s := range starts {
+				perSecond[s.Unix()]++
+			}
+			for sec, n := range perSecond {
+				if n > 49 {
+					t.Errorf("second %d started %d requests, more than the 49 the quota allows", sec-quotatest.Base.Unix(), n)
+				}
+			}
+		})
 	}
 }

@@ -19,6 +19,10 @@
 //     invalidates slots handed out before it.
 //   - Wait returns the context's error when it ends before the call, while
 //     pacing and during a pause.
+//   - Under a TPM quota, no more than TPM tokens (as charged by Wait and
+//     corrected by Settle) start in any 60 s window, while at least 80 % of
+//     TPM/60 a second are used when workers are always waiting; tokens a
+//     call did not use (Settle) go back to the quota.
 package quotatest
 
 import (
@@ -33,11 +37,14 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/llm"
 )
 
 // Limiter is the port under test (pipeline.Limiter).
 type Limiter interface {
-	Wait(ctx context.Context) error
+	Wait(ctx context.Context, tokens int) error
+	Settle(charged, used int)
+	Observe(rl llm.RateLimits)
 	Penalize(retryAfter time.Duration)
 }
 
@@ -45,6 +52,8 @@ type Limiter interface {
 type Config struct {
 	// RPM is the quota; at least 60.
 	RPM int
+	// TPM is the tokens-per-minute quota; 0 means none.
+	TPM int
 	// MinPenalty is the pause after a 429 without a usable Retry-After.
 	MinPenalty time.Duration
 	// Clock is the fake clock the limiter must tell the time and wait on.
@@ -83,6 +92,43 @@ func Run(t *testing.T, newLimiter NewLimiter) {
 		t.Parallel()
 		testContext(t, newLimiter)
 	})
+	t.Run("TokensPerMinuteBinds", func(t *testing.T) {
+		t.Parallel()
+		for _, used := range []int{100, 25} {
+			t.Run(fmt.Sprintf("charged 100 used %d", used), func(t *testing.T) {
+				t.Parallel()
+				testTokens(t, newLimiter, used)
+			})
+		}
+	})
+}
+
+// testTokens: calls charged 100 tokens under a quota of 60,000 tokens and
+// 6,000 requests a minute are held by the tokens (10 a second when each
+// uses what it was charged); when each uses only used tokens, Settle gives
+// the rest back and more calls start, yet the tokens used stay under TPM.
+func testTokens(t *testing.T, newLimiter NewLimiter, used int) {
+	const rpm, tpm, charged = 6000, 60000, 100
+	clk := clock.NewFake(Base)
+	l := newLimiter(t, Config{RPM: rpm, TPM: tpm, MinPenalty: time.Second, Clock: clk})
+	d := NewDriver(t, clk)
+	d.Tokens, d.Used = charged, used
+	d.StartCalling(l, 16, 200*time.Millisecond)
+	const run = 90 * time.Second
+	d.RunUntil(Base.Add(run))
+	starts := d.Stop()
+	// Every start used `used` tokens: the window's token count is that
+	// times its starts.
+	if got := MaxInWindow(starts, time.Minute) * used; got > tpm {
+		t.Errorf("%d tokens used in one 60 s window, want <= %d (TPM)", got, tpm)
+	}
+	if got, limit := MaxInWindow(starts, time.Second)*used, tpm/60+charged; got > limit {
+		t.Errorf("%d tokens in one 1 s window, want <= %d (a second's share and one call)", got, limit)
+	}
+	least := int(0.8 * float64(tpm) / 60 * run.Seconds())
+	if got := len(starts) * used; got < least {
+		t.Errorf("%d tokens used in %v with workers always waiting (%d calls), want >= %d (80%% of TPM)", got, run, len(starts), least)
+	}
 }
 
 func testPacing(t *testing.T, newLimiter NewLimiter, rpm int) {
@@ -121,7 +167,7 @@ func testPenalize(t *testing.T, newLimiter NewLimiter) {
 			t.Parallel()
 			clk := clock.NewFake(Base)
 			l := newLimiter(t, Config{RPM: 600, MinPenalty: tc.minPenalty, Clock: clk})
-			if err := l.Wait(t.Context()); err != nil {
+			if err := l.Wait(t.Context(), 0); err != nil {
 				t.Fatalf("first Wait: %v", err)
 			}
 			clk.Advance(250 * time.Millisecond)
@@ -181,7 +227,7 @@ func testContext(t *testing.T, newLimiter NewLimiter) {
 	}{
 		{name: "cancelled before the call", cancelFirst: true},
 		{name: "cancelled while pacing", prepare: func(t *testing.T, l Limiter) {
-			if err := l.Wait(t.Context()); err != nil {
+			if err := l.Wait(t.Context(), 0); err != nil {
 				t.Fatalf("first Wait: %v", err)
 			}
 		}},
@@ -201,14 +247,14 @@ func testContext(t *testing.T, newLimiter NewLimiter) {
 			ctx, cancel := context.WithCancel(t.Context())
 			if tc.cancelFirst {
 				cancel()
-				if err := l.Wait(ctx); !errors.Is(err, context.Canceled) {
+				if err := l.Wait(ctx, 0); !errors.Is(err, context.Canceled) {
 					t.Fatalf("Wait = %v, want context.Canceled", err)
 				}
 				return
 			}
 			defer cancel()
 			done := make(chan error, 1)
-			go func() { done <- l.Wait(ctx) }()
+			go func() { done <- l.Wait(ctx, 0) }()
 			waitFor(t, "Wait to park on the clock", func() bool { return clk.Waiters() > 0 })
 			select {
 			case err := <-done:
@@ -240,6 +286,9 @@ type Driver struct {
 	live   atomic.Int64
 	mu     sync.Mutex
 	starts []time.Time
+	// Tokens is what each Wait is charged, and Used what each call then
+	// reports to Settle (when Tokens > 0). Set them before starting.
+	Tokens, Used int
 }
 
 // NewDriver returns a driver on clk.
@@ -262,7 +311,7 @@ func (d *Driver) StartCalling(l Limiter, n int, latency time.Duration) {
 		d.wg.Go(func() {
 			defer d.live.Add(-1)
 			for {
-				if err := l.Wait(d.ctx); err != nil {
+				if err := l.Wait(d.ctx, d.Tokens); err != nil {
 					if d.ctx.Err() == nil {
 						d.t.Errorf("Wait: %v", err)
 					}
@@ -277,6 +326,9 @@ func (d *Driver) StartCalling(l Limiter, n int, latency time.Duration) {
 						return
 					case <-d.clk.After(latency):
 					}
+				}
+				if d.Tokens > 0 {
+					l.Settle(d.Tokens, d.Used)
 				}
 			}
 		})

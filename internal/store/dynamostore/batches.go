@@ -494,6 +494,9 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 	if p.Succeeded < 0 || p.Failed < 0 || p.Skipped < 0 {
 		return store.Task{}, fmt.Errorf("%s: negative row count", what)
 	}
+	if u := p.Usage; u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 {
+		return store.Task{}, fmt.Errorf("%s: negative token count", what)
+	}
 	if err := checkBatchNo(p.BatchNo); err != nil {
 		return store.Task{}, fmt.Errorf("%s: %w: %w", what, err, store.ErrConflict)
 	}
@@ -513,6 +516,9 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 	tu.addI(attrRowsSucceeded, int64(p.Succeeded))
 	tu.addI(attrRowsFailed, int64(p.Failed))
 	tu.addI(attrRowsSkipped, int64(p.Skipped))
+	tu.addI(attrInputTokens, p.Usage.InputTokens)
+	tu.addI(attrOutputTokens, p.Usage.OutputTokens)
+	tu.addI(attrCachedInputTokens, p.Usage.CachedInputTokens)
 	tcond := "attribute_exists(" + te.n(attrPK) + ")"
 
 	err := s.transact(ctx, []types.TransactWriteItem{

@@ -22,8 +22,8 @@ const cacheKeysPerRead = 100
 // left unprocessed (throttling, or a response over 16 MB).
 const maxUnprocessedRounds = 8
 
-// GetCached reads the cache entries of keys with one BatchGetItem per 100
-// distinct keys, strongly consistent, so an output cached a moment ago by
+// GetCached reads the live (unexpired) cache entries of keys with one
+// BatchGetItem per 100 distinct keys, strongly consistent, so an output cached a moment ago by
 // another worker is found rather than billed again. Keys DynamoDB leaves
 // unprocessed are asked for again with jittered backoff.
 func (s *Store) GetCached(ctx context.Context, keys []string) (map[string]string, error) {
@@ -51,10 +51,16 @@ func (s *Store) GetCached(ctx context.Context, keys []string) (map[string]string
 			if err != nil {
 				return nil, fmt.Errorf("get %d cached outputs: %w", len(part), err)
 			}
+			now := s.opts.Clock.Now().Unix()
 			for _, item := range res.Responses[s.table] {
 				var it cacheItem
 				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 					return nil, fmt.Errorf("get cached outputs: decode: %w", err)
+				}
+				if it.ExpiresAt != 0 && it.ExpiresAt <= now {
+					// Expired: DynamoDB's TTL deletes it in its own time
+					// (within days), and until then it is not reused.
+					continue
 				}
 				out[it.PK[len(cachePrefix):]] = it.Output
 			}
@@ -129,3 +135,7 @@ func (s *Store) cacheUpdate(c store.CacheEntry) *types.Update {
 		ExpressionAttributeValues: e.attrValues(),
 	}
 }
+
+// CacheTTL is how long this store keeps a cache entry (Options.CacheTTL
+// with its default; negative: forever), for wiring checks.
+func (s *Store) CacheTTL() time.Duration { return s.opts.CacheTTL }

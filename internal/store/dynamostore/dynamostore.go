@@ -95,7 +95,7 @@ const (
 	// keeps its result file (ResultRetentionDays).
 	DefaultResultTTL = 30 * 24 * time.Hour
 	// DefaultCacheTTL is how long a cached model output is kept.
-	DefaultCacheTTL = 30 * 24 * time.Hour
+	DefaultCacheTTL = store.DefaultCacheTTL
 	// DefaultMaxTaskAge is as long as a dead-lettered work message is
 	// kept (the DLQ's 14-day retention in template.yaml): a task still
 	// unfinished after that can no longer be completed from its messages.

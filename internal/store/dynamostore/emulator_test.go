@@ -18,6 +18,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/dynamostore"
 	"github.com/batchgen/batchgen/internal/store/storetest"
@@ -68,6 +69,13 @@ func overflowStore(t *testing.T, res *awsemu.Resources) *s3blob.Store {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		s, _, _ := newStore(t, dynamostore.Options{})
+		return s
+	})
+}
+
+func TestCacheTTL(t *testing.T) {
+	storetest.RunCacheTTL(t, func(t *testing.T, clk clock.Clock, ttl time.Duration) store.Cache {
+		s, _, _ := newStore(t, dynamostore.Options{Clock: clk, CacheTTL: ttl})
 		return s
 	})
 }

@@ -98,6 +98,16 @@ func (u *update) setOrRemove(attr, val string) {
 	u.setS(attr, val)
 }
 
+// setIOrRemove sets attr to val, or removes it when val is 0 (absent
+// numbers decode as 0).
+func (u *update) setIOrRemove(attr string, val int64) {
+	if val == 0 {
+		u.del(attr)
+		return
+	}
+	u.setI(attr, val)
+}
+
 // del removes attr.
 func (u *update) del(attr string) { u.remove = append(u.remove, u.e.n(attr)) }
 

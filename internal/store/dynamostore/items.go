@@ -31,14 +31,23 @@ const (
 	attrResultKey  = "result_key"
 	attrExpiresAt  = "expires_at"
 	attrListPK     = "list_pk"
+	// attrTaskOwner and attrOwnerSK put a task in the tasks-by-owner
+	// index. "owner" is taken: a batch's claim holder.
+	attrTaskOwner  = "task_owner"
+	attrOwnerSK    = "owner_sk"
 	attrCreatedAt  = "created_at"
 	attrOutput     = "output"
 	attrErrorClass = "error_class"
 	attrAttempts   = "attempts"
 	attrLatencyMS  = "latency_ms"
 	attrCached     = "cached"
-	attrCells      = "cells"
-	attrCellsRef   = "cells_ref"
+	attrProvider   = "provider"
+	// Token counts, on rows (the call's) and on tasks (the sums).
+	attrInputTokens       = "input_tokens"
+	attrOutputTokens      = "output_tokens"
+	attrCachedInputTokens = "cached_input_tokens"
+	attrCells             = "cells"
+	attrCellsRef          = "cells_ref"
 	// attrTaskCancelled marks the open batches of a cancelled task (see
 	// TransitionTask), so their next SaveRowResults reports it.
 	attrTaskCancelled = "task_cancelled"
@@ -72,6 +81,10 @@ type taskItem struct {
 	ResultKey     string   `dynamodbav:"result_key,omitempty"`
 	Error         string   `dynamodbav:"error,omitempty"`
 	ExportGen     int      `dynamodbav:"export_gen,omitempty"`
+	// Token sums of the task's finished batches.
+	InputTokens       int64 `dynamodbav:"input_tokens,omitempty"`
+	OutputTokens      int64 `dynamodbav:"output_tokens,omitempty"`
+	CachedInputTokens int64 `dynamodbav:"cached_input_tokens,omitempty"`
 	// CreatedAt is also the sort key of the tasks-by-time index, so it is
 	// always present.
 	CreatedAt  string `dynamodbav:"created_at"`
@@ -79,6 +92,11 @@ type taskItem struct {
 	FinishedAt string `dynamodbav:"finished_at,omitempty"`
 	// ListPK puts the task in the tasks-by-time index.
 	ListPK string `dynamodbav:"list_pk"`
+	// Owner and OwnerSK (created_at#id, so equal times still sort) put the
+	// task in the tasks-by-owner index; a task without an owner is not in
+	// it.
+	Owner   string `dynamodbav:"task_owner,omitempty"`
+	OwnerSK string `dynamodbav:"owner_sk,omitempty"`
 	// ExpiresAt is the TTL (epoch seconds): the task's horizon until it
 	// reaches a final state, then FinishedAt + ResultTTL.
 	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
@@ -126,7 +144,12 @@ type rowItem struct {
 	Attempts   int      `dynamodbav:"attempts,omitempty"`
 	LatencyMS  int64    `dynamodbav:"latency_ms,omitempty"`
 	Cached     bool     `dynamodbav:"cached,omitempty"`
-	UpdatedAt  string   `dynamodbav:"updated_at,omitempty"`
+	Provider   string   `dynamodbav:"provider,omitempty"`
+	// The tokens of the call that produced the result.
+	InputTokens       int64  `dynamodbav:"input_tokens,omitempty"`
+	OutputTokens      int64  `dynamodbav:"output_tokens,omitempty"`
+	CachedInputTokens int64  `dynamodbav:"cached_input_tokens,omitempty"`
+	UpdatedAt         string `dynamodbav:"updated_at,omitempty"`
 	// ExpiresAt is the TTL (epoch seconds): the task's horizon.
 	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
 }
@@ -164,28 +187,33 @@ func taskToItem(t store.Task) (taskItem, error) {
 		return taskItem{}, fmt.Errorf("encode spec: %w", err)
 	}
 	return taskItem{
-		PK:            taskPK(t.ID),
-		SK:            taskSK,
-		ID:            t.ID,
-		State:         string(t.State),
-		Spec:          string(spec),
-		Source:        t.Source,
-		Sheet:         t.Sheet,
-		Encoding:      t.Encoding,
-		Header:        t.Header,
-		RowsTotal:     t.RowsTotal,
-		BatchesTotal:  t.BatchesTotal,
-		BatchesDone:   t.BatchesDone,
-		RowsSucceeded: t.RowsSucceeded,
-		RowsFailed:    t.RowsFailed,
-		RowsSkipped:   t.RowsSkipped,
-		ResultKey:     t.ResultKey,
-		Error:         t.Error,
-		ExportGen:     t.ExportGen,
-		CreatedAt:     sortTime(t.CreatedAt),
-		UpdatedAt:     encodeTime(t.UpdatedAt),
-		FinishedAt:    encodeTime(t.FinishedAt),
-		ListPK:        listPK,
+		PK:                taskPK(t.ID),
+		SK:                taskSK,
+		ID:                t.ID,
+		State:             string(t.State),
+		Spec:              string(spec),
+		Source:            t.Source,
+		Sheet:             t.Sheet,
+		Encoding:          t.Encoding,
+		Header:            t.Header,
+		RowsTotal:         t.RowsTotal,
+		BatchesTotal:      t.BatchesTotal,
+		BatchesDone:       t.BatchesDone,
+		RowsSucceeded:     t.RowsSucceeded,
+		RowsFailed:        t.RowsFailed,
+		RowsSkipped:       t.RowsSkipped,
+		ResultKey:         t.ResultKey,
+		Error:             t.Error,
+		ExportGen:         t.ExportGen,
+		InputTokens:       t.Usage.InputTokens,
+		OutputTokens:      t.Usage.OutputTokens,
+		CachedInputTokens: t.Usage.CachedInputTokens,
+		CreatedAt:         sortTime(t.CreatedAt),
+		UpdatedAt:         encodeTime(t.UpdatedAt),
+		FinishedAt:        encodeTime(t.FinishedAt),
+		ListPK:            listPK,
+		Owner:             t.Owner,
+		OwnerSK:           ownerSK(t.Owner, t.Cursor()),
 	}, nil
 }
 
@@ -211,6 +239,8 @@ func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 		ResultKey:     it.ResultKey,
 		Error:         it.Error,
 		ExportGen:     it.ExportGen,
+		Owner:         it.Owner,
+		Usage:         store.Usage{InputTokens: it.InputTokens, OutputTokens: it.OutputTokens, CachedInputTokens: it.CachedInputTokens},
 	}
 	if err := json.Unmarshal([]byte(it.Spec), &t.Spec); err != nil {
 		return store.Task{}, fmt.Errorf("decode spec of task %s: %w", it.ID, err)
@@ -281,18 +311,22 @@ func rowToItem(r store.Row) rowItem {
 		state = store.RowPending
 	}
 	return rowItem{
-		PK:         taskPK(r.TaskID),
-		SK:         rowSK(r.No),
-		No:         r.No,
-		SheetRow:   r.SheetRow,
-		Cells:      r.Values,
-		State:      string(state),
-		Output:     r.Output,
-		Error:      r.Error,
-		ErrorClass: r.ErrorClass,
-		Attempts:   r.Attempts,
-		LatencyMS:  r.LatencyMS,
-		Cached:     r.Cached,
+		PK:                taskPK(r.TaskID),
+		SK:                rowSK(r.No),
+		No:                r.No,
+		SheetRow:          r.SheetRow,
+		Cells:             r.Values,
+		State:             string(state),
+		Output:            r.Output,
+		Error:             r.Error,
+		ErrorClass:        r.ErrorClass,
+		Attempts:          r.Attempts,
+		LatencyMS:         r.LatencyMS,
+		Cached:            r.Cached,
+		Provider:          r.Provider,
+		InputTokens:       r.InputTokens,
+		OutputTokens:      r.OutputTokens,
+		CachedInputTokens: r.CachedInputTokens,
 	}
 }
 
@@ -320,6 +354,8 @@ func rowFromAV(av map[string]types.AttributeValue) (r store.Row, ref string, err
 			Attempts:   it.Attempts,
 			LatencyMS:  it.LatencyMS,
 			Cached:     it.Cached,
+			Provider:   it.Provider,
+			Usage:      store.Usage{InputTokens: it.InputTokens, OutputTokens: it.OutputTokens, CachedInputTokens: it.CachedInputTokens},
 		},
 	}, it.CellsRef, nil
 }

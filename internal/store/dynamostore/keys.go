@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/batchgen/batchgen/internal/store"
 )
 
 // Key layout of the single table (fixed by template.yaml: string PK and SK).
@@ -39,6 +41,9 @@ const (
 	indexOpen = "open-batches"
 	// indexTasks lists tasks by creation time: only task items carry list_pk.
 	indexTasks = "tasks-by-time"
+	// indexOwner lists one owner's tasks newest first: only task items
+	// with an owner carry task_owner and owner_sk.
+	indexOwner = "tasks-by-owner"
 	// listPK is the single partition of indexTasks. Task creation is rare
 	// (one per uploaded sheet), far below one partition's write limit.
 	listPK = "TASKS"
@@ -87,6 +92,16 @@ func decodeTime(s string) (time.Time, error) {
 // sort keys that must be present (created_at of the tasks-by-time index).
 func sortTime(t time.Time) string {
 	return t.UTC().Format(timeLayout)
+}
+
+// ownerSK is a task's sort key in the tasks-by-owner index: its creation
+// time, then its id, so a cursor names one place even among tasks created
+// at the same instant. "" (no index entry) for a task without an owner.
+func ownerSK(owner string, c store.TaskCursor) string {
+	if owner == "" {
+		return ""
+	}
+	return sortTime(c.CreatedAt) + "#" + c.ID
 }
 
 // taskPK is the partition key of a task and of its batches and rows.

@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,9 +16,12 @@ import (
 
 // rowState is the part of a row item ReopenTask reads: no cells.
 type rowState struct {
-	No         int    `dynamodbav:"no"`
-	State      string `dynamodbav:"state"`
-	ErrorClass string `dynamodbav:"error_class,omitempty"`
+	No                int    `dynamodbav:"no"`
+	State             string `dynamodbav:"state"`
+	ErrorClass        string `dynamodbav:"error_class,omitempty"`
+	InputTokens       int64  `dynamodbav:"input_tokens,omitempty"`
+	OutputTokens      int64  `dynamodbav:"output_tokens,omitempty"`
+	CachedInputTokens int64  `dynamodbav:"cached_input_tokens,omitempty"`
 }
 
 // ReopenTask puts the FAILED rows of a finished task (those of class
@@ -54,7 +58,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	for i, r := range rows {
 		if r.State == string(store.RowFailed) && (errorClass == "" || r.ErrorClass == errorClass) {
 			reset = append(reset, r.No)
-			rows[i].State, rows[i].ErrorClass = string(store.RowPending), ""
+			rows[i] = rowState{No: r.No, State: string(store.RowPending)}
 		}
 	}
 	batches, err := s.ListBatches(ctx, store.ListBatchesParams{TaskID: taskID})
@@ -62,12 +66,15 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 		return store.Task{}, nil, fmt.Errorf("%s: %w", what, err)
 	}
 	state := make(map[int]string, len(rows))
+	usage := make(map[int]store.Usage, len(rows))
 	for _, r := range rows {
 		state[r.No] = r.State
+		usage[r.No] = store.Usage{InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens}
 	}
 	var open []int
 	var reopen []store.Batch
 	counts := map[string]int{}
+	var tokens store.Usage
 	done := 0
 	for _, b := range batches {
 		pending := b.State != store.BatchDone
@@ -82,6 +89,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 		done++
 		for no := b.FirstRow; no < b.FirstRow+b.RowCount; no++ {
 			counts[state[no]]++
+			tokens = tokens.Add(usage[no])
 		}
 	}
 	if len(open) == 0 {
@@ -109,6 +117,9 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	u.setI(attrRowsSucceeded, int64(counts[string(store.RowSucceeded)]))
 	u.setI(attrRowsFailed, int64(counts[string(store.RowFailed)]))
 	u.setI(attrRowsSkipped, int64(counts[string(store.RowSkipped)]))
+	u.setI(attrInputTokens, tokens.InputTokens)
+	u.setI(attrOutputTokens, tokens.OutputTokens)
+	u.setI(attrCachedInputTokens, tokens.CachedInputTokens)
 	u.addI(attrExportGen, 1)
 	u.del(attrResultKey)
 	u.del(attrError)
@@ -145,8 +156,9 @@ func (s *Store) rowStates(ctx context.Context, taskID string) ([]rowState, error
 		TableName: aws.String(s.table),
 		KeyConditionExpression: aws.String(fmt.Sprintf("%s = %s AND begins_with(%s, %s)",
 			e.n(attrPK), e.s(taskPK(taskID)), e.n(attrSK), e.s(rowPrefix))),
-		ProjectionExpression: aws.String(e.n("no") + ", " + e.n(attrState) + ", " + e.n(attrErrorClass)),
-		ConsistentRead:       aws.Bool(true),
+		ProjectionExpression: aws.String(strings.Join([]string{e.n("no"), e.n(attrState), e.n(attrErrorClass),
+			e.n(attrInputTokens), e.n(attrOutputTokens), e.n(attrCachedInputTokens)}, ", ")),
+		ConsistentRead: aws.Bool(true),
 	}
 	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
 	var out []rowState
@@ -174,7 +186,8 @@ func (s *Store) resetRow(ctx context.Context, taskID string, no int, now time.Ti
 	u := &update{e: e}
 	u.setS(attrState, string(store.RowPending))
 	u.setS(attrUpdatedAt, encodeTime(now))
-	for _, a := range []string{attrOutput, attrError, attrErrorClass, attrAttempts, attrLatencyMS, attrCached} {
+	for _, a := range []string{attrOutput, attrError, attrErrorClass, attrAttempts, attrLatencyMS, attrCached,
+		attrProvider, attrInputTokens, attrOutputTokens, attrCachedInputTokens} {
 		u.del(a)
 	}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{

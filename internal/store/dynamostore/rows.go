@@ -372,6 +372,10 @@ func (s *Store) rowResultUpdate(taskID string, w store.RowResultWrite, now time.
 	} else {
 		u.del(attrCached)
 	}
+	u.setOrRemove(attrProvider, r.Provider)
+	u.setIOrRemove(attrInputTokens, r.InputTokens)
+	u.setIOrRemove(attrOutputTokens, r.OutputTokens)
+	u.setIOrRemove(attrCachedInputTokens, r.CachedInputTokens)
 	u.setOrRemove(attrUpdatedAt, encodeTime(now))
 	return &types.Update{
 		TableName:                           aws.String(s.table),

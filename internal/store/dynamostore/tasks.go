@@ -111,6 +111,48 @@ func (s *Store) ListTasks(ctx context.Context, limit int) ([]store.Task, error) 
 	}
 }
 
+// ListTasksByOwner queries the tasks-by-owner index newest first, after
+// p.After. The index is eventually consistent, like tasks-by-time.
+func (s *Store) ListTasksByOwner(ctx context.Context, p store.ListTasksByOwnerParams) ([]store.Task, error) {
+	if p.Owner == "" {
+		return nil, fmt.Errorf("list tasks by owner: empty owner")
+	}
+	e := newExpr()
+	cond := e.n(attrTaskOwner) + " = " + e.s(p.Owner)
+	if p.After.ID != "" {
+		cond += " AND " + e.n(attrOwnerSK) + " < " + e.s(ownerSK(p.Owner, p.After))
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.table),
+		IndexName:                 aws.String(indexOwner),
+		KeyConditionExpression:    aws.String(cond),
+		ScanIndexForward:          aws.Bool(false),
+		ExpressionAttributeNames:  e.attrNames(),
+		ExpressionAttributeValues: e.attrValues(),
+	}
+	var tasks []store.Task
+	for {
+		if p.Limit > 0 {
+			in.Limit = aws.Int32(int32(min(p.Limit-len(tasks), 1000)))
+		}
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
+		}
+		for _, item := range out.Items {
+			t, err := taskFromAV(item)
+			if err != nil {
+				return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
+			}
+			tasks = append(tasks, t)
+		}
+		if len(out.LastEvaluatedKey) == 0 || (p.Limit > 0 && len(tasks) >= p.Limit) {
+			return tasks, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
 // TransitionTask is one conditional UpdateItem: the task must exist and be
 // in one of p.From. Moving to a final state also sets FinishedAt and the
 // item's TTL. Moving to CANCELLED then flags the task's open batches (one

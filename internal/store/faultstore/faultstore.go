@@ -96,6 +96,14 @@ func (s *Store) ListTasks(ctx context.Context, limit int) ([]store.Task, error) 
 	return s.inner.ListTasks(ctx, limit)
 }
 
+// ListTasksByOwner implements store.Store.
+func (s *Store) ListTasksByOwner(ctx context.Context, p store.ListTasksByOwnerParams) ([]store.Task, error) {
+	if err := s.fault("ListTasksByOwner"); err != nil {
+		return nil, err
+	}
+	return s.inner.ListTasksByOwner(ctx, p)
+}
+
 // TransitionTask implements store.Store.
 func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams) (store.Task, error) {
 	if err := s.fault("TransitionTask"); err != nil {

@@ -250,6 +250,9 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 	if p.Succeeded < 0 || p.Failed < 0 || p.Skipped < 0 {
 		return store.Task{}, fmt.Errorf("%s: negative row count", what)
 	}
+	if u := p.Usage; u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 {
+		return store.Task{}, fmt.Errorf("%s: negative token count", what)
+	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("%s: begin: %w", what, err)
@@ -271,9 +274,13 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 			rows_succeeded = rows_succeeded + ?,
 			rows_failed = rows_failed + ?,
 			rows_skipped = rows_skipped + ?,
+			input_tokens = input_tokens + ?,
+			output_tokens = output_tokens + ?,
+			cached_input_tokens = cached_input_tokens + ?,
 			updated_at = ?
 		WHERE id = ?
-		RETURNING `+taskColumns, p.Succeeded, p.Failed, p.Skipped, millis(p.Now), p.TaskID))
+		RETURNING `+taskColumns, p.Succeeded, p.Failed, p.Skipped,
+		p.Usage.InputTokens, p.Usage.OutputTokens, p.Usage.CachedInputTokens, millis(p.Now), p.TaskID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Task{}, fmt.Errorf("%s: task: %w", what, store.ErrNotFound)
 	}

@@ -40,7 +40,8 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 		return store.Task{}, nil, fmt.Errorf("%s: task is %s; only a finished or cancelled task can be retried: %w", what, state, store.ErrConflict)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE rows SET
-			state = 'PENDING', output = '', error = '', error_class = '', attempts = 0, latency_ms = 0, cached = 0, updated_at = ?
+			state = 'PENDING', output = '', error = '', error_class = '', attempts = 0, latency_ms = 0, cached = 0,
+			provider = '', input_tokens = 0, output_tokens = 0, cached_input_tokens = 0, updated_at = ?
 		WHERE task_id = ? AND state = 'FAILED' AND (? = '' OR error_class = ?)`,
 		millis(now), taskID, errorClass, errorClass); err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: reset rows: %w", what, err)
@@ -94,9 +95,14 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 				WHERE r.task_id = ? AND b.state = 'DONE' AND r.state = 'FAILED'),
 			rows_skipped = (SELECT count(*) FROM rows r JOIN batches b ON b.task_id = r.task_id
 				AND r.no BETWEEN b.first_row AND b.first_row + b.row_count - 1
-				WHERE r.task_id = ? AND b.state = 'DONE' AND r.state = 'SKIPPED')
+				WHERE r.task_id = ? AND b.state = 'DONE' AND r.state = 'SKIPPED'),
+			(input_tokens, output_tokens, cached_input_tokens) = (SELECT
+				coalesce(sum(r.input_tokens), 0), coalesce(sum(r.output_tokens), 0), coalesce(sum(r.cached_input_tokens), 0)
+				FROM rows r JOIN batches b ON b.task_id = r.task_id
+				AND r.no BETWEEN b.first_row AND b.first_row + b.row_count - 1
+				WHERE r.task_id = ? AND b.state = 'DONE')
 		WHERE id = ?
-		RETURNING `+taskColumns, millis(now), taskID, taskID, taskID, taskID, taskID))
+		RETURNING `+taskColumns, millis(now), taskID, taskID, taskID, taskID, taskID, taskID))
 	if err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: reset task: %w", what, err)
 	}

@@ -14,9 +14,10 @@ import (
 
 const (
 	// rowColumns are bound per row by PutRows.
-	rowColumns = `task_id, no, sheet_row, cells, state, output, error, error_class, attempts, latency_ms, cached`
+	rowColumns = `task_id, no, sheet_row, cells, state, output, error, error_class, attempts, latency_ms, cached,
+		provider, input_tokens, output_tokens, cached_input_tokens`
 	// rowColumnCount is the number of columns in rowColumns.
-	rowColumnCount = 11
+	rowColumnCount = 15
 	// rowsPerStatement keeps one multi-row INSERT well under SQLite's
 	// 32,766 bound variables.
 	rowsPerStatement = 500
@@ -66,7 +67,7 @@ func (s *Store) putRowsTx(ctx context.Context, rows []store.Row, args []any) err
 				return fmt.Errorf("row %d: encode values: %w", r.No, err)
 			}
 			args = append(args, r.TaskID, r.No, r.SheetRow, string(cells), r.State, r.Output, r.Error,
-				r.ErrorClass, r.Attempts, r.LatencyMS, r.Cached)
+				r.ErrorClass, r.Attempts, r.LatencyMS, r.Cached, r.Provider, r.InputTokens, r.OutputTokens, r.CachedInputTokens)
 		}
 		query := `INSERT INTO rows (` + rowColumns + `) VALUES ` + placeholders(len(part), rowColumnCount) +
 			` ON CONFLICT (task_id, no) DO NOTHING`
@@ -101,7 +102,7 @@ func (s *Store) ListRows(ctx context.Context, p store.ListRowsParams) ([]store.R
 		limit = -1 // SQLite: no limit
 	}
 	rows, err := s.read.QueryContext(ctx, `SELECT task_id, no, sheet_row, cells, state, output, error,
-			error_class, attempts, latency_ms, cached
+			error_class, attempts, latency_ms, cached, provider, input_tokens, output_tokens, cached_input_tokens
 		FROM rows
 		WHERE task_id = ? AND no >= ? AND (? = 0 OR no <= ?)
 		ORDER BY no LIMIT ?`, p.TaskID, p.FromNo, p.ToNo, p.ToNo, limit)
@@ -116,7 +117,8 @@ func (s *Store) ListRows(ctx context.Context, p store.ListRowsParams) ([]store.R
 			cells string
 		)
 		if err := rows.Scan(&r.TaskID, &r.No, &r.SheetRow, &cells, &r.State, &r.Output, &r.Error,
-			&r.ErrorClass, &r.Attempts, &r.LatencyMS, &r.Cached); err != nil {
+			&r.ErrorClass, &r.Attempts, &r.LatencyMS, &r.Cached,
+			&r.Provider, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens); err != nil {
 			return nil, fmt.Errorf("list rows of %s: %w", p.TaskID, err)
 		}
 		if err := json.Unmarshal([]byte(cells), &r.Values); err != nil {
@@ -165,7 +167,8 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 	}
 	if len(p.Rows) > 0 {
 		stmt, err := tx.PrepareContext(ctx, `UPDATE rows SET
-				state = ?, output = ?, error = ?, error_class = ?, attempts = ?, latency_ms = ?, cached = ?, updated_at = ?
+				state = ?, output = ?, error = ?, error_class = ?, attempts = ?, latency_ms = ?, cached = ?,
+				provider = ?, input_tokens = ?, output_tokens = ?, cached_input_tokens = ?, updated_at = ?
 			WHERE task_id = ? AND no = ? AND state NOT IN ('SUCCEEDED', 'SKIPPED')`)
 		if err != nil {
 			return store.SaveRowResultsResult{}, fmt.Errorf("%s: prepare: %w", what, err)
@@ -181,7 +184,7 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 				r.State = store.RowPending
 			}
 			res, err := stmt.ExecContext(ctx, r.State, r.Output, r.Error, r.ErrorClass, r.Attempts, r.LatencyMS, r.Cached,
-				millis(p.Now), p.TaskID, w.RowNo)
+				r.Provider, r.InputTokens, r.OutputTokens, r.CachedInputTokens, millis(p.Now), p.TaskID, w.RowNo)
 			if err != nil {
 				return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d: %w", what, w.RowNo, err)
 			}
@@ -192,7 +195,7 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 			}
 		}
 	}
-	if err := putCached(ctx, tx, p.Cache, s.clock.Now()); err != nil {
+	if err := s.putCached(ctx, tx, p.Cache); err != nil {
 		return store.SaveRowResultsResult{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -201,17 +204,39 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 	return store.SaveRowResultsResult{TaskCancelled: taskState == string(store.TaskCancelled)}, nil
 }
 
-// putCached inserts the cache entries whose keys are not cached yet.
-func putCached(ctx context.Context, tx *sql.Tx, entries []store.CacheEntry, now time.Time) error {
+// putCachedSQL inserts cache entries whose keys are not cached, and
+// replaces those whose entry has expired; a live entry keeps its output.
+const putCachedSQL = ` ON CONFLICT (key) DO UPDATE SET
+	output = excluded.output, created_at = excluded.created_at, expires_at = excluded.expires_at
+	WHERE cache.expires_at IS NOT NULL AND cache.expires_at <= excluded.created_at`
+
+// expiresAt is when an entry cached at now stops being reused (NULL for
+// never).
+func (s *Store) expiresAt(now time.Time) sql.NullInt64 {
+	if s.cacheTTL < 0 {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: now.Add(s.cacheTTL).UnixMilli(), Valid: true}
+}
+
+// putCached writes the cache entries of a group (see putCachedSQL).
+func (s *Store) putCached(ctx context.Context, tx *sql.Tx, entries []store.CacheEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 3*len(entries))
+	now := s.clock.Now()
+	args := make([]any, 0, 4*len(entries))
+	seen := make(map[string]bool, len(entries))
+	n := 0
 	for _, c := range entries {
-		args = append(args, c.Key, c.Output, now.UnixMilli())
+		if seen[c.Key] {
+			continue // one row may be written once per statement; the first output stays
+		}
+		seen[c.Key] = true
+		args = append(args, c.Key, c.Output, now.UnixMilli(), s.expiresAt(now))
+		n++
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO cache (key, output, created_at) VALUES `+placeholders(len(entries), 3)+`
-		ON CONFLICT (key) DO NOTHING`, args...)
+	_, err := tx.ExecContext(ctx, `INSERT INTO cache (key, output, created_at, expires_at) VALUES `+placeholders(n, 4)+putCachedSQL, args...)
 	if err != nil {
 		return fmt.Errorf("put %d cache entries: %w", len(entries), err)
 	}
@@ -228,8 +253,9 @@ func (s *Store) GetCached(ctx context.Context, keys []string) (map[string]string
 		for i, k := range part {
 			args[i] = k
 		}
+		args = append(args, s.clock.Now().UnixMilli())
 		rows, err := s.read.QueryContext(ctx, `SELECT key, output FROM cache WHERE key IN (`+
-			strings.TrimSuffix(strings.Repeat("?, ", len(part)), ", ")+`)`, args...)
+			strings.TrimSuffix(strings.Repeat("?, ", len(part)), ", ")+`) AND (expires_at IS NULL OR expires_at > ?)`, args...)
 		if err != nil {
 			return nil, fmt.Errorf("get %d cached outputs: %w", len(part), err)
 		}
@@ -253,10 +279,12 @@ func (s *Store) GetCached(ctx context.Context, keys []string) (map[string]string
 // cacheKeysPerQuery bounds the bound variables of one GetCached query.
 const cacheKeysPerQuery = 500
 
-// PutCached stores output under key unless the key is already cached.
+// PutCached stores output under key unless the key is already cached (and
+// not expired).
 func (s *Store) PutCached(ctx context.Context, key, output string) error {
-	_, err := s.write.ExecContext(ctx, `INSERT INTO cache (key, output, created_at) VALUES (?, ?, ?)
-		ON CONFLICT (key) DO NOTHING`, key, output, s.clock.Now().UnixMilli())
+	now := s.clock.Now()
+	_, err := s.write.ExecContext(ctx, `INSERT INTO cache (key, output, created_at, expires_at) VALUES (?, ?, ?, ?)`+putCachedSQL,
+		key, output, now.UnixMilli(), s.expiresAt(now))
 	if err != nil {
 		return fmt.Errorf("put cached %s: %w", key, err)
 	}

@@ -61,6 +61,9 @@ type Options struct {
 	ReadConns int
 	// Clock stamps cache entries. Defaults to clock.Real{}.
 	Clock clock.Clock
+	// CacheTTL is how long a cache entry is reused. Defaults to
+	// store.DefaultCacheTTL; negative: forever.
+	CacheTTL time.Duration
 }
 
 // Store is the SQLite task store. Its methods are safe for concurrent use.
@@ -69,6 +72,8 @@ type Store struct {
 	write *sql.DB
 	read  *sql.DB
 	clock clock.Clock
+	// cacheTTL is Options.CacheTTL with its default; negative: forever.
+	cacheTTL time.Duration
 }
 
 // Open opens, or creates, the database at path and migrates its schema. path
@@ -89,6 +94,9 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
+	}
+	if opts.CacheTTL == 0 {
+		opts.CacheTTL = store.DefaultCacheTTL
 	}
 	common := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)",
 		opts.BusyTimeout.Milliseconds())
@@ -113,7 +121,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	read.SetMaxOpenConns(opts.ReadConns)
 	read.SetMaxIdleConns(opts.ReadConns)
-	return &Store{path: path, write: write, read: read, clock: opts.Clock}, nil
+	return &Store{path: path, write: write, read: read, clock: opts.Clock, cacheTTL: opts.CacheTTL}, nil
 }
 
 // DB returns the write pool, so that the queue (package sqlitequeue) keeps

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
 	"github.com/batchgen/batchgen/internal/store/storetest"
@@ -43,6 +44,52 @@ func TestConformance(t *testing.T) {
 		s, _ := open(t)
 		return s
 	})
+}
+
+func TestCacheTTL(t *testing.T) {
+	t.Parallel()
+	storetest.RunCacheTTL(t, func(t *testing.T, clk clock.Clock, ttl time.Duration) store.Cache {
+		s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "state.db"), sqlitestore.Options{Clock: clk, CacheTTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+// TestCacheExpiredReplaced: an output cached again after its entry expired
+// replaces it (a live entry keeps its first output).
+func TestCacheExpiredReplaced(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(base)
+	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "state.db"), sqlitestore.Options{Clock: clk, CacheTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	for _, step := range []struct {
+		advance time.Duration
+		put     string
+		want    string
+	}{
+		{0, "first", "first"},
+		{30 * time.Minute, "second", "first"},
+		{31 * time.Minute, "third", "third"},
+	} {
+		clk.Advance(step.advance)
+		if err := s.PutCached(ctx, "k", step.put); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.GetCached(ctx, []string{"k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got["k"] != step.want {
+			t.Errorf("after putting %q: cached %q, want %q", step.put, got["k"], step.want)
+		}
+	}
 }
 
 func TestCacheConformance(t *testing.T) {

@@ -12,7 +12,8 @@ import (
 )
 
 const taskColumns = `id, state, spec, source, sheet, header, rows_total, batches_total, batches_done,
-	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding, export_gen`
+	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding, export_gen, owner,
+	input_tokens, output_tokens, cached_input_tokens`
 
 // scanTask reads one row of taskColumns.
 func scanTask(sc scanner) (store.Task, error) {
@@ -23,7 +24,8 @@ func scanTask(sc scanner) (store.Task, error) {
 	)
 	err := sc.Scan(&t.ID, &t.State, &spec, &t.Source, &t.Sheet, &header, &t.RowsTotal, &t.BatchesTotal,
 		&t.BatchesDone, &t.RowsSucceeded, &t.RowsFailed, &t.RowsSkipped, &t.ResultKey, &t.Error,
-		&created, &updated, &finished, &t.Encoding, &t.ExportGen)
+		&created, &updated, &finished, &t.Encoding, &t.ExportGen, &t.Owner,
+		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens)
 	if err != nil {
 		return store.Task{}, err
 	}
@@ -55,11 +57,12 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 		return fmt.Errorf("create task %s: encode header: %w", t.ID, err)
 	}
 	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
 		t.BatchesDone, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped, t.ResultKey, t.Error,
-		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding, t.ExportGen)
+		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding, t.ExportGen, t.Owner,
+		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens)
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
@@ -104,6 +107,47 @@ func (s *Store) ListTasks(ctx context.Context, limit int) ([]store.Task, error) 
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return tasks, nil
+}
+
+// ListTasksByOwner returns p.Owner's tasks newest first (ties by id,
+// descending) after p.After, from the tasks_by_owner index.
+func (s *Store) ListTasksByOwner(ctx context.Context, p store.ListTasksByOwnerParams) ([]store.Task, error) {
+	if p.Owner == "" {
+		return nil, errors.New("list tasks by owner: empty owner")
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	q := `SELECT ` + taskColumns + ` FROM tasks WHERE owner = ?`
+	args := []any{p.Owner}
+	if p.After.ID != "" {
+		// Row values compare lexicographically: older, or as old with a
+		// smaller id. NULL created_at (the zero time) sorts as -1.
+		q += ` AND (coalesce(created_at, -1), id) < (?, ?)`
+		after := millis(p.After.CreatedAt)
+		if !after.Valid {
+			after.Int64 = -1
+		}
+		args = append(args, after.Int64, p.After.ID)
+	}
+	rows, err := s.read.QueryContext(ctx, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
+	}
+	defer rows.Close()
+	var tasks []store.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
+		}
+		tasks = append(tasks, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
 	}
 	return tasks, nil
 }

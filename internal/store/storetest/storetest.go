@@ -30,6 +30,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -69,6 +70,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateTaskConflict", testCreateTaskConflict},
 		{"GetTaskNotFound", testGetTaskNotFound},
 		{"ListTasks", testListTasks},
+		{"ListTasksByOwner", testListTasksByOwner},
 		{"TransitionTask", testTransitionTask},
 		{"PutRowsRoundTrip", testPutRowsRoundTrip},
 		{"PutRowsIdempotent", testPutRowsIdempotent},
@@ -144,11 +146,22 @@ func sampleTask() store.Task {
 // rows each, rows numbered from 1, and returns the task as stored.
 func seed(t *testing.T, s store.Store, nBatches, size int) store.Task {
 	t.Helper()
+	return seedTask(t, s, nBatches, size, true)
+}
+
+// seedTask is seed, with the rows written only when withRows is set: a
+// test of batches alone (the sweeper's index) spends no writes on rows.
+func seedTask(t *testing.T, s store.Store, nBatches, size int, withRows bool) store.Task {
+	t.Helper()
 	ctx := t.Context()
 	task := sampleTask()
 	task.RowsTotal = nBatches * size
 	task.BatchesTotal = nBatches
 	noErr(t, s.CreateTask(ctx, task), "seed: create task")
+	if !withRows {
+		noErr(t, s.PutBatches(ctx, seedBatches(task.ID, nBatches, size)), "seed: put batches")
+		return task
+	}
 	rows := make([]store.Row, 0, nBatches*size)
 	for no := 1; no <= nBatches*size; no++ {
 		rows = append(rows, store.Row{
@@ -159,10 +172,16 @@ func seed(t *testing.T, s store.Store, nBatches, size int) store.Task {
 		})
 	}
 	noErr(t, s.PutRows(ctx, rows), "seed: put rows")
+	noErr(t, s.PutBatches(ctx, seedBatches(task.ID, nBatches, size)), "seed: put batches")
+	return task
+}
+
+// seedBatches are the nBatches batches of size rows of task id.
+func seedBatches(id string, nBatches, size int) []store.Batch {
 	batches := make([]store.Batch, 0, nBatches)
 	for no := 1; no <= nBatches; no++ {
 		batches = append(batches, store.Batch{
-			TaskID:    task.ID,
+			TaskID:    id,
 			No:        no,
 			FirstRow:  (no-1)*size + 1,
 			RowCount:  size,
@@ -170,8 +189,7 @@ func seed(t *testing.T, s store.Store, nBatches, size int) store.Task {
 			UpdatedAt: base,
 		})
 	}
-	noErr(t, s.PutBatches(ctx, batches), "seed: put batches")
-	return task
+	return batches
 }
 
 // claim claims a batch at now with a one-minute lease and fails the test
@@ -243,6 +261,7 @@ func testTaskRoundTrip(t *testing.T, s store.Store) {
 					MaxTokens:   256,
 					BatchSize:   50,
 				},
+				Owner:         "alice",
 				Source:        "incoming/商品.xlsx",
 				Sheet:         "Products",
 				Encoding:      "windows-1252",
@@ -333,6 +352,80 @@ func testListTasks(t *testing.T, s store.Store) {
 			diff(t, "task IDs", tt.want, got)
 		})
 	}
+}
+
+func testListTasksByOwner(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	// Owners unique to this store, so a shared backend cannot leak in.
+	alice, bob := newID("alice"), newID("bob")
+	create := func(owner string, offset time.Duration, id string) store.Task {
+		task := sampleTask()
+		if id != "" {
+			task.ID = id
+		}
+		task.Owner = owner
+		task.CreatedAt = base.Add(offset)
+		task.UpdatedAt = task.CreatedAt
+		noErr(t, s.CreateTask(ctx, task), "create task")
+		return task
+	}
+	// Out of order, interleaved with another owner's and an ownerless
+	// task, and two of alice's created at the same instant (ties go by id,
+	// descending).
+	a2 := create(alice, 2*time.Second, "")
+	create(bob, 5*time.Second, "")
+	a0 := create(alice, 0, "")
+	create("", 4*time.Second, "")
+	tieLow := create(alice, 3*time.Second, newID("a-tie"))
+	tieHigh := create(alice, 3*time.Second, newID("b-tie"))
+	a1 := create(alice, time.Second, "")
+	newestFirst := []string{tieHigh.ID, tieLow.ID, a2.ID, a1.ID, a0.ID}
+
+	list := func(p store.ListTasksByOwnerParams) []string {
+		t.Helper()
+		tasks, err := s.ListTasksByOwner(ctx, p)
+		noErr(t, err, "list tasks by owner")
+		var ids []string
+		for _, task := range tasks {
+			if task.Owner != p.Owner {
+				t.Errorf("task %s of owner %q listed for %q", task.ID, task.Owner, p.Owner)
+			}
+			ids = append(ids, task.ID)
+		}
+		return ids
+	}
+	tests := []struct {
+		name string
+		p    store.ListTasksByOwnerParams
+		want []string
+	}{
+		{"all", store.ListTasksByOwnerParams{Owner: alice}, newestFirst},
+		{"limit 2", store.ListTasksByOwnerParams{Owner: alice, Limit: 2}, newestFirst[:2]},
+		{"after the first of a tie", store.ListTasksByOwnerParams{Owner: alice, After: tieHigh.Cursor(), Limit: 2}, newestFirst[1:3]},
+		{"after the oldest", store.ListTasksByOwnerParams{Owner: alice, After: a0.Cursor()}, nil},
+		{"unknown owner", store.ListTasksByOwnerParams{Owner: newID("nobody")}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			diff(t, "task IDs", tt.want, list(tt.p))
+		})
+	}
+	t.Run("paged through", func(t *testing.T) {
+		var got []string
+		p := store.ListTasksByOwnerParams{Owner: alice, Limit: 2}
+		for range 10 {
+			tasks, err := s.ListTasksByOwner(ctx, p)
+			noErr(t, err, "list page")
+			for _, task := range tasks {
+				got = append(got, task.ID)
+			}
+			if len(tasks) < p.Limit {
+				break
+			}
+			p.After = tasks[len(tasks)-1].Cursor()
+		}
+		diff(t, "task IDs over pages", newestFirst, got)
+	})
 }
 
 func testTransitionTask(t *testing.T, s store.Store) {
@@ -801,9 +894,12 @@ func testParkBatch(t *testing.T, s store.Store) {
 // batch; parking the stranded ones must bring it to the first page.
 func testStrandedBatches(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	const stranded, page = 2000, 500
-	dead := seed(t, s, stranded, 1)
-	live := seed(t, s, 1, 1)
+	// Thousands of batches, as a cancelled big task leaves; no rows are
+	// written (nothing here reads them), and pages of 1,000 still take the
+	// paging through three pages. On the emulator every call counts.
+	const stranded, page = 2000, 1000
+	dead := seedTask(t, s, stranded, 1, false)
+	live := seedTask(t, s, 1, 1, false)
 	liveAt := base.Add(time.Minute)
 	lb := claim(t, s, live.ID, 1, "w", liveAt)
 	noErr(t, s.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: live.ID, BatchNo: 1, Attempt: lb.Attempt, Now: liveAt}), "release the live batch")
@@ -873,18 +969,22 @@ func testReopenTask(t *testing.T, s store.Store) {
 	for no := 1; no <= 3; no++ {
 		b := claim(t, s, task.ID, no, "w", at)
 		var ok, bad int
+		var sum store.Usage
 		for row := b.FirstRow; row < b.FirstRow+b.RowCount; row++ {
-			res := store.RowResult{State: store.RowSucceeded, Output: fmt.Sprintf("out %d", row), Attempts: 1}
+			// Every row was billed 100 input and row-number output tokens.
+			u := store.Usage{InputTokens: 100, OutputTokens: int64(row)}
+			res := store.RowResult{State: store.RowSucceeded, Output: fmt.Sprintf("out %d", row), Attempts: 1, Provider: "sim", Usage: u}
 			if class, f := failed[row]; f {
-				res = store.RowResult{State: store.RowFailed, Error: "boom", ErrorClass: class, Attempts: 3}
+				res = store.RowResult{State: store.RowFailed, Error: "boom", ErrorClass: class, Attempts: 3, Provider: "sim", Usage: u}
 				bad++
 			} else {
 				ok++
 			}
+			sum = sum.Add(u)
 			_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt, Rows: []store.RowResultWrite{{RowNo: row, Result: res}}, Now: at})
 			noErr(t, err, "save row")
 		}
-		_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt, Succeeded: ok, Failed: bad, Now: at})
+		_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt, Succeeded: ok, Failed: bad, Usage: sum, Now: at})
 		noErr(t, err, "finish batch")
 	}
 	_, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskExporting, Now: at})
@@ -904,18 +1004,23 @@ func testReopenTask(t *testing.T, s store.Store) {
 		State                        store.TaskState
 		Gen, Done, Succeeded, Failed int
 		ResultKey                    string
+		Usage                        store.Usage
 	}
-	diff(t, "reopened task", counts{State: store.TaskRunning, Gen: 1, Done: 2, Succeeded: 3, Failed: 1},
-		counts{got.State, got.ExportGen, got.BatchesDone, got.RowsSucceeded, got.RowsFailed, got.ResultKey})
+	// The tokens of the batches still DONE (rows 1, 2, 5, 6) stay; the
+	// reopened batch's come back when it finishes again.
+	kept := store.Usage{InputTokens: 400, OutputTokens: 1 + 2 + 5 + 6}
+	diff(t, "reopened task", counts{State: store.TaskRunning, Gen: 1, Done: 2, Succeeded: 3, Failed: 1, Usage: kept},
+		counts{got.State, got.ExportGen, got.BatchesDone, got.RowsSucceeded, got.RowsFailed, got.ResultKey, got.Usage})
 	stored := getTask(t, s, task.ID)
-	diff(t, "stored task", counts{State: store.TaskRunning, Gen: 1, Done: 2, Succeeded: 3, Failed: 1},
-		counts{stored.State, stored.ExportGen, stored.BatchesDone, stored.RowsSucceeded, stored.RowsFailed, stored.ResultKey})
+	diff(t, "stored task", counts{State: store.TaskRunning, Gen: 1, Done: 2, Succeeded: 3, Failed: 1, Usage: kept},
+		counts{stored.State, stored.ExportGen, stored.BatchesDone, stored.RowsSucceeded, stored.RowsFailed, stored.ResultKey, stored.Usage})
 	rows := listRows(t, s, task.ID)
 	var states []string
 	for _, row := range rows {
-		states = append(states, fmt.Sprintf("%d:%s:%s:%d", row.No, row.State, row.ErrorClass, row.Attempts))
+		states = append(states, fmt.Sprintf("%d:%s:%s:%d:%s:%d/%d", row.No, row.State, row.ErrorClass, row.Attempts, row.Provider, row.InputTokens, row.OutputTokens))
 	}
-	diff(t, "rows", []string{"1:SUCCEEDED::1", "2:SUCCEEDED::1", "3:PENDING::0", "4:SUCCEEDED::1", "5:FAILED:content_filter:3", "6:SUCCEEDED::1"}, states)
+	diff(t, "rows", []string{"1:SUCCEEDED::1:sim:100/1", "2:SUCCEEDED::1:sim:100/2", "3:PENDING::0::0/0",
+		"4:SUCCEEDED::1:sim:100/4", "5:FAILED:content_filter:3:sim:100/5", "6:SUCCEEDED::1:sim:100/6"}, states)
 	if b := getBatch(t, s, task.ID, 2); b.State != store.BatchPending {
 		t.Errorf("batch 2 is %s, want PENDING", b.State)
 	}
@@ -1108,8 +1213,11 @@ func testSaveRowResults(t *testing.T, s store.Store) {
 	now := base.Add(time.Hour)
 	b := claim(t, s, task.ID, 1, "w1", now)
 
-	succeeded := store.RowResult{State: store.RowSucceeded, Output: "文案一", Attempts: 1, LatencyMS: 290}
-	failed := store.RowResult{State: store.RowFailed, Error: "request timed out", ErrorClass: "transient", Attempts: 3, LatencyMS: 30000}
+	succeeded := store.RowResult{State: store.RowSucceeded, Output: "文案一", Attempts: 1, LatencyMS: 290,
+		Provider: "bedrock/anthropic.claude-3-haiku", Usage: store.Usage{InputTokens: 1234, OutputTokens: 56, CachedInputTokens: 1000}}
+	failed := store.RowResult{State: store.RowFailed, Error: "request timed out", ErrorClass: "transient", Attempts: 3, LatencyMS: 30000,
+		Provider: "openai/gpt-4o-mini", Usage: store.Usage{InputTokens: 7}}
+	// retried overwrites failed's provider and tokens on row 2 with none.
 	retried := store.RowResult{State: store.RowSucceeded, Output: "second time lucky", Attempts: 4, LatencyMS: 310, Cached: true}
 	permanent := store.RowResult{State: store.RowFailed, Error: "content filter", ErrorClass: "permanent", Attempts: 1}
 	pending := store.RowResult{State: store.RowPending, Error: "rate limited", ErrorClass: "rate_limited", Attempts: 2}
@@ -1287,10 +1395,11 @@ func testFinishBatch(t *testing.T, s store.Store) {
 	t1 := base.Add(time.Hour)
 	b := claim(t, s, task.ID, 1, "w1", t1)
 	t2 := t1.Add(20 * time.Second)
-	got, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1, Now: t2})
+	u1 := store.Usage{InputTokens: 3_000_000_000, OutputTokens: 250, CachedInputTokens: 1024}
+	got, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1, Usage: u1, Now: t2})
 	noErr(t, err, "finish")
 	want := task
-	want.BatchesDone, want.RowsSucceeded, want.RowsFailed, want.RowsSkipped, want.UpdatedAt = 1, 1, 1, 1, t2
+	want.BatchesDone, want.RowsSucceeded, want.RowsFailed, want.RowsSkipped, want.Usage, want.UpdatedAt = 1, 1, 1, 1, u1, t2
 	diff(t, "returned task", want, got)
 	diff(t, "stored task", want, getTask(t, s, task.ID))
 	gotBatch := getBatch(t, s, task.ID, 1)
@@ -1298,15 +1407,16 @@ func testFinishBatch(t *testing.T, s store.Store) {
 		t.Errorf("finished batch = %+v, want DONE updated at %v", gotBatch, t2)
 	}
 
-	_, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1, Now: t2})
+	_, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1, Usage: u1, Now: t2})
 	wantErr(t, err, store.ErrConflict, "second finish")
 	diff(t, "task after second finish", want, getTask(t, s, task.ID))
 
 	b2 := claim(t, s, task.ID, 2, "w2", t2)
 	t3 := t2.Add(time.Second)
-	got, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 2, Attempt: b2.Attempt, Succeeded: 3, Now: t3})
+	got, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 2, Attempt: b2.Attempt, Succeeded: 3, Usage: store.Usage{InputTokens: 10, OutputTokens: 20}, Now: t3})
 	noErr(t, err, "finish last batch")
 	want.BatchesDone, want.RowsSucceeded, want.UpdatedAt = 2, 4, t3
+	want.Usage = u1.Add(store.Usage{InputTokens: 10, OutputTokens: 20})
 	diff(t, "task after last batch", want, got)
 }
 
@@ -1444,6 +1554,28 @@ func testConcurrentFinish(t *testing.T, s store.Store) {
 	if !sawLast {
 		t.Errorf("no FinishBatch returned BatchesDone %d; returned %v", workers, done)
 	}
+}
+
+// RunCacheTTL checks that a cache entry is reused for the store's TTL and
+// no longer: newCache must return a new cache whose clock is clk and whose
+// TTL is ttl.
+func RunCacheTTL(t *testing.T, newCache func(t *testing.T, clk clock.Clock, ttl time.Duration) store.Cache) {
+	t.Helper()
+	ctx := t.Context()
+	clk := clock.NewFake(base)
+	c := newCache(t, clk, time.Hour)
+	key := newID("key")
+	noErr(t, c.PutCached(ctx, key, "first"), "put")
+	get := func(what string, want map[string]string) {
+		t.Helper()
+		got, err := c.GetCached(ctx, []string{key})
+		noErr(t, err, "get "+what)
+		diff(t, what, want, got)
+	}
+	clk.Advance(59 * time.Minute)
+	get("before the TTL", map[string]string{key: "first"})
+	clk.Advance(2 * time.Minute)
+	get("after the TTL", map[string]string{})
 }
 
 // RunCache runs the cache conformance suite. newCache must return a new,

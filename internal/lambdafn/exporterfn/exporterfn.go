@@ -1,4 +1,8 @@
-package lambdafn
+// Package exporterfn is the exporter Lambda's handler, the export state
+// machine's task: it writes a finished task's result workbook through
+// pipeline.Exporter. It depends on the ports only; functions/exporter wires
+// it through internal/awswire/exporterwire.
+package exporterfn
 
 import (
 	"context"
@@ -6,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
@@ -48,37 +51,49 @@ type ExportError struct {
 func (e *ExportError) Error() string { return e.Err.Error() }
 func (e *ExportError) Unwrap() error { return e.Err }
 
-// Exporter is the export state machine's task: it runs
+// Handler is the export state machine's task: it runs
 // pipeline.Exporter.Export and returns its errors to the state machine,
 // which retries or, in its Catch, marks the task FAILED.
-type Exporter struct {
+type Handler struct {
 	Exporter *pipeline.Exporter
-	// Metrics, when non-nil, receives TasksExported.
+	// Counter, when non-nil, accumulates the export's metrics (give it to
+	// the pipeline.Exporter as its ExporterConfig.Metrics: TasksExported,
+	// ExportDuration, TaskDuration); it is flushed to Metrics after each
+	// invocation.
+	Counter *metrics.Counter
 	Metrics *metrics.Emitter
 	Logger  *slog.Logger
 }
 
 // Handle exports one task. Export is idempotent, so a retried or repeated
 // invocation rewrites the same result or returns the finished task.
-func (h *Exporter) Handle(ctx context.Context, in ExportInput) (ExportOutput, error) {
-	if !api.ValidTaskID(in.TaskID) {
+func (h *Handler) Handle(ctx context.Context, in ExportInput) (ExportOutput, error) {
+	if !pipeline.ValidTaskID(in.TaskID) {
 		return ExportOutput{}, &ExportError{TaskID: in.TaskID, Err: fmt.Errorf("export: invalid task_id %q in the input", in.TaskID)}
 	}
 	task, err := h.Exporter.Export(ctx, in.TaskID)
+	if h.Counter != nil && h.Metrics != nil {
+		if err := h.Counter.Flush(h.Metrics, nil); err != nil {
+			logger(h.Logger).WarnContext(ctx, "write metrics failed", "error", err)
+		}
+	}
 	if errors.Is(err, pipeline.ErrNotReady) {
 		return ExportOutput{}, &NotReadyError{TaskID: in.TaskID, Err: err}
 	}
 	if err != nil {
-		discard(h.Logger).Error("export failed", "task", in.TaskID, "error", err)
+		logger(h.Logger).ErrorContext(ctx, "export failed", "task_id", in.TaskID, "error", err)
 		return ExportOutput{}, &ExportError{TaskID: in.TaskID, Err: err}
-	}
-	if h.Metrics != nil {
-		if err := h.Metrics.Emit([]metrics.Value{{Name: metrics.TasksExported, Value: 1}}, nil); err != nil {
-			discard(h.Logger).Warn("write metrics failed", "error", err)
-		}
 	}
 	return ExportOutput{
 		TaskID: task.ID, State: string(task.State), ResultKey: task.ResultKey,
 		RowsTotal: task.RowsTotal, RowsSucceeded: task.RowsSucceeded, RowsFailed: task.RowsFailed,
 	}, nil
+}
+
+// logger returns l, or a logger that drops everything when l is nil.
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }

@@ -1,4 +1,8 @@
-package lambdafn
+// Package apifn is the api Lambda's handler: API Gateway HTTP API events
+// (payload format 2.0) served by an http.Handler (internal/api), so one
+// handler runs under net/http locally and behind API Gateway. functions/api
+// wires it through internal/awswire/apiwire.
+package apifn
 
 import (
 	"context"
@@ -10,12 +14,12 @@ import (
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 )
 
-// HTTP serves an http.Handler to API Gateway HTTP API events (payload
+// Handler serves an http.Handler to API Gateway HTTP API events (payload
 // format 2.0), so the same handler runs under net/http locally and behind
 // API Gateway. The conversion is aws-lambda-go-api-proxy's httpadapter:
 // request bodies arrive decoded, and response bodies that are not valid
 // UTF-8 go back base64-encoded.
-type HTTP struct {
+type Handler struct {
 	Handler http.Handler
 	Logger  *slog.Logger
 }
@@ -32,14 +36,14 @@ const malformedBody = `{"error":{"code":"bad_request","message":"malformed reque
 
 // Handle serves one request. It never returns an error: API Gateway would
 // turn that into a bare 500, while a JSON 400 tells the client what to fix.
-func (h *HTTP) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+func (h *Handler) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	resp, err := httpadapter.NewV2(netHTTPStatus(h.Handler)).ProxyWithContext(ctx, ev)
 	if err != nil {
 		// With netHTTPStatus the response always has a status, so the
 		// adapter's only remaining error is an event it cannot turn into
 		// an *http.Request (bad base64 body, invalid method or URL); the
 		// handler has not run.
-		discard(h.Logger).Warn("malformed API Gateway event", "request_id", ev.RequestContext.RequestID, "error", err)
+		logger(h.Logger).Warn("malformed API Gateway event", "request_id", ev.RequestContext.RequestID, "error", err)
 		return events.APIGatewayV2HTTPResponse{
 			StatusCode: http.StatusBadRequest,
 			Headers:    map[string]string{"Content-Type": "application/json; charset=utf-8"},
@@ -87,3 +91,11 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the adapter's writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// logger returns l, or a logger that drops everything when l is nil.
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}

@@ -1,4 +1,9 @@
-package lambdafn
+// Package generatorfn is the generator Lambda's handler: SQS batch messages
+// from the work queue are claimed and their rows generated through
+// pipeline.Generator, with partial batch responses. It depends on the ports
+// and aws-lambda-go/events only; functions/generator wires it through
+// internal/awswire/generatorwire.
+package generatorfn
 
 import (
 	"context"
@@ -9,14 +14,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue"
-	"github.com/batchgen/batchgen/internal/store"
 )
 
-// Defaults of Generator.
+// Defaults of Handler.
 const (
 	// DefaultVisibility matches the work queue's VisibilityTimeout in
 	// template.yaml.
@@ -33,7 +36,7 @@ var generatorMetrics = []string{
 	metrics.BatchesReleased, metrics.MessagesFailed, metrics.PoisonMessages,
 }
 
-// Generator handles SQS batch messages from the work queue's event source
+// Handler handles SQS batch messages from the work queue's event source
 // mapping (ReportBatchItemFailures on). The records of one event are
 // processed concurrently through one shared *pipeline.Generator, whose
 // Concurrency bounds the model calls of the whole instance. Each outcome is
@@ -54,7 +57,7 @@ var generatorMetrics = []string{
 //   - SettleDeadLetter: a batch item failure left invisible for the
 //     queue's whole visibility timeout, until the redrive policy moves it
 //     to the dead-letter queue.
-type Generator struct {
+type Handler struct {
 	Generator *pipeline.Generator
 	// Queue changes message visibility; receipts are the records'
 	// receipt handles.
@@ -66,43 +69,22 @@ type Generator struct {
 	// to DefaultHeadroom; when less than twice Headroom remains, half of
 	// what remains is kept instead.
 	Headroom time.Duration
-	// Counter, when non-nil, accumulates this instance's metrics; wire it
-	// into the generator with RowObserver. It is flushed to Metrics at the
-	// end of every invocation.
+	// Counter, when non-nil, accumulates this instance's metrics; give it
+	// to the generator as its GeneratorConfig.Metrics too. It is flushed to
+	// Metrics at the end of every invocation.
 	Counter *metrics.Counter
 	Metrics *metrics.Emitter
 	Logger  *slog.Logger
 }
 
-// NewGeneratorCounter returns a Counter that reports the generator's
+// NewCounter returns a Counter that reports the generator's
 // metrics, zeros included.
-func NewGeneratorCounter() *metrics.Counter { return metrics.NewCounter(generatorMetrics...) }
-
-// RowObserver returns a pipeline.Observer that counts row events into c.
-func RowObserver(c *metrics.Counter) pipeline.Observer {
-	return func(e pipeline.Event) {
-		if e.Calls > 0 {
-			c.Add(metrics.ModelCalls, float64(e.Calls))
-		}
-		if e.ErrorClass == string(llm.ClassRateLimited) {
-			c.Add(metrics.RateLimited, 1)
-		}
-		switch e.State {
-		case store.RowSucceeded:
-			c.Add(metrics.RowsSucceeded, 1)
-			if e.Cached {
-				c.Add(metrics.RowsCached, 1)
-			}
-		case store.RowFailed:
-			c.Add(metrics.RowsFailed, 1)
-		}
-	}
-}
+func NewCounter() *metrics.Counter { return metrics.NewCounter(generatorMetrics...) }
 
 // Handle processes one SQS event and reports the messages to keep.
 // It returns an error never: every per-message failure is a batch item
 // failure, so one bad message cannot make Lambda retry the others.
-func (h *Generator) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	work, cancel := h.workContext(ctx)
 	defer cancel()
 	// No row starts after stopAt: a call started later could not finish
@@ -130,7 +112,7 @@ func (h *Generator) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 	}
 	if h.Counter != nil && h.Metrics != nil {
 		if err := h.Counter.Flush(h.Metrics, nil); err != nil {
-			h.logger().Warn("write metrics failed", "error", err)
+			logger(h.Logger).WarnContext(ctx, "write metrics failed", "error", err)
 		}
 	}
 	return resp, nil
@@ -138,7 +120,7 @@ func (h *Generator) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSE
 
 // workContext ends Headroom before ctx's deadline, so that the work stops
 // while there is still time to release batches and change visibilities.
-func (h *Generator) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (h *Handler) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return context.WithCancel(ctx)
@@ -148,7 +130,7 @@ func (h *Generator) workContext(ctx context.Context) (context.Context, context.C
 
 // headroom is the time kept free at the end of an invocation with
 // remaining time left to settle its messages.
-func (h *Generator) headroom(remaining time.Duration) time.Duration {
+func (h *Handler) headroom(remaining time.Duration) time.Duration {
 	headroom := h.Headroom
 	if headroom <= 0 {
 		headroom = DefaultHeadroom
@@ -160,7 +142,7 @@ func (h *Generator) headroom(remaining time.Duration) time.Duration {
 }
 
 // handleRecord runs one message and reports whether Lambda may delete it.
-func (h *Generator) handleRecord(ctx, work context.Context, stopAt time.Time, rec events.SQSMessage) bool {
+func (h *Handler) handleRecord(ctx, work context.Context, stopAt time.Time, rec events.SQSMessage) bool {
 	receiveCount, _ := strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
 	visibility := h.Visibility
 	if visibility <= 0 {
@@ -184,23 +166,17 @@ func (h *Generator) handleRecord(ctx, work context.Context, stopAt time.Time, re
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	st := h.Generator.Settle(out)
-	switch {
-	case st.Action == pipeline.SettleDeadLetter:
-		h.count(metrics.MessagesFailed)
-		h.count(metrics.PoisonMessages)
-	case st.Err != nil:
-		h.count(metrics.MessagesFailed)
-	case st.Action == pipeline.SettleRetry, st.Action == pipeline.SettleResend:
-		h.count(metrics.BatchesReleased)
+	if h.Counter != nil {
+		pipeline.RecordSettlement(h.Counter, st)
 	}
 	m := pipeline.Message{ID: rec.MessageId, Receipt: rec.ReceiptHandle, Body: []byte(rec.Body), ReceiveCount: receiveCount}
-	return st.Apply(actx, h.Queue, m, h.logger())
+	return st.Apply(actx, h.Queue, m, logger(h.Logger))
 }
 
-func (h *Generator) count(name string) {
-	if h.Counter != nil {
-		h.Counter.Add(name, 1)
+// logger returns l, or a logger that drops everything when l is nil.
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
 	}
+	return l
 }
-
-func (h *Generator) logger() *slog.Logger { return discard(h.Logger) }

@@ -1,4 +1,8 @@
-package lambdafn
+// Package splitterfn is the splitter Lambda's handler: S3 upload events
+// under incoming/ go to pipeline.Intake, which validates and splits them.
+// It depends on the ports and aws-lambda-go/events only; functions/splitter
+// wires it through internal/awswire/splitterwire.
+package splitterfn
 
 import (
 	"context"
@@ -13,13 +17,13 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
-// Splitter handles S3 ObjectCreated events for the drop folder: each
+// Handler handles S3 ObjectCreated events for the drop folder: each
 // created object goes to pipeline.Intake, which decides what it is and
 // splits or rejects it. A rejected input is not an error (retrying cannot
 // fix a bad file); other failures return an error so that Lambda retries
 // the event, and Intake is idempotent, so a retried or duplicated event
 // continues one task.
-type Splitter struct {
+type Handler struct {
 	Intake *pipeline.Intake
 	// Metrics, when non-nil, receives TasksSplit and TasksRejected.
 	Metrics *metrics.Emitter
@@ -28,19 +32,19 @@ type Splitter struct {
 
 // Handle processes every record of an S3 event. It returns an error only
 // for failures a retry may fix; the records already split stay split.
-func (h *Splitter) Handle(ctx context.Context, ev events.S3Event) error {
-	log := discard(h.Logger)
+func (h *Handler) Handle(ctx context.Context, ev events.S3Event) error {
+	log := logger(h.Logger)
 	var errs []error
 	split, rejected := 0, 0
 	for _, rec := range ev.Records {
 		if !strings.HasPrefix(rec.EventName, "ObjectCreated:") {
-			log.Info("ignoring event", "event", rec.EventName, "key", rec.S3.Object.Key)
+			log.InfoContext(ctx, "ignoring event", "event", rec.EventName, "key", rec.S3.Object.Key)
 			continue
 		}
 		// Keys arrive URL-encoded, with '+' for a space.
 		key, err := url.QueryUnescape(rec.S3.Object.Key)
 		if err != nil {
-			log.Error("ignoring object with an undecodable key", "key", rec.S3.Object.Key, "error", err)
+			log.ErrorContext(ctx, "ignoring object with an undecodable key", "key", rec.S3.Object.Key, "error", err)
 			continue
 		}
 		res, err := h.Intake.Accept(ctx, key, ObjectVersion(rec.S3.Object))
@@ -57,7 +61,7 @@ func (h *Splitter) Handle(ctx context.Context, ev events.S3Event) error {
 	if h.Metrics != nil && split+rejected > 0 {
 		err := h.Metrics.Emit([]metrics.Value{{Name: metrics.TasksSplit, Value: float64(split)}, {Name: metrics.TasksRejected, Value: float64(rejected)}}, nil)
 		if err != nil {
-			log.Warn("write metrics failed", "error", err)
+			log.WarnContext(ctx, "write metrics failed", "error", err)
 		}
 	}
 	return errors.Join(errs...)
@@ -70,4 +74,12 @@ func ObjectVersion(obj events.S3Object) string {
 		return obj.VersionID
 	}
 	return obj.ETag
+}
+
+// logger returns l, or a logger that drops everything when l is nil.
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// The quota figures of issue 10, against `batchgen mock-llm`'s strict
+// sliding-window quotas at 290 ms latency.
+
+// measureTokenQuota: a job whose token quota binds before its request
+// quota, both given (--rpm, --tpm): wall over the token bound (tokens the
+// provider counted / TPM rate), and no 429.
+func measureTokenQuota(ctx context.Context, r *run) ([]Figure, error) {
+	const rpm, latency = 60000, 290 * time.Millisecond
+	rows, tpm := 500, 16000 // about 15 tokens a row: a 30 s job
+	if r.quick {
+		rows, tpm = 250, 16000
+	}
+	m, err := r.mock(ctx, "--latency", latency.String(), "--quota", strconv.Itoa(rpm), "--token-quota", strconv.Itoa(tpm), "--quota-window", "60s")
+	if err != nil {
+		return nil, err
+	}
+	defer m.Stop()
+	in, err := r.csv(rows, "tpm")
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.runJob(ctx, in, m, "--rpm", strconv.Itoa(rpm), "--tpm", strconv.Itoa(tpm), "--concurrency", "16")
+	if err != nil {
+		return nil, err
+	}
+	st, err := m.Stats()
+	if err != nil {
+		return nil, err
+	}
+	bound := float64(st.Tokens) / (float64(tpm) / 60)
+	return []Figure{
+		{ID: "quota-tpm-ratio", Name: "quota: request + token limits, TPM binds (wall / token bound)", Value: res.wall.Seconds() / bound,
+			Better: AtMost, Bound: 1.10, Detail: fmt.Sprintf("%d rows, --rpm %d --tpm %d, %d tokens used; token bound %.1f s, wall %.1f s", rows, rpm, tpm, st.Tokens, bound, res.wall.Seconds())},
+		{ID: "quota-tpm-429", Name: "quota: 429s where TPM binds (share of requests)", Value: share(st.RateLimited, st.Requests),
+			Better: AtMost, Bound: 0, Detail: fmt.Sprintf("%d of %d requests", st.RateLimited, st.Requests)},
+	}, nil
+}
+
+// measureQuotaLearning: a one-minute job (600 rows at 600 requests a
+// minute) with no --rpm, the quota learned from the mock's rate-limit
+// headers, then from its 429s alone (--no-ratelimit-headers). The quota is
+// enforced over 10 s windows so that it binds from the first seconds: a
+// fresh 60 s window would let a one-minute job through unpaced.
+func measureQuotaLearning(ctx context.Context, r *run) ([]Figure, error) {
+	const rpm, rows, latency, window = 600, 600, 290 * time.Millisecond, 10 * time.Second
+	perWindow := int(float64(rpm) * window.Seconds() / 60)
+	bound := float64(rows) / (rpm / 60.0)
+	var figs []Figure
+	for _, c := range []struct {
+		id, name string
+		flags    []string
+		target   float64
+	}{
+		{"quota-learned-headers", "quota learned from headers", nil, 1.10},
+		{"quota-learned-429s", "quota learned from 429s alone", []string{"--no-ratelimit-headers"}, 1.15},
+	} {
+		m, err := r.mock(ctx, append([]string{"--latency", latency.String(), "--quota", strconv.Itoa(perWindow), "--quota-window", window.String()}, c.flags...)...)
+		if err != nil {
+			return nil, err
+		}
+		in, err := r.csv(rows, c.id)
+		if err != nil {
+			m.Stop()
+			return nil, err
+		}
+		res, err := r.runJob(ctx, in, m, "--concurrency", "16")
+		if err != nil {
+			m.Stop()
+			return nil, err
+		}
+		st, err := m.Stats()
+		m.Stop()
+		if err != nil {
+			return nil, err
+		}
+		detail := fmt.Sprintf("no --rpm; %d rows at %d rpm (%d per %v sliding window); bound %.0f s, wall %.1f s; %d of %d requests answered 429",
+			rows, rpm, perWindow, window, bound, res.wall.Seconds(), st.RateLimited, st.Requests)
+		figs = append(figs, Figure{ID: c.id + "-ratio", Name: c.name + " (wall / bound)", Value: res.wall.Seconds() / bound,
+			Better: AtMost, Bound: c.target, Detail: detail})
+		if c.flags == nil {
+			figs = append(figs, Figure{ID: c.id + "-429", Name: c.name + " (share of requests answered 429)", Value: share(st.RateLimited, st.Requests),
+				Better: AtMost, Bound: 0.01, Detail: fmt.Sprintf("%d of %d requests", st.RateLimited, st.Requests)})
+		}
+	}
+	return figs, nil
+}

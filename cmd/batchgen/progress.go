@@ -1,0 +1,221 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+// recentWindow is how far back the current rate looks: long enough to
+// smooth over a batch's bursts, short enough that a 429 pause or a cut in
+// the quota shows within seconds.
+const recentWindow = 10 * time.Second
+
+// heldBackWithin is how recent a 429 or a long quota wait must be for the
+// progress line to say the job is being held back.
+const heldBackWithin = 5 * time.Second
+
+// rateMeter is the pure logic of the progress display: rows done over time,
+// the rate over the recent window beside the average since the start, and
+// the ETA from the recent rate and the quota. It has no clock of its own;
+// callers pass the time, so tests drive it with a fake one.
+type rateMeter struct {
+	total, base int
+	start       time.Time
+	// quota is the most rows a second the quota allows (--rpm/60); 0 when
+	// unknown.
+	quota   float64
+	samples []rateSample
+}
+
+type rateSample struct {
+	at   time.Time
+	done int
+}
+
+func newRateMeter(total, base int, start time.Time, rpm int) *rateMeter {
+	m := &rateMeter{total: total, base: base, start: start, quota: float64(rpm) / 60}
+	m.samples = []rateSample{{at: start, done: base}}
+	return m
+}
+
+// add records that done rows were finished at now. Samples older than the
+// window are dropped, keeping one at or before its start as the baseline.
+func (m *rateMeter) add(now time.Time, done int) {
+	m.samples = append(m.samples, rateSample{at: now, done: done})
+	cut := 0
+	for i := range m.samples {
+		if now.Sub(m.samples[i].at) >= recentWindow {
+			cut = i
+		}
+	}
+	m.samples = m.samples[cut:]
+}
+
+// recent is the rate in rows a second over the last window (the whole run
+// until one window has passed).
+func (m *rateMeter) recent() float64 {
+	first, last := m.samples[0], m.samples[len(m.samples)-1]
+	span := last.at.Sub(first.at).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	return float64(last.done-first.done) / span
+}
+
+// average is the rate in rows a second since the start.
+func (m *rateMeter) average(now time.Time) float64 {
+	span := now.Sub(m.start).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	return float64(m.done()-m.base) / span
+}
+
+func (m *rateMeter) done() int { return m.samples[len(m.samples)-1].done }
+
+// eta is the time left at the recent rate, never faster than the quota
+// allows; with no recent progress (a pause) the quota's pace, if known.
+// ok is false when neither says anything.
+func (m *rateMeter) eta() (time.Duration, bool) {
+	left := m.total - m.done()
+	if left <= 0 {
+		return 0, true
+	}
+	rate := m.recent()
+	if m.quota > 0 && (rate <= 0 || rate > m.quota) {
+		rate = m.quota
+	}
+	if rate <= 0 {
+		return 0, false
+	}
+	return time.Duration(float64(left) / rate * float64(time.Second)).Round(time.Second), true
+}
+
+// line is one progress line at now. heldBack says why the job is slowed
+// down, if it is ("" if not).
+func (m *rateMeter) line(now time.Time, failed int64, heldBack string) string {
+	done := m.done()
+	pct := 100 * float64(done) / float64(max(m.total, 1))
+	eta := "?"
+	if d, ok := m.eta(); ok {
+		eta = d.String()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "batchgen: %d/%d rows (%.0f%%), %d failed, %.1f rows/s now (%.1f avg), ETA %s", done, m.total, pct, failed, m.recent(), m.average(now), eta)
+	if heldBack != "" {
+		b.WriteString("; " + heldBack)
+	}
+	return b.String()
+}
+
+// final is the line printed once every row has a result.
+func (m *rateMeter) final(now time.Time, failed int64) string {
+	return fmt.Sprintf("batchgen: %d/%d rows (100%%), %d failed, %.1f rows/s avg, took %s", m.total, m.total, failed, m.average(now), now.Sub(m.start).Round(100*time.Millisecond))
+}
+
+// heldBack names why the job is being slowed, from when the provider last
+// answered 429 and when a quota wait last took long (Unix nanoseconds, 0
+// for never), as of now.
+func heldBack(now time.Time, last429, lastQuotaWait int64, rpm int) string {
+	recent := func(ns int64) bool { return ns != 0 && now.Sub(time.Unix(0, ns)) < heldBackWithin }
+	switch {
+	case recent(last429):
+		return "rate-limited: the provider answered 429, pausing as it asked"
+	case recent(lastQuotaWait) && rpm > 0:
+		return fmt.Sprintf("rate-limited: waiting for the quota (--rpm %d)", rpm)
+	case recent(lastQuotaWait):
+		return "rate-limited: waiting for the quota learnt from the provider"
+	}
+	return ""
+}
+
+// progress shows rows done on stderr: a bar on a terminal, plain lines
+// every interval otherwise, nothing with --quiet; and a final line at 100%.
+type progress struct {
+	w        io.Writer
+	stats    *runStats
+	meter    *rateMeter
+	rpm      int
+	bar      *progressbar.ProgressBar
+	interval time.Duration
+	last     time.Time
+	quiet    bool
+	finished bool
+}
+
+func newProgress(w io.Writer, total, done int, stats *runStats, quiet bool, interval time.Duration, rpm int) *progress {
+	now := time.Now()
+	p := &progress{w: w, stats: stats, meter: newRateMeter(total, done, now, rpm), rpm: rpm, interval: interval, last: now, quiet: quiet}
+	if quiet {
+		return p
+	}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.bar = progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetDescription("rows"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(200*time.Millisecond),
+		)
+		_ = p.bar.Set(done)
+	}
+	return p
+}
+
+func (p *progress) update() {
+	if p.quiet || p.finished {
+		return
+	}
+	now := time.Now()
+	done := p.meter.base + int(p.stats.rowsDone.Load())
+	p.meter.add(now, min(done, p.meter.total))
+	failed := p.stats.rowsFailed.Load()
+	held := heldBack(now, p.stats.last429.Load(), p.stats.lastQuotaWait.Load(), p.rpm)
+	if p.bar != nil {
+		// The bar's own rate is an average; the description carries the
+		// recent rate, the ETA and what holds the job back.
+		eta := "?"
+		if d, ok := p.meter.eta(); ok {
+			eta = d.String()
+		}
+		desc := fmt.Sprintf("rows (%d failed, %.1f/s now, %.1f avg, ETA %s)", failed, p.meter.recent(), p.meter.average(now), eta)
+		if held != "" {
+			desc += " " + held
+		}
+		p.bar.Describe(desc)
+		_ = p.bar.Set(min(done, p.meter.total))
+		return
+	}
+	if now.Sub(p.last) < p.interval {
+		return
+	}
+	p.last = now
+	fmt.Fprintln(p.w, p.meter.line(now, failed, held))
+}
+
+// complete prints the final line once every row has a result.
+func (p *progress) complete() {
+	if p.quiet || p.finished {
+		return
+	}
+	p.update()
+	p.finish()
+	fmt.Fprintln(p.w, p.meter.final(time.Now(), p.stats.rowsFailed.Load()))
+}
+
+func (p *progress) finish() {
+	if p.quiet || p.finished {
+		return
+	}
+	p.finished = true
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		fmt.Fprintln(p.w)
+	}
+}

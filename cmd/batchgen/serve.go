@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/blob/fileblob"
+	"github.com/batchgen/batchgen/internal/dropdir"
+	"github.com/batchgen/batchgen/internal/logging"
+	"github.com/batchgen/batchgen/internal/metrics/prom"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/web"
+)
+
+// serveOptions are the flags of `batchgen serve`: run's spec and engine
+// flags (the spec is the default for inputs that bring none) and the
+// server's own.
+type serveOptions struct {
+	runOptions
+	addr         string
+	tokenFile    string
+	dropOwner    string
+	dropInterval time.Duration
+	grace        time.Duration
+	// limits are the API's per-deployment limits (api.Limits).
+	allowModels    []string
+	maxTokensLimit int
+	maxBatchSize   int
+	maxFileBytes   int64
+}
+
+// serveQueue is the embedded queue of the server: one for every task, as
+// on AWS, where one queue feeds the generators of all tasks.
+const serveQueue = "serve"
+
+func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Serve the HTTP API, the web page and the drop folder, with workers, in one process",
+		Long: `Serve runs the HTTP API, the web page and the drop folder DIR/incoming/ in one process, with
+the workers that run every task. A sheet put into DIR/incoming/ is run with the template
+from its "prompt" sheet, else its sidecar <name>.prompt.txt, else --prompt; its result
+appears as DIR/results/<name>.result.xlsx (or DIR/results/<name>.<ext>.error.txt when it
+is rejected) and the input moves to DIR/processed/. Ctrl-C stops the server; rows
+answered so far are saved and a restart continues what was in flight.
+
+API callers authenticate with bearer tokens from --token-file or BATCHGEN_API_TOKENS
+(NAME:SECRET entries; NAME is the principal, and each principal sees only its own tasks;
+drop-folder tasks belong to --drop-owner). Without tokens the server listens on the
+loopback interface only, and every caller is --drop-owner.`,
+		Example: `  batchgen serve --data ./batchgen-data --prompt '为商品{{商品名称}}写一段营销文案'
+  batchgen serve --addr 127.0.0.1:8080 --data ./batchgen-data --provider openai --rpm 2000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return serve(cmd.Context(), o, stdout, stderr)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT (port 0 picks a free one)")
+	fs.StringVar(&o.dataDir, "data", ".batchgen", "data directory: the database, incoming/ (the drop folder), results/ and processed/")
+	fs.StringVar(&o.tokenFile, "token-file", "", "API bearer tokens, one NAME:SECRET a line, each NAME its own principal (or set BATCHGEN_API_TOKENS, comma-separated); without tokens the server listens on loopback only")
+	fs.StringVar(&o.dropOwner, "drop-owner", "drop", "the principal that owns tasks made from the drop folder")
+	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on Ctrl-C or SIGTERM, how long model calls in flight may take to finish and be saved before they are cut off")
+	fs.DurationVar(&o.dropInterval, "drop-interval", time.Second, "time between looks at the drop folder; a file is taken once it is unchanged across two looks")
+	fs.StringSliceVar(&o.allowModels, "allow-models", nil, "models an API request may name, comma-separated (the default --model is always allowed); empty allows any")
+	fs.IntVar(&o.maxTokensLimit, "max-tokens-limit", 100_000, "largest max_tokens an API request may ask for")
+	fs.IntVar(&o.maxBatchSize, "max-batch-size", 1000, "largest batch_size an API request may ask for")
+	fs.Int64Var(&o.maxFileBytes, "max-file-bytes", pipeline.DefaultMaxInputBytes, "largest sheet accepted, through the API or the drop folder, in bytes")
+	o.registerSpec(fs)
+	o.registerEngine(fs)
+	// A server's log is its only record of what it did.
+	o.logLevel = "info"
+	fs.Lookup("log-level").DefValue = "info"
+	_ = cmd.MarkFlagDirname("data")
+	_ = cmd.MarkFlagFilename("prompt-file")
+	return cmd
+}
+
+// checkListen refuses to listen beyond this machine without API tokens:
+// anyone who can reach the port could run jobs on the provider's account.
+func checkListen(addr string, tokens bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:8080", addr)
+	}
+	if tokens || isLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("--addr %s listens beyond this machine, but no API tokens are set: "+
+		"without tokens anyone who reaches the port could run jobs on your provider account; "+
+		"listen on 127.0.0.1 or set API tokens", addr)
+}
+
+// loadTokens reads the API tokens from the token file and the
+// environment's list; nil when there are none.
+func loadTokens(file, env string) (*api.Tokens, error) {
+	var list []string
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", unwrapPathError(err))
+		}
+		list = append(list, string(b))
+	}
+	if strings.TrimSpace(env) != "" {
+		list = append(list, env)
+	}
+	if len(list) == 0 {
+		return nil, nil
+	}
+	tokens, err := api.ParseTokens(strings.Join(list, "\n"))
+	if err != nil {
+		return nil, fmt.Errorf("API tokens (--token-file, BATCHGEN_API_TOKENS): %w", err)
+	}
+	return tokens, nil
+}
+
+// isLoopback reports whether host names only the loopback interface.
+// "localhost" counts; an empty host (all interfaces) does not.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serve wires the embedded adapters into the API, the drop folder and the
+// workers, and runs them until ctx ends.
+func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error {
+	tokens, err := loadTokens(o.tokenFile, os.Getenv("BATCHGEN_API_TOKENS"))
+	if err != nil {
+		return &report.ExitError{Code: report.Rejected, Err: err}
+	}
+	if err := checkListen(o.addr, tokens != nil); err != nil {
+		return &report.ExitError{Code: report.Rejected, Err: err}
+	}
+	if o.dropOwner == "" {
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--drop-owner must not be empty")}
+	}
+	if o.maxTokensLimit < 1 || o.maxBatchSize < 1 || o.maxFileBytes < 1 {
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-tokens-limit, --max-batch-size and --max-file-bytes must be at least 1")}
+	}
+	if o.grace < 0 {
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--shutdown-grace %s: must not be negative", o.grace)}
+	}
+	if o.dropInterval <= 0 {
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--drop-interval %s: must be positive", o.dropInterval)}
+	}
+	if err := o.checkSpec(); err != nil {
+		return err
+	}
+	j, err := newEngineJob(o.runOptions, stderr)
+	if err != nil {
+		return err
+	}
+	// Without tokens the server listens on loopback only, and its one
+	// caller is the drop folder's principal, so it sees those tasks.
+	var auth api.Authenticator = api.Fixed(o.dropOwner)
+	access := "no API tokens are set, so only this machine can connect"
+	if tokens != nil {
+		auth = tokens
+		access = fmt.Sprintf("API tokens for %d principal(s): %s", len(tokens.Principals()), strings.Join(tokens.Principals(), ", "))
+	}
+	level := new(slog.LevelVar)
+	_ = level.UnmarshalText([]byte(o.logLevel)) // checked by newEngineJob
+	logger := logging.NewJSON(stderr, level)
+	j.logger = logger
+	// The engine's metrics, served at /metrics beside the API.
+	reg := prom.New(logger)
+	j.metrics = reg
+	spec := j.taskSpec()
+
+	if j.data, err = openDataDir(o.dataDir, "", j.cacheTTL); err != nil {
+		return err
+	}
+	defer j.close()
+	// The data directory is the local bucket: incoming/, results/,
+	// processed/ and uploads/ lie where they lie in the stack's bucket.
+	bucket, err := fileblob.New(j.data.dir)
+	if err != nil {
+		return fmt.Errorf("open data directory %s: %w", j.data.dir, err)
+	}
+	if err := j.openEngineOn(serveQueue, bucket, nil); err != nil {
+		return err
+	}
+	st := j.data.store
+
+	// Whatever was in flight when the server last stopped continues: this
+	// process holds the data directory's lock, so every lease is stale.
+	resumed, err := pipeline.ResumeUnfinished(ctx, st, j.queue, j.exporter, time.Now())
+	if err != nil {
+		logger.Warn("some unfinished tasks could not be resumed; the sweeper will retry them", "error", err)
+	}
+	if resumed != (pipeline.ResumeReport{}) {
+		logger.Info("resumed unfinished tasks", "tasks", resumed.Tasks, "batches", resumed.Batches, "exports", resumed.Exports)
+	}
+
+	tmp := filepath.Join(j.data.dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return fmt.Errorf("data directory %s: %w", j.data.dir, unwrapPathError(err))
+	}
+	intake := pipeline.NewIntake(
+		pipeline.NewSplitter(st, j.queue, pipeline.SplitterConfig{Logger: logger}),
+		bucket, j.exporter,
+		pipeline.IntakeConfig{
+			DefaultSpec: spec,
+			Limits:      sheet.Limits{MaxRows: o.maxRows, MaxFileBytes: o.maxFileBytes},
+			Uploads:     api.Uploads{Blobs: bucket},
+			Owner:       o.dropOwner,
+			Sidecars:    true,
+			TempDir:     tmp,
+			Logger:      logger,
+		})
+	folder, err := dropdir.New(dropdir.Config{Root: j.data.dir, Intake: intake, Interval: o.dropInterval, Logger: logger})
+	if err != nil {
+		return err
+	}
+	handler := api.New(api.Config{
+		Auth:  auth,
+		Store: st, Blobs: bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: spec,
+		Limits: api.Limits{
+			Models: o.allowModels, MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
+			MaxFileBytes: o.maxFileBytes, MaxRows: o.maxRows,
+		},
+		Exports: j.exporter, Retrier: pipeline.Retrier{Store: st, Queue: j.queue},
+		Prices: j.prices,
+	})
+
+	page := web.Config{Limits: sheet.Limits{MaxRows: o.maxRows, MaxFileBytes: o.maxFileBytes}, TempDir: tmp, Logger: logger}
+	if tokens != nil {
+		page.Authenticate = web.Authenticate(tokens)
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--addr %s: %w", o.addr, err)}
+	}
+	// Long-lived requests (event streams) end when the server stops.
+	reqCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer endRequests()
+	srv := &http.Server{
+		Handler:           web.Site(handler, reg.Handler(), page),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	fmt.Fprintf(stdout, "batchgen serve: listening on http://%s (data: %s; drop folder: %s)\n",
+		ln.Addr(), j.data.dir, filepath.Join(j.data.dir, "incoming"))
+	fmt.Fprintf(stdout, "batchgen serve: %s\n", access)
+
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	var wg sync.WaitGroup
+	serveErr := make(chan error, 1)
+	wg.Go(func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- err
+		}
+	})
+	workers := pipeline.NewLocalWorkers(j.queue, j.gen, pipeline.LocalWorkersConfig{
+		Workers: 2 + o.concurrency/max(o.batchSize, 1), Logger: logger, Metrics: reg,
+	})
+	// Closing drain stops the workers gracefully: no new row starts, calls
+	// in flight finish and are saved (pipeline.Delivery.Stop).
+	drain := make(chan struct{})
+	workersDone := make(chan struct{})
+	go func() {
+		defer close(workersDone)
+		_ = workers.RunUntil(workCtx, drain)
+	}()
+	wg.Go(func() { _ = folder.Run(workCtx) })
+	// The sweeper covers what the workers cannot: a batch whose message was
+	// lost or whose lease outlived a stuck worker, an export never started.
+	sweeper := pipeline.NewSweeper(st, j.queue, j.exporter, pipeline.SweeperConfig{PendingAfter: o.sweepAfter, Logger: logger, Metrics: reg})
+	wg.Go(func() {
+		t := time.NewTicker(max(o.sweepAfter/5, time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-workCtx.Done():
+				return
+			case <-t.C:
+			}
+			if rep, err := sweeper.Sweep(workCtx); err != nil && workCtx.Err() == nil {
+				logger.Warn("sweep failed", "error", err)
+			} else if rep != (pipeline.SweepReport{}) {
+				logger.Info("sweep", "requeued", rep.Requeued, "leases_reset", rep.LeasesReset, "exports_started", rep.ExportsStarted)
+			}
+		}
+	})
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("stopping: finishing requests; rows answered so far are saved, the rest continue at the next start")
+	case runErr = <-serveErr:
+		runErr = fmt.Errorf("serve %s: %w", o.addr, runErr)
+	}
+	endRequests()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("HTTP shutdown did not finish", "error", err)
+	}
+	close(drain)
+	select {
+	case <-workersDone:
+	case <-time.After(o.grace):
+		logger.Warn("model calls still in flight after the shutdown grace; cutting them off (their rows run again at the next start)", "grace", o.grace)
+	}
+	stopWork()
+	<-workersDone
+	wg.Wait()
+	return runErr
+}

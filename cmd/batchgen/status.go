@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/spf13/cobra"
+
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/providerfile"
+	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/dynamostore"
+)
+
+// newStatusCmd shows one task: counts, rate, ETA, failures by class with
+// the last few errors, tokens and cost, the encoding read, the providers
+// that answered; from a data directory or, with --table, a deployed
+// stack's table.
+func newStatusCmd(stdout io.Writer) *cobra.Command {
+	var dir, table, pricesFile, providersFile string
+	cmd := &cobra.Command{
+		Use:   "status TASK [flags]",
+		Short: "Show one task: progress, rate, ETA, failures by class, tokens and cost, providers",
+		Example: `  batchgen status TASK --data .batchgen
+  batchgen status TASK --table TABLE      # a deployed stack (output TableName)`,
+		Args:              taskArg("batchgen status TASK"),
+		ValidArgsFunction: completeTask,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prices, err := pricing.Load(pricesFile)
+			if err != nil {
+				return report.Rejectf("--prices: %w", err)
+			}
+			if providersFile != "" {
+				f, err := providerfile.Load(providersFile)
+				if err != nil {
+					return report.Rejectf("--providers: %w", err)
+				}
+				prices = prices.FromProviders(f)
+			}
+			st, closeStore, where, err := openStatusStore(cmd.Context(), dir, table)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			s, err := pipeline.Status(cmd.Context(), st, args[0], time.Now())
+			if errors.Is(err, store.ErrNotFound) {
+				return report.Rejectf("no task %s in %s (batchgen tasks lists them)", args[0], where)
+			}
+			if err != nil {
+				return err
+			}
+			return writeStatus(stdout, s, prices)
+		},
+	}
+	fs := cmd.Flags()
+	addDataFlag(fs, &dir)
+	fs.StringVar(&table, "table", "", "AWS: the stack's DynamoDB table (output TableName) instead of --data")
+	fs.StringVar(&pricesFile, "prices", "", "price table (YAML) overriding the built-in one, for the estimated cost")
+	fs.StringVar(&providersFile, "providers", "", "the providers file the task ran with: each provider's rows at its entry's price")
+	_ = cmd.MarkFlagDirname("data")
+	return cmd
+}
+
+// openStatusStore opens the store status reads: the data directory's, or
+// the deployed table.
+func openStatusStore(ctx context.Context, dir, table string) (store.Store, func(), string, error) {
+	if table != "" {
+		cfg, err := awsconfig.LoadDefaultConfig(ctx)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("AWS configuration: %w", err)
+		}
+		return dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}), func() {}, table, nil
+	}
+	st, err := openStateReadOnly(dir)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return st, func() { st.Close() }, dir, nil
+}
+
+// writeStatus lays out a task's status for people.
+func writeStatus(w io.Writer, s pipeline.TaskStatus, prices *pricing.Table) error {
+	t := s.Task
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	line := func(label, format string, a ...any) {
+		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{label}, a...)...)
+	}
+	line("task", "%s  %s", t.ID, t.State)
+	source := t.Source
+	if t.Encoding != "" {
+		source += "  (read as " + t.Encoding + ")"
+	}
+	line("source", "%s", source)
+	r := s.Rows
+	line("rows", "%d  (succeeded %d, failed %d, skipped %d, pending %d; cached %d)", r.Total, r.Succeeded, r.Failed, r.Skipped, r.Pending, r.Cached)
+	done := r.Succeeded + r.Failed + r.Skipped
+	pct := 100 * float64(done) / float64(max(r.Total, 1))
+	progress := fmt.Sprintf("%.0f%% in %s  (%.1f rows/s)", pct, s.Elapsed.Round(100*time.Millisecond), s.Rate)
+	switch {
+	case s.ETAKnown:
+		progress += fmt.Sprintf(", ETA %s", s.ETA)
+	case !t.State.Final():
+		progress += ", ETA unknown"
+	}
+	line("progress", "%s", progress)
+	if t.Error != "" {
+		line("reason", "%s", t.Error)
+	}
+	if len(s.FailedByClass) > 0 {
+		var parts []string
+		for _, c := range slices.Sorted(maps.Keys(s.FailedByClass)) {
+			parts = append(parts, fmt.Sprintf("%s %d", cmpOr(c, "unclassified"), s.FailedByClass[c]))
+		}
+		line("failures", "%s", strings.Join(parts, ", "))
+		for i, f := range s.LastFailures {
+			label := ""
+			if i == 0 {
+				label = "last"
+			}
+			line(label, "row %d (sheet row %d)  %s: %s", f.No, f.SheetRow, cmpOr(f.Class, "unclassified"), oneLine(f.Error, 100))
+		}
+	}
+	if len(s.Providers) > 0 {
+		var parts []string
+		for _, p := range slices.Sorted(maps.Keys(s.Providers)) {
+			parts = append(parts, fmt.Sprintf("%s %d", p, s.Providers[p]))
+		}
+		line("answered", "%s", strings.Join(parts, ", "))
+	}
+	// Every answered row, not only finished batches, each provider's
+	// tokens at its own price.
+	line("tokens", "input %d, output %d, cached input %d  (estimated cost %s)", s.Usage.InputTokens, s.Usage.OutputTokens, s.Usage.CachedInputTokens, prices.ByProvider(t.Spec, s.UsageByProvider))
+	if t.ResultKey != "" {
+		line("result", "%s", t.ResultKey)
+	}
+	if t.State.Final() && r.Failed > 0 {
+		line("next", "batchgen retry %s reruns the failed rows (--error-class CLASS for one class)", t.ID)
+	}
+	return tw.Flush()
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// oneLine shortens an error message to one line of at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

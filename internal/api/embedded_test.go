@@ -1,0 +1,373 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// embedded is the API as `batchgen serve` wires it: the SQLite store, the
+// data directory's files as the bucket, the local queue and the core's
+// Intake splitting each upload at once.
+type embedded struct {
+	*fixture
+	handler http.Handler
+	queue   *sqlitequeue.Queue
+	exports *recordingExports
+}
+
+func newEmbedded(t *testing.T) *embedded {
+	t.Helper()
+	f := newFixture(t)
+	q, err := sqlitequeue.New(f.store.DB(), sqlitequeue.Config{Name: "batches", Visibility: time.Minute, MaxReceive: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exports := &recordingExports{}
+	intake := pipeline.NewIntake(pipeline.NewSplitter(f.store, q, pipeline.SplitterConfig{Clock: f.config.Clock}), f.blobs, exports,
+		pipeline.IntakeConfig{
+			DefaultSpec: f.config.DefaultSpec, Uploads: api.Uploads{Blobs: f.blobs}, TempDir: t.TempDir(), Clock: f.config.Clock,
+			Limits: sheet.Limits{MaxFileBytes: f.config.Limits.MaxFileBytes},
+		})
+	f.config.Presigner = nil
+	f.config.Intake = intake
+	f.config.Exports = exports
+	f.config.Retrier = pipeline.Retrier{Store: f.store, Queue: q}
+	ids := []string{"0123456789abcdef0123456789abcdef", "1123456789abcdef0123456789abcdef", "2123456789abcdef0123456789abcdef", "3123456789abcdef0123456789abcdef"}
+	f.config.NewID = func() string {
+		id := ids[0]
+		ids = append(ids[1:], id)
+		return id
+	}
+	return &embedded{fixture: f, handler: api.New(f.config), queue: q, exports: exports}
+}
+
+// form is a multipart body: the file and the other fields.
+func form(t *testing.T, filename string, content []byte, fields map[string]string) (string, []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	for k, v := range fields {
+		if err := w.WriteField(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if filename != "" {
+		part, err := w.CreateFormFile("file", filename)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := part.Write(content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return w.FormDataContentType(), b.Bytes()
+}
+
+// rawResponse is an answer that need not be JSON.
+type rawResponse struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r rawResponse) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body is not a JSON object: %v: %q", err, r.body)
+	}
+	return m
+}
+
+func (r rawResponse) code(t *testing.T) string {
+	t.Helper()
+	e, _ := r.json(t)["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func (r rawResponse) message(t *testing.T) string {
+	t.Helper()
+	e, _ := r.json(t)["error"].(map[string]any)
+	m, _ := e["message"].(string)
+	return m
+}
+
+// send makes one request as a principal of the fixture ("" for none).
+func send(t *testing.T, h http.Handler, who, method, target, contentType string, body []byte) rawResponse {
+	t.Helper()
+	req := httptest.NewRequest(method, target, bytes.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if tok := tokens[who]; tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rawResponse{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+}
+
+// upload posts a sheet as multipart/form-data.
+func (e *embedded) upload(t *testing.T, who, filename, content string, fields map[string]string) rawResponse {
+	t.Helper()
+	ct, body := form(t, filename, []byte(content), fields)
+	return send(t, e.handler, who, "POST", "/api/tasks", ct, body)
+}
+
+const goodCSV = "name,category\nbrick,toys\nball,toys\nkite,outdoor\n"
+
+// TestUploadSplitsAtOnce: a sheet posted as multipart is checked, stored
+// under incoming/<id>/ and split by the embedded runtime's Intake before
+// the answer, which is the task with its owner's links.
+func TestUploadSplitsAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEmbedded(t)
+	res := e.upload(t, "alice", `C:\Users\alice\..\商品.csv`, goodCSV, map[string]string{"prompt": "Copy for {{name}} in {{category}}", "batch_size": "2", "model": "gpt-4o", "temperature": "0.5", "max_tokens": "100"})
+	if res.status != http.StatusCreated {
+		t.Fatalf("POST = %d %s, want 201", res.status, res.body)
+	}
+	got := res.json(t)
+	const id = "0123456789abcdef0123456789abcdef"
+	if got["id"] != id || got["status"] != "RUNNING" || got["rows_total"] != 3.0 || got["batches_total"] != 2.0 || got["source"] != "商品.csv" || got["model"] != "gpt-4o" {
+		t.Errorf("task = %v, want RUNNING with 3 rows in 2 batches from 商品.csv on gpt-4o", got)
+	}
+	if loc := res.header.Get("Location"); loc != "/api/tasks/"+id {
+		t.Errorf("Location = %q", loc)
+	}
+	task, err := e.store.GetTask(t.Context(), id)
+	if err != nil || task.Owner != "alice" || task.Spec.Temperature == nil || *task.Spec.Temperature != 0.5 || task.Spec.MaxTokens != 100 {
+		t.Errorf("stored task %+v (%v), want alice's with the form's settings", task, err)
+	}
+	// The name was reduced to its last segment: nothing escapes incoming/<id>/.
+	if _, err := e.blobs.Size(t.Context(), "incoming/"+id+"/商品.csv"); err != nil {
+		t.Errorf("the sheet is not at incoming/%s/商品.csv: %v", id, err)
+	}
+	ds, err := e.queue.Receive(t.Context(), 10)
+	if err != nil || len(ds) != 2 {
+		t.Errorf("queue holds %d messages (%v), want the 2 batches", len(ds), err)
+	}
+}
+
+// TestUploadRejectsLikeTheCLI: a file the CLI would reject is answered with
+// the core's message, the one `batchgen run` prints, and the status of its
+// kind, before anything is stored or queued.
+func TestUploadRejectsLikeTheCLI(t *testing.T) {
+	t.Parallel()
+	png := "\x89PNG\r\n\x1a\n" + strings.Repeat("\x00", 64)
+	tests := []struct {
+		name, filename, content, prompt string
+		status                          int
+		code                            string
+	}{
+		{"unknown placeholder", "products.csv", goodCSV, "Copy for {{nme}}", 400, "rejected_input"},
+		{"no data rows", "empty.csv", "name,category\n", "{{name}}", 400, "rejected_input"},
+		{"duplicate header", "dup.csv", "name,name\na,b\n", "{{name}}", 400, "rejected_input"},
+		{"an image named .xlsx", "photo.xlsx", png, "{{name}}", 415, "unsupported_media_type"},
+		{"a PDF named .csv", "report.csv", "%PDF-1.7\n" + strings.Repeat("x", 50), "{{name}}", 415, "unsupported_media_type"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEmbedded(t)
+			res := e.upload(t, "alice", tc.filename, tc.content, map[string]string{"prompt": tc.prompt})
+			if res.status != tc.status || res.code(t) != tc.code {
+				t.Fatalf("POST = %d %s, want %d %s", res.status, res.body, tc.status, tc.code)
+			}
+			// What `batchgen run` says about the same file: it calls
+			// pipeline.Validate with the file's base name.
+			path := filepath.Join(t.TempDir(), tc.filename)
+			if err := os.WriteFile(path, []byte(tc.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, cliErr := pipeline.Validate(pipeline.SplitParams{Path: path, Source: tc.filename, Spec: store.TaskSpec{Prompt: tc.prompt}})
+			var rejected *pipeline.RejectedError
+			if !errors.As(cliErr, &rejected) {
+				t.Fatalf("the CLI's validation accepted the file: %v", cliErr)
+			}
+			if diff := cmp.Diff(rejected.Error(), res.message(t)); diff != "" {
+				t.Errorf("message differs from the CLI's (-cli +api):\n%s", diff)
+			}
+			if tasks, _ := e.store.ListTasks(t.Context(), 0); len(tasks) != 0 {
+				t.Errorf("a rejected upload left %d tasks", len(tasks))
+			}
+			if _, err := api.LoadUpload(t.Context(), e.blobs, "0123456789abcdef0123456789abcdef"); err == nil {
+				t.Error("a rejected upload left an upload record")
+			}
+		})
+	}
+}
+
+// TestUploadLimits: the deployment's file size, model, max_tokens and
+// batch_size limits apply to the multipart form too.
+func TestUploadLimits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		content string
+		fields  map[string]string
+		status  int
+		code    string
+	}{
+		{"file over the size limit", "name\n" + strings.Repeat("x\n", 600<<10), map[string]string{"prompt": "{{name}}"}, 413, "file_too_large"},
+		{"model off the list", goodCSV, map[string]string{"prompt": "{{name}}", "model": "o1-pro"}, 400, "limit_exceeded"},
+		{"max_tokens over the cap", goodCSV, map[string]string{"prompt": "{{name}}", "max_tokens": "4001"}, 400, "limit_exceeded"},
+		{"batch_size over the cap", goodCSV, map[string]string{"prompt": "{{name}}", "batch_size": "501"}, 400, "limit_exceeded"},
+		{"temperature not a number", goodCSV, map[string]string{"prompt": "{{name}}", "temperature": "warm"}, 400, "invalid_request"},
+		{"unknown field", goodCSV, map[string]string{"prompt": "{{name}}", "temprature": "1"}, 400, "invalid_request"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEmbedded(t)
+			res := e.upload(t, "alice", "a.csv", tc.content, tc.fields)
+			if res.status != tc.status || res.code(t) != tc.code {
+				t.Fatalf("POST = %d %s, want %d %s", res.status, res.body, tc.status, tc.code)
+			}
+		})
+	}
+}
+
+// TestUploadURLLocal: the JSON form answers with the embedded runtime's own
+// upload endpoint; the PUT must carry the declared size, and the sheet is
+// then checked and split like a multipart upload.
+func TestUploadURLLocal(t *testing.T) {
+	t.Parallel()
+	e := newEmbedded(t)
+	created := send(t, e.handler, "alice", "POST", "/api/tasks", "application/json",
+		[]byte(`{"filename": "list.csv", "size": `+strconv.Itoa(len(goodCSV))+`, "prompt": "{{name}}"}`))
+	if created.status != http.StatusCreated {
+		t.Fatalf("POST = %d %s", created.status, created.body)
+	}
+	url := created.json(t)["upload_url"].(string)
+	path := strings.TrimPrefix(url, "http://example.com")
+	if res := send(t, e.handler, "alice", "PUT", path, "text/csv", []byte(goodCSV+"x")); res.status != http.StatusBadRequest {
+		t.Errorf("PUT of the wrong size = %d %s, want 400", res.status, res.body)
+	}
+	res := send(t, e.handler, "alice", "PUT", path, "text/csv", []byte(goodCSV))
+	if res.status != http.StatusOK || res.json(t)["status"] != "RUNNING" {
+		t.Fatalf("PUT = %d %s, want 200 and a RUNNING task", res.status, res.body)
+	}
+	if res := send(t, e.handler, "alice", "PUT", path, "text/csv", []byte(goodCSV)); res.status != http.StatusConflict {
+		t.Errorf("second PUT = %d %s, want 409", res.status, res.body)
+	}
+}
+
+// finish exports a task's rows as a result and marks it SUCCEEDED, as the
+// workers and the exporter would.
+func (e *embedded) finish(t *testing.T, id string) {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		ds, err := e.queue.Receive(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 0 {
+			break
+		}
+		for _, d := range ds {
+			if err := e.queue.Delete(ctx, d.Receipt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	batches, err := e.store.ListBatches(ctx, store.ListBatchesParams{TaskID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range batches {
+		c, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: b.No, Owner: "w", Now: now, LeaseUntil: now.Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []store.RowResultWrite
+		for r := c.FirstRow; r < c.FirstRow+c.RowCount; r++ {
+			rows = append(rows, store.RowResultWrite{RowNo: r, Result: store.RowResult{State: store.RowSucceeded, Output: "copy " + strconv.Itoa(r), Attempts: 1}})
+		}
+		if _, err := e.store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: id, BatchNo: b.No, Attempt: c.Attempt, Rows: rows, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.FinishBatch(ctx, store.FinishBatchParams{TaskID: id, BatchNo: b.No, Attempt: c.Attempt, Succeeded: c.RowCount, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := "results/" + id + ".xlsx"
+	if err := e.blobs.Put(ctx, key, strings.NewReader("PK-result-of-"+id)); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range [][2]store.TaskState{{store.TaskRunning, store.TaskExporting}, {store.TaskExporting, store.TaskSucceeded}} {
+		if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{step[0]}, To: step[1], ResultKey: key, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestResultAndPreview: the preview shows the first rows as they stand,
+// the result is 409 until the task is finished, then streamed as a
+// workbook named after the input.
+func TestResultAndPreview(t *testing.T) {
+	t.Parallel()
+	e := newEmbedded(t)
+	res := e.upload(t, "alice", "商品 list.csv", goodCSV, map[string]string{"prompt": "{{name}}"})
+	if res.status != http.StatusCreated {
+		t.Fatalf("POST = %d %s", res.status, res.body)
+	}
+	const id = "0123456789abcdef0123456789abcdef"
+	if r := send(t, e.handler, "alice", "GET", "/api/tasks/"+id+"/result", "", nil); r.status != http.StatusConflict || r.code(t) != "not_finished" {
+		t.Errorf("result of a running task = %d %s, want 409 not_finished", r.status, r.body)
+	}
+	var preview api.Preview
+	r := send(t, e.handler, "alice", "GET", "/api/tasks/"+id+"/preview?limit=2", "", nil)
+	if err := json.Unmarshal(r.body, &preview); r.status != http.StatusOK || err != nil {
+		t.Fatalf("preview = %d %s (%v)", r.status, r.body, err)
+	}
+	want := api.Preview{ID: id, Status: "RUNNING", RowsTotal: 3,
+		Columns: []string{"name", "category", "output", "status", "error"},
+		Rows:    [][]string{{"brick", "toys", "", "PENDING", ""}, {"ball", "toys", "", "PENDING", ""}}}
+	if diff := cmp.Diff(want, preview); diff != "" {
+		t.Errorf("preview of a running task (-want +got):\n%s", diff)
+	}
+
+	e.finish(t, id)
+	r = send(t, e.handler, "alice", "GET", "/api/tasks/"+id+"/result", "", nil)
+	if r.status != http.StatusOK || string(r.body) != "PK-result-of-"+id {
+		t.Fatalf("result = %d %q, want the stored workbook", r.status, r.body)
+	}
+	if ct, cd := r.header.Get("Content-Type"), r.header.Get("Content-Disposition"); ct != "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet" || !strings.Contains(cd, "attachment") || !strings.Contains(cd, "list.result.xlsx") {
+		t.Errorf("result headers Content-Type %q, Content-Disposition %q", ct, cd)
+	}
+	r = send(t, e.handler, "alice", "GET", "/api/tasks/"+id+"/preview", "", nil)
+	if err := json.Unmarshal(r.body, &preview); err != nil || preview.Status != "SUCCEEDED" || len(preview.Rows) != 3 || preview.Rows[2][2] != "copy 3" || preview.Rows[2][3] != "SUCCEEDED" {
+		t.Errorf("preview of the finished task = %+v (%v)", preview, err)
+	}
+
+	// With a presigner (AWS) the result is a redirect to a signed URL.
+	e.config.Presigner = fakePresigner{}
+	r = send(t, api.New(e.config), "alice", "GET", "/api/tasks/"+id+"/result", "", nil)
+	if r.status != http.StatusFound || r.header.Get("Location") != "https://bucket.test/results/"+id+".xlsx?method=GET&ttl=1h0m0s" {
+		t.Errorf("result with a presigner = %d Location %q, want 302 to the presigned URL", r.status, r.header.Get("Location"))
+	}
+}

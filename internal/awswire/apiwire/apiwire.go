@@ -1,0 +1,78 @@
+// Package apiwire builds the api function: the HTTP API (internal/api) on
+// the task store, the bucket (uploads, results), the work queue (retries)
+// and the export state machine (a cancelled task's partial result), served
+// with the web page (internal/web) as one handler, web.Site, the same one
+// batchgen serve serves. It links no model provider and no generator.
+package apiwire
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/stepfn"
+	"github.com/batchgen/batchgen/internal/web"
+)
+
+// New builds the api function's handler.
+func New(d *awswire.Deps) (*apifn.Handler, error) {
+	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
+		return nil, err
+	}
+	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
+	st := d.Store(blobs)
+	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
+	auth := GatewayAuth{}
+	handler := api.New(api.Config{
+		Store: st, Blobs: blobs, Presigner: blobs, Auth: auth, Clock: d.Clock, Logger: d.Logger,
+		DefaultSpec: d.Env.DefaultSpec(), Exports: d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
+		TempDir: d.TempDir,
+		Limits: api.Limits{
+			Models: d.Env.AllowedModels, MaxTokens: d.Env.MaxTokensLimit, MaxBatchSize: d.Env.MaxBatchSize,
+			MaxFileBytes: d.Env.MaxInputBytes, MaxRows: d.Env.MaxRows,
+		},
+		Retrier:   pipeline.Retrier{Store: st, Queue: queue},
+		EventsURL: d.Env.EventsURL,
+	})
+	// The page reads sheets with the API's limits and admits to POST
+	// /ui/inspect whom the API admits; no /metrics on Lambda (EMF instead).
+	page := web.Config{
+		Limits:       sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
+		Authenticate: web.Authenticate(auth),
+		TempDir:      d.TempDir,
+		Logger:       d.Logger,
+	}
+	return &apifn.Handler{Handler: web.Site(handler, nil, page), Logger: d.Logger}, nil
+}
+
+// GatewayAuth names the principal of a request served through apifn.Handler from
+// what API Gateway's authorizer verified: the JWT's subject, or for IAM
+// authorization the caller's ARN. API Gateway has already refused requests
+// without valid credentials; one that reaches the handler without an
+// identity (a route left without an authorizer) is refused here too.
+type GatewayAuth struct{}
+
+var _ api.Authenticator = GatewayAuth{}
+
+// Authenticate returns the authorizer's principal.
+func (GatewayAuth) Authenticate(r *http.Request) (string, error) {
+	rc, ok := apifn.APIGatewayRequestContext(r.Context())
+	if !ok || rc.Authorizer == nil {
+		return "", fmt.Errorf("%w: no API Gateway authorizer context", api.ErrUnauthenticated)
+	}
+	if jwt := rc.Authorizer.JWT; jwt != nil {
+		if sub := jwt.Claims["sub"]; sub != "" {
+			return sub, nil
+		}
+	}
+	if iam := rc.Authorizer.IAM; iam != nil && iam.UserARN != "" {
+		return iam.UserARN, nil
+	}
+	return "", fmt.Errorf("%w: the authorizer context names no subject", api.ErrUnauthenticated)
+}

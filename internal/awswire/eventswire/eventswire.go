@@ -1,0 +1,45 @@
+// Package eventswire builds the events function: the task event stream of
+// the HTTP API (api.NewEvents) on the task store and the bucket (upload
+// records of tasks awaiting their sheet, presigned result links), behind
+// the in-handler JWT check (jwtauth), served through a Lambda Function URL
+// with response streaming (eventsfn). It links no queue, state machine or
+// model provider: the stream only reads.
+package eventswire
+
+import (
+	"context"
+	"errors"
+
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/api/jwtauth"
+	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
+)
+
+// New builds the events function's handler. It refuses to start without
+// JWT_ISSUER and JWT_AUDIENCE: the Function URL has no authorizer, so
+// without them anyone could follow any task. ctx bounds the background
+// refresh of the issuer's key set (the process's life in main).
+func New(ctx context.Context, d *awswire.Deps, auth api.Authenticator) (*eventsfn.Handler, error) {
+	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
+		return nil, err
+	}
+	if auth == nil {
+		if d.Env.JWTIssuer == "" || d.Env.JWTAudience == "" {
+			return nil, errors.New("environment: JWT_ISSUER and JWT_AUDIENCE must be set: the Function URL has no authorizer, the handler checks the token itself")
+		}
+		v, err := jwtauth.New(ctx, jwtauth.Config{Issuer: d.Env.JWTIssuer, Audience: d.Env.JWTAudience})
+		if err != nil {
+			return nil, err
+		}
+		auth = v
+	}
+	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
+	return &eventsfn.Handler{
+		Handler: api.NewEvents(api.Config{
+			Auth: auth, Store: d.Store(blobs), Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
+		}),
+		Logger: d.Logger,
+	}, nil
+}

@@ -1,0 +1,46 @@
+// Package splitterwire builds the splitter function: the drop folder's
+// intake on the task store, the bucket, the work queue and the export
+// state machine (an input that splits into no batches is exported at
+// once). As `batchgen serve`'s drop folder, it reads a sidecar prompt
+// (<name>.prompt.txt) beside an input and moves a taken input from
+// incoming/ to processed/.
+package splitterwire
+
+import (
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/stepfn"
+)
+
+// New builds the splitter function's handler. Uploads made through the API
+// are split with the spec recorded beside them (api.Uploads reads those
+// records).
+func New(d *awswire.Deps) (*splitterfn.Handler, error) {
+	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME", "STATE_MACHINE_ARN"); err != nil {
+		return nil, err
+	}
+	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
+	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
+	intake := pipeline.NewIntake(
+		pipeline.NewSplitter(d.Store(blobs), queue, pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger}),
+		blobs, d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
+		pipeline.IntakeConfig{
+			DefaultSpec: d.Env.DefaultSpec(),
+			Limits:      sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
+			Uploads:     api.Uploads{Blobs: blobs},
+			Owner:       d.Env.DropOwner,
+			// The role may list the bucket, so a missing sidecar is a 404.
+			Sidecars: true,
+			// As the local drop folder does: taken inputs go to processed/.
+			MoveTaken: true,
+			TempDir:   d.TempDir,
+			Clock:     d.Clock,
+			Logger:    d.Logger,
+		})
+	return &splitterfn.Handler{Intake: intake, Metrics: d.Metrics, Logger: d.Logger}, nil
+}

@@ -1,0 +1,79 @@
+package lambdafn_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/apiwire"
+	"github.com/batchgen/batchgen/internal/web"
+)
+
+// TestGatewayServesThePage: the api function, as apiwire builds it, serves
+// the web page through API Gateway's adapter as batchgen serve does (one
+// handler, web.Site): the page and its assets without a token, and POST
+// /ui/inspect only for a principal API Gateway's authorizer verified. None
+// of these requests reaches AWS, so no emulator is needed.
+func TestGatewayServesThePage(t *testing.T) {
+	t.Parallel()
+	env := awswire.Env{TableName: "batchgen-Table", BucketName: "batchgen-bucket", MaxInputBytes: 1 << 20}
+	h, err := apiwire.New(awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pages := []struct {
+		target, wantType, wantBody string
+	}{
+		{"/", "text/html", "<title>batchgen</title>"},
+		{"/ui/app.js", "javascript", "/api/tasks"},
+		{"/ui/app.css", "text/css", "{"},
+	}
+	for _, tc := range pages {
+		resp, body := serveGateway(t, h, gatewayRequest{method: "GET", target: tc.target})
+		if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Headers["Content-Type"], tc.wantType) || !strings.Contains(string(body), tc.wantBody) {
+			t.Errorf("GET %s without a token = %d %q %.60q, want 200 %s containing %q", tc.target, resp.StatusCode, resp.Headers["Content-Type"], body, tc.wantType, tc.wantBody)
+		}
+	}
+
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, err := mw.CreateFormFile("file", "orders.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = fw.Write([]byte("name,city\nAda,London\nGrace,Arlington\n"))
+	if err := mw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	inspect := gatewayRequest{method: "POST", target: web.InspectPath, contentType: mw.FormDataContentType(), body: form.String()}
+
+	resp, body := serveGateway(t, h, inspect)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), `"unauthorized"`) {
+		t.Errorf("POST %s without the authorizer's principal = %d %s, want 401", web.InspectPath, resp.StatusCode, body)
+	}
+
+	inspect.sub = "sub-alice"
+	resp, body = serveGateway(t, h, inspect)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s as sub-alice = %d %s, want 200", web.InspectPath, resp.StatusCode, body)
+	}
+	var got web.Inspection
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatalf("inspection %s: %v", body, err)
+	}
+	want := web.Inspection{
+		Filename: "orders.csv", Encoding: got.Encoding, Columns: []string{"name", "city"}, Rows: 2,
+		Sample: [][]string{{"Ada", "London"}, {"Grace", "Arlington"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("inspection (-want +got):\n%s", diff)
+	}
+}

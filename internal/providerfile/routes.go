@@ -1,0 +1,58 @@
+package providerfile
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/pipeline"
+)
+
+// Wiring is what a runtime supplies to turn a File into routes: how an
+// entry becomes a provider (package providers builds the adapters; this
+// package links none, so that what only reads a providers file, such as
+// the price table of the API function, carries no model SDK) and which
+// limiter paces each provider differ between the embedded runtime and
+// Lambda; the rest is the same.
+type Wiring struct {
+	// Build returns the provider of an entry. Required.
+	Build func(p Provider) (llm.Provider, error)
+	// Limiter returns the limiter of a provider, or nil for none (rpm and
+	// tpm 0). Required.
+	Limiter func(p Provider) pipeline.Limiter
+	// Wrap, when non-nil, wraps each provider (counting calls, say).
+	Wrap func(p Provider, lp llm.Provider) llm.Provider
+}
+
+// Router builds the router over f's providers, in file order.
+func (f *File) Router(w Wiring, cfg pipeline.RouterConfig) (*pipeline.Router, error) {
+	if w.Build == nil || w.Limiter == nil {
+		return nil, fmt.Errorf("providers file %s: Wiring needs Build and Limiter", f.name)
+	}
+	cfg.Mode = pipeline.RoutingMode(f.Routing)
+	cfg.Routes = nil
+	for _, p := range f.Providers {
+		lp, err := w.Build(p)
+		if err != nil {
+			return nil, &Error{File: f.name, Line: p.line, Msg: fmt.Sprintf("provider %q: %v", p.Name, err)}
+		}
+		if w.Wrap != nil {
+			lp = w.Wrap(p, lp)
+		}
+		cfg.Routes = append(cfg.Routes, pipeline.Route{
+			Name: p.Name, Provider: lp, Model: p.Model, Limiter: w.Limiter(p),
+			Concurrency: p.Concurrency, Timeout: p.Timeout, Weight: *p.Weight,
+		})
+	}
+	return pipeline.NewRouter(cfg), nil
+}
+
+// ProviderLabel is what a task records as its provider: the kind of a lone
+// provider (so a task run with the single-provider flags keeps its id), or
+// the routed names.
+func (f *File) ProviderLabel() string {
+	if len(f.Providers) == 1 {
+		return string(f.Providers[0].Kind)
+	}
+	return "routed:" + strings.Join(f.Names(), ",")
+}

@@ -1,0 +1,73 @@
+// Package providers builds the llm.Provider of a providers-file entry: the
+// one place that maps an entry's kind to its adapter (simulator, OpenAI or
+// an OpenAI-compatible server, Bedrock). It is kept apart from package
+// providerfile so that code which only reads the file (prices, labels)
+// links no model SDK.
+package providers
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/llm"
+	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
+	"github.com/batchgen/batchgen/internal/llm/sim"
+	"github.com/batchgen/batchgen/internal/providerfile"
+)
+
+// Builder turns entries into providers. The zero value builds sim, openai
+// and mock entries with keys from the environment and rejects bedrock.
+type Builder struct {
+	// Clock drives the simulator. Defaults to clock.Real.
+	Clock clock.Clock
+	// Key returns the API key of an openai or mock provider ("" for none).
+	// Defaults to reading the environment variable p.APIKeyEnv (and
+	// refusing p.APIKeyParam, which the Lambda wiring reads from SSM).
+	Key func(p providerfile.Provider) (string, error)
+	// Bedrock builds a bedrock provider (its AWS configuration is the
+	// runtime's); nil rejects bedrock entries.
+	Bedrock func(p providerfile.Provider) (llm.Provider, error)
+}
+
+// Build returns the provider of entry p; it has the signature of
+// providerfile.Wiring.Build.
+func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
+	switch p.Kind {
+	case providerfile.KindSim:
+		clk := b.Clock
+		if clk == nil {
+			clk = clock.Real{}
+		}
+		return sim.New(sim.Config{Latency: p.Latency, Jitter: p.Jitter, Clock: clk}), nil
+	case providerfile.KindOpenAI, providerfile.KindMock:
+		key, err := b.key(p)
+		if err != nil {
+			return nil, err
+		}
+		if p.Kind == providerfile.KindOpenAI && p.BaseURL == "" && key == "" {
+			return nil, fmt.Errorf("needs an API key in $%s (or a base_url for a local OpenAI-compatible server)", p.APIKeyEnv)
+		}
+		return openaillm.New(openaillm.Config{BaseURL: p.BaseURL, APIKey: key, Model: p.Model})
+	case providerfile.KindBedrock:
+		if b.Bedrock == nil {
+			return nil, fmt.Errorf("kind bedrock is not available in this build")
+		}
+		return b.Bedrock(p)
+	}
+	return nil, fmt.Errorf("kind %q: use openai, bedrock, sim or mock", p.Kind)
+}
+
+func (b Builder) key(p providerfile.Provider) (string, error) {
+	if b.Key != nil {
+		return b.Key(p)
+	}
+	if p.APIKeyParam != "" {
+		return "", fmt.Errorf("api_key_param %s is an SSM parameter, read by the generator Lambda; here name the key's environment variable with api_key_env", p.APIKeyParam)
+	}
+	if p.APIKeyEnv == "" {
+		return "", nil
+	}
+	return strings.TrimSpace(os.Getenv(p.APIKeyEnv)), nil
+}

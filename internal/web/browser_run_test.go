@@ -1,0 +1,482 @@
+//go:build browser
+
+package web_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/google/go-cmp/cmp"
+	"github.com/xuri/excelize/v2"
+
+	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	"github.com/batchgen/batchgen/internal/pipeline"
+)
+
+// pageState is what the test reads off the page while a task runs.
+type pageState struct {
+	Pct       int    `json:"pct"`
+	State     string `json:"state"`
+	Done      string `json:"done"`
+	Transport string `json:"transport"`
+}
+
+const readState = `(() => ({
+	pct: +document.getElementById("bar").getAttribute("aria-valuenow"),
+	state: document.getElementById("current-state").dataset.state || "",
+	done: document.getElementById("stat-done").textContent,
+	transport: document.getElementById("transport").dataset.transport || "",
+}))()`
+
+// watchProgress reads the bar until the task is in a finished state and
+// returns every distinct percentage seen, in order, and the last state. It
+// saves one screenshot while the bar is part-way, as shot.
+func watchProgress(t *testing.T, ctx context.Context, shot string) ([]int, pageState) {
+	t.Helper()
+	deadline := time.Now().Add(jobDeadline)
+	var seen []int
+	var last pageState
+	transports := map[string]bool{}
+	shotTaken := false
+	for time.Now().Before(deadline) {
+		st, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](readState))
+		if err != nil {
+			t.Fatalf("read progress: %v", err)
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != st.Pct {
+			seen = append(seen, st.Pct)
+		}
+		if st.Transport != "" {
+			transports[st.Transport] = true
+		}
+		if !shotTaken && shot != "" && st.Pct >= 25 && st.Pct <= 80 {
+			screenshot(t, ctx, shot)
+			shotTaken = true
+		}
+		last = st
+		switch st.State {
+		case "SUCCEEDED", "PARTIAL", "FAILED", "CANCELLED":
+			t.Logf("progress seen: %v; transports: %v", seen, transports)
+			return seen, last
+		}
+		time.Sleep(pollProgress) // sampling the page's own state, not synchronising with it
+	}
+	t.Fatalf("task did not finish within %s; progress seen %v, last %+v", jobDeadline, seen, last)
+	return nil, last
+}
+
+// intermediate returns the percentages strictly between 0 and 100.
+func intermediate(seen []int) []int {
+	var mid []int
+	for _, p := range seen {
+		if p > 0 && p < 100 {
+			mid = append(mid, p)
+		}
+	}
+	return mid
+}
+
+// clearTemplate empties the template editor, as select-all and delete do.
+var clearTemplate = chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const t = document.getElementById("template"); t.value = ""; t.focus(); return true; })()`))
+	return err
+})
+
+// TestBrowserRunsASheet is the operator's path: choose a sheet, build the
+// template from its columns, start, watch the bar move to 100%, download
+// the result and find every row answered, in order.
+func TestBrowserRunsASheet(t *testing.T) {
+	base := serveURL(t)
+	ctx := newBrowser(t, "en-US")
+	dir := t.TempDir()
+	in := writeSheet(t, dir, "products.xlsx", sheetRows)
+
+	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	if got := text(t, ctx, "#new-task h2"); got != "New task" {
+		t.Errorf("heading %q, want the English one", got)
+	}
+	chooseSheet(t, ctx, in)
+	do(t, ctx, "wait for the template editor", chromedp.WaitVisible(chromedp.ID("task-form")))
+
+	cols, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#columns .chip")].map(b => b.dataset.column)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(sheetColumns, cols); diff != "" {
+		t.Errorf("columns offered as placeholders (-want +got):\n%s", diff)
+	}
+	if got, want := text(t, ctx, "#file-meta"), fmt.Sprintf("%d rows · 3 columns", sheetRows); !strings.HasPrefix(got, want) {
+		t.Errorf("file summary %q, want it to start with %q", got, want)
+	}
+
+	// Write the template the way a person does: type, and click the
+	// columns to insert their placeholders.
+	do(t, ctx, "write the template",
+		clearTemplate,
+		chromedp.SendKeys(chromedp.ID("template"), "Slogan for "),
+		chromedp.Click(chromedp.CSS(`#columns .chip[data-column="商品名称"]`)),
+		chromedp.SendKeys(chromedp.ID("template"), " in "),
+		chromedp.Click(chromedp.CSS(`#columns .chip[data-column="类目"]`)),
+	)
+	tmpl, err := chromedp.Run(ctx, chromedp.Value(chromedp.ID("template")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Slogan for {{商品名称}} in {{类目}}"; tmpl != want {
+		t.Fatalf("template %q, want %q", tmpl, want)
+	}
+	if got, want := text(t, ctx, "#preview"), "Slogan for 绿茶 1 in 饮料"; got != want {
+		t.Errorf("preview %q, want %q", got, want)
+	}
+	screenshot(t, ctx, "web-template")
+
+	do(t, ctx, "start the task", chromedp.Click(chromedp.ID("start")), chromedp.WaitVisible(chromedp.ID("current")))
+	seen, last := watchProgress(t, ctx, "web-progress")
+	if last.State != "SUCCEEDED" || last.Pct != 100 {
+		t.Fatalf("task ended %+v, want SUCCEEDED at 100%%", last)
+	}
+	if mid := intermediate(seen); len(mid) < 2 {
+		t.Errorf("the bar jumped to the end: saw %v, want at least two values between 0 and 100", seen)
+	}
+	if !slices.IsSorted(seen) {
+		t.Errorf("the bar went backwards: %v", seen)
+	}
+	if want := fmt.Sprintf("%d / %d", sheetRows, sheetRows); last.Done != want {
+		t.Errorf("rows done %q, want %q", last.Done, want)
+	}
+
+	// The task list shows it, finished.
+	do(t, ctx, "wait for the task list", chromedp.WaitVisible(chromedp.CSS(`#tasks tr[data-task] .badge[data-state="SUCCEEDED"]`)))
+	screenshot(t, ctx, "web-done")
+
+	got := download(t, ctx, t.TempDir())
+	checkResult(t, got, sheetRows)
+}
+
+// download clicks the download button and returns the saved file.
+func download(t *testing.T, ctx context.Context, dir string) string {
+	t.Helper()
+	dctx, cancel := within(ctx, stepDeadline)
+	defer cancel()
+	progress := chromedp.Events(dctx, browser.DownloadProgress)
+	do(t, ctx, "allow downloads", chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+			Behavior: browser.SetDownloadBehaviorBehaviorAllowAndName, DownloadPath: dir, EventsEnabled: new(true),
+		})
+		return err
+	}))
+	do(t, ctx, "click download", chromedp.WaitEnabled(chromedp.ID("download")), chromedp.Click(chromedp.ID("download")))
+	for ev, err := range progress {
+		if err != nil {
+			t.Fatalf("waiting for the download: %v", err)
+		}
+		switch ev.State {
+		case browser.DownloadProgressStateCompleted:
+			return filepath.Join(dir, ev.GUID)
+		case browser.DownloadProgressStateCanceled:
+			t.Fatal("the download was cancelled")
+		}
+	}
+	t.Fatalf("no completed download within %s", stepDeadline)
+	return ""
+}
+
+// checkResult opens the downloaded workbook: the input columns, then the
+// result columns; one row per input row, in order, each answered.
+func checkResult(t *testing.T, file string, rows int) {
+	t.Helper()
+	f, err := excelize.OpenFile(file)
+	if err != nil {
+		t.Fatalf("open the downloaded result: %v", err)
+	}
+	defer f.Close()
+	all, err := f.GetRows(f.GetSheetName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != rows+1 {
+		t.Fatalf("result has %d rows, want the header and %d", len(all), rows)
+	}
+	header := all[0]
+	if diff := cmp.Diff(append(slices.Clone(sheetColumns), pipeline.ResultColumns[:3]...), header[:len(sheetColumns)+3]); diff != "" {
+		t.Errorf("result header (-want +got):\n%s", diff)
+	}
+	out, status := slices.Index(header, "output"), slices.Index(header, "status")
+	for i, row := range all[1:] {
+		if want := fmt.Sprintf("SKU-%03d", i+1); row[0] != want {
+			t.Errorf("result row %d is %s, want %s (order kept)", i+2, row[0], want)
+		}
+		if row[status] != "succeeded" || strings.TrimSpace(row[out]) == "" {
+			t.Errorf("result row %d: status %q, output %q; want an answer", i+2, row[status], row[out])
+		}
+	}
+}
+
+// TestBrowserRejectsATemplateNamingNoColumn: the preview says which
+// placeholder names no column, and so does the server when the task is
+// started anyway.
+func TestBrowserRejectsATemplateNamingNoColumn(t *testing.T) {
+	base := serveURL(t)
+	ctx := newBrowser(t, "en-US")
+	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	chooseSheet(t, ctx, writeSheet(t, t.TempDir(), "ok.xlsx", 3))
+	do(t, ctx, "write a bad template",
+		chromedp.WaitVisible(chromedp.ID("task-form")),
+		clearTemplate,
+		chromedp.SendKeys(chromedp.ID("template"), "Describe {{price}}"),
+	)
+	if got := text(t, ctx, "#preview"); !strings.Contains(got, "{{price}}") || !strings.Contains(got, "商品名称") {
+		t.Errorf("preview %q does not name the unknown placeholder and the columns", got)
+	}
+	do(t, ctx, "start anyway", chromedp.Click(chromedp.ID("start")), chromedp.WaitVisible(chromedp.ID("error")))
+	if got := text(t, ctx, "#error-message"); !strings.Contains(got, "{{price}}") {
+		t.Errorf("server's rejection %q does not name {{price}}", got)
+	}
+}
+
+// TestBrowserFallsBackToPolling: when the event stream cannot be opened
+// (a proxy that drops it, a deployment without streaming), the page
+// follows the task by polling and still reaches 100%.
+func TestBrowserFallsBackToPolling(t *testing.T) {
+	base := serveURL(t)
+	ctx := newBrowser(t, "en-US")
+	// Refuse every request for an event stream at the network level.
+	blockCtx, stopBlocking := context.WithCancel(ctx)
+	paused := chromedp.Events(blockCtx, fetch.RequestPaused)
+	do(t, ctx, "block event streams", chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/events*"}}})
+		return err
+	}))
+	var blocked sync.WaitGroup
+	defer func() { stopBlocking(); blocked.Wait() }()
+	blocked.Go(func() {
+		for ev, err := range paused {
+			if err != nil || blockCtx.Err() != nil {
+				return
+			}
+			_, _ = chromedp.Call(ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: ev.RequestID, ErrorReason: network.ErrorReasonConnectionRefused})
+		}
+	})
+
+	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	// Polls come once a second: a longer job gives them more to see.
+	chooseSheet(t, ctx, writeSheet(t, t.TempDir(), "poll.xlsx", 2*sheetRows))
+	do(t, ctx, "start",
+		chromedp.WaitVisible(chromedp.ID("task-form")),
+		clearTemplate,
+		chromedp.SendKeys(chromedp.ID("template"), "Poll: {{商品名称}}"), // not answered from the cache
+		chromedp.Click(chromedp.ID("start")),
+		chromedp.WaitVisible(chromedp.ID("current")),
+	)
+	seen, last := watchProgress(t, ctx, "")
+	if last.State != "SUCCEEDED" || last.Pct != 100 {
+		t.Fatalf("task ended %+v, want SUCCEEDED at 100%%", last)
+	}
+	if last.Transport != "poll" {
+		t.Errorf("transport %q, want poll with the stream blocked", last.Transport)
+	}
+	if mid := intermediate(seen); len(mid) < 2 {
+		t.Errorf("polling saw %v, want at least two values between 0 and 100", seen)
+	}
+	stopBlocking()
+}
+
+// setToken types a token into the page's token field and saves it, as a
+// user does; an empty token clears it.
+func setToken(t *testing.T, ctx context.Context, token string) {
+	t.Helper()
+	do(t, ctx, "open the token box", chromedp.Click(chromedp.CSS("#token-box summary")), chromedp.WaitVisible(chromedp.ID("token")))
+	do(t, ctx, "type the token "+token,
+		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { document.getElementById("token").value = ""; return true; })()`))
+			return err
+		}),
+		chromedp.SendKeys(chromedp.ID("token"), token),
+	)
+	do(t, ctx, "save the token", chromedp.Click(chromedp.CSS("#token-form button")))
+	pctx, cancel := within(ctx, stepDeadline)
+	defer cancel()
+	saved, err := chromedp.Run(pctx, chromedp.Poll[bool](fmt.Sprintf(`!document.getElementById("token-box").open && localStorage.getItem("batchgen.token") === %q`, token)))
+	if err != nil || !saved {
+		st, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({open: document.getElementById("token-box").open, stored: localStorage.getItem("batchgen.token")})`))
+		t.Fatalf("token not saved: %v (%s)", err, st)
+	}
+}
+
+// TestBrowserUsesTheToken: against a server with tokens, the page without
+// one says it needs one; with alice's token it runs her sheet and lists her
+// task; with bob's token the list is empty, since her task is not his.
+func TestBrowserUsesTheToken(t *testing.T) {
+	base := serveOwn(t, []string{"BATCHGEN_API_TOKENS=alice:alice-secret-0001-xyz,bob:bob-secret-0002-xyzw"})
+	ctx := newBrowser(t, "en-US")
+	sheet := writeSheet(t, t.TempDir(), "alice.xlsx", 6)
+	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+
+	chooseSheet(t, ctx, sheet)
+	do(t, ctx, "wait for the error", chromedp.WaitVisible(chromedp.ID("error")))
+	if got, want := text(t, ctx, "#error-title"), "The server needs a valid API token (top right)."; got != want {
+		t.Errorf("without a token: %q, want %q", got, want)
+	}
+
+	setToken(t, ctx, "alice-secret-0001-xyz")
+	chooseSheet(t, ctx, sheet)
+	do(t, ctx, "start as alice",
+		chromedp.WaitVisible(chromedp.ID("task-form")),
+		clearTemplate,
+		chromedp.SendKeys(chromedp.ID("template"), "Name {{商品名称}}"),
+		chromedp.Click(chromedp.ID("start")),
+		chromedp.WaitVisible(chromedp.ID("current")),
+	)
+	if _, last := watchProgress(t, ctx, ""); last.State != "SUCCEEDED" {
+		t.Fatalf("alice's task ended %+v", last)
+	}
+	do(t, ctx, "alice's list", chromedp.WaitVisible(chromedp.CSS(`#tasks tr[data-task]`)))
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#tasks tr[data-task]").length`)); n != 1 {
+		t.Errorf("alice sees %d tasks, want 1", n)
+	}
+
+	setToken(t, ctx, "bob-secret-0002-xyzw")
+	do(t, ctx, "bob's empty list", chromedp.WaitVisible(chromedp.ID("tasks-empty")))
+	if n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#tasks tr[data-task]").length`)); n != 0 {
+		t.Errorf("bob sees %d tasks, want none of alice's", n)
+	}
+}
+
+// TestBrowserCancels: Cancel, clicked twice (the first click asks), stops a running task before its
+// last row; the partial result, once written, can be downloaded and holds
+// every input row, the ones never started marked so.
+func TestBrowserCancels(t *testing.T) {
+	base := serveURL(t)
+	ctx := newBrowser(t, "en-US")
+	rows := 120 // twice the usual, so the cancel lands well before the end
+	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	chooseSheet(t, ctx, writeSheet(t, t.TempDir(), "long.xlsx", rows))
+	do(t, ctx, "start",
+		chromedp.WaitVisible(chromedp.ID("task-form")),
+		clearTemplate,
+		// A template no other test uses: the server answers a prompt it has
+		// seen from its cache, and this task must take its time.
+		chromedp.SendKeys(chromedp.ID("template"), "Cancel me: {{商品名称}}"),
+		chromedp.Click(chromedp.ID("start")),
+		chromedp.WaitVisible(chromedp.ID("current")),
+	)
+	pctx, cancel := within(ctx, jobDeadline)
+	defer cancel()
+	if _, err := chromedp.Run(pctx, chromedp.Poll[bool](`+document.getElementById("bar").getAttribute("aria-valuenow") > 0`)); err != nil {
+		t.Fatalf("wait for the first rows: %v", err)
+	}
+	// The first click asks, the second cancels.
+	do(t, ctx, "cancel", chromedp.WaitEnabled(chromedp.ID("cancel")), chromedp.Click(chromedp.ID("cancel")))
+	if got := text(t, ctx, "#cancel"); !strings.Contains(got, "again") {
+		t.Errorf("the first click on Cancel should ask to confirm; the button reads %q", got)
+	}
+	do(t, ctx, "confirm the cancel", chromedp.Click(chromedp.ID("cancel")))
+	_, last := watchProgress(t, ctx, "")
+	if last.State != "CANCELLED" {
+		t.Fatalf("task ended %+v, want CANCELLED", last)
+	}
+	if last.Pct >= 100 {
+		t.Errorf("a cancelled task shows %d%%", last.Pct)
+	}
+	if got := text(t, ctx, "#current-state"); got != "cancelled" {
+		t.Errorf("state reads %q", got)
+	}
+
+	file := download(t, ctx, t.TempDir())
+	f, err := excelize.OpenFile(file)
+	if err != nil {
+		t.Fatalf("open the partial result: %v", err)
+	}
+	defer f.Close()
+	all, err := f.GetRows(f.GetSheetName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != rows+1 {
+		t.Fatalf("partial result has %d rows, want the header and all %d", len(all), rows)
+	}
+	status := slices.Index(all[0], "status")
+	counts := map[string]int{}
+	for _, row := range all[1:] {
+		counts[row[status]]++
+	}
+	if counts["succeeded"] == 0 || counts["not_started"] == 0 {
+		t.Errorf("partial result statuses %v, want some succeeded and some not_started", counts)
+	}
+}
+
+// TestBrowserRerunsFailedRows: rows the model refuses (the mock's content
+// filter) leave the task PARTIAL; "Rerun failed rows" sends those rows, and
+// only those, to the model again, and the page follows the rerun to its end.
+func TestBrowserRerunsFailedRows(t *testing.T) {
+	mock := mockserver.New(mockserver.Config{Latency: 20 * time.Millisecond})
+	model := httptest.NewServer(mock)
+	defer model.Close()
+	base := serveOwn(t, []string{"OPENAI_API_KEY=test-key"}, "--provider", "openai", "--base-url", model.URL+"/v1")
+	ctx := newBrowser(t, "en-US")
+
+	rows, refused := 12, []int{4, 9}
+	file := writeSheet(t, t.TempDir(), "refusals.xlsx", rows)
+	f, err := excelize.OpenFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range refused {
+		if err := f.SetCellValue("Sheet1", fmt.Sprintf("B%d", r+1), fmt.Sprintf("绿茶 %d %s", r, mockserver.DefaultFilterMarker)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Save(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	chooseSheet(t, ctx, file)
+	do(t, ctx, "start",
+		chromedp.WaitVisible(chromedp.ID("task-form")),
+		clearTemplate,
+		chromedp.SendKeys(chromedp.ID("template"), "{{商品名称}}"),
+		chromedp.Click(chromedp.ID("start")),
+		chromedp.WaitVisible(chromedp.ID("current")),
+	)
+	if _, last := watchProgress(t, ctx, ""); last.State != "PARTIAL" {
+		t.Fatalf("task ended %+v, want PARTIAL", last)
+	}
+	if got := text(t, ctx, "#stat-failed"); got != strconv.Itoa(len(refused)) {
+		t.Errorf("failed rows %q, want %d", got, len(refused))
+	}
+	before := mock.Stats().Requests
+
+	do(t, ctx, "rerun", chromedp.WaitEnabled(chromedp.ID("retry")), chromedp.Click(chromedp.ID("retry")))
+	// The rerun reopens the task and sends the failed rows again: wait for
+	// the model to have seen them, then for the page to show the end.
+	deadline := time.Now().Add(jobDeadline)
+	for mock.Stats().Requests-before < int64(len(refused)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the rerun sent %d calls within %s, want %d", mock.Stats().Requests-before, jobDeadline, len(refused))
+		}
+		time.Sleep(pollProgress) // polling the model's counter with a deadline
+	}
+	if _, last := watchProgress(t, ctx, ""); last.State != "PARTIAL" {
+		t.Fatalf("rerun ended %+v, want PARTIAL again (the model still refuses those rows)", last)
+	}
+	if got := mock.Stats().Requests - before; got != int64(len(refused)) {
+		t.Errorf("the rerun sent %d calls, want %d: only the failed rows", got, len(refused))
+	}
+	if got := text(t, ctx, "#stat-failed"); got != strconv.Itoa(len(refused)) {
+		t.Errorf("failed rows after the rerun %q, want %d", got, len(refused))
+	}
+}

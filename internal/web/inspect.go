@@ -1,0 +1,245 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path"
+	"strings"
+	"unicode"
+
+	"github.com/batchgen/batchgen/internal/sheet"
+)
+
+// Inspection is the 200 body of POST /ui/inspect: what the page needs to
+// offer the columns as placeholders and preview the first prompt.
+type Inspection struct {
+	// Filename is the uploaded file's name as the messages show it.
+	Filename string `json:"filename"`
+	// Sheet is the worksheet read; empty for CSV/TSV.
+	Sheet string `json:"sheet,omitempty"`
+	// Encoding is the text encoding a CSV/TSV was read with; empty for xlsx.
+	Encoding string `json:"encoding,omitempty"`
+	// Columns are the trimmed header texts, in sheet order: the names
+	// {{placeholders}} match.
+	Columns []string `json:"columns"`
+	// Rows counts the data rows the job would run (blank rows included).
+	Rows int `json:"rows"`
+	// Sample holds the first non-blank data rows, one value per column.
+	Sample [][]string `json:"sample"`
+	// Prompt is the workbook's own template (cell A1 of its "prompt"
+	// sheet), when it has one.
+	Prompt string `json:"prompt,omitempty"`
+}
+
+// errorBody is the API's error shape (internal/api.ErrorBody), so the page
+// handles one shape.
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = code, message
+	writeJSON(w, status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"internal error"}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", itoa(int64(len(b)+1)))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+type inspector struct{ cfg Config }
+
+// multipartSlack is what a multipart body may carry beyond the file: the
+// boundaries, part headers and the small text fields.
+const multipartSlack = 64 << 10
+
+func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if in.cfg.Authenticate != nil {
+		if err := in.cfg.Authenticate(r); err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="batchgen"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required")
+			return
+		}
+	}
+	limit := in.cfg.Limits.MaxFileBytes
+	r.Body = http.MaxBytesReader(w, r.Body, limit+multipartSlack)
+	mr, err := r.MultipartReader()
+	if err != nil {
+		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "send the sheet as multipart/form-data with the file in the field \"file\"")
+		return
+	}
+	spool, err := os.CreateTemp(in.cfg.TempDir, "batchgen-inspect-*")
+	if err != nil {
+		in.internal(w, "create spool file", err)
+		return
+	}
+	defer os.Remove(spool.Name())
+	defer spool.Close()
+
+	var opts sheet.Options
+	opts.Limits = in.cfg.Limits
+	var name string
+	for {
+		p, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			in.bodyError(w, err, limit)
+			return
+		}
+		switch p.FormName() {
+		case "file":
+			if name != "" {
+				writeError(w, http.StatusBadRequest, "invalid_request", "send one file per request")
+				return
+			}
+			name = displayName(p.FileName())
+			// One byte past the limit is enough to know it is too big.
+			n, err := io.Copy(spool, io.LimitReader(p, limit+1))
+			if err != nil {
+				in.bodyError(w, err, limit)
+				return
+			}
+			if n > limit {
+				writeError(w, http.StatusRequestEntityTooLarge, "file_too_large",
+					fmt.Sprintf("%s is larger than %s, the largest sheet this server accepts", name, mib(limit)))
+				return
+			}
+		case "encoding", "sheet":
+			v, err := formValue(p)
+			if err != nil {
+				in.bodyError(w, err, limit)
+				return
+			}
+			if p.FormName() == "encoding" {
+				opts.Encoding = v
+			} else {
+				opts.Sheet = v
+			}
+		}
+	}
+	if name == "" {
+		writeError(w, http.StatusBadRequest, "invalid_request", "no file: send the sheet in the multipart field \"file\"")
+		return
+	}
+	if err := spool.Close(); err != nil {
+		in.internal(w, "spool upload", err)
+		return
+	}
+	opts.DisplayName = name
+	ins, err := inspect(spool.Name(), opts, in.cfg.SampleRows)
+	var bad *sheet.InputError
+	switch {
+	case errors.As(err, &bad):
+		writeError(w, http.StatusBadRequest, "invalid_sheet", bad.Error())
+		return
+	case err != nil:
+		in.internal(w, "inspect sheet", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ins)
+}
+
+// inspect reads the whole sheet, as the splitter will, so a problem in row
+// 4,000 shows before the task is created, and keeps the first sample rows.
+func inspect(file string, opts sheet.Options, samples int) (Inspection, error) {
+	r, err := sheet.Open(file, opts)
+	if err != nil {
+		return Inspection{}, err
+	}
+	defer r.Close()
+	ins := Inspection{Filename: opts.DisplayName, Sheet: r.Sheet(), Encoding: r.Encoding(), Columns: r.Header(), Sample: [][]string{}}
+	if p, ok := r.Prompt(); ok {
+		ins.Prompt = p
+	}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return ins, nil
+		}
+		if err != nil {
+			return Inspection{}, err
+		}
+		ins.Rows++
+		if !rec.Blank && len(ins.Sample) < samples {
+			ins.Sample = append(ins.Sample, rec.Values)
+		}
+	}
+}
+
+// maxFieldBytes bounds a text field of the form.
+const maxFieldBytes = 256
+
+func formValue(p *multipart.Part) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(p, maxFieldBytes+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxFieldBytes {
+		return "", fmt.Errorf("field %q is longer than %d bytes", p.FormName(), maxFieldBytes)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// bodyError answers a failure to read the request body: too large, or a
+// malformed form (whose message is about the client's own bytes).
+func (in *inspector) bodyError(w http.ResponseWriter, err error, limit int64) {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "file_too_large",
+			fmt.Sprintf("the upload is larger than %s, the largest sheet this server accepts", mib(limit)))
+		return
+	}
+	writeError(w, http.StatusBadRequest, "invalid_request", "the form could not be read: "+err.Error())
+}
+
+func (in *inspector) internal(w http.ResponseWriter, what string, err error) {
+	in.cfg.Logger.Error("web: "+what, "error", err)
+	writeError(w, http.StatusInternalServerError, "internal", "internal error")
+}
+
+// displayName is the upload's base name without control characters, for
+// messages only: nothing is stored under it.
+func displayName(name string) string {
+	name = strings.ReplaceAll(name, `\`, "/")
+	name = path.Base(name)
+	name = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, name)
+	if name == "." || name == "/" || strings.TrimSpace(name) == "" {
+		return "upload"
+	}
+	if len(name) > 255 {
+		name = strings.ToValidUTF8(name[:255], "")
+	}
+	return name
+}
+
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -1,0 +1,115 @@
+// Package web is batchgen's browser page: a small framework-free HTML/CSS/JS
+// application, embedded in the binary, that uploads a sheet through the HTTP
+// API (internal/api), lets the user write the prompt template against the
+// sheet's columns, follows the task live over Server-Sent Events and
+// downloads the result.
+//
+// The page holds no rules of its own: the sheet is read by POST /ui/inspect,
+// which runs the same reader the pipeline splits with (internal/sheet), so a
+// file the CLI would reject is rejected here with the same message, and
+// everything else goes through the API.
+package web
+
+import (
+	"embed"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/batchgen/batchgen/internal/sheet"
+)
+
+//go:embed static
+var static embed.FS
+
+// Config wires the page.
+type Config struct {
+	// Limits bounds the sheets POST /ui/inspect reads; zero fields take
+	// internal/sheet's defaults. Use the deployment's limits, so the page
+	// rejects what the API would.
+	Limits sheet.Limits
+	// Authenticate, when non-nil, must accept a request to POST /ui/inspect
+	// (the API's bearer-token check); a non-nil error answers 401. Nil lets
+	// anyone inspect, which suits a loopback-only server. Nothing inspected
+	// is stored.
+	Authenticate func(r *http.Request) error
+	// SampleRows is how many data rows POST /ui/inspect returns for the
+	// template preview. Defaults to 3.
+	SampleRows int
+	// Logger receives internal errors, which clients never see. Defaults to
+	// discarding.
+	Logger *slog.Logger
+	// TempDir is where an uploaded sheet is spooled while it is read.
+	// Defaults to os.TempDir().
+	TempDir string
+}
+
+func (c Config) withDefaults() Config {
+	if c.SampleRows <= 0 {
+		c.SampleRows = 3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Limits.MaxFileBytes <= 0 {
+		c.Limits.MaxFileBytes = sheet.DefaultMaxFileBytes
+	}
+	return c
+}
+
+// Paths served by New. Mount the handler at "/" beside the API's "/api/":
+// it answers only these.
+const (
+	// PagePath is the page itself.
+	PagePath = "/"
+	// AssetsPrefix serves the page's scripts and style sheet.
+	AssetsPrefix = "/ui/"
+	// InspectPath reads an uploaded sheet's header and first rows.
+	InspectPath = "/ui/inspect"
+)
+
+// New returns the page's handler: GET / (the page), GET /ui/... (its
+// assets) and POST /ui/inspect. Any other path answers 404.
+func New(cfg Config) http.Handler {
+	cfg = cfg.withDefaults()
+	assets, err := fs.Sub(static, "static")
+	if err != nil {
+		panic("web: embedded assets missing: " + err.Error()) // a build bug
+	}
+	mux := http.NewServeMux()
+	files := http.FileServerFS(assets)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		securityHeaders(w)
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeFileFS(w, r, assets, "index.html")
+	})
+	mux.Handle("GET /ui/", http.StripPrefix("/ui", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		securityHeaders(w)
+		// The assets change with the binary and are small: revalidate
+		// rather than serve a stale script against a newer API.
+		w.Header().Set("Cache-Control", "no-cache")
+		files.ServeHTTP(w, r)
+	})))
+	ins := &inspector{cfg: cfg}
+	mux.Handle("POST "+InspectPath, ins)
+	// A GET of the inspect path would otherwise be served as a missing
+	// asset; say what it takes instead.
+	mux.HandleFunc("GET "+InspectPath, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "POST")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here; use POST")
+	})
+	return mux
+}
+
+// securityHeaders keeps the page from being framed or its assets sniffed,
+// and limits scripts to its own.
+func securityHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self' https:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,275 @@
+package web_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/xuri/excelize/v2"
+
+	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/web"
+)
+
+// form builds a multipart body with the file (when name is not empty) and
+// the text fields.
+func form(t *testing.T, name string, content []byte, fields map[string]string) (*bytes.Buffer, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for k, v := range fields {
+		if err := mw.WriteField(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if name != "" {
+		fw, err := mw.CreateFormFile("file", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fw.Write(content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &buf, mw.FormDataContentType()
+}
+
+// workbook writes an xlsx with a data sheet and, when prompt is not empty,
+// a "prompt" sheet holding it in A1.
+func workbook(t *testing.T, rows [][]any, prompt string) []byte {
+	t.Helper()
+	f := excelize.NewFile()
+	defer f.Close()
+	if err := f.SetSheetName("Sheet1", "商品"); err != nil {
+		t.Fatal(err)
+	}
+	for i, row := range rows {
+		cell, _ := excelize.CoordinatesToCellName(1, i+1)
+		if err := f.SetSheetRow("商品", cell, &row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if prompt != "" {
+		if _, err := f.NewSheet("prompt"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.SetCellValue("prompt", "A1", prompt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if err := f.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	gbk := []byte{0xC9, 0xCC, 0xC6, 0xB7, ',', 'n', '\n', 0xB2, 0xE8, ',', '1', '\n'} // "商品,n\n茶,1\n" in GB18030
+	xlsx := workbook(t, [][]any{{" 商品名称 ", "类目"}, {"绿茶", "饮料"}, {}, {"咖啡", "饮料"}, {"乌龙", "饮料"}, {"红茶", "饮料"}}, "为{{商品名称}}写文案")
+	tests := []struct {
+		name   string
+		file   string
+		body   []byte
+		fields map[string]string
+		want   web.Inspection
+	}{
+		{
+			name: "csv", file: "skus.csv", body: []byte("sku,name\nA-1,Tea\nA-2,Coffee\n"),
+			want: web.Inspection{Filename: "skus.csv", Encoding: "utf-8", Columns: []string{"sku", "name"}, Rows: 2, Sample: [][]string{{"A-1", "Tea"}, {"A-2", "Coffee"}}},
+		},
+		{
+			name: "xlsx with a prompt sheet, blank rows skipped in the sample", file: "商品.xlsx", body: xlsx,
+			want: web.Inspection{
+				Filename: "商品.xlsx", Sheet: "商品", Columns: []string{"商品名称", "类目"}, Rows: 5,
+				Sample: [][]string{{"绿茶", "饮料"}, {"咖啡", "饮料"}, {"乌龙", "饮料"}}, Prompt: "为{{商品名称}}写文案",
+			},
+		},
+		{
+			name: "encoding detected", file: "gbk.csv", body: gbk,
+			want: web.Inspection{Filename: "gbk.csv", Encoding: "gb18030", Columns: []string{"商品", "n"}, Rows: 1, Sample: [][]string{{"茶", "1"}}},
+		},
+		{
+			name: "encoding given", file: "latin.csv", body: []byte("caf\xe9,n\nx,1\n"), fields: map[string]string{"encoding": "windows-1252"},
+			want: web.Inspection{Filename: "latin.csv", Encoding: "windows-1252", Columns: []string{"café", "n"}, Rows: 1, Sample: [][]string{{"x", "1"}}},
+		},
+		{
+			name: "a path in the name is dropped", file: `C:\Users\ops\..\data.csv`, body: []byte("a\n1\n"),
+			want: web.Inspection{Filename: "data.csv", Encoding: "utf-8", Columns: []string{"a"}, Rows: 1, Sample: [][]string{{"1"}}},
+		},
+	}
+	h := web.New(web.Config{})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			body, ct := form(t, tc.file, tc.body, tc.fields)
+			req := httptest.NewRequest(http.MethodPost, web.InspectPath, body)
+			req.Header.Set("Content-Type", ct)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("status %d, body %s", rec.Code, rec.Body)
+			}
+			var got web.Inspection
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("inspection (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestInspectRejects checks that a bad upload gets the API's error shape with
+// the reason the reader gives, in words a person can act on.
+func TestInspectRejects(t *testing.T) {
+	t.Parallel()
+	type errBody struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	tests := []struct {
+		name        string
+		file        string
+		body        []byte
+		contentType string // overrides the multipart type
+		auth        func(*http.Request) error
+		wantStatus  int
+		wantCode    string
+		wantMessage []string // substrings
+	}{
+		{name: "header without rows", file: "empty.csv", body: []byte("sku,name\n"), wantStatus: 400, wantCode: "invalid_sheet", wantMessage: []string{"empty.csv", "no data rows"}},
+		{name: "duplicate header", file: "dup.csv", body: []byte("a,a\n1,2\n"), wantStatus: 400, wantCode: "invalid_sheet", wantMessage: []string{"dup.csv", `"a"`}},
+		{name: "not a sheet", file: "photo.xlsx", body: []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), wantStatus: 400, wantCode: "invalid_sheet", wantMessage: []string{"photo.xlsx"}},
+		{name: "too large", file: "big.csv", body: bytes.Repeat([]byte("a,b\n"), 600), wantStatus: 413, wantCode: "file_too_large", wantMessage: []string{"big.csv", "larger than"}},
+		{name: "no file", wantStatus: 400, wantCode: "invalid_request", wantMessage: []string{`"file"`}},
+		{name: "not multipart", contentType: "application/json", wantStatus: 415, wantCode: "unsupported_media_type", wantMessage: []string{"multipart/form-data"}},
+		{name: "unauthenticated", file: "ok.csv", body: []byte("a\n1\n"), auth: func(*http.Request) error { return errors.New("no token") }, wantStatus: 401, wantCode: "unauthorized", wantMessage: []string{"token"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := web.New(web.Config{Limits: sheet.Limits{MaxFileBytes: 2000}, Authenticate: tc.auth})
+			body, ct := form(t, tc.file, tc.body, nil)
+			if tc.contentType != "" {
+				ct = tc.contentType
+			}
+			req := httptest.NewRequest(http.MethodPost, web.InspectPath, body)
+			req.Header.Set("Content-Type", ct)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			var got errBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatalf("body is not the error JSON: %v: %s", err, rec.Body)
+			}
+			if rec.Code != tc.wantStatus || got.Error.Code != tc.wantCode {
+				t.Fatalf("got %d %q, want %d %q (%s)", rec.Code, got.Error.Code, tc.wantStatus, tc.wantCode, got.Error.Message)
+			}
+			for _, s := range tc.wantMessage {
+				if !strings.Contains(got.Error.Message, s) {
+					t.Errorf("message %q does not mention %q", got.Error.Message, s)
+				}
+			}
+		})
+	}
+}
+
+func TestServesThePage(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(web.New(web.Config{}))
+	defer srv.Close()
+	tests := []struct {
+		path, wantType string
+		wantStatus     int
+		wantBody       string
+	}{
+		{path: "/", wantType: "text/html", wantStatus: 200, wantBody: `<script src="/ui/app.js"`},
+		{path: "/ui/app.js", wantType: "text/javascript", wantStatus: 200, wantBody: "/api/tasks"},
+		{path: "/ui/strings.js", wantType: "text/javascript", wantStatus: 200, wantBody: "我的任务"},
+		{path: "/ui/app.css", wantType: "text/css", wantStatus: 200, wantBody: ".bar-fill"},
+		{path: "/ui/missing.js", wantStatus: 404},
+		{path: "/elsewhere", wantStatus: 404},
+		{path: "/ui/inspect", wantStatus: 405},
+	}
+	for _, tc := range tests {
+		resp, err := http.Get(srv.URL + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.wantStatus {
+			t.Errorf("GET %s: status %d, want %d", tc.path, resp.StatusCode, tc.wantStatus)
+			continue
+		}
+		if tc.wantStatus != 200 {
+			continue
+		}
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, tc.wantType) {
+			t.Errorf("GET %s: Content-Type %q, want %s", tc.path, ct, tc.wantType)
+		}
+		if !strings.Contains(string(body), tc.wantBody) {
+			t.Errorf("GET %s: body lacks %q", tc.path, tc.wantBody)
+		}
+		if resp.Header.Get("Content-Security-Policy") == "" {
+			t.Errorf("GET %s: no Content-Security-Policy", tc.path)
+		}
+	}
+}
+
+// TestStringTablesMatch keeps the two languages in step: a key in one table
+// but not the other would show a raw key to half the users.
+func TestStringTablesMatch(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(web.New(web.Config{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/ui/strings.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	js, _ := io.ReadAll(resp.Body)
+	tables := parseStringTables(t, string(js))
+	en, zh := tables["en"], tables["zh"]
+	if len(en) < 20 {
+		t.Fatalf("found only %d English strings; is the table's layout what parseStringTables expects?", len(en))
+	}
+	var onlyEN, onlyZH []string
+	for k := range en {
+		if _, ok := zh[k]; !ok {
+			onlyEN = append(onlyEN, k)
+		}
+	}
+	for k := range zh {
+		if _, ok := en[k]; !ok {
+			onlyZH = append(onlyZH, k)
+		}
+	}
+	if len(onlyEN)+len(onlyZH) > 0 {
+		t.Errorf("keys only in en: %v; only in zh: %v", onlyEN, onlyZH)
+	}
+
+	// Every data-i18n key the page and script use is in the table.
+	page, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Body.Close()
+	html, _ := io.ReadAll(page.Body)
+	for _, key := range i18nKeys(string(html)) {
+		if _, ok := en[key]; !ok {
+			t.Errorf("index.html uses %q, which strings.js lacks", key)
+		}
+	}
+}
