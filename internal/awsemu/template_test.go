@@ -497,6 +497,45 @@ func TestTemplateEvents(t *testing.T) {
 	}
 }
 
+// TestTemplateAPIRoutes pins which routes of the HTTP API skip the JWT
+// authorizer: the page and its assets (a browser loads them before it has a
+// token) and the OpenAPI document (routes, no task data); everything else,
+// the API and POST /ui/inspect included, falls to the proxy route under the
+// default authorizer.
+func TestTemplateAPIRoutes(t *testing.T) {
+	t.Parallel()
+	tpl, ev := contractTemplate(t)
+	var got []string
+	for _, e := range functionProps(t, tpl, ev, functions["api"])["Events"].(map[string]any) {
+		em := e.(map[string]any)
+		if em["Type"] != "HttpApi" {
+			continue
+		}
+		props := em["Properties"].(map[string]any)
+		if props["ApiId"] != "ref:HttpApi" {
+			t.Errorf("route %v %v is on API %v, want ref:HttpApi", props["Method"], props["Path"], props["ApiId"])
+		}
+		auth := "default"
+		if a, ok := props["Auth"].(map[string]any); ok {
+			auth = a["Authorizer"].(string)
+		}
+		got = append(got, props["Method"].(string)+" "+props["Path"].(string)+" "+auth)
+	}
+	sort.Strings(got)
+	want := []string{
+		"ANY /{proxy+} default",
+		"GET / NONE",
+		"GET /api/openapi.yaml NONE",
+		"GET /ui/{proxy+} NONE",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("api routes and their authorizers (-want +got):\n%s", diff)
+	}
+	if got := evalPath(t, tpl, ev, "HttpApi", "Auth", "DefaultAuthorizer"); got != "Jwt" {
+		t.Errorf("HttpApi default authorizer = %v, want Jwt: the proxy route must need a token", got)
+	}
+}
+
 func TestTemplateStateMachineAndOutputs(t *testing.T) {
 	t.Parallel()
 	tpl, ev := contractTemplate(t)

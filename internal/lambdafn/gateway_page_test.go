@@ -18,9 +18,10 @@ import (
 
 // TestGatewayServesThePage: the api function, as apiwire builds it, serves
 // the web page through API Gateway's adapter as batchgen serve does (one
-// handler, web.Site): the page and its assets without a token, and POST
-// /ui/inspect only for a principal API Gateway's authorizer verified. None
-// of these requests reaches AWS, so no emulator is needed.
+// handler, web.Site): the page, its assets and the OpenAPI document
+// without a token, and POST /ui/inspect only for a principal API Gateway's
+// authorizer verified. None of these requests reaches AWS, so no emulator
+// is needed.
 func TestGatewayServesThePage(t *testing.T) {
 	t.Parallel()
 	env := awswire.Env{TableName: "batchgen-Table", BucketName: "batchgen-bucket", MaxInputBytes: 1 << 20}
@@ -35,6 +36,9 @@ func TestGatewayServesThePage(t *testing.T) {
 		{"/", "text/html", "<title>batchgen</title>"},
 		{"/ui/app.js", "javascript", "/api/tasks"},
 		{"/ui/app.css", "text/css", "{"},
+		// Public on AWS too (template.yaml's OpenAPI route has no
+		// authorizer): it describes routes, never a task.
+		{"/api/openapi.yaml", "application/yaml", "openapi:"},
 	}
 	for _, tc := range pages {
 		resp, body := serveGateway(t, h, gatewayRequest{method: "GET", target: tc.target})
