@@ -640,11 +640,17 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	var succeeded, failed, skipped, pending, maxAttempts, progress int
 	var lastErr string
 	var usage store.Usage
+	// Split by the label the row records, so the task is priced at each
+	// provider's own price when a route spreads it over several.
+	byProvider := map[string]store.Usage{}
 	aborted, starved, called := false, false, false
 	for i, o := range outcomes {
 		starved = starved || o.starved
 		called = called || o.result.Attempts > rows[i].Attempts
 		usage = usage.Add(o.result.Usage)
+		if o.result.Usage != (store.Usage{}) {
+			byProvider[o.result.Provider] = byProvider[o.result.Provider].Add(o.result.Usage)
+		}
 		switch o.result.State {
 		case store.RowSucceeded:
 			succeeded++
@@ -686,7 +692,8 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		var err error
 		t, err = g.store.FinishBatch(ctx, store.FinishBatchParams{
 			TaskID: task.ID, BatchNo: b.No, Attempt: b.Attempt,
-			Succeeded: succeeded, Failed: failed, Skipped: skipped, Usage: usage, Now: g.cfg.Clock.Now(),
+			Succeeded: succeeded, Failed: failed, Skipped: skipped,
+			Usage: usage, UsageByProvider: byProvider, Now: g.cfg.Clock.Now(),
 		})
 		return err
 	})

@@ -122,6 +122,14 @@ type Task struct {
 	// Usage sums the tokens of the rows of the task's finished batches
 	// (added by FinishBatch, recounted by a reopen), for the estimated cost.
 	Usage Usage
+	// UsageByProvider splits Usage by the provider label the rows record
+	// ("openai/gpt-4o-mini", a providers-file entry's name; "" for rows
+	// without one), maintained by the same writes as Usage, so a task
+	// routed over providers of different prices is priced exactly without
+	// reading its rows. Only labels with tokens appear; nil for a task
+	// without any, and for tokens counted before the store kept the split
+	// (then its sum falls short of Usage: see UsageUnattributed).
+	UsageByProvider map[string]Usage
 
 	// ResultKey is the blob key of the exported result, once exported.
 	ResultKey string
@@ -232,6 +240,41 @@ func (u Usage) Add(v Usage) Usage {
 		InputTokens:       u.InputTokens + v.InputTokens,
 		OutputTokens:      u.OutputTokens + v.OutputTokens,
 		CachedInputTokens: u.CachedInputTokens + v.CachedInputTokens,
+	}
+}
+
+// Sub returns u minus v.
+func (u Usage) Sub(v Usage) Usage {
+	return Usage{
+		InputTokens:       u.InputTokens - v.InputTokens,
+		OutputTokens:      u.OutputTokens - v.OutputTokens,
+		CachedInputTokens: u.CachedInputTokens - v.CachedInputTokens,
+	}
+}
+
+// negative reports whether any count of u is below zero.
+func (u Usage) negative() bool {
+	return u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0
+}
+
+// SumUsage adds up per-provider token sums.
+func SumUsage(byProvider map[string]Usage) Usage {
+	var sum Usage
+	for _, u := range byProvider {
+		sum = sum.Add(u)
+	}
+	return sum
+}
+
+// UsageUnattributed is the part of t's Usage that UsageByProvider does not
+// split: tokens of batches finished before the store kept the split. It is
+// zero for every task counted since.
+func (t Task) UsageUnattributed() Usage {
+	rest := t.Usage.Sub(SumUsage(t.UsageByProvider))
+	return Usage{
+		InputTokens:       max(rest.InputTokens, 0),
+		OutputTokens:      max(rest.OutputTokens, 0),
+		CachedInputTokens: max(rest.CachedInputTokens, 0),
 	}
 }
 
@@ -384,7 +427,34 @@ type FinishBatchParams struct {
 	// Usage is the sum of the tokens of the batch's rows, added to the
 	// task's Usage.
 	Usage Usage
-	Now   time.Time
+	// UsageByProvider splits Usage by the rows' provider labels, added to
+	// the task's UsageByProvider; its sum must be Usage (Check). Labels
+	// without tokens may be left out.
+	UsageByProvider map[string]Usage
+	Now             time.Time
+}
+
+// Check rejects counts a store must not add to a task: negative ones, and a
+// per-provider split that does not add up to Usage (the task's two sums
+// would disagree for good). Every adapter's FinishBatch calls it.
+func (p FinishBatchParams) Check() error {
+	if p.Succeeded < 0 || p.Failed < 0 || p.Skipped < 0 {
+		return errors.New("negative row count")
+	}
+	if p.Usage.negative() {
+		return errors.New("negative token count")
+	}
+	for label, u := range p.UsageByProvider {
+		if u.negative() {
+			return fmt.Errorf("negative token count for provider %q", label)
+		}
+	}
+	if len(p.UsageByProvider) > 0 || p.Usage != (Usage{}) {
+		if sum := SumUsage(p.UsageByProvider); sum != p.Usage {
+			return fmt.Errorf("tokens per provider add up to %+v, not the batch's %+v", sum, p.Usage)
+		}
+	}
+	return nil
 }
 
 // ListBatchesParams selects batches of a task.

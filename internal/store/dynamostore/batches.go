@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -485,17 +486,14 @@ func heldCondition(e *expr, attempt int) string {
 
 // FinishBatch is one TransactWriteItems: the batch, fenced on RUNNING and
 // p.Attempt, becomes DONE and leaves the open index, and the task's counters
-// grow by the batch and its rows (ADD, so concurrent finishes of one task
-// add up). A transaction returns no values, so the task is then read back,
+// grow by the batch and its rows, its per-provider token sums included (ADD,
+// so concurrent finishes of one task add up). A transaction returns no values, so the task is then read back,
 // strongly consistent: it may include other batches finished meanwhile,
 // which is what the caller needs to see to start the export.
 func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (store.Task, error) {
 	what := fmt.Sprintf("finish batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
-	if p.Succeeded < 0 || p.Failed < 0 || p.Skipped < 0 {
-		return store.Task{}, fmt.Errorf("%s: negative row count", what)
-	}
-	if u := p.Usage; u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 {
-		return store.Task{}, fmt.Errorf("%s: negative token count", what)
+	if err := p.Check(); err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := checkBatchNo(p.BatchNo); err != nil {
 		return store.Task{}, fmt.Errorf("%s: %w: %w", what, err, store.ErrConflict)
@@ -519,6 +517,14 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 	tu.addI(attrInputTokens, p.Usage.InputTokens)
 	tu.addI(attrOutputTokens, p.Usage.OutputTokens)
 	tu.addI(attrCachedInputTokens, p.Usage.CachedInputTokens)
+	// The per-provider split grows in the same write (sorted: the same
+	// batch renders the same expression).
+	for _, label := range slices.Sorted(maps.Keys(p.UsageByProvider)) {
+		attrs := usageAttrs(label, p.UsageByProvider[label])
+		for _, name := range slices.Sorted(maps.Keys(attrs)) {
+			tu.addI(name, attrs[name])
+		}
+	}
 	tcond := "attribute_exists(" + te.n(attrPK) + ")"
 
 	err := s.transact(ctx, []types.TransactWriteItem{

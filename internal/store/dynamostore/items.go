@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -51,6 +53,16 @@ const (
 	// attrTaskCancelled marks the open batches of a cancelled task (see
 	// TransitionTask), so their next SaveRowResults reports it.
 	attrTaskCancelled = "task_cancelled"
+
+	// usageAttrPrefixes start the names of a task's per-provider token
+	// sums: one top-level number attribute per counter and provider label
+	// ("input_tokens@openai/gpt-4o-mini"). Top-level, because FinishBatch
+	// grows them with ADD, which creates a missing attribute at 0 and adds
+	// atomically; a map would need its parent to exist first, an extra
+	// write or condition on every first finish.
+	usageInPrefix     = "input_tokens@"
+	usageOutPrefix    = "output_tokens@"
+	usageCachedPrefix = "cached_input_tokens@"
 
 	attrBatchesDone   = "batches_done"
 	attrRowsSucceeded = "rows_succeeded"
@@ -217,6 +229,79 @@ func taskToItem(t store.Task) (taskItem, error) {
 	}, nil
 }
 
+// usageAttrs returns the attribute names and values of u's counters for
+// provider label, leaving out zero counters (absent numbers read as 0).
+func usageAttrs(label string, u store.Usage) map[string]int64 {
+	out := map[string]int64{}
+	for name, n := range map[string]int64{
+		usageInPrefix + label:     u.InputTokens,
+		usageOutPrefix + label:    u.OutputTokens,
+		usageCachedPrefix + label: u.CachedInputTokens,
+	} {
+		if n != 0 {
+			out[name] = n
+		}
+	}
+	return out
+}
+
+// usageAttrNames returns the names every counter of label would have, to
+// remove them.
+func usageAttrNames(label string) []string {
+	return []string{usageInPrefix + label, usageOutPrefix + label, usageCachedPrefix + label}
+}
+
+// putUsage adds a task's per-provider sums to its item.
+func putUsage(av map[string]types.AttributeValue, byProvider map[string]store.Usage) {
+	for label, u := range byProvider {
+		for name, n := range usageAttrs(label, u) {
+			av[name] = &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+		}
+	}
+}
+
+// usageFromAV reads a task item's per-provider sums; nil when it has none.
+func usageFromAV(av map[string]types.AttributeValue) (map[string]store.Usage, error) {
+	var out map[string]store.Usage
+	for name, v := range av {
+		var label string
+		var field func(*store.Usage) *int64
+		switch {
+		case strings.HasPrefix(name, usageInPrefix):
+			label, field = strings.TrimPrefix(name, usageInPrefix), func(u *store.Usage) *int64 { return &u.InputTokens }
+		case strings.HasPrefix(name, usageOutPrefix):
+			label, field = strings.TrimPrefix(name, usageOutPrefix), func(u *store.Usage) *int64 { return &u.OutputTokens }
+		case strings.HasPrefix(name, usageCachedPrefix):
+			label, field = strings.TrimPrefix(name, usageCachedPrefix), func(u *store.Usage) *int64 { return &u.CachedInputTokens }
+		default:
+			continue
+		}
+		num, ok := v.(*types.AttributeValueMemberN)
+		if !ok {
+			return nil, fmt.Errorf("attribute %q: want a number, got %T", name, v)
+		}
+		n, err := strconv.ParseInt(num.Value, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("attribute %q: %w", name, err)
+		}
+		if out == nil {
+			out = map[string]store.Usage{}
+		}
+		u := out[label]
+		*field(&u) = n
+		out[label] = u
+	}
+	for label, u := range out {
+		if u == (store.Usage{}) {
+			delete(out, label) // counters added as 0: no tokens
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
 // taskFromAV decodes a task item.
 func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 	var it taskItem
@@ -244,6 +329,10 @@ func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 	}
 	if err := json.Unmarshal([]byte(it.Spec), &t.Spec); err != nil {
 		return store.Task{}, fmt.Errorf("decode spec of task %s: %w", it.ID, err)
+	}
+	var err error
+	if t.UsageByProvider, err = usageFromAV(av); err != nil {
+		return store.Task{}, fmt.Errorf("decode usage by provider of task %s: %w", it.ID, err)
 	}
 	var errs [3]error
 	t.CreatedAt, errs[0] = decodeTime(it.CreatedAt)

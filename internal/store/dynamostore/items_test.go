@@ -37,6 +37,15 @@ func TestTaskItemRoundTrip(t *testing.T) {
 			CreatedAt: base.Add(123456789), UpdatedAt: base.Add(time.Minute), FinishedAt: base.Add(time.Hour),
 		}},
 		{"minimal", store.Task{ID: "t2", State: store.TaskPending, Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 100}}},
+		{"routed over providers", store.Task{ID: "t3", State: store.TaskSucceeded, Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "route", BatchSize: 100},
+			Usage: store.Usage{InputTokens: 3_000_000_100, OutputTokens: 75, CachedInputTokens: 1024},
+			UsageByProvider: map[string]store.Usage{
+				// Labels with the characters providers' names and models
+				// have, and the unlabelled rows' "".
+				"bedrock/us.anthropic.claude-3-haiku-20240307-v1:0": {InputTokens: 3_000_000_000, OutputTokens: 50, CachedInputTokens: 1024},
+				"openai@eu": {OutputTokens: 25},
+				"":          {InputTokens: 100},
+			}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,6 +57,7 @@ func TestTaskItemRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			putUsage(av, tt.task.UsageByProvider)
 			if s, ok := av[attrListPK].(*types.AttributeValueMemberS); !ok || s.Value != listPK {
 				t.Errorf("list_pk = %#v, want %q (the tasks-by-time index key)", av[attrListPK], listPK)
 			}
@@ -323,4 +333,23 @@ func TestForEach(t *testing.T) {
 			t.Errorf("forEach on a cancelled context = %v", err)
 		}
 	})
+}
+
+func TestUsageFromAVRefusesBadCounters(t *testing.T) {
+	tests := []struct {
+		name string
+		av   map[string]types.AttributeValue
+	}{
+		{"a string", map[string]types.AttributeValue{usageInPrefix + "a": &types.AttributeValueMemberS{Value: "12"}}},
+		{"not an integer", map[string]types.AttributeValue{usageOutPrefix + "a": &types.AttributeValueMemberN{Value: "1.5"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, err := usageFromAV(tt.av); err == nil {
+				t.Errorf("usageFromAV = %v, want an error", got)
+			} else if !strings.Contains(err.Error(), "_tokens@a") {
+				t.Errorf("error %q does not name the attribute", err)
+			}
+		})
+	}
 }

@@ -3,6 +3,8 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +21,7 @@ type rowState struct {
 	No                int    `dynamodbav:"no"`
 	State             string `dynamodbav:"state"`
 	ErrorClass        string `dynamodbav:"error_class,omitempty"`
+	Provider          string `dynamodbav:"provider,omitempty"`
 	InputTokens       int64  `dynamodbav:"input_tokens,omitempty"`
 	OutputTokens      int64  `dynamodbav:"output_tokens,omitempty"`
 	CachedInputTokens int64  `dynamodbav:"cached_input_tokens,omitempty"`
@@ -67,14 +70,17 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	}
 	state := make(map[int]string, len(rows))
 	usage := make(map[int]store.Usage, len(rows))
+	provider := make(map[int]string, len(rows))
 	for _, r := range rows {
 		state[r.No] = r.State
 		usage[r.No] = store.Usage{InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens}
+		provider[r.No] = r.Provider
 	}
 	var open []int
 	var reopen []store.Batch
 	counts := map[string]int{}
 	var tokens store.Usage
+	byProvider := map[string]store.Usage{}
 	done := 0
 	for _, b := range batches {
 		pending := b.State != store.BatchDone
@@ -90,6 +96,9 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 		for no := b.FirstRow; no < b.FirstRow+b.RowCount; no++ {
 			counts[state[no]]++
 			tokens = tokens.Add(usage[no])
+			if usage[no] != (store.Usage{}) {
+				byProvider[provider[no]] = byProvider[provider[no]].Add(usage[no])
+			}
 		}
 	}
 	if len(open) == 0 {
@@ -120,6 +129,24 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	u.setI(attrInputTokens, tokens.InputTokens)
 	u.setI(attrOutputTokens, tokens.OutputTokens)
 	u.setI(attrCachedInputTokens, tokens.CachedInputTokens)
+	// The per-provider split is recounted likewise: the counters of the
+	// kept rows are set, every other counter the task had is removed
+	// (DynamoDB refuses a name in two clauses, hence the set first).
+	kept := map[string]bool{}
+	for _, label := range slices.Sorted(maps.Keys(byProvider)) {
+		attrs := usageAttrs(label, byProvider[label])
+		for _, name := range slices.Sorted(maps.Keys(attrs)) {
+			u.setI(name, attrs[name])
+			kept[name] = true
+		}
+	}
+	for _, label := range slices.Sorted(maps.Keys(task.UsageByProvider)) {
+		for _, name := range usageAttrNames(label) {
+			if !kept[name] {
+				u.del(name)
+			}
+		}
+	}
 	u.addI(attrExportGen, 1)
 	u.del(attrResultKey)
 	u.del(attrError)
@@ -148,15 +175,15 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	return t, open, nil
 }
 
-// rowStates reads the number, state and error class of every row of a task,
-// without their cells.
+// rowStates reads the number, state, error class, provider and tokens of
+// every row of a task, without their cells.
 func (s *Store) rowStates(ctx context.Context, taskID string) ([]rowState, error) {
 	e := newExpr()
 	in := &dynamodb.QueryInput{
 		TableName: aws.String(s.table),
 		KeyConditionExpression: aws.String(fmt.Sprintf("%s = %s AND begins_with(%s, %s)",
 			e.n(attrPK), e.s(taskPK(taskID)), e.n(attrSK), e.s(rowPrefix))),
-		ProjectionExpression: aws.String(strings.Join([]string{e.n("no"), e.n(attrState), e.n(attrErrorClass),
+		ProjectionExpression: aws.String(strings.Join([]string{e.n("no"), e.n(attrState), e.n(attrErrorClass), e.n(attrProvider),
 			e.n(attrInputTokens), e.n(attrOutputTokens), e.n(attrCachedInputTokens)}, ", ")),
 		ConsistentRead: aws.Bool(true),
 	}

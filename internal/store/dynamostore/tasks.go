@@ -39,6 +39,7 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
+	putUsage(av, t.UsageByProvider)
 	e := newExpr()
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                aws.String(s.table),

@@ -243,15 +243,29 @@ func (s *Store) fencedBatchUpdate(ctx context.Context, what, query string, args 
 	return nil
 }
 
+// addUsageSQL is the task's usage_by_provider plus the batch's (the one
+// parameter, the same JSON layout), summed per label inside the UPDATE so
+// that the task's split grows in the same statement as its sums.
+const addUsageSQL = `(SELECT json_group_object(label, json_object(
+		'input_tokens', i, 'output_tokens', o, 'cached_input_tokens', c))
+	FROM (SELECT key AS label,
+			sum(json_extract(value, '$.input_tokens')) AS i,
+			sum(json_extract(value, '$.output_tokens')) AS o,
+			sum(json_extract(value, '$.cached_input_tokens')) AS c
+		FROM (SELECT key, value FROM json_each(tasks.usage_by_provider)
+			UNION ALL SELECT key, value FROM json_each(?))
+		GROUP BY key))`
+
 // FinishBatch marks a RUNNING batch at p.Attempt DONE and adds its counts to
 // the task, in one transaction, and returns the updated task.
 func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (store.Task, error) {
 	what := fmt.Sprintf("finish batch %s/%d (attempt %d)", p.TaskID, p.BatchNo, p.Attempt)
-	if p.Succeeded < 0 || p.Failed < 0 || p.Skipped < 0 {
-		return store.Task{}, fmt.Errorf("%s: negative row count", what)
+	if err := p.Check(); err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if u := p.Usage; u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens < 0 {
-		return store.Task{}, fmt.Errorf("%s: negative token count", what)
+	batchUsage, err := encodeUsage(p.UsageByProvider)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", what, err)
 	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
@@ -277,10 +291,11 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 			input_tokens = input_tokens + ?,
 			output_tokens = output_tokens + ?,
 			cached_input_tokens = cached_input_tokens + ?,
+			usage_by_provider = `+addUsageSQL+`,
 			updated_at = ?
 		WHERE id = ?
 		RETURNING `+taskColumns, p.Succeeded, p.Failed, p.Skipped,
-		p.Usage.InputTokens, p.Usage.OutputTokens, p.Usage.CachedInputTokens, millis(p.Now), p.TaskID))
+		p.Usage.InputTokens, p.Usage.OutputTokens, p.Usage.CachedInputTokens, batchUsage, millis(p.Now), p.TaskID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Task{}, fmt.Errorf("%s: task: %w", what, store.ErrNotFound)
 	}

@@ -100,9 +100,18 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 				coalesce(sum(r.input_tokens), 0), coalesce(sum(r.output_tokens), 0), coalesce(sum(r.cached_input_tokens), 0)
 				FROM rows r JOIN batches b ON b.task_id = r.task_id
 				AND r.no BETWEEN b.first_row AND b.first_row + b.row_count - 1
-				WHERE r.task_id = ? AND b.state = 'DONE')
+				WHERE r.task_id = ? AND b.state = 'DONE'),
+			usage_by_provider = (SELECT json_group_object(provider, json_object(
+				'input_tokens', i, 'output_tokens', o, 'cached_input_tokens', c))
+				FROM (SELECT r.provider AS provider, sum(r.input_tokens) AS i, sum(r.output_tokens) AS o,
+						sum(r.cached_input_tokens) AS c
+					FROM rows r JOIN batches b ON b.task_id = r.task_id
+						AND r.no BETWEEN b.first_row AND b.first_row + b.row_count - 1
+					WHERE r.task_id = ? AND b.state = 'DONE'
+					GROUP BY r.provider
+					HAVING sum(r.input_tokens) + sum(r.output_tokens) + sum(r.cached_input_tokens) > 0))
 		WHERE id = ?
-		RETURNING `+taskColumns, millis(now), taskID, taskID, taskID, taskID, taskID, taskID))
+		RETURNING `+taskColumns, millis(now), taskID, taskID, taskID, taskID, taskID, taskID, taskID))
 	if err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: reset task: %w", what, err)
 	}

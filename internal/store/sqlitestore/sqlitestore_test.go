@@ -184,6 +184,89 @@ func TestReopenKeepsDataAndSchema(t *testing.T) {
 	}
 }
 
+// TestMigrationSplitsUsageByProvider: a database from before the per-provider
+// split (schema 7) gets, on open, each task's split recounted from the rows
+// of its DONE batches, so an old routed task is priced exactly too. Batch 2
+// is still running: its rows' tokens are not in the task's sums, so not in
+// the split either; a task without tokens gets none.
+func TestMigrationSplitsUsageByProvider(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "batchgen.db")
+	s, err := sqlitestore.Open(path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	seed(t, s, "routed", 2, 3)
+	seed(t, s, "idle", 1, 1)
+	now := base.Add(time.Minute)
+	answered := map[int]string{1: "cheap", 2: "dear", 3: "cheap", 4: "dear"}
+	var sum store.Usage
+	split := map[string]store.Usage{}
+	for no := 1; no <= 2; no++ {
+		b, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: "routed", BatchNo: no, Owner: "w", Now: now, LeaseUntil: now.Add(time.Minute)})
+		if err != nil {
+			t.Fatalf("claim %d: %v", no, err)
+		}
+		for row := b.FirstRow; row < b.FirstRow+b.RowCount; row++ {
+			label, ok := answered[row]
+			if !ok {
+				continue
+			}
+			u := store.Usage{InputTokens: int64(row) * 100, OutputTokens: int64(row), CachedInputTokens: int64(row)}
+			res := store.RowResult{State: store.RowSucceeded, Output: "x", Attempts: 1, Provider: label, Usage: u}
+			if _, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: "routed", BatchNo: no, Attempt: b.Attempt,
+				Rows: []store.RowResultWrite{{RowNo: row, Result: res}}, Now: now}); err != nil {
+				t.Fatalf("save row %d: %v", row, err)
+			}
+			if no == 1 {
+				sum = sum.Add(u)
+				split[label] = split[label].Add(u)
+			}
+		}
+		if no == 1 {
+			if _, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: "routed", BatchNo: 1, Attempt: b.Attempt, Succeeded: 3,
+				Usage: sum, UsageByProvider: split, Now: now}); err != nil {
+				t.Fatalf("finish: %v", err)
+			}
+		}
+	}
+	// Back to schema 7: no split column.
+	for _, q := range []string{
+		`ALTER TABLE tasks DROP COLUMN usage_by_provider`,
+		`UPDATE schema_version SET version = 7 WHERE component = 'sqlitestore'`,
+	} {
+		if _, err := s.DB().Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	s, err = sqlitestore.Open(path, sqlitestore.Options{})
+	if err != nil {
+		t.Fatalf("open schema 7: %v", err)
+	}
+	defer s.Close()
+	got, err := s.GetTask(ctx, "routed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]store.Usage{"cheap": {InputTokens: 400, OutputTokens: 4, CachedInputTokens: 4}, "dear": {InputTokens: 200, OutputTokens: 2, CachedInputTokens: 2}}
+	if d := cmp.Diff(want, got.UsageByProvider); d != "" {
+		t.Errorf("split after the migration (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(sum, got.Usage); d != "" {
+		t.Errorf("usage after the migration (-want +got):\n%s", d)
+	}
+	idle, err := s.GetTask(ctx, "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle.UsageByProvider != nil {
+		t.Errorf("split of a task without tokens = %v, want none", idle.UsageByProvider)
+	}
+}
+
 func TestOpenRefusesNewerSchema(t *testing.T) {
 	s, path := open(t)
 	if _, err := s.DB().Exec(`UPDATE schema_version SET version = 99 WHERE component = 'sqlitestore'`); err != nil {

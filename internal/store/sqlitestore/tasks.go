@@ -13,21 +13,64 @@ import (
 
 const taskColumns = `id, state, spec, source, sheet, header, rows_total, batches_total, batches_done,
 	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding, export_gen, owner,
-	input_tokens, output_tokens, cached_input_tokens`
+	input_tokens, output_tokens, cached_input_tokens, usage_by_provider`
+
+// providerUsage is one provider's sums in the tasks.usage_by_provider JSON
+// object; the names are the ones the SQL that maintains it uses.
+type providerUsage struct {
+	InputTokens       int64 `json:"input_tokens"`
+	OutputTokens      int64 `json:"output_tokens"`
+	CachedInputTokens int64 `json:"cached_input_tokens"`
+}
+
+// encodeUsage encodes per-provider sums for tasks.usage_by_provider,
+// leaving out labels without tokens.
+func encodeUsage(byProvider map[string]store.Usage) (string, error) {
+	m := make(map[string]providerUsage, len(byProvider))
+	for label, u := range byProvider {
+		if u != (store.Usage{}) {
+			m[label] = providerUsage(u)
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("encode usage by provider: %w", err)
+	}
+	return string(b), nil
+}
+
+// decodeUsage reads tasks.usage_by_provider; an empty object gives nil.
+func decodeUsage(s string) (map[string]store.Usage, error) {
+	var m map[string]providerUsage
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]store.Usage, len(m))
+	for label, u := range m {
+		out[label] = store.Usage(u)
+	}
+	return out, nil
+}
 
 // scanTask reads one row of taskColumns.
 func scanTask(sc scanner) (store.Task, error) {
 	var (
 		t                          store.Task
-		spec, header               string
+		spec, header, usage        string
 		created, updated, finished sql.NullInt64
 	)
 	err := sc.Scan(&t.ID, &t.State, &spec, &t.Source, &t.Sheet, &header, &t.RowsTotal, &t.BatchesTotal,
 		&t.BatchesDone, &t.RowsSucceeded, &t.RowsFailed, &t.RowsSkipped, &t.ResultKey, &t.Error,
 		&created, &updated, &finished, &t.Encoding, &t.ExportGen, &t.Owner,
-		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens)
+		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage)
 	if err != nil {
 		return store.Task{}, err
+	}
+	if t.UsageByProvider, err = decodeUsage(usage); err != nil {
+		return store.Task{}, fmt.Errorf("decode usage by provider of task %s: %w", t.ID, err)
 	}
 	if err := json.Unmarshal([]byte(spec), &t.Spec); err != nil {
 		return store.Task{}, fmt.Errorf("decode spec of task %s: %w", t.ID, err)
@@ -56,13 +99,17 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 	if err != nil {
 		return fmt.Errorf("create task %s: encode header: %w", t.ID, err)
 	}
+	usage, err := encodeUsage(t.UsageByProvider)
+	if err != nil {
+		return fmt.Errorf("create task %s: %w", t.ID, err)
+	}
 	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
 		t.BatchesDone, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped, t.ResultKey, t.Error,
 		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding, t.ExportGen, t.Owner,
-		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens)
+		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage)
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}

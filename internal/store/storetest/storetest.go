@@ -97,6 +97,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"SaveRowResultsInvalid", testSaveRowResultsInvalid},
 		{"FinishBatch", testFinishBatch},
 		{"FinishBatchFenced", testFinishBatchFenced},
+		{"FinishBatchUsageRefused", testFinishBatchUsageRefused},
+		{"UsageByProvider", testUsageByProvider},
 		{"ConcurrentClaim", testConcurrentClaim},
 		{"ConcurrentFinish", testConcurrentFinish},
 	}
@@ -272,11 +274,17 @@ func testTaskRoundTrip(t *testing.T, s store.Store) {
 				RowsSucceeded: 4900,
 				RowsFailed:    90,
 				RowsSkipped:   10,
-				ResultKey:     "results/task.xlsx",
-				Error:         "row 17: content filter",
-				CreatedAt:     created,
-				UpdatedAt:     created.Add(150 * time.Second),
-				FinishedAt:    created.Add(151 * time.Second).In(time.FixedZone("CST", 8*3600)),
+				Usage:         store.Usage{InputTokens: 5000, OutputTokens: 700, CachedInputTokens: 1024},
+				UsageByProvider: map[string]store.Usage{
+					"openai/gpt-4o-mini":                 {InputTokens: 3000, OutputTokens: 500, CachedInputTokens: 1024},
+					"bedrock/anthropic.claude-3-haiku:0": {InputTokens: 1990, OutputTokens: 200},
+					"":                                   {InputTokens: 10},
+				},
+				ResultKey:  "results/task.xlsx",
+				Error:      "row 17: content filter",
+				CreatedAt:  created,
+				UpdatedAt:  created.Add(150 * time.Second),
+				FinishedAt: created.Add(151 * time.Second).In(time.FixedZone("CST", 8*3600)),
 			},
 		},
 		{
@@ -954,6 +962,10 @@ type reopener interface {
 	ReopenTask(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, []int, error)
 }
 
+// reopenLabels are the provider labels testReopenTask's rows record, by
+// row number parity.
+var reopenLabels = [2]string{"bedrock/anthropic.claude-3-haiku-20240307-v1:0", "openai/gpt-4o-mini"}
+
 // testReopenTask finishes a task with two failed rows of different classes,
 // reopens one class, and checks rows, batches, counters and the export
 // generation.
@@ -970,21 +982,26 @@ func testReopenTask(t *testing.T, s store.Store) {
 		b := claim(t, s, task.ID, no, "w", at)
 		var ok, bad int
 		var sum store.Usage
+		split := map[string]store.Usage{}
 		for row := b.FirstRow; row < b.FirstRow+b.RowCount; row++ {
 			// Every row was billed 100 input and row-number output tokens.
+			// Odd rows were answered by one provider, even rows by another.
 			u := store.Usage{InputTokens: 100, OutputTokens: int64(row)}
-			res := store.RowResult{State: store.RowSucceeded, Output: fmt.Sprintf("out %d", row), Attempts: 1, Provider: "sim", Usage: u}
+			label := reopenLabels[row%2]
+			res := store.RowResult{State: store.RowSucceeded, Output: fmt.Sprintf("out %d", row), Attempts: 1, Provider: label, Usage: u}
 			if class, f := failed[row]; f {
-				res = store.RowResult{State: store.RowFailed, Error: "boom", ErrorClass: class, Attempts: 3, Provider: "sim", Usage: u}
+				res = store.RowResult{State: store.RowFailed, Error: "boom", ErrorClass: class, Attempts: 3, Provider: label, Usage: u}
 				bad++
 			} else {
 				ok++
 			}
 			sum = sum.Add(u)
+			split[label] = split[label].Add(u)
 			_, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt, Rows: []store.RowResultWrite{{RowNo: row, Result: res}}, Now: at})
 			noErr(t, err, "save row")
 		}
-		_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt, Succeeded: ok, Failed: bad, Usage: sum, Now: at})
+		_, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt, Succeeded: ok, Failed: bad,
+			Usage: sum, UsageByProvider: split, Now: at})
 		noErr(t, err, "finish batch")
 	}
 	_, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskExporting, Now: at})
@@ -1005,22 +1022,30 @@ func testReopenTask(t *testing.T, s store.Store) {
 		Gen, Done, Succeeded, Failed int
 		ResultKey                    string
 		Usage                        store.Usage
+		UsageByProvider              map[string]store.Usage
 	}
-	// The tokens of the batches still DONE (rows 1, 2, 5, 6) stay; the
-	// reopened batch's come back when it finishes again.
+	// The tokens of the batches still DONE (rows 1, 2, 5, 6) stay, split
+	// by provider (odd rows 1 and 5, even rows 2 and 6); the reopened
+	// batch's come back when it finishes again.
 	kept := store.Usage{InputTokens: 400, OutputTokens: 1 + 2 + 5 + 6}
-	diff(t, "reopened task", counts{State: store.TaskRunning, Gen: 1, Done: 2, Succeeded: 3, Failed: 1, Usage: kept},
-		counts{got.State, got.ExportGen, got.BatchesDone, got.RowsSucceeded, got.RowsFailed, got.ResultKey, got.Usage})
+	keptSplit := map[string]store.Usage{
+		reopenLabels[1]: {InputTokens: 200, OutputTokens: 1 + 5},
+		reopenLabels[0]: {InputTokens: 200, OutputTokens: 2 + 6},
+	}
+	want := counts{State: store.TaskRunning, Gen: 1, Done: 2, Succeeded: 3, Failed: 1, Usage: kept, UsageByProvider: keptSplit}
+	diff(t, "reopened task", want,
+		counts{got.State, got.ExportGen, got.BatchesDone, got.RowsSucceeded, got.RowsFailed, got.ResultKey, got.Usage, got.UsageByProvider})
 	stored := getTask(t, s, task.ID)
-	diff(t, "stored task", counts{State: store.TaskRunning, Gen: 1, Done: 2, Succeeded: 3, Failed: 1, Usage: kept},
-		counts{stored.State, stored.ExportGen, stored.BatchesDone, stored.RowsSucceeded, stored.RowsFailed, stored.ResultKey, stored.Usage})
+	diff(t, "stored task", want,
+		counts{stored.State, stored.ExportGen, stored.BatchesDone, stored.RowsSucceeded, stored.RowsFailed, stored.ResultKey, stored.Usage, stored.UsageByProvider})
 	rows := listRows(t, s, task.ID)
 	var states []string
 	for _, row := range rows {
 		states = append(states, fmt.Sprintf("%d:%s:%s:%d:%s:%d/%d", row.No, row.State, row.ErrorClass, row.Attempts, row.Provider, row.InputTokens, row.OutputTokens))
 	}
-	diff(t, "rows", []string{"1:SUCCEEDED::1:sim:100/1", "2:SUCCEEDED::1:sim:100/2", "3:PENDING::0::0/0",
-		"4:SUCCEEDED::1:sim:100/4", "5:FAILED:content_filter:3:sim:100/5", "6:SUCCEEDED::1:sim:100/6"}, states)
+	odd, even := reopenLabels[1], reopenLabels[0]
+	diff(t, "rows", []string{"1:SUCCEEDED::1:" + odd + ":100/1", "2:SUCCEEDED::1:" + even + ":100/2", "3:PENDING::0::0/0",
+		"4:SUCCEEDED::1:" + even + ":100/4", "5:FAILED:content_filter:3:" + odd + ":100/5", "6:SUCCEEDED::1:" + even + ":100/6"}, states)
 	if b := getBatch(t, s, task.ID, 2); b.State != store.BatchPending {
 		t.Errorf("batch 2 is %s, want PENDING", b.State)
 	}
@@ -1396,10 +1421,13 @@ func testFinishBatch(t *testing.T, s store.Store) {
 	b := claim(t, s, task.ID, 1, "w1", t1)
 	t2 := t1.Add(20 * time.Second)
 	u1 := store.Usage{InputTokens: 3_000_000_000, OutputTokens: 250, CachedInputTokens: 1024}
-	got, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1, Usage: u1, Now: t2})
+	split1 := map[string]store.Usage{"openai/gpt-4o-mini": u1}
+	got, err := s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1,
+		Usage: u1, UsageByProvider: split1, Now: t2})
 	noErr(t, err, "finish")
 	want := task
 	want.BatchesDone, want.RowsSucceeded, want.RowsFailed, want.RowsSkipped, want.Usage, want.UpdatedAt = 1, 1, 1, 1, u1, t2
+	want.UsageByProvider = split1
 	diff(t, "returned task", want, got)
 	diff(t, "stored task", want, getTask(t, s, task.ID))
 	gotBatch := getBatch(t, s, task.ID, 1)
@@ -1407,16 +1435,20 @@ func testFinishBatch(t *testing.T, s store.Store) {
 		t.Errorf("finished batch = %+v, want DONE updated at %v", gotBatch, t2)
 	}
 
-	_, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1, Usage: u1, Now: t2})
+	_, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1,
+		Usage: u1, UsageByProvider: split1, Now: t2})
 	wantErr(t, err, store.ErrConflict, "second finish")
 	diff(t, "task after second finish", want, getTask(t, s, task.ID))
 
 	b2 := claim(t, s, task.ID, 2, "w2", t2)
 	t3 := t2.Add(time.Second)
-	got, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 2, Attempt: b2.Attempt, Succeeded: 3, Usage: store.Usage{InputTokens: 10, OutputTokens: 20}, Now: t3})
+	u2 := store.Usage{InputTokens: 10, OutputTokens: 20}
+	got, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 2, Attempt: b2.Attempt, Succeeded: 3,
+		Usage: u2, UsageByProvider: map[string]store.Usage{"openai/gpt-4o-mini": u2}, Now: t3})
 	noErr(t, err, "finish last batch")
 	want.BatchesDone, want.RowsSucceeded, want.UpdatedAt = 2, 4, t3
-	want.Usage = u1.Add(store.Usage{InputTokens: 10, OutputTokens: 20})
+	want.Usage = u1.Add(u2)
+	want.UsageByProvider = map[string]store.Usage{"openai/gpt-4o-mini": u1.Add(u2)}
 	diff(t, "task after last batch", want, got)
 }
 
@@ -1662,4 +1694,167 @@ func RunCache(t *testing.T, newCache func(t *testing.T) store.Cache) {
 			tt.fn(t, t.Context(), newCache(t))
 		})
 	}
+}
+
+// testFinishBatchUsageRefused: a finish whose counts a task must not take
+// (negative, or a per-provider split that does not add up to the batch's
+// tokens) is refused as invalid, and neither the batch nor the task moves.
+func testFinishBatchUsageRefused(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := seed(t, s, 1, 3)
+	now := base.Add(time.Hour)
+	b := claim(t, s, task.ID, 1, "w", now)
+	u := store.Usage{InputTokens: 100, OutputTokens: 10}
+	for _, tc := range []struct {
+		name string
+		p    store.FinishBatchParams
+	}{
+		{"a negative row count", store.FinishBatchParams{Succeeded: -1}},
+		{"negative tokens", store.FinishBatchParams{Succeeded: 3, Usage: store.Usage{OutputTokens: -1},
+			UsageByProvider: map[string]store.Usage{"a": {OutputTokens: -1}}}},
+		{"a negative provider sum", store.FinishBatchParams{Succeeded: 3, Usage: u,
+			UsageByProvider: map[string]store.Usage{"a": u.Add(u), "b": {InputTokens: -100, OutputTokens: -10}}}},
+		{"tokens without their split", store.FinishBatchParams{Succeeded: 3, Usage: u}},
+		{"a split short of the tokens", store.FinishBatchParams{Succeeded: 3, Usage: u,
+			UsageByProvider: map[string]store.Usage{"a": {InputTokens: 100}}}},
+		{"a split without tokens", store.FinishBatchParams{Succeeded: 3,
+			UsageByProvider: map[string]store.Usage{"a": u}}},
+	} {
+		p := tc.p
+		p.TaskID, p.BatchNo, p.Attempt, p.Now = task.ID, 1, b.Attempt, now
+		_, err := s.FinishBatch(ctx, p)
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s: error = %v, want a validation error", tc.name, err)
+		}
+	}
+	diff(t, "task after refused finishes", task, getTask(t, s, task.ID))
+	if got := getBatch(t, s, task.ID, 1); got.State != store.BatchRunning {
+		t.Errorf("batch is %s after refused finishes, want RUNNING", got.State)
+	}
+}
+
+// testUsageByProvider: a task routed over two providers keeps its tokens
+// split by provider label (including rows without one) through finishes
+// from concurrent workers, a reopen (recounted from the rows of the batches
+// still DONE) and the reopened batch's second finish, and the split always
+// adds up to the task's Usage.
+func testUsageByProvider(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	r, ok := s.(reopener)
+	if !ok {
+		t.Fatalf("%T does not implement ReopenTask", s)
+	}
+	const nBatches, size = 4, 3
+	const cheap, dear = "cheap/gpt-4o-mini", "dear/gpt-4o"
+	task := seed(t, s, nBatches, size)
+	at := base.Add(time.Minute)
+	// Row n was answered by cheap when odd, by dear when even, billed n*100
+	// input (n*10 cached) and n output tokens; row 12 came from the cache
+	// (no tokens, no label) and row 9 has tokens but no label. Row 4 failed
+	// after a billed call.
+	rowResult := func(n int) store.RowResult {
+		u := store.Usage{InputTokens: int64(n) * 100, OutputTokens: int64(n), CachedInputTokens: int64(n) * 10}
+		res := store.RowResult{State: store.RowSucceeded, Output: fmt.Sprintf("out %d", n), Attempts: 1, Provider: cheap, Usage: u}
+		switch {
+		case n == 12:
+			return store.RowResult{State: store.RowSucceeded, Output: "cached", Cached: true}
+		case n == 9:
+			res.Provider = ""
+		case n == 4:
+			res = store.RowResult{State: store.RowFailed, Error: "boom", ErrorClass: "server_error", Attempts: 1, Provider: dear, Usage: u}
+		case n%2 == 0:
+			res.Provider = dear
+		}
+		return res
+	}
+	want := map[string]store.Usage{}
+	var wantSum store.Usage
+	// finish claims batch no, saves its rows (those in resave, or all when
+	// nil) and finishes it with the tokens of all its rows, as the
+	// generator does.
+	finish := func(no int, now time.Time, resave map[int]bool) error {
+		b, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: no, Owner: "w", Now: now, LeaseUntil: now.Add(time.Minute)})
+		if err != nil {
+			return fmt.Errorf("claim batch %d: %w", no, err)
+		}
+		var sum store.Usage
+		split := map[string]store.Usage{}
+		var okRows, bad int
+		for n := b.FirstRow; n < b.FirstRow+b.RowCount; n++ {
+			res := rowResult(n)
+			if res.State == store.RowFailed {
+				bad++
+			} else {
+				okRows++
+			}
+			if resave == nil || resave[n] {
+				if _, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt,
+					Rows: []store.RowResultWrite{{RowNo: n, Result: res}}, Now: now}); err != nil {
+					return fmt.Errorf("save row %d: %w", n, err)
+				}
+			}
+			if res.Usage != (store.Usage{}) {
+				sum = sum.Add(res.Usage)
+				split[res.Provider] = split[res.Provider].Add(res.Usage)
+			}
+		}
+		_, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: no, Attempt: b.Attempt,
+			Succeeded: okRows, Failed: bad, Usage: sum, UsageByProvider: split, Now: now})
+		if err != nil {
+			return fmt.Errorf("finish batch %d: %w", no, err)
+		}
+		return nil
+	}
+	for n := 1; n <= nBatches*size; n++ {
+		if u := rowResult(n).Usage; u != (store.Usage{}) {
+			want[rowResult(n).Provider] = want[rowResult(n).Provider].Add(u)
+			wantSum = wantSum.Add(u)
+		}
+	}
+	// Every batch finishes at once: the adapters add the split atomically,
+	// as they add the task's other counters.
+	errs := make([]error, nBatches)
+	var wg sync.WaitGroup
+	for i := range nBatches {
+		wg.Go(func() { errs[i] = finish(i+1, at, nil) })
+	}
+	wg.Wait()
+	noErr(t, errors.Join(errs...), "finish the batches")
+	type usage struct {
+		Usage           store.Usage
+		UsageByProvider map[string]store.Usage
+	}
+	got := getTask(t, s, task.ID)
+	diff(t, "usage after the finishes", usage{wantSum, want}, usage{got.Usage, got.UsageByProvider})
+	diff(t, "split adds up", got.Usage, store.SumUsage(got.UsageByProvider))
+	diff(t, "nothing unattributed", store.Usage{}, got.UsageUnattributed())
+
+	// Retry the failed row: batch 2 (rows 4-6) reopens, and its tokens
+	// leave the split: all of row 4's (dear's), row 5's (cheap's) and
+	// row 6's (dear's).
+	_, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskRunning}, To: store.TaskExporting, Now: at})
+	noErr(t, err, "mark exporting")
+	_, err = s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskExporting}, To: store.TaskPartial, Now: at})
+	noErr(t, err, "mark partial")
+	later := at.Add(time.Minute)
+	reopened, batches, err := r.ReopenTask(ctx, task.ID, "", later)
+	noErr(t, err, "reopen")
+	diff(t, "batches to enqueue", []int{2}, batches)
+	kept := map[string]store.Usage{}
+	var keptSum store.Usage
+	for n := 1; n <= nBatches*size; n++ {
+		if u := rowResult(n).Usage; u != (store.Usage{}) && (n < 4 || n > 6) {
+			kept[rowResult(n).Provider] = kept[rowResult(n).Provider].Add(u)
+			keptSum = keptSum.Add(u)
+		}
+	}
+	diff(t, "usage returned by the reopen", usage{keptSum, kept}, usage{reopened.Usage, reopened.UsageByProvider})
+	stored := getTask(t, s, task.ID)
+	diff(t, "usage after the reopen", usage{keptSum, kept}, usage{stored.Usage, stored.UsageByProvider})
+
+	// The reopened batch finishes again (row 4 fails the same way again):
+	// the split is back to what it was.
+	noErr(t, finish(2, later, map[int]bool{4: true}), "finish the reopened batch")
+	got = getTask(t, s, task.ID)
+	diff(t, "usage after the second finish", usage{wantSum, want}, usage{got.Usage, got.UsageByProvider})
 }
