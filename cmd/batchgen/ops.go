@@ -351,8 +351,9 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	if err := j.openEngine(id); err != nil {
 		return err
 	}
+	spec := j.providers.Spec(store.TaskSpec{})
 	outcome, err := pipeline.Retry(ctx, j.data.store, j.queue, pipeline.RetryParams{
-		TaskID: id, ErrorClass: errorClass, Provider: j.providers.ProviderLabel(), Model: j.providers.Providers[0].Model, Resume: true, Now: time.Now(),
+		TaskID: id, ErrorClass: errorClass, Provider: spec.Provider, Model: spec.Model, Resume: true, Now: time.Now(),
 	})
 	var state *pipeline.StateError
 	var mismatch *pipeline.MismatchError

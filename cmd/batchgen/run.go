@@ -117,10 +117,10 @@ func (o *runOptions) checkSpec() error {
 // taskSpec is the task spec the flags ask for.
 func (j *runJob) taskSpec() store.TaskSpec {
 	o := &j.opts
-	return store.TaskSpec{
-		Prompt: o.prompt, System: o.system, Provider: j.providers.ProviderLabel(), Model: j.providers.Providers[0].Model,
+	return j.providers.Spec(store.TaskSpec{
+		Prompt: o.prompt, System: o.system,
 		Temperature: o.provider.temperaturePtr(), MaxTokens: o.provider.maxTokens, BatchSize: o.batchSize,
-	}
+	})
 }
 
 // registerEngine registers the flags of everything that calls the model:

@@ -416,7 +416,10 @@ func TestTemplateFunctions(t *testing.T) {
 				// The cache policy (CacheMode, CacheTtlDays): only the
 				// generator reads or writes the cache.
 				wantEnv = append(wantEnv, "CACHE_MODE", "CACHE_TTL")
-				// The providers file, read by the generator only.
+			}
+			if name == "generator" || name == "splitter" || name == "api" {
+				// The providers file: the generator routes over it, and
+				// every function that builds a task spec records it there.
 				wantEnv = append(wantEnv, "PROVIDERS_FILE")
 			}
 			if name == "api" {

@@ -28,6 +28,7 @@ import (
 	"github.com/batchgen/batchgen/internal/logging/lambdalog"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/dynamostore"
 )
@@ -76,8 +77,10 @@ type Env struct {
 	// store.DefaultCacheTTL), as run's --cache-ttl.
 	CacheTTL time.Duration
 	// ProvidersFile is the providers file's YAML content (PROVIDERS_FILE,
-	// optional; read by the generator only): several providers routed with
-	// failover instead of MODEL_PROVIDER and its companions.
+	// optional): several providers routed with failover instead of
+	// MODEL_PROVIDER and its companions. The generator calls them; the
+	// splitter and the api record them in the specs they build
+	// (DefaultSpec), so all three get it.
 	ProvidersFile string
 
 	// Jobs.
@@ -228,17 +231,59 @@ func (e Env) Require(names ...string) error {
 	return nil
 }
 
-// DefaultSpec is the deployment's task spec.
-func (e Env) DefaultSpec() store.TaskSpec {
+// DefaultSpec is the deployment's task spec: the default prompt and batch
+// size, and what the providers config (Providers) says about the
+// provider, by the same rule as batchgen run --providers
+// (providerfile.File.Spec), so a routed deployment's tasks carry the
+// routed label and model in their spec, their id and their cache keys. An
+// error is a bad PROVIDERS_FILE or model parameters, for the cold start.
+func (e Env) DefaultSpec() (store.TaskSpec, error) {
+	f, err := e.Providers()
+	if err != nil {
+		return store.TaskSpec{}, err
+	}
+	return f.Spec(store.TaskSpec{Prompt: e.DefaultPrompt, BatchSize: e.BatchSize}), nil
+}
+
+// Providers returns the deployment's providers file: PROVIDERS_FILE (the
+// ProvidersFile parameter's YAML), or one entry built from MODEL_PROVIDER,
+// MODEL_NAME (or BEDROCK_INFERENCE_PROFILE), MODEL_BASE_URL,
+// MODEL_API_KEY_PARAM, QUOTA_RPM and QUOTA_TPM as run's single-provider
+// flags build theirs, so both take one code path and pass providerfile's
+// one Validate. A bad file is an error naming the key and its line.
+func (e Env) Providers() (*providerfile.File, error) {
+	if e.ProvidersFile != "" {
+		return providerfile.Parse("PROVIDERS_FILE", []byte(e.ProvidersFile))
+	}
+	// An Env not read by LoadEnv has no provider; LoadEnv's default is sim.
+	kind := cmp.Or(e.ModelProvider, "sim")
 	model := e.ModelName
 	switch {
-	case e.ModelProvider == "sim":
+	case kind == "sim":
 		model = "sim-1"
-	case e.ModelProvider == "bedrock" && e.BedrockInferenceProfile != "":
+	case kind == "bedrock" && e.BedrockInferenceProfile != "":
 		// Calls go through the profile (the role is granted it).
 		model = e.BedrockInferenceProfile
 	}
-	return store.TaskSpec{Prompt: e.DefaultPrompt, Provider: e.ModelProvider, Model: model, BatchSize: e.BatchSize}
+	entry := providerfile.Provider{
+		// Named as run names the entry of its flags.
+		Name: kind + "/" + model, Kind: providerfile.Kind(kind),
+		BaseURL: e.ModelBaseURL, Model: model,
+		RPM: e.QuotaRPM, TPM: e.QuotaTPM, Concurrency: e.Concurrency,
+	}
+	if entry.Kind == providerfile.KindOpenAI {
+		// MODEL_API_KEY_PARAM is for openai only; other kinds ignore it.
+		entry.APIKeyParam = e.ModelAPIKeyParam
+	}
+	if entry.Kind == providerfile.KindSim {
+		entry.BaseURL = ""
+		entry.Latency, entry.Jitter = e.SimLatency, e.SimLatency/6
+	}
+	f := &providerfile.File{Providers: []providerfile.Provider{entry}}
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("model parameters: %w", err)
+	}
+	return f, nil
 }
 
 // InstanceRPM is one generator instance's share of the provider quota when

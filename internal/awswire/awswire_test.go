@@ -69,7 +69,11 @@ func TestLoadEnv(t *testing.T) {
 		t.Errorf("InstanceRPM = %d, want 2000/10", got)
 	}
 	wantSpec := store.TaskSpec{Provider: "openai", Model: "gpt-4o-mini", BatchSize: 100}
-	if diff := cmp.Diff(wantSpec, env.DefaultSpec()); diff != "" {
+	gotSpec, err := env.DefaultSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantSpec, gotSpec); diff != "" {
 		t.Errorf("DefaultSpec mismatch (-want +got):\n%s", diff)
 	}
 }
@@ -83,8 +87,8 @@ func TestLoadEnvDefaults(t *testing.T) {
 	if env.ModelProvider != "sim" || env.BatchSize != 100 || env.Lease != 360*time.Second || env.InstanceRPM() != 0 {
 		t.Errorf("defaults = provider %q, batch %d, lease %v, rpm %d", env.ModelProvider, env.BatchSize, env.Lease, env.InstanceRPM())
 	}
-	if spec := env.DefaultSpec(); spec.Model != "sim-1" {
-		t.Errorf("sim model = %q, want sim-1", spec.Model)
+	if spec, err := env.DefaultSpec(); err != nil || spec.Model != "sim-1" {
+		t.Errorf("sim model = %q (%v), want sim-1", spec.Model, err)
 	}
 }
 
@@ -115,8 +119,8 @@ func TestBedrockEnv(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if got := env.DefaultSpec(); got.Provider != "bedrock" || got.Model != tc.wantModel {
-			t.Errorf("%s: DefaultSpec provider %q model %q, want bedrock %q", tc.name, got.Provider, got.Model, tc.wantModel)
+		if got, err := env.DefaultSpec(); err != nil || got.Provider != "bedrock" || got.Model != tc.wantModel {
+			t.Errorf("%s: DefaultSpec provider %q model %q (%v), want bedrock %q", tc.name, got.Provider, got.Model, err, tc.wantModel)
 		}
 	}
 }
@@ -203,7 +207,7 @@ func TestGeneratorQuotaIsShared(t *testing.T) {
 	}
 	for _, tc := range tests {
 		env.QuotaRPM = tc.rpm
-		f, err := generatorwire.Providers(env)
+		f, err := env.Providers()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +230,7 @@ func TestGeneratorProvidersFromParameters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := generatorwire.Providers(env)
+	f, err := env.Providers()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +259,7 @@ providers:
   - {name: west, kind: sim, rpm: 30, concurrency: 5, timeout: 90s}
   - {name: nova, kind: bedrock, model: amazon.nova-lite-v1:0, region: us-west-2, concurrency: 2, weight: 0}
 `
-	f, err := generatorwire.Providers(env)
+	f, err := env.Providers()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,5 +343,94 @@ func TestGeneratorCacheSettings(t *testing.T) {
 		if ttl := got.Cache.(interface{ CacheTTL() time.Duration }).CacheTTL(); ttl != tc.wantTTL {
 			t.Errorf("CACHE_TTL=%q: the generator's cache keeps entries %v, want %v", tc.ttl, ttl, tc.wantTTL)
 		}
+	}
+}
+
+// TestDefaultSpecFollowsProviders: the spec the splitter and the api build
+// (DefaultSpec) says about its providers what batchgen run --providers
+// says for the same file (providerfile.File.Spec): a routed deployment's
+// tasks carry the routed label and the first entry's model, so their ids
+// and cache keys are those of the local run. A bad file fails the cold
+// start of every function that builds specs, naming PROVIDERS_FILE.
+func TestDefaultSpecFollowsProviders(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, file      string
+		provider, model string
+		wantErr         string
+		single          map[string]string // model parameters instead of a file
+	}{
+		{
+			name:     "routed",
+			file:     "routing: ordered\nproviders:\n  - {name: openai, kind: openai, api_key_param: /batchgen/openai-key}\n  - {name: nova, kind: bedrock, model: us.amazon.nova-lite-v1:0}\n",
+			provider: "routed:openai,nova", model: "gpt-4o-mini",
+		},
+		{
+			name:     "routed, bedrock first",
+			file:     "providers:\n  - {name: nova, kind: bedrock, model: amazon.nova-lite-v1:0, region: us-west-2}\n  - {name: local, kind: mock, base_url: \"http://127.0.0.1:9/v1\", model: qwen}\n",
+			provider: "routed:nova,local", model: "amazon.nova-lite-v1:0",
+		},
+		{
+			// One entry is labelled by its kind, as run's single-provider
+			// flags are, so the file and the flags make the same task.
+			name: "one entry", file: "providers:\n  - {name: mine, kind: openai, model: gpt-4.1-mini}\n",
+			provider: "openai", model: "gpt-4.1-mini",
+		},
+		{
+			name: "no file: the model parameters", single: map[string]string{"MODEL_PROVIDER": "bedrock", "MODEL_NAME": "amazon.nova-lite-v1:0", "BEDROCK_INFERENCE_PROFILE": "us.amazon.nova-lite-v1:0"},
+			provider: "bedrock", model: "us.amazon.nova-lite-v1:0",
+		},
+		{
+			name: "bad file", file: "providers:\n  - name: east\n    kind: mock\n    rmp: 600\n",
+			wantErr: "PROVIDERS_FILE:4",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := map[string]string{"DEFAULT_PROMPT": "写{{名称}}", "PROVIDERS_FILE": tc.file}
+			for k, v := range templateEnv {
+				m[k] = v
+			}
+			for k, v := range tc.single {
+				m[k] = v
+			}
+			env, err := awswire.LoadEnv(getenv(m))
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, err := env.DefaultSpec()
+			d := awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "test")
+			_, splitErr := splitterwire.New(d)
+			_, apiErr := apiwire.New(d)
+			if tc.wantErr != "" {
+				for fn, err := range map[string]error{"DefaultSpec": err, "splitter": splitErr, "api": apiErr} {
+					if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), `"rmp"`) {
+						t.Errorf("%s: error %v, want one naming %s and the key", fn, err, tc.wantErr)
+					}
+				}
+				return
+			}
+			if err != nil || splitErr != nil || apiErr != nil {
+				t.Fatalf("DefaultSpec: %v; splitter: %v; api: %v", err, splitErr, apiErr)
+			}
+			want := store.TaskSpec{Prompt: "写{{名称}}", Provider: tc.provider, Model: tc.model, BatchSize: 100}
+			if diff := cmp.Diff(want, spec); diff != "" {
+				t.Errorf("DefaultSpec (-want +got):\n%s", diff)
+			}
+			if tc.file == "" {
+				return
+			}
+			// The local run's rule on the same file gives the same spec,
+			// hence the same task id for the same source.
+			f, err := providerfile.Parse("providers.yaml", []byte(tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			local := f.Spec(store.TaskSpec{Prompt: "写{{名称}}", BatchSize: 100})
+			if got, wantID := pipeline.DeriveTaskID("skus.xlsx@1", spec), pipeline.DeriveTaskID("skus.xlsx@1", local); got != wantID {
+				t.Errorf("task id on AWS %s, locally %s", got, wantID)
+			}
+		})
 	}
 }

@@ -4,14 +4,20 @@ package lambdafn_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 
+	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/awsemu"
+	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -20,7 +26,8 @@ import (
 // (the ProvidersFile parameter), routes the rows over two mock endpoints,
 // each paced by its own shared DynamoDB limiter; every row is answered
 // once, both endpoints answer some, and the result's provider column names
-// the entry that answered each row.
+// the entry that answered each row. The splitter and the api record the
+// routed providers in the specs they build.
 func TestEndToEndProvidersFile(t *testing.T) {
 	t.Parallel()
 	west := mockserver.New(mockserver.Config{Seed: 8, Latency: 20 * time.Millisecond})
@@ -49,6 +56,32 @@ providers:
 	taskID := e.taskID(ev)
 	if err := e.stack.Splitter.Handle(t.Context(), ev); err != nil {
 		t.Fatalf("splitter: %v", err)
+	}
+	// The splitter records the routed providers in the task's spec (and
+	// so its id), as batchgen run --providers does for the same file.
+	split, err := e.stack.Store.GetTask(t.Context(), taskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if split.Spec.Provider != "routed:east,west" || split.Spec.Model != "mock-1" {
+		t.Errorf("split task's spec names provider %q model %q, want routed:east,west and mock-1 (the first entry's)", split.Spec.Provider, split.Spec.Model)
+	}
+	// So does a task created through the api function.
+	cfg, err := awsemu.Config(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := apiwire.New(awswire.NewDeps(e.stack.Env, cfg, "api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body := serveGateway(t, h, gatewayRequest{sub: "alice", method: "POST", target: "/api/tasks", contentType: "application/json", body: `{"filename":"routed.xlsx","size":100}`})
+	var created api.CreateTaskResponse
+	if err := json.Unmarshal(body, &created); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /api/tasks = %d %s (%v)", resp.StatusCode, body, err)
+	}
+	if created.Provider != "routed:east,west" || created.Model != "mock-1" {
+		t.Errorf("api task names provider %q model %q, want routed:east,west and mock-1", created.Provider, created.Model)
 	}
 	task := e.pump(taskID, 90*time.Second)
 	if task.State != store.TaskSucceeded || task.RowsSucceeded != rows {

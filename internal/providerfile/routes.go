@@ -6,6 +6,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/store"
 )
 
 // Wiring is what a runtime supplies to turn a File into routes: how an
@@ -55,4 +56,17 @@ func (f *File) ProviderLabel() string {
 		return string(f.Providers[0].Kind)
 	}
 	return "routed:" + strings.Join(f.Names(), ",")
+}
+
+// Spec returns spec with what a task records about its provider(s) when f
+// is the deployment's providers config: the provider label
+// (ProviderLabel) and the first provider's model. Both are part of the
+// task id and of the cache key, so every entry point that builds a spec
+// (batchgen run and serve, the splitter, the API and the generator on
+// AWS) goes through this one rule: the same sheet under the same providers
+// file is the same task wherever it runs.
+func (f *File) Spec(spec store.TaskSpec) store.TaskSpec {
+	spec.Provider = f.ProviderLabel()
+	spec.Model = f.Providers[0].Model
+	return spec
 }

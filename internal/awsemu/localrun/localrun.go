@@ -321,7 +321,11 @@ func TaskID(ev events.S3Event, spec store.TaskSpec) (string, error) {
 
 // TaskID is the id the splitter derives for the object in ev.
 func (s *Stack) TaskID(ev events.S3Event) (string, error) {
-	return TaskID(ev, s.Env.DefaultSpec())
+	spec, err := s.Env.DefaultSpec()
+	if err != nil {
+		return "", fmt.Errorf("task id: %w", err)
+	}
+	return TaskID(ev, spec)
 }
 
 // Split is one object Watch handed to the splitter.

@@ -25,13 +25,19 @@ func New(d *awswire.Deps) (*apifn.Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
 		return nil, err
 	}
+	// The spec's provider and model come from the providers config, as
+	// the generator's routes do; a bad one fails the cold start.
+	spec, err := d.Env.DefaultSpec()
+	if err != nil {
+		return nil, err
+	}
 	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
 	st := d.Store(blobs)
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
 	auth := GatewayAuth{}
 	handler := api.New(api.Config{
 		Store: st, Blobs: blobs, Presigner: blobs, Auth: auth, Clock: d.Clock, Logger: d.Logger,
-		DefaultSpec: d.Env.DefaultSpec(), Exports: d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
+		DefaultSpec: spec, Exports: d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
 		TempDir: d.TempDir,
 		Limits: api.Limits{
 			Models: d.Env.AllowedModels, MaxTokens: d.Env.MaxTokensLimit, MaxBatchSize: d.Env.MaxBatchSize,

@@ -34,38 +34,6 @@ import (
 	"github.com/batchgen/batchgen/internal/store"
 )
 
-// Providers returns the generator's providers file: PROVIDERS_FILE (the
-// ProvidersFile parameter's YAML), or one entry built from MODEL_PROVIDER,
-// MODEL_NAME, MODEL_BASE_URL, MODEL_API_KEY_PARAM, QUOTA_RPM and QUOTA_TPM
-// as run's single-provider flags build theirs, so both take one code path
-// and pass providerfile's one Validate. A bad file is an error naming the
-// key and its line.
-func Providers(env awswire.Env) (*providerfile.File, error) {
-	if env.ProvidersFile != "" {
-		return providerfile.Parse("PROVIDERS_FILE", []byte(env.ProvidersFile))
-	}
-	spec := env.DefaultSpec()
-	entry := providerfile.Provider{
-		// Named as run names the entry of its flags.
-		Name: env.ModelProvider + "/" + spec.Model, Kind: providerfile.Kind(env.ModelProvider),
-		BaseURL: env.ModelBaseURL, Model: spec.Model,
-		RPM: env.QuotaRPM, TPM: env.QuotaTPM, Concurrency: env.Concurrency,
-	}
-	if entry.Kind == providerfile.KindOpenAI {
-		// MODEL_API_KEY_PARAM is for openai only; other kinds ignore it.
-		entry.APIKeyParam = env.ModelAPIKeyParam
-	}
-	if entry.Kind == providerfile.KindSim {
-		entry.BaseURL = ""
-		entry.Latency, entry.Jitter = env.SimLatency, env.SimLatency/6
-	}
-	f := &providerfile.File{Providers: []providerfile.Provider{entry}}
-	if err := f.Validate(); err != nil {
-		return nil, fmt.Errorf("model parameters: %w", err)
-	}
-	return f, nil
-}
-
 // Router builds the router over f's providers for the generator: openai
 // keys from SSM (api_key_param), Bedrock signed by the function's role, a
 // shared DynamoDB limiter per provider keyed by its name; metrics go to
@@ -114,7 +82,7 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
-	f, err := Providers(d.Env)
+	f, err := d.Env.Providers()
 	if err != nil {
 		return nil, err
 	}

@@ -24,13 +24,19 @@ func New(d *awswire.Deps) (*splitterfn.Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
+	// The spec's provider and model come from the providers config, as
+	// the generator's routes do; a bad one fails the cold start.
+	spec, err := d.Env.DefaultSpec()
+	if err != nil {
+		return nil, err
+	}
 	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
 	intake := pipeline.NewIntake(
 		pipeline.NewSplitter(d.Store(blobs), queue, pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger}),
 		blobs, d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
 		pipeline.IntakeConfig{
-			DefaultSpec: d.Env.DefaultSpec(),
+			DefaultSpec: spec,
 			Limits:      sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
 			Uploads:     api.Uploads{Blobs: blobs},
 			Owner:       d.Env.DropOwner,
