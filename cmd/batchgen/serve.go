@@ -42,6 +42,9 @@ type serveOptions struct {
 	maxTokensLimit int
 	maxBatchSize   int
 	maxFileBytes   int64
+	// maxInlineBytes is web.Config.MaxInlineBytes: the largest sheet the
+	// page sends inside one request.
+	maxInlineBytes int64
 }
 
 // serveQueue is the embedded queue of the server: one for every task, as
@@ -82,6 +85,7 @@ loopback interface only, and every caller is --drop-owner.`,
 	fs.IntVar(&o.maxTokensLimit, "max-tokens-limit", 100_000, "largest max_tokens an API request may ask for")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", 1000, "largest batch_size an API request may ask for")
 	fs.Int64Var(&o.maxFileBytes, "max-file-bytes", pipeline.DefaultMaxInputBytes, "largest sheet accepted, through the API or the drop folder, in bytes")
+	fs.Int64Var(&o.maxInlineBytes, "max-inline-bytes", 0, "largest sheet the web page sends inside one request, in bytes; it uploads a larger one to its task's upload URL, as it must behind a proxy that bounds requests (0: any sheet up to --max-file-bytes)")
 	o.registerSpec(fs)
 	o.registerEngine(fs)
 	// A server's log is its only record of what it did.
@@ -156,6 +160,9 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	}
 	if o.maxTokensLimit < 1 || o.maxBatchSize < 1 || o.maxFileBytes < 1 {
 		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-tokens-limit, --max-batch-size and --max-file-bytes must be at least 1")}
+	}
+	if o.maxInlineBytes < 0 {
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--max-inline-bytes %d: must not be negative (0 sends any sheet inline)", o.maxInlineBytes)}
 	}
 	if o.grace < 0 {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--shutdown-grace %s: must not be negative", o.grace)}
@@ -243,7 +250,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		Prices: j.prices,
 	})
 
-	page := web.Config{Limits: sheet.Limits{MaxRows: o.maxRows, MaxFileBytes: o.maxFileBytes}, TempDir: tmp, Logger: logger}
+	page := web.Config{Limits: sheet.Limits{MaxRows: o.maxRows, MaxFileBytes: o.maxFileBytes}, MaxInlineBytes: o.maxInlineBytes, TempDir: tmp, Logger: logger}
 	if tokens != nil {
 		page.Authenticate = web.Authenticate(tokens)
 	}

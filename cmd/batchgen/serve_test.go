@@ -372,6 +372,29 @@ func TestServeRefusesOpenAddressWithoutTokens(t *testing.T) {
 	}
 }
 
+// TestServeRefusesBadLimits: a limit flag out of range stops the server
+// before it starts, naming the flag.
+func TestServeRefusesBadLimits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "negative inline bound", args: []string{"--max-inline-bytes", "-1"}, want: "--max-inline-bytes -1: must not be negative"},
+		{name: "no file size", args: []string{"--max-file-bytes", "0"}, want: "--max-file-bytes must be at least 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := runBinary(t, context.Background(), append([]string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, tc.args...)...)
+			if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("serve %v: exit %d, stderr %q; want 2 and %q", tc.args, r.code, r.stderr, tc.want)
+			}
+		})
+	}
+}
+
 // TestServeEvents follows a dropped file's task over the server's event
 // stream: progress events arrive while rows are still being generated (not
 // all at the end), and the last event links the result, whose rows are all

@@ -275,6 +275,49 @@ func TestUploadURLLocal(t *testing.T) {
 	}
 }
 
+// TestUploadURLLocalRejects: a sheet PUT to the embedded runtime's upload
+// endpoint is checked as a multipart upload is, and the answer to the PUT
+// carries the reason in the CLI's words (the web page shows it); the
+// task is not started.
+func TestUploadURLLocalRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, filename, prompt, content string
+		wantStatus                      int
+		wantCode                        string
+		wantMessage                     []string
+	}{
+		{name: "no data rows", filename: "empty.csv", prompt: "{{name}}", content: "name,category\n", wantStatus: 400, wantCode: "rejected_input", wantMessage: []string{"empty.csv", "no data rows"}},
+		{name: "a placeholder naming no column", filename: "list.csv", prompt: "{{price}}", content: goodCSV, wantStatus: 400, wantCode: "rejected_input", wantMessage: []string{"{{price}}", "category"}},
+		{name: "no spreadsheet", filename: "photo.xlsx", prompt: "{{name}}", content: "\x89PNG\r\n\x1a\n0000", wantStatus: 415, wantCode: "unsupported_media_type", wantMessage: []string{"photo.xlsx"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEmbedded(t)
+			req, _ := json.Marshal(map[string]any{"filename": tc.filename, "size": len(tc.content), "prompt": tc.prompt})
+			created := send(t, e.handler, "alice", "POST", "/api/tasks", "application/json", req)
+			if created.status != http.StatusCreated {
+				t.Fatalf("POST = %d %s", created.status, created.body)
+			}
+			m := created.json(t)
+			path := strings.TrimPrefix(m["upload_url"].(string), "http://example.com")
+			res := send(t, e.handler, "alice", "PUT", path, api.UploadContentType(tc.filename), []byte(tc.content))
+			if res.status != tc.wantStatus || res.code(t) != tc.wantCode {
+				t.Fatalf("PUT = %d %s, want %d %s", res.status, res.body, tc.wantStatus, tc.wantCode)
+			}
+			for _, want := range tc.wantMessage {
+				if msg := res.message(t); !strings.Contains(msg, want) {
+					t.Errorf("message %q does not say %q", msg, want)
+				}
+			}
+			if _, err := e.store.GetTask(t.Context(), m["id"].(string)); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("task of a refused upload: %v, want none started", err)
+			}
+		})
+	}
+}
+
 // finish exports a task's rows as a result and marks it SUCCEEDED, as the
 // workers and the exporter would.
 func (e *embedded) finish(t *testing.T, id string) {

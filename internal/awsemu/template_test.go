@@ -25,6 +25,7 @@ var testPseudo = map[string]any{
 	"AWS::Region":    "us-east-1",
 	"AWS::AccountId": AccountID,
 	"AWS::Partition": "aws",
+	"AWS::URLSuffix": "amazonaws.com",
 	"AWS::StackName": "stack",
 	"AWS::NoValue":   noValue{},
 }
@@ -536,6 +537,26 @@ func TestTemplateAPIRoutes(t *testing.T) {
 	}
 	if got := evalPath(t, tpl, ev, "HttpApi", "Auth", "DefaultAuthorizer"); got != "Jwt" {
 		t.Errorf("HttpApi default authorizer = %v, want Jwt: the proxy route must need a token", got)
+	}
+}
+
+// TestTemplateBucketCORS: the page PUTs large sheets to their presigned
+// upload URL from the API's origin (or an allowed one), which the browser
+// does only if the bucket answers CORS for it: PUT with the signed
+// Content-Type, nothing more.
+func TestTemplateBucketCORS(t *testing.T) {
+	t.Parallel()
+	tpl, ev := contractTemplate(t)
+	got := evalPath(t, tpl, ev, "Bucket", "CorsConfiguration")
+	rule := func(id string, origins ...any) map[string]any {
+		return map[string]any{"Id": id, "AllowedMethods": []any{"PUT"}, "AllowedOrigins": origins, "AllowedHeaders": []any{"content-type"}, "MaxAge": 600}
+	}
+	want := map[string]any{"CorsRules": []any{
+		rule("page-uploads", "https://*.execute-api.us-east-1.amazonaws.com"),
+		rule("allowed-origins-uploads", "http://localhost:8080"),
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("bucket CORS (-want +got):\n%s", diff)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"mime/multipart"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,7 +25,7 @@ import (
 // is needed.
 func TestGatewayServesThePage(t *testing.T) {
 	t.Parallel()
-	env := awswire.Env{TableName: "batchgen-Table", BucketName: "batchgen-bucket", MaxInputBytes: 1 << 20}
+	env := awswire.Env{TableName: "batchgen-Table", BucketName: "batchgen-bucket", MaxInputBytes: 100 << 20}
 	h, err := apiwire.New(awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "api"))
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +40,9 @@ func TestGatewayServesThePage(t *testing.T) {
 		// Public on AWS too (template.yaml's OpenAPI route has no
 		// authorizer): it describes routes, never a task.
 		{"/api/openapi.yaml", "application/yaml", "openapi:"},
+		// Sheets over Lambda's payload limit go to S3 directly: the page
+		// learns the bound here, before it has a token.
+		{web.ConfigPath, "application/json", `"max_inline_bytes":` + strconv.Itoa(apiwire.InlineUploadBytes)},
 	}
 	for _, tc := range pages {
 		resp, body := serveGateway(t, h, gatewayRequest{method: "GET", target: tc.target})

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,11 @@ type Inspection struct {
 	// Prompt is the workbook's own template (cell A1 of its "prompt"
 	// sheet), when it has one.
 	Prompt string `json:"prompt,omitempty"`
+	// Partial is set when the request sent only the head of a sheet
+	// (the form field "partial" set to "head"): Rows then counts only
+	// the rows read for the samples, and the whole sheet is checked when
+	// it is uploaded.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // errorBody is the API's error shape (internal/api.ErrorBody), so the page
@@ -97,6 +103,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var opts sheet.Options
 	opts.Limits = in.cfg.Limits
 	var name string
+	partial := false
 	for {
 		p, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
@@ -124,16 +131,23 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					fmt.Sprintf("%s is larger than %s, the largest sheet this server accepts", name, mib(limit)))
 				return
 			}
-		case "encoding", "sheet":
+		case "encoding", "sheet", "partial":
 			v, err := formValue(p)
 			if err != nil {
 				in.bodyError(w, err, limit)
 				return
 			}
-			if p.FormName() == "encoding" {
+			switch p.FormName() {
+			case "encoding":
 				opts.Encoding = v
-			} else {
+			case "sheet":
 				opts.Sheet = v
+			default:
+				if v != "head" {
+					writeError(w, http.StatusBadRequest, "invalid_request", `field "partial" takes one value, "head": the file is the first bytes of a larger CSV/TSV`)
+					return
+				}
+				partial = true
 			}
 		}
 	}
@@ -141,12 +155,20 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", "no file: send the sheet in the multipart field \"file\"")
 		return
 	}
+	if partial {
+		// A head is cut wherever the page cut it, likely inside a line or
+		// a character; whole lines are what it has to say.
+		if err := trimToLastLine(spool); err != nil {
+			in.internal(w, "trim partial upload", err)
+			return
+		}
+	}
 	if err := spool.Close(); err != nil {
 		in.internal(w, "spool upload", err)
 		return
 	}
 	opts.DisplayName = name
-	ins, err := inspect(spool.Name(), opts, in.cfg.SampleRows)
+	ins, err := inspect(spool.Name(), opts, in.cfg.SampleRows, partial)
 	var bad *sheet.InputError
 	switch {
 	case errors.As(err, &bad):
@@ -161,17 +183,20 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // inspect reads the whole sheet, as the splitter will, so a problem in row
 // 4,000 shows before the task is created, and keeps the first sample rows.
-func inspect(file string, opts sheet.Options, samples int) (Inspection, error) {
+// A partial file (the head of a larger one) is read only as far as the
+// samples: its last line is likely cut in the middle, which says nothing
+// of the sheet.
+func inspect(file string, opts sheet.Options, samples int, partial bool) (Inspection, error) {
 	r, err := sheet.Open(file, opts)
 	if err != nil {
 		return Inspection{}, err
 	}
 	defer r.Close()
-	ins := Inspection{Filename: opts.DisplayName, Sheet: r.Sheet(), Encoding: r.Encoding(), Columns: r.Header(), Sample: [][]string{}}
+	ins := Inspection{Filename: opts.DisplayName, Sheet: r.Sheet(), Encoding: r.Encoding(), Columns: r.Header(), Sample: [][]string{}, Partial: partial}
 	if p, ok := r.Prompt(); ok {
 		ins.Prompt = p
 	}
-	for {
+	for !partial || len(ins.Sample) < samples {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			return ins, nil
@@ -184,6 +209,34 @@ func inspect(file string, opts sheet.Options, samples int) (Inspection, error) {
 			ins.Sample = append(ins.Sample, rec.Values)
 		}
 	}
+	return ins, nil
+}
+
+// trimToLastLine cuts f after its last line feed, found by reading back
+// from the end a block at a time. A file without one is left whole: its
+// one line may be the header, and the reader says what is wrong with it.
+// A line feed byte is never part of a multi-byte character in UTF-8 or
+// GB18030, so the cut never splits one.
+func trimToLastLine(f *os.File) error {
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return fmt.Errorf("size of %s: %w", f.Name(), err)
+	}
+	buf := make([]byte, 64<<10)
+	for pos := end; pos > 0; {
+		n := min(int64(len(buf)), pos)
+		pos -= n
+		if _, err := f.ReadAt(buf[:n], pos); err != nil {
+			return fmt.Errorf("read %s: %w", f.Name(), err)
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			if err := f.Truncate(pos + int64(i) + 1); err != nil {
+				return fmt.Errorf("truncate %s: %w", f.Name(), err)
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // maxFieldBytes bounds a text field of the form.

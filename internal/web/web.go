@@ -43,6 +43,26 @@ type Config struct {
 	// TempDir is where an uploaded sheet is spooled while it is read.
 	// Defaults to os.TempDir().
 	TempDir string
+	// MaxInlineBytes is the largest sheet the page sends inside one request
+	// (POST /ui/inspect and the multipart form of POST /api/tasks), in
+	// bytes. The page uploads a larger one to the upload URL of a task it
+	// creates with the JSON form of POST /api/tasks, and inspects only the
+	// head of a larger CSV/TSV (a workbook, being a zip, cannot be read in
+	// part: its columns are checked when it arrives). Set it where a proxy
+	// bounds requests: on AWS, Lambda's 6 MB request payload. Zero or less
+	// means no bound of its own (Limits.MaxFileBytes).
+	MaxInlineBytes int64
+}
+
+// PageConfig is the body of GET /ui/config.json: what the page needs to
+// know of the server before it sends a sheet. It holds no secret and no
+// task data, so it is public like the page.
+type PageConfig struct {
+	// MaxInlineBytes is Config.MaxInlineBytes, or MaxFileBytes when that
+	// sets no bound of its own.
+	MaxInlineBytes int64 `json:"max_inline_bytes"`
+	// MaxFileBytes is the largest sheet the server accepts at all.
+	MaxFileBytes int64 `json:"max_file_bytes"`
 }
 
 func (c Config) withDefaults() Config {
@@ -54,6 +74,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Limits.MaxFileBytes <= 0 {
 		c.Limits.MaxFileBytes = sheet.DefaultMaxFileBytes
+	}
+	if c.MaxInlineBytes <= 0 || c.MaxInlineBytes > c.Limits.MaxFileBytes {
+		c.MaxInlineBytes = c.Limits.MaxFileBytes
 	}
 	return c
 }
@@ -67,10 +90,13 @@ const (
 	AssetsPrefix = "/ui/"
 	// InspectPath reads an uploaded sheet's header and first rows.
 	InspectPath = "/ui/inspect"
+	// ConfigPath answers the page's PageConfig.
+	ConfigPath = "/ui/config.json"
 )
 
 // New returns the page's handler: GET / (the page), GET /ui/... (its
-// assets) and POST /ui/inspect. Any other path answers 404.
+// assets), GET /ui/config.json and POST /ui/inspect. Any other path
+// answers 404.
 func New(cfg Config) http.Handler {
 	cfg = cfg.withDefaults()
 	assets, err := fs.Sub(static, "static")
@@ -91,6 +117,12 @@ func New(cfg Config) http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		files.ServeHTTP(w, r)
 	})))
+	// Under /ui/ so that it is public wherever the assets are (on AWS, the
+	// GET /ui/{proxy+} route has no authorizer).
+	pageConfig := PageConfig{MaxInlineBytes: cfg.MaxInlineBytes, MaxFileBytes: cfg.Limits.MaxFileBytes}
+	mux.HandleFunc("GET "+ConfigPath, func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, pageConfig)
+	})
 	ins := &inspector{cfg: cfg}
 	mux.Handle("POST "+InspectPath, ins)
 	// A GET of the inspect path would otherwise be served as a missing

@@ -105,6 +105,20 @@ func TestInspect(t *testing.T) {
 			want: web.Inspection{Filename: "latin.csv", Encoding: "windows-1252", Columns: []string{"café", "n"}, Rows: 1, Sample: [][]string{{"x", "1"}}},
 		},
 		{
+			// The page sends the first bytes of a CSV too large to send
+			// whole: the cut last line is never read.
+			name: "the head of a larger CSV", file: "big.csv", body: []byte("sku,name\nA-1,Tea\n\nA-2,Coffee\nA-3,Cocoa\nA-4,\"Mi"), fields: map[string]string{"partial": "head"},
+			want: web.Inspection{Filename: "big.csv", Encoding: "utf-8", Columns: []string{"sku", "name"}, Rows: 4, Sample: [][]string{{"A-1", "Tea"}, {"A-2", "Coffee"}, {"A-3", "Cocoa"}}, Partial: true},
+		},
+		{
+			name: "the head cut inside a character", file: "cut.csv", body: []byte("sku,name\nA-1,绿茶\nA-2,\xe7\xbb"), fields: map[string]string{"partial": "head"},
+			want: web.Inspection{Filename: "cut.csv", Encoding: "utf-8", Columns: []string{"sku", "name"}, Rows: 1, Sample: [][]string{{"A-1", "绿茶"}}, Partial: true},
+		},
+		{
+			name: "the head of a CSV that ends within it", file: "small.csv", body: []byte("sku\nA-1\n"), fields: map[string]string{"partial": "head"},
+			want: web.Inspection{Filename: "small.csv", Encoding: "utf-8", Columns: []string{"sku"}, Rows: 1, Sample: [][]string{{"A-1"}}, Partial: true},
+		},
+		{
 			name: "a path in the name is dropped", file: `C:\Users\ops\..\data.csv`, body: []byte("a\n1\n"),
 			want: web.Inspection{Filename: "data.csv", Encoding: "utf-8", Columns: []string{"a"}, Rows: 1, Sample: [][]string{{"1"}}},
 		},
@@ -143,6 +157,7 @@ func TestInspectRejects(t *testing.T) {
 		name        string
 		file        string
 		body        []byte
+		fields      map[string]string
 		contentType string // overrides the multipart type
 		auth        func(*http.Request) error
 		wantStatus  int
@@ -154,6 +169,8 @@ func TestInspectRejects(t *testing.T) {
 		{name: "not a sheet", file: "photo.xlsx", body: []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), wantStatus: 400, wantCode: "invalid_sheet", wantMessage: []string{"photo.xlsx"}},
 		{name: "too large", file: "big.csv", body: bytes.Repeat([]byte("a,b\n"), 600), wantStatus: 413, wantCode: "file_too_large", wantMessage: []string{"big.csv", "larger than"}},
 		{name: "no file", wantStatus: 400, wantCode: "invalid_request", wantMessage: []string{`"file"`}},
+		{name: "unknown partial", file: "ok.csv", body: []byte("a\n1\n"), fields: map[string]string{"partial": "tail"}, wantStatus: 400, wantCode: "invalid_request", wantMessage: []string{`"partial"`, `"head"`}},
+		{name: "a cut CSV read whole", file: "cut.csv", body: []byte("a,b\n1,\"x"), wantStatus: 400, wantCode: "invalid_sheet", wantMessage: []string{"cut.csv"}},
 		{name: "not multipart", contentType: "application/json", wantStatus: 415, wantCode: "unsupported_media_type", wantMessage: []string{"multipart/form-data"}},
 		{name: "unauthenticated", file: "ok.csv", body: []byte("a\n1\n"), auth: func(*http.Request) error { return errors.New("no token") }, wantStatus: 401, wantCode: "unauthorized", wantMessage: []string{"token"}},
 	}
@@ -161,7 +178,7 @@ func TestInspectRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := web.New(web.Config{Limits: sheet.Limits{MaxFileBytes: 2000}, Authenticate: tc.auth})
-			body, ct := form(t, tc.file, tc.body, nil)
+			body, ct := form(t, tc.file, tc.body, tc.fields)
 			if tc.contentType != "" {
 				ct = tc.contentType
 			}
@@ -225,6 +242,48 @@ func TestServesThePage(t *testing.T) {
 		if resp.Header.Get("Content-Security-Policy") == "" {
 			t.Errorf("GET %s: no Content-Security-Policy", tc.path)
 		}
+	}
+}
+
+// TestPageConfig: GET /ui/config.json tells the page the largest sheet it
+// may send inside a request, never more than the server accepts at all,
+// and needs no token (the page reads it before it has one).
+func TestPageConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  web.Config
+		want web.PageConfig
+	}{
+		{name: "defaults: no bound of its own", want: web.PageConfig{MaxInlineBytes: sheet.DefaultMaxFileBytes, MaxFileBytes: sheet.DefaultMaxFileBytes}},
+		{
+			name: "a proxy's bound",
+			cfg:  web.Config{Limits: sheet.Limits{MaxFileBytes: 100 << 20}, MaxInlineBytes: 4 << 20},
+			want: web.PageConfig{MaxInlineBytes: 4 << 20, MaxFileBytes: 100 << 20},
+		},
+		{
+			name: "never above the file limit",
+			cfg:  web.Config{Limits: sheet.Limits{MaxFileBytes: 1 << 20}, MaxInlineBytes: 4 << 20},
+			want: web.PageConfig{MaxInlineBytes: 1 << 20, MaxFileBytes: 1 << 20},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.cfg.Authenticate = func(*http.Request) error { return errors.New("no token") }
+			rec := httptest.NewRecorder()
+			web.New(tc.cfg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, web.ConfigPath, nil))
+			if rec.Code != http.StatusOK || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
+				t.Fatalf("GET %s without a token = %d %q %s, want 200 JSON", web.ConfigPath, rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+			}
+			var got web.PageConfig
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("page config (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

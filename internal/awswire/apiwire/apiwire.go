@@ -20,6 +20,15 @@ import (
 	"github.com/batchgen/batchgen/internal/web"
 )
 
+// InlineUploadBytes is the largest sheet the web page sends inside a
+// request to the api function (web.Config.MaxInlineBytes). Lambda takes at
+// most a 6 MB request payload (API Gateway's own 10 MB never comes into
+// play), and API Gateway hands a binary body over base64-encoded, a third
+// larger: 6 MiB of payload carries 4.5 MiB of sheet; 4 MiB leaves room for
+// the event's headers and the form's other fields (a template may be 32
+// KiB). Larger sheets go straight to S3 through a presigned upload URL.
+const InlineUploadBytes = 4 << 20
+
 // New builds the api function's handler.
 func New(d *awswire.Deps) (*apifn.Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
@@ -49,10 +58,11 @@ func New(d *awswire.Deps) (*apifn.Handler, error) {
 	// The page reads sheets with the API's limits and admits to POST
 	// /ui/inspect whom the API admits; no /metrics on Lambda (EMF instead).
 	page := web.Config{
-		Limits:       sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
-		Authenticate: web.Authenticate(auth),
-		TempDir:      d.TempDir,
-		Logger:       d.Logger,
+		Limits:         sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
+		Authenticate:   web.Authenticate(auth),
+		TempDir:        d.TempDir,
+		Logger:         d.Logger,
+		MaxInlineBytes: InlineUploadBytes,
 	}
 	return &apifn.Handler{Handler: web.Site(handler, nil, page), Logger: d.Logger}, nil
 }

@@ -7,7 +7,11 @@
   const FINISHED = new Set(["SUCCEEDED", "PARTIAL", "FAILED", "CANCELLED"]);
   const ACTIVE = new Set(["AWAITING_UPLOAD", "UPLOADED", "PENDING", "RUNNING", "EXPORTING"]);
   const SHEET_EXT = /\.(xlsx|xlsm|csv|tsv)$/i;
+  const TEXT_EXT = /\.(csv|tsv)$/i;
   const POLL_MS = 1000;
+  // How much of a CSV/TSV too large to send whole is sent to be inspected:
+  // plenty for the header and the sample rows.
+  const HEAD_BYTES = 1 << 20;
 
   // ---- language --------------------------------------------------------
   let lang = pickLanguage();
@@ -46,7 +50,30 @@
     tasks: [],
     error: null,       // {title, message} on show
     rate: null,        // client-side rate estimate {at, done, perSec}
+    config: null,      // GET /ui/config.json's answer, once loaded
   };
+
+  // ---- the server's page config ----------------------------------------
+  // The largest sheet sent inside a request: behind API Gateway and Lambda
+  // a larger one fails with the proxy's error, so it goes to the task's
+  // upload URL instead. Without the config (an older server) every sheet
+  // goes inline, as before.
+  let configLoaded = null;
+  function loadConfig() {
+    configLoaded = configLoaded || fetch("/ui/config.json", { cache: "no-store" })
+      .then((r) => (r.ok ? r.json() : null))
+      .catch(() => null)
+      .then((c) => { state.config = c || {}; return state.config; });
+    return configLoaded;
+  }
+  function inline(file) {
+    const n = state.config && state.config.max_inline_bytes;
+    return !(n > 0) || file.size <= n;
+  }
+  function fmtSize(n) {
+    if (n < 1024 * 1024) return Math.max(1, Math.round(n / 1024)) + " KB";
+    return (n / (1024 * 1024)).toFixed(1) + " MB";
+  }
 
   // ---- API -------------------------------------------------------------
   function token() { return localStorage.getItem("batchgen.token") || ""; }
@@ -95,6 +122,7 @@
 
   // ---- errors ----------------------------------------------------------
   function titleFor(err) {
+    if (err.code === "upload_failed") return t("err.upload");
     switch (err.status) {
       case 0: return t("err.network");
       case 400: case 422: return t("err.rejected");
@@ -137,13 +165,32 @@
     $("file-info").hidden = false;
     $("drop").hidden = true;
     $("task-form").hidden = true;
+    await loadConfig();
+    if (state.file !== file) return;
     const form = new FormData();
-    form.append("file", file, file.name);
+    if (inline(file)) {
+      form.append("file", file, file.name);
+    } else if (TEXT_EXT.test(file.name)) {
+      // Too large to send whole: its head shows the columns and the first
+      // rows; the whole sheet is checked when it is uploaded.
+      form.append("file", file.slice(0, Math.min(HEAD_BYTES, state.config.max_inline_bytes)), file.name);
+      form.append("partial", "head");
+    } else {
+      // A workbook is a zip, readable only whole: its columns are checked
+      // when it arrives, and the template is written without the buttons.
+      $("file-meta").textContent = t("file.large_book", { size: fmtSize(file.size) });
+      renderColumns([]);
+      $("template").value = "";
+      $("task-form").hidden = false;
+      renderPreview();
+      return;
+    }
     try {
       const ins = await call("POST", "/ui/inspect", form);
       if (state.file !== file) return; // another file was chosen meanwhile
       state.inspection = ins;
-      $("file-meta").textContent = t("file.meta", { rows: ins.rows, cols: ins.columns.length }) + (ins.sheet ? " · " + ins.sheet : "") + (ins.encoding ? " · " + ins.encoding : "");
+      const meta = ins.partial ? t("file.meta_head", { size: fmtSize(file.size), cols: ins.columns.length }) : t("file.meta", { rows: ins.rows, cols: ins.columns.length });
+      $("file-meta").textContent = meta + (ins.sheet ? " · " + ins.sheet : "") + (ins.encoding ? " · " + ins.encoding : "");
       renderColumns(ins.columns);
       $("template").value = ins.prompt || t("template.default", { first: "{{" + ins.columns[0] + "}}" });
       $("task-form").hidden = false;
@@ -203,7 +250,13 @@
   function renderPreview() {
     const ins = state.inspection;
     const pre = $("preview");
-    if (!ins) return;
+    if (!ins) {
+      // A large workbook: nothing to preview against until it arrives.
+      pre.classList.remove("bad");
+      pre.textContent = state.file ? t("preview.unknown") : "";
+      $("preview-row").textContent = "";
+      return;
+    }
     const p = parseTemplate($("template").value);
     pre.classList.remove("bad");
     $("preview-row").textContent = ins.sample.length ? t("preview.row") : "";
@@ -229,19 +282,21 @@
     ev.preventDefault();
     if (!state.file) return;
     clearError();
-    const form = new FormData();
-    form.append("file", state.file, state.file.name);
-    form.append("prompt", $("template").value);
+    const file = state.file;
+    const fields = { prompt: $("template").value };
     for (const f of ["system", "model", "temperature", "max_tokens"]) {
       const v = $(f).value.trim();
-      if (v) form.append(f, v);
+      if (v) fields[f] = v;
     }
-    if (state.inspection && state.inspection.encoding) form.append("encoding", state.inspection.encoding);
+    // The encoding read from a head only is a guess about the rest: let the
+    // server detect it on the whole sheet.
+    if (state.inspection && state.inspection.encoding && !state.inspection.partial) fields.encoding = state.inspection.encoding;
     const btn = $("start");
     btn.disabled = true; btn.textContent = t("starting");
     try {
-      const created = unwrap(await call("POST", "/api/tasks", form));
-      const view = Object.assign({ source: state.file.name, rows_total: state.inspection ? state.inspection.rows : 0 }, created);
+      const created = inline(file) ? await createInline(file, fields) : await createAndUpload(file, fields, (pct) => { btn.textContent = t("uploading", { pct }); });
+      const rows = state.inspection && !state.inspection.partial ? state.inspection.rows : 0;
+      const view = Object.assign({ source: file.name, rows_total: rows }, created);
       resetFile();
       show(view);
       loadTasks();
@@ -250,6 +305,65 @@
     } finally {
       btn.disabled = false; btn.textContent = t("start");
     }
+  }
+  // createInline sends the sheet with the task: checked, then split, in one
+  // request.
+  async function createInline(file, fields) {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    for (const [k, v] of Object.entries(fields)) form.append(k, v);
+    return unwrap(await call("POST", "/api/tasks", form));
+  }
+  // createAndUpload creates the task with the JSON form of POST /api/tasks
+  // and PUTs the sheet to the upload URL it answers with: on AWS a
+  // presigned S3 URL, so the sheet never passes through the function.
+  // Locally the PUT answers with the task (or why the sheet was refused);
+  // S3 answers with nothing, and the splitter's verdict (the task FAILED
+  // with its reason, or running) comes with the task's progress.
+  async function createAndUpload(file, fields, onProgress) {
+    const req = { filename: file.name, size: file.size };
+    for (const [k, v] of Object.entries(fields)) {
+      const n = Number(v);
+      // Numbers go as numbers; a value that is none is sent as typed, for
+      // the server to say what is wrong with it.
+      req[k] = (k === "temperature" || k === "max_tokens") && v !== "" && isFinite(n) ? n : v;
+    }
+    const created = await call("POST", "/api/tasks", req);
+    const answer = await put(created.upload_url, file, created.upload_headers || {}, onProgress);
+    if (answer && taskID(answer)) return unwrap(answer);
+    const view = Object.assign({}, created);
+    for (const k of ["upload_url", "upload_method", "upload_headers", "expires_at"]) delete view[k];
+    view.status = "UPLOADED";
+    return view;
+  }
+  // put sends the file with XMLHttpRequest, which reports upload progress
+  // (fetch does not). The bearer token goes only to this server's own
+  // upload endpoint: a presigned URL carries its own signature, and S3
+  // refuses a request with two.
+  function put(url, file, uploadHeaders, onProgress) {
+    return new Promise((resolve, reject) => {
+      const xhr = new XMLHttpRequest();
+      xhr.open("PUT", url);
+      let h = {};
+      for (const [k, v] of Object.entries(uploadHeaders)) {
+        if (k.toLowerCase() !== "content-length") h[k] = v; // the browser sets it, from the file
+      }
+      if (new URL(url, location.href).origin === location.origin) h = headers(h);
+      for (const [k, v] of Object.entries(h)) xhr.setRequestHeader(k, v);
+      xhr.upload.onprogress = (e) => { if (e.lengthComputable && e.total) onProgress(Math.floor((e.loaded * 100) / e.total)); };
+      xhr.onerror = () => reject(new APIError(0, "network", "the upload could not be sent"));
+      xhr.onload = () => {
+        const text = xhr.responseText || "";
+        let data = null;
+        try { data = text ? JSON.parse(text) : null; } catch (_) { /* S3 answers XML or nothing */ }
+        if (xhr.status >= 200 && xhr.status < 300) { resolve(data); return; }
+        if (data && data.error) { reject(new APIError(xhr.status, data.error.code, data.error.message)); return; }
+        // S3's own refusal (an expired or mismatched URL): its XML message.
+        const m = /<Message>([^<]*)<\/Message>/.exec(text);
+        reject(new APIError(xhr.status, "upload_failed", m ? m[1] : "HTTP " + xhr.status));
+      };
+      xhr.send(file);
+    });
   }
 
   // ---- the task on show ------------------------------------------------
@@ -321,6 +435,9 @@
   }
   function update(view, eventName) {
     if (!state.current || taskID(view) !== taskID(state.current)) return;
+    // The page knows its upload arrived before the server has seen it
+    // (an S3 upload is noticed by the splitter a moment later).
+    if (taskState(view) === "AWAITING_UPLOAD" && taskState(state.current) === "UPLOADED") view = Object.assign({}, view, { status: "UPLOADED" });
     // Rate and ETA are absent when unknown or finished: drop the old ones.
     const merged = Object.assign({}, state.current);
     delete merged.rows_per_second; delete merged.rate_per_second; delete merged.eta_seconds;
@@ -546,6 +663,7 @@
       applyLanguage();
     }));
     applyLanguage();
+    loadConfig();
     loadTasks();
   }
   init();
