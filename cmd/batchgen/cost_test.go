@@ -176,32 +176,32 @@ func TestServeShowsCost(t *testing.T) {
 	}
 }
 
-// TestCostPerProvider: a task routed over two providers of different
-// prices costs each provider's tokens at its own price (read back per row
-// from the result's provider and token columns), not all of them at one.
-func TestCostPerProvider(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	providers := writeFile(t, filepath.Join(dir, "providers.yaml"), `routing: weighted
+// routedProviders is a providers file routing over two simulators of very
+// different prices, by weight, so both answer rows.
+const routedProviders = `routing: weighted
 providers:
   - {name: dear, kind: sim, latency: 1ms, weight: 1, price: {input_per_mtok: 1000, output_per_mtok: 3000}}
   - {name: cheap, kind: sim, latency: 1ms, weight: 1, price: {input_per_mtok: 10, output_per_mtok: 20}}
-`)
-	in := productsCSV(t, dir, 60, nil)
-	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "为{{商品名称}}写文案", "--providers", providers, "--batch-size", "10")
-	if r.code != 0 {
-		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
-	}
-	out := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
+`
+
+// routedPrices are routedProviders' prices by entry name.
+var routedPrices = map[string]pricing.Price{"dear": {InputPerMTok: 1000, OutputPerMTok: 3000}, "cheap": {InputPerMTok: 10, OutputPerMTok: 20}}
+
+// routedCost reads a routed task's result workbook back, sums each row's
+// tokens per provider that answered (its provider and token columns), and
+// returns the exact cost: each provider's tokens at its own price. It fails
+// the test unless both providers answered.
+func routedCost(t *testing.T, result string) pricing.Estimate {
+	t.Helper()
+	out := readResult(t, result)
 	col := map[string]int{}
 	for i, h := range out[0] {
 		col[h] = i
 	}
-	price := map[string]pricing.Price{"dear": {InputPerMTok: 1000, OutputPerMTok: 3000}, "cheap": {InputPerMTok: 10, OutputPerMTok: 20}}
 	usage := map[string]store.Usage{}
 	for i, row := range out[1:] {
 		p := row[col["provider"]]
-		if _, ok := price[p]; !ok {
+		if _, ok := routedPrices[p]; !ok {
 			t.Fatalf("row %d answered by %q, want dear or cheap", i+1, p)
 		}
 		in64, err1 := strconv.ParseInt(row[col["input_tokens"]], 10, 64)
@@ -214,9 +214,34 @@ providers:
 	if len(usage) != 2 {
 		t.Fatalf("rows answered by %v: want both providers used", usage)
 	}
-	want := pricing.Estimate{Known: true, Cost: price["dear"].Cost(usage["dear"]) + price["cheap"].Cost(usage["cheap"])}
+	exact := pricing.Estimate{Known: true, Cost: routedPrices["dear"].Cost(usage["dear"]) + routedPrices["cheap"].Cost(usage["cheap"])}
+	// At one provider's price the cost would be another: the check that
+	// readers price per provider can fail.
+	all := usage["dear"].Add(usage["cheap"])
+	for name, p := range routedPrices {
+		if one := (pricing.Estimate{Known: true, Cost: p.Cost(all)}); one.String() == exact.String() {
+			t.Fatalf("all tokens at %s's price cost %s, the same as per provider: the test cannot tell them apart", name, one)
+		}
+	}
+	return exact
+}
+
+// TestCostPerProvider: a task routed over two providers of different
+// prices costs each provider's tokens at its own price (read back per row
+// from the result's provider and token columns), not all of them at one,
+// in the run summary, `batchgen status` and `batchgen tasks`.
+func TestCostPerProvider(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	providers := writeFile(t, filepath.Join(dir, "providers.yaml"), routedProviders)
+	in := productsCSV(t, dir, 60, nil)
+	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "为{{商品名称}}写文案", "--providers", providers, "--batch-size", "10")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	want := routedCost(t, filepath.Join(dir, "skus.result.xlsx"))
 	if !strings.Contains(r.stdout, "(estimated cost "+want.String()+")") {
-		t.Errorf("summary lacks the per-provider cost %s (dear %+v, cheap %+v):\n%s", want, usage["dear"], usage["cheap"], r.stdout)
+		t.Errorf("summary lacks the per-provider cost %s:\n%s", want, r.stdout)
 	}
 
 	// batchgen status prices the same way.
@@ -230,5 +255,73 @@ providers:
 	}
 	if !strings.Contains(st.stdout, "(estimated cost "+want.String()+")") {
 		t.Errorf("status lacks the per-provider cost %s:\n%s", want, st.stdout)
+	}
+
+	// batchgen tasks too, from the task's own per-provider sums.
+	tasks := runBinary(t, context.Background(), "tasks", "--data", filepath.Join(dir, ".batchgen"), "--providers", providers)
+	if tasks.code != 0 {
+		t.Fatalf("tasks: exit %d, stderr:\n%s", tasks.code, tasks.stderr)
+	}
+	if line := taskLineOf(tasks.stdout, m[1]); !strings.Contains(line, " "+want.String()+" ") {
+		t.Errorf("tasks line of %s lacks the per-provider cost %s:\n%s", m[1], want, tasks.stdout)
+	}
+	// Without the providers file nothing prices "dear" and "cheap": the
+	// cost is unknown, not the simulator's free price for every token.
+	tasks = runBinary(t, context.Background(), "tasks", "--data", filepath.Join(dir, ".batchgen"))
+	if line := taskLineOf(tasks.stdout, m[1]); !strings.Contains(line, " unknown ") {
+		t.Errorf("tasks line of %s without --providers: want cost unknown:\n%s", m[1], tasks.stdout)
+	}
+	bad := runBinary(t, context.Background(), "tasks", "--data", filepath.Join(dir, ".batchgen"), "--providers", filepath.Join(dir, "missing.yaml"))
+	if bad.code != 2 || !strings.Contains(bad.stderr, "--providers") {
+		t.Errorf("tasks --providers with a missing file: exit %d, stderr:\n%s", bad.code, bad.stderr)
+	}
+}
+
+// taskLineOf returns the line of `batchgen tasks` output that lists task
+// id, or "".
+func taskLineOf(out, id string) string {
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, id+" ") {
+			return line
+		}
+	}
+	return ""
+}
+
+// TestServeCostPerProvider: GET /api/tasks/{id} and the task list of a
+// server routing over two providers of different prices show a task's
+// exact cost, each provider's tokens at its own price.
+func TestServeCostPerProvider(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	providers := writeFile(t, filepath.Join(t.TempDir(), "providers.yaml"), routedProviders)
+	srv := startServeWith(t, data, nil, "--providers", providers, "--prompt", "Copy for {{name}}")
+	dropCSV(t, data, "routed.csv", rowsCSV(40, "routed"))
+	result := filepath.Join(data, "results", "routed.result.xlsx")
+	waitFor(t, "the result of routed.csv", func() bool { return exists(result) })
+	want := routedCost(t, result)
+	tasks := srv.tasks()
+	if len(tasks) != 1 {
+		t.Fatalf("tasks = %+v, want one", tasks)
+	}
+	var view struct {
+		EstimatedCost *float64 `json:"estimated_cost"`
+	}
+	if code := srv.getJSON("/api/tasks/"+tasks[0].TaskID, &view); code != http.StatusOK {
+		t.Fatalf("GET task: %d", code)
+	}
+	if view.EstimatedCost == nil || math.Abs(*view.EstimatedCost-want.Cost) > 1e-9 {
+		t.Errorf("estimated_cost %v, want %v: each provider's tokens at its own price", view.EstimatedCost, want.Cost)
+	}
+	var list struct {
+		Tasks []struct {
+			EstimatedCost *float64 `json:"estimated_cost"`
+		} `json:"tasks"`
+	}
+	if code := srv.getJSON("/api/tasks", &list); code != http.StatusOK || len(list.Tasks) != 1 {
+		t.Fatalf("GET /api/tasks: %d, %d tasks", code, len(list.Tasks))
+	}
+	if got := list.Tasks[0].EstimatedCost; got == nil || math.Abs(*got-want.Cost) > 1e-9 {
+		t.Errorf("listed estimated_cost %v, want %v", got, want.Cost)
 	}
 }

@@ -90,7 +90,7 @@ func openStateReadOnly(dir string) (*sqlitestore.Store, error) {
 // of a deployed stack, newest first, with what needs an operator's
 // attention.
 func newTasksCmd(stdout io.Writer) *cobra.Command {
-	var dir, table, dlqURL, pricesFile, states, since string
+	var dir, table, dlqURL, pricesFile, providersFile, states, since string
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "tasks [flags]",
@@ -99,9 +99,9 @@ func newTasksCmd(stdout io.Writer) *cobra.Command {
   batchgen tasks --table TABLE --since 2026-01-31`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			prices, err := pricing.Load(pricesFile)
+			prices, err := loadPrices(pricesFile, providersFile)
 			if err != nil {
-				return report.Rejectf("--prices: %w", err)
+				return err
 			}
 			f, err := parseTaskFilter(states, since, time.Now())
 			if err != nil {
@@ -119,6 +119,7 @@ func newTasksCmd(stdout io.Writer) *cobra.Command {
 	fs.StringVar(&table, "table", "", "AWS: the stack's DynamoDB table (output TableName) instead of --data")
 	fs.StringVar(&dlqURL, "dlq-url", "", "AWS: the dead-letter queue (output DlqUrl), to flag tasks with dead-lettered messages")
 	fs.StringVar(&pricesFile, "prices", "", "price table (YAML) overriding the built-in one, for the COST column")
+	fs.StringVar(&providersFile, "providers", "", "the providers file the tasks ran with: each provider's tokens at its entry's price")
 	_ = cmd.MarkFlagDirname("data")
 	return cmd
 }
@@ -206,7 +207,8 @@ type taskLine struct {
 }
 
 // printTasks lays the tasks out; TOKENS are input/output tokens of the
-// finished batches and COST their estimate at prices.
+// finished batches and COST their estimate at prices, each provider's
+// tokens at its own price.
 func printTasks(w io.Writer, lines []taskLine, prices *pricing.Table) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tSTATE\tROWS\tSUCCEEDED\tFAILED\tTOKENS\tCOST\tSOURCE\tCREATED\tNOTE")

@@ -91,9 +91,6 @@ func countDone(ctx context.Context, st store.Store, task store.Task) (int, error
 
 type rowCounts struct {
 	total, succeeded, failed, skipped, cached, pending int
-	// usage sums the rows' tokens per provider label that answered, to
-	// price each provider's at its own price.
-	usage map[string]store.Usage
 }
 
 // countRows counts a task's rows through the core's one reading of them
@@ -104,8 +101,7 @@ func countRows(ctx context.Context, st store.Store, taskID string) (rowCounts, e
 		return rowCounts{}, fmt.Errorf("count rows of task %s: %w", taskID, err)
 	}
 	r := s.Rows
-	return rowCounts{total: r.Total, succeeded: r.Succeeded, failed: r.Failed, skipped: r.Skipped, cached: r.Cached, pending: r.Pending,
-		usage: s.UsageByProvider}, nil
+	return rowCounts{total: r.Total, succeeded: r.Succeeded, failed: r.Failed, skipped: r.Skipped, cached: r.Cached, pending: r.Pending}, nil
 }
 
 // summarize is what `batchgen run` prints at the end, with the number of
@@ -125,8 +121,7 @@ func summarize(ctx context.Context, st store.Store, task store.Task, stats *runS
 			Cached: c.cached, Calls: stats.calls.Load(), RateLimited: stats.rateLimited.Load(), Errors: stats.callErrors.Load(),
 			Classes: classes,
 		},
-		UsageByProvider: c.usage,
-		Elapsed:         elapsed,
-		Result:          out,
+		Elapsed: elapsed,
+		Result:  out,
 	}, c.failed + c.pending, nil
 }

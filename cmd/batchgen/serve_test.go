@@ -46,8 +46,15 @@ func startServe(t *testing.T, data string, mock *httptest.Server, extra ...strin
 // startServeEnv is startServe with more environment variables.
 func startServeEnv(t *testing.T, data string, mock *httptest.Server, env []string, extra ...string) *serveProc {
 	t.Helper()
-	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--drop-interval", "50ms",
-		"--provider", "openai", "--base-url", mock.URL + "/v1", "--concurrency", "2", "--batch-size", "5"}, extra...)
+	return startServeWith(t, data, env, append([]string{"--provider", "openai", "--base-url", mock.URL + "/v1", "--concurrency", "2"}, extra...)...)
+}
+
+// startServeWith runs `batchgen serve` on a free loopback port over data
+// with batches of 5 rows and the given provider flags (and others), and
+// returns once it listens.
+func startServeWith(t *testing.T, data string, env []string, extra ...string) *serveProc {
+	t.Helper()
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--drop-interval", "50ms", "--batch-size", "5"}, extra...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(append(os.Environ(), "OPENAI_API_KEY=test-key"), env...)
 	stdout, err := cmd.StdoutPipe()

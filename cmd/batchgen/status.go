@@ -37,16 +37,9 @@ func newStatusCmd(stdout io.Writer) *cobra.Command {
 		Args:              taskArg("batchgen status TASK"),
 		ValidArgsFunction: completeTask,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			prices, err := pricing.Load(pricesFile)
+			prices, err := loadPrices(pricesFile, providersFile)
 			if err != nil {
-				return report.Rejectf("--prices: %w", err)
-			}
-			if providersFile != "" {
-				f, err := providerfile.Load(providersFile)
-				if err != nil {
-					return report.Rejectf("--providers: %w", err)
-				}
-				prices = prices.FromProviders(f)
+				return err
 			}
 			st, closeStore, where, err := openStatusStore(cmd.Context(), dir, table)
 			if err != nil {
@@ -70,6 +63,24 @@ func newStatusCmd(stdout io.Writer) *cobra.Command {
 	fs.StringVar(&providersFile, "providers", "", "the providers file the task ran with: each provider's rows at its entry's price")
 	_ = cmd.MarkFlagDirname("data")
 	return cmd
+}
+
+// loadPrices is the price table of the --prices and --providers flags of
+// the commands that show a cost: the built-in table, --prices winning, and
+// the providers file's entries' prices over both.
+func loadPrices(pricesFile, providersFile string) (*pricing.Table, error) {
+	prices, err := pricing.Load(pricesFile)
+	if err != nil {
+		return nil, report.Rejectf("--prices: %w", err)
+	}
+	if providersFile != "" {
+		f, err := providerfile.Load(providersFile)
+		if err != nil {
+			return nil, report.Rejectf("--providers: %w", err)
+		}
+		prices = prices.FromProviders(f)
+	}
+	return prices, nil
 }
 
 // openStatusStore opens the store status reads: the data directory's, or
@@ -138,9 +149,10 @@ func writeStatus(w io.Writer, s pipeline.TaskStatus, prices *pricing.Table) erro
 		}
 		line("answered", "%s", strings.Join(parts, ", "))
 	}
-	// Every answered row, not only finished batches, each provider's
-	// tokens at its own price.
-	line("tokens", "input %d, output %d, cached input %d  (estimated cost %s)", s.Usage.InputTokens, s.Usage.OutputTokens, s.Usage.CachedInputTokens, prices.ByProvider(t.Spec, s.UsageByProvider))
+	// The task's sums (its finished batches), each provider's tokens at
+	// its own price: what tasks and the API show too.
+	u := t.Usage
+	line("tokens", "input %d, output %d, cached input %d  (estimated cost %s)", u.InputTokens, u.OutputTokens, u.CachedInputTokens, prices.Task(t))
 	if t.ResultKey != "" {
 		line("result", "%s", t.ResultKey)
 	}

@@ -376,6 +376,32 @@ func TestGetTask(t *testing.T) {
 			},
 		},
 		{
+			// Routed over two providers: each one's tokens at its own
+			// price, not all at the first provider's (the spec's).
+			name: "routed task at each provider's price",
+			task: store.Task{
+				ID: "t-routed", Owner: "alice", State: store.TaskSucceeded,
+				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "openai", Model: "gpt-4o-mini", BatchSize: 10},
+				RowsTotal: 2, BatchesTotal: 1, BatchesDone: 1, RowsSucceeded: 2,
+				Usage: store.Usage{InputTokens: 3_000_000, CachedInputTokens: 1_000_000, OutputTokens: 1_500_000},
+				UsageByProvider: map[string]store.Usage{
+					"openai/gpt-4o-mini":                             {InputTokens: 2_000_000, CachedInputTokens: 1_000_000, OutputTokens: 500_000},
+					"bedrock/anthropic.claude-3-haiku-20240307-v1:0": {InputTokens: 1_000_000, OutputTokens: 1_000_000},
+				},
+				CreatedAt: created, UpdatedAt: finished, FinishedAt: finished,
+			},
+			want: map[string]any{
+				"id": "t-routed", "status": "SUCCEEDED", "provider": "openai", "model": "gpt-4o-mini", "links": linksOf("t-routed", false), "rows_per_second": 2.0 / 3540,
+				"rows_total": 2.0, "rows_succeeded": 2.0, "rows_failed": 0.0, "rows_skipped": 0.0,
+				"batches_done": 1.0, "batches_total": 1.0,
+				// gpt-4o-mini: 0.525 as above; claude-3-haiku: 1M input at
+				// 0.25 and 1M output at 1.25. At gpt-4o-mini's price alone
+				// it would be 0.825.
+				"input_tokens": 3e6, "cached_input_tokens": 1e6, "output_tokens": 1.5e6, "estimated_cost": 0.525 + 0.25 + 1.25,
+				"created_at": "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:59:00Z", "finished_at": "2025-06-01T11:59:00Z",
+			},
+		},
+		{
 			name: "partial task links its result",
 			task: store.Task{
 				ID: "t-partial", Owner: "alice", State: store.TaskPartial, Source: "a.csv", Encoding: "windows-1252",

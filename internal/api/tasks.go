@@ -120,7 +120,9 @@ type TaskView struct {
 	CachedInputTokens int64 `json:"cached_input_tokens"`
 	OutputTokens      int64 `json:"output_tokens"`
 	// EstimatedCost is those tokens at the deployment's prices (USD for the
-	// built-in table); absent when no price matches the provider or model.
+	// built-in table), each provider's at its own for a routed task
+	// (pricing.Table.Task); absent when no price matches a provider or model
+	// with tokens.
 	EstimatedCost *float64 `json:"estimated_cost,omitempty"`
 	// RowsPerSecond is the rows done per second since the task was
 	// created (until it finished); absent before the first row.

@@ -242,9 +242,13 @@ func TestEndToEndEmbedded(t *testing.T) {
 		}
 		sum = sum.Add(store.Usage{InputTokens: in, OutputTokens: out})
 	}
-	// The task's sums are the rows' tokens, each row counted once.
+	// The task's sums are the rows' tokens, each row counted once, and so
+	// is its split by the provider that answered.
 	if diff := cmp.Diff(sum, done.Usage); diff != "" {
 		t.Errorf("task usage (-rows' sum +task):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]store.Usage{"sim/sim-1": sum}, done.UsageByProvider); diff != "" {
+		t.Errorf("task usage by provider (-rows' sums +task):\n%s", diff)
 	}
 	for p, n := range provider.snapshot() {
 		if n != 1 {

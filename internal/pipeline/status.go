@@ -12,8 +12,9 @@ import (
 const LastFailuresShown = 5
 
 // TaskStatus is what an operator asks about one task: how far it is, how
-// fast, what failed and why, who answered and what it used. Status builds
-// it the same way for every store.
+// fast, what failed and why, who answered. Status builds it the same way
+// for every store. What the task used is on the task (Task.Usage, split by
+// provider in Task.UsageByProvider), priced by pricing.Table.Task.
 type TaskStatus struct {
 	Task store.Task
 	// Rows counts the task's rows by state, read from the rows themselves
@@ -26,12 +27,6 @@ type TaskStatus struct {
 	// Providers counts answered rows by the provider (and model) that
 	// answered them; rows from the cache count under their provider.
 	Providers map[string]int
-	// Usage sums the tokens of every answered row.
-	Usage store.Usage
-	// UsageByProvider sums them per provider label that answered (rows
-	// without one under ""), so a task routed over providers of different
-	// prices is priced per provider (pricing.Table.ByProvider).
-	UsageByProvider map[string]store.Usage
 	// Elapsed is from the task's creation to its end, or to now while it
 	// runs.
 	Elapsed time.Duration
@@ -64,7 +59,7 @@ func Status(ctx context.Context, st store.Store, id string, now time.Time) (Task
 	if err != nil {
 		return TaskStatus{}, fmt.Errorf("status of task %s: %w", id, err)
 	}
-	s := TaskStatus{Task: t, FailedByClass: map[string]int{}, Providers: map[string]int{}, UsageByProvider: map[string]store.Usage{}}
+	s := TaskStatus{Task: t, FailedByClass: map[string]int{}, Providers: map[string]int{}}
 	for next := 1; ; {
 		rows, err := st.ListRows(ctx, store.ListRowsParams{TaskID: id, FromNo: next, Limit: statusPage})
 		if err != nil {
@@ -118,10 +113,5 @@ func (s *TaskStatus) add(r store.Row) {
 		s.Rows.Skipped++
 	default:
 		s.Rows.Pending++
-	}
-	u := store.Usage{InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens}
-	s.Usage = s.Usage.Add(u)
-	if u != (store.Usage{}) {
-		s.UsageByProvider[r.Provider] = s.UsageByProvider[r.Provider].Add(u)
 	}
 }

@@ -27,8 +27,8 @@ func (f filterEvery) Generate(ctx context.Context, req llm.Request) (llm.Respons
 }
 
 // TestStatus: a task's status counts its rows by state, its failures by
-// class with the last LastFailuresShown of them, the providers that
-// answered and the tokens; while nothing has run it has no rate and no ETA.
+// class with the last LastFailuresShown of them and the providers that
+// answered; while nothing has run it has no rate and no ETA.
 func TestStatus(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, filterEvery{sim.New(sim.Config{})}, pipeline.GeneratorConfig{})
@@ -69,9 +69,6 @@ func TestStatus(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int{"sim": 43}, s.Providers); diff != "" {
 		t.Errorf("providers (-want +got):\n%s", diff)
-	}
-	if s.Usage.InputTokens <= 0 || s.Usage.OutputTokens <= 0 {
-		t.Errorf("usage %+v: want the answered rows' tokens", s.Usage)
 	}
 	if s.Rate <= 0 || s.ETAKnown {
 		t.Errorf("finished task: rate %v, ETA known %v; want a rate and no ETA", s.Rate, s.ETAKnown)

@@ -2,18 +2,21 @@
 // per model (per million input, output and cached-input tokens), built in
 // and overridden per provider by the providers file.
 //
-// The estimate is the task's token sums at its provider's price or, where
-// the tokens are known per provider that answered (ByProvider), each
-// provider's sum at that provider's price. It is an estimate: list prices,
-// no discounts.
+// A task's estimate (Table.Task) is each provider's token sums, as the task
+// keeps them per provider label that answered, at that provider's price;
+// tokens the task holds no split for (counted before stores kept one) are
+// priced at the task's own provider's. It is an estimate: list prices, no
+// discounts.
 package pricing
 
 import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -169,27 +172,23 @@ func (e Estimate) String() string {
 	return fmt.Sprintf("$%.4f", e.Cost)
 }
 
-// Task estimates what task cost so far: its token sums at the price of its
-// provider or, failing that, its model.
+// Task estimates what task cost so far, the one way every reader prices a
+// task (run summary, status, tasks, the API): each of its per-provider
+// token sums (store.Task.UsageByProvider) at the price of that provider,
+// looked up by the label (a providers-file entry's name, or a model), then
+// by the part after "provider/" (the one-provider label
+// "openai/gpt-4o-mini"), then, for rows without a label or with the task's
+// own, as the task's provider or model; and the tokens without a split
+// (store.Task.UsageUnattributed: a task counted before the split was kept)
+// at the price of the task's provider or, failing that, its model. The
+// estimate is unknown when any tokens have no price, rather than silently
+// leaving their cost out.
 func (t *Table) Task(task store.Task) Estimate {
-	p, ok := t.Lookup(task.Spec.Provider, task.Spec.Model)
-	if !ok {
-		return Estimate{}
-	}
-	return Estimate{Cost: p.Cost(task.Usage), Known: true}
-}
-
-// ByProvider estimates a task's cost from its tokens summed per provider
-// that answered (the rows' provider labels): each sum at the price of that
-// provider, looked up by the label (a providers-file entry's name, or a
-// model), then by the part after "provider/" (the one-provider label
-// "openai/gpt-4o-mini"), then, for rows without a label or with the
-// task's own, as the task's provider or model. The estimate is unknown when any sum with tokens has
-// no price, rather than silently leaving its cost out.
-func (t *Table) ByProvider(spec store.TaskSpec, usage map[string]store.Usage) Estimate {
-	var e Estimate
-	e.Known = true
-	for label, u := range usage {
+	spec := task.Spec
+	e := Estimate{Known: true}
+	// Sorted, so the same task always sums to the same float.
+	for _, label := range slices.Sorted(maps.Keys(task.UsageByProvider)) {
+		u := task.UsageByProvider[label]
 		if u == (store.Usage{}) {
 			continue
 		}
@@ -205,6 +204,15 @@ func (t *Table) ByProvider(spec store.TaskSpec, usage map[string]store.Usage) Es
 			return Estimate{}
 		}
 		e.Cost += p.Cost(u)
+	}
+	// A task without a split needs its provider's price even at zero
+	// tokens: an unpriced model shows unknown, not free.
+	if rest := task.UsageUnattributed(); rest != (store.Usage{}) || len(task.UsageByProvider) == 0 {
+		p, ok := t.Lookup(spec.Provider, spec.Model)
+		if !ok {
+			return Estimate{}
+		}
+		e.Cost += p.Cost(rest)
 	}
 	return e
 }

@@ -159,8 +159,9 @@ func TestOverrides(t *testing.T) {
 }
 
 // A task routed over providers of different prices costs the sum of each
-// provider's tokens at its own price.
-func TestByProvider(t *testing.T) {
+// provider's tokens at its own price; tokens the task holds no split for
+// (an old task's) cost the task's own provider's price.
+func TestTaskByProvider(t *testing.T) {
 	f, err := providerfile.Parse("providers.yaml", []byte(`providers:
   - name: cheap
     kind: sim
@@ -186,27 +187,45 @@ func TestByProvider(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		usage map[string]store.Usage
+		// extra are tokens in the task's Usage beyond the split's sum.
+		extra store.Usage
 		want  Estimate
 	}{
-		{"two providers, two prices", map[string]store.Usage{"cheap": mtok(1, 1, 0), "dear": mtok(1, 1, 0)},
+		{"two providers, two prices", map[string]store.Usage{"cheap": mtok(1, 1, 0), "dear": mtok(1, 1, 0)}, store.Usage{},
 			Estimate{Cost: 1 + 2 + 10 + 20, Known: true}},
-		{"cached input at the provider's own cached price", map[string]store.Usage{"cheap": mtok(2, 0, 1), "dear": mtok(2, 0, 1)},
+		{"cached input at the provider's own cached price", map[string]store.Usage{"cheap": mtok(2, 0, 1), "dear": mtok(2, 0, 1)}, store.Usage{},
 			Estimate{Cost: 2*1 + 10 + 5, Known: true}},
-		{"an entry without a price is priced by its model", map[string]store.Usage{"mini": mtok(1, 1, 0), "cheap": mtok(0, 1, 0)},
+		{"an entry without a price is priced by its model", map[string]store.Usage{"mini": mtok(1, 1, 0), "cheap": mtok(0, 1, 0)}, store.Usage{},
 			Estimate{Cost: 0.15 + 0.60 + 2, Known: true}},
-		{"the one-provider label and unlabelled rows take the task's price", map[string]store.Usage{"openai/gpt-4o": mtok(1, 0, 0), "": mtok(0, 1, 0)},
+		{"the one-provider label and unlabelled rows take the task's price", map[string]store.Usage{"openai/gpt-4o": mtok(1, 0, 0), "": mtok(0, 1, 0)}, store.Usage{},
 			Estimate{Cost: 2.50 + 10, Known: true}},
-		{"a provider without any price makes the estimate unknown", map[string]store.Usage{"cheap": mtok(1, 1, 0), "unpriced": mtok(1, 0, 0)},
+		{"a provider without any price makes the estimate unknown", map[string]store.Usage{"cheap": mtok(1, 1, 0), "unpriced": mtok(1, 0, 0)}, store.Usage{},
 			Estimate{}},
-		{"a provider with no tokens does not need a price", map[string]store.Usage{"cheap": mtok(1, 0, 0), "unpriced": {}},
+		{"a provider with no tokens does not need a price", map[string]store.Usage{"cheap": mtok(1, 0, 0), "unpriced": {}}, store.Usage{},
 			Estimate{Cost: 1, Known: true}},
-		{"no tokens", nil, Estimate{Known: true}},
+		{"an old task without a split: its sums at the task's provider's price", nil, mtok(1, 1, 0),
+			Estimate{Cost: 2.50 + 10, Known: true}},
+		{"tokens beyond the split at the task's provider's price", map[string]store.Usage{"dear": mtok(1, 0, 0)}, mtok(0, 1, 0),
+			Estimate{Cost: 10 + 10, Known: true}},
+		{"no tokens", nil, store.Usage{}, Estimate{Known: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := table.ByProvider(spec, tc.usage)
+			task := store.Task{Spec: spec, Usage: store.SumUsage(tc.usage).Add(tc.extra), UsageByProvider: tc.usage}
+			got := table.Task(task)
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
-				t.Errorf("ByProvider (-want +got):\n%s", diff)
+				t.Errorf("Task (-want +got):\n%s", diff)
 			}
 		})
+	}
+	// Tokens beyond the split need the task's provider's price: unknown
+	// without one, rather than left out.
+	unpriced := store.Task{Spec: store.TaskSpec{Provider: "nobody", Model: "nothing"},
+		Usage: mtok(2, 0, 0), UsageByProvider: map[string]store.Usage{"cheap": mtok(1, 0, 0)}}
+	if got := table.Task(unpriced); got.Known {
+		t.Errorf("Task with unpriced tokens beyond the split = %+v, want unknown", got)
+	}
+	unpriced.Usage = mtok(1, 0, 0)
+	if got := table.Task(unpriced); !got.Known || math.Abs(got.Cost-1) > 1e-9 {
+		t.Errorf("Task with its whole split priced = %+v, want $1 whatever the task's provider", got)
 	}
 }

@@ -118,10 +118,6 @@ type Summary struct {
 	Elapsed time.Duration
 	// Result is where the result workbook was written; empty for none.
 	Result string
-	// UsageByProvider sums the task's tokens per provider that answered;
-	// when set, each provider's tokens are priced at its own price, else
-	// the task's sums at the task's provider's.
-	UsageByProvider map[string]store.Usage
 	// Prices estimate the task's cost from its tokens. Defaults to the
 	// built-in table.
 	Prices *pricing.Table
@@ -153,12 +149,9 @@ func (s Summary) String() string {
 		if prices == nil {
 			prices = pricing.Default()
 		}
-		est := prices.Task(s.Task)
-		if len(s.UsageByProvider) > 0 {
-			est = prices.ByProvider(s.Task.Spec, s.UsageByProvider)
-		}
+		// Each provider's tokens at its own price (see pricing.Table.Task).
 		fmt.Fprintf(&b, "tokens    %d in (%d cached), %d out  (estimated cost %s)\n",
-			u.InputTokens, u.CachedInputTokens, u.OutputTokens, est)
+			u.InputTokens, u.CachedInputTokens, u.OutputTokens, prices.Task(s.Task))
 	}
 	result := s.Result
 	if result == "" {
