@@ -235,6 +235,11 @@ func taskNote(l taskLine) string {
 	if t.State.Final() && l.failed > 0 {
 		notes = append(notes, "batchgen retry "+t.ID+" reruns the failed rows")
 	}
+	if t.Owner == "" {
+		// Such a task belongs to no principal (pipeline.OwnedTask): the
+		// ops commands are the only way to it.
+		notes = append(notes, "no owner: not visible through the API")
+	}
 	return strings.Join(notes, "; ")
 }
 

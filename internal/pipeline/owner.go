@@ -16,6 +16,16 @@ const LocalOwner = "local"
 // owner is store.ErrNotFound, exactly as a missing one, so that a caller
 // learns nothing about tasks that are not theirs (not even that the id
 // exists). Every API route on a task goes through it.
+//
+// A task without an owner (written before tasks had owners, or by a tool
+// that names none) belongs to no principal: no caller of the API sees it,
+// and it is not handed to the drop-folder principal either. Before owners
+// existed an API upload and a dropped file were stored alike, so nothing
+// tells them apart now, and DropFolderOwner may be set to one user's sub:
+// giving that user every owner-less task could show them another user's
+// sheet. Operators still see and manage such tasks with the ops commands
+// (`batchgen tasks|status|cancel|retry --table`), which read the table
+// with the stack's credentials and mark them "no owner".
 func OwnedTask(ctx context.Context, st store.Store, owner, id string) (store.Task, error) {
 	if owner == "" {
 		return store.Task{}, fmt.Errorf("get task %s: no owner given: %w", id, store.ErrNotFound)
@@ -40,7 +50,8 @@ type TaskPage struct {
 }
 
 // ListOwnedTasks returns one page of owner's tasks, newest first, of at
-// most limit (at least 1) tasks, starting after the cursor.
+// most limit (at least 1) tasks, starting after the cursor. A task without
+// an owner is in no one's list (see OwnedTask).
 func ListOwnedTasks(ctx context.Context, st store.Store, owner string, after store.TaskCursor, limit int) (TaskPage, error) {
 	if owner == "" {
 		return TaskPage{}, errors.New("list tasks: no owner given")
