@@ -417,6 +417,9 @@ func TestTemplateFunctions(t *testing.T) {
 				// The cache policy (CacheMode, CacheTtlDays): only the
 				// generator reads or writes the cache.
 				wantEnv = append(wantEnv, "CACHE_MODE", "CACHE_TTL")
+				// What the role is granted for the providers file, checked
+				// at cold start.
+				wantEnv = append(wantEnv, "PROVIDER_API_KEY_PARAMS", "PROVIDER_BEDROCK_MODELS")
 			}
 			if name == "generator" || name == "splitter" || name == "api" {
 				// The providers file: the generator routes over it, and

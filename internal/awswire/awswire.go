@@ -83,6 +83,14 @@ type Env struct {
 	// (DefaultSpec), so all three get it.
 	ProvidersFile string
 
+	// ProviderAPIKeyParams (PROVIDER_API_KEY_PARAMS, comma-separated; the
+	// template's ProviderApiKeyParams) and ProviderBedrockModels
+	// (PROVIDER_BEDROCK_MODELS; ProviderBedrockModels) are what the
+	// generator's role is granted for the providers file beyond the
+	// single-provider parameters: read by the generator only, to refuse a
+	// file that needs more (Grants).
+	ProviderAPIKeyParams, ProviderBedrockModels []string
+
 	// Jobs.
 	BatchSize     int           // BATCH_SIZE: rows per batch
 	MaxRows       int           // MAX_ROWS: largest accepted sheet
@@ -166,11 +174,14 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 	e.MaxRows = intVar("MAX_ROWS", 0, 0)
 	e.MaxTokensLimit = intVar("MAX_TOKENS_LIMIT", 0, 0)
 	e.MaxBatchSize = intVar("MAX_BATCH_SIZE", 0, 0)
-	for _, m := range strings.Split(getenv("ALLOWED_MODELS"), ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			e.AllowedModels = append(e.AllowedModels, m)
+	e.AllowedModels = list(getenv("ALLOWED_MODELS"))
+	e.ProviderAPIKeyParams = list(getenv("PROVIDER_API_KEY_PARAMS"))
+	for _, p := range e.ProviderAPIKeyParams {
+		if !strings.HasPrefix(p, "/") {
+			errs = append(errs, fmt.Errorf("PROVIDER_API_KEY_PARAMS: %q: want SSM parameter names starting with /", p))
 		}
 	}
+	e.ProviderBedrockModels = list(getenv("PROVIDER_BEDROCK_MODELS"))
 	e.MaxInputBytes = int64(intVar("MAX_INPUT_BYTES", pipeline.DefaultMaxInputBytes, 1))
 	e.Lease = time.Duration(intVar("LEASE_SECONDS", 360, 1)) * time.Second
 	e.SimLatency = 300 * time.Millisecond
@@ -211,6 +222,49 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		}
 	}
 	return e, errors.Join(errs...)
+}
+
+// list splits a comma-separated variable, dropping empty items (the
+// template's empty CommaDelimitedList joins to "").
+func list(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// Grants is what template.yaml grants the generator's role, from the same
+// parameters it grants from: ModelApiKeyParam and ProviderApiKeyParams to
+// read; with ModelProvider=bedrock, ModelName in region (the function's
+// own), or BedrockInferenceProfileId in region and ModelName in every
+// region the profile routes to; and each of ProviderBedrockModels as a
+// foundation model or inference profile in every region. The generator
+// checks its providers file against it (providerfile.File.CheckGrants);
+// internal/awsemu's TestTemplateProviderGrants holds it to the template.
+func (e Env) Grants(region string) providerfile.Grants {
+	g := providerfile.Grants{Region: region}
+	if e.ModelAPIKeyParam != "" {
+		g.APIKeyParams = append(g.APIKeyParams, e.ModelAPIKeyParam)
+	}
+	g.APIKeyParams = append(g.APIKeyParams, e.ProviderAPIKeyParams...)
+	if e.ModelProvider == "bedrock" {
+		if e.BedrockInferenceProfile != "" {
+			g.Bedrock = append(g.Bedrock,
+				providerfile.BedrockGrant{Resource: "inference-profile/" + e.BedrockInferenceProfile, Region: region},
+				providerfile.BedrockGrant{Resource: "foundation-model/" + e.ModelName})
+		} else {
+			g.Bedrock = append(g.Bedrock, providerfile.BedrockGrant{Resource: "foundation-model/" + e.ModelName, Region: region})
+		}
+	}
+	for _, m := range e.ProviderBedrockModels {
+		g.Bedrock = append(g.Bedrock,
+			providerfile.BedrockGrant{Resource: "foundation-model/" + m},
+			providerfile.BedrockGrant{Resource: "inference-profile/" + m})
+	}
+	return g
 }
 
 // Require checks that the named variables are set.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -259,6 +260,8 @@ providers:
   - {name: west, kind: sim, rpm: 30, concurrency: 5, timeout: 90s}
   - {name: nova, kind: bedrock, model: amazon.nova-lite-v1:0, region: us-west-2, concurrency: 2, weight: 0}
 `
+	// The role may invoke the entry's model (ProviderBedrockModels).
+	env.ProviderBedrockModels = []string{"amazon.nova-lite-v1:0"}
 	f, err := env.Providers()
 	if err != nil {
 		t.Fatal(err)
@@ -432,5 +435,175 @@ func TestDefaultSpecFollowsProviders(t *testing.T) {
 				t.Errorf("task id on AWS %s, locally %s", got, wantID)
 			}
 		})
+	}
+}
+
+// TestGeneratorChecksGrants: the generator refuses at cold start a
+// providers file that needs a key parameter or Bedrock model its role is
+// not granted (template.yaml: ModelApiKeyParam, ProviderApiKeyParams,
+// ModelProvider=bedrock's model or profile, ProviderBedrockModels), naming
+// what is missing and the parameter that grants it, instead of failing
+// every row with AccessDenied.
+func TestGeneratorChecksGrants(t *testing.T) {
+	t.Parallel()
+	const region = "us-east-1"
+	tests := []struct {
+		name    string
+		vars    map[string]string
+		wantErr []string // substrings of the error; none: the generator starts
+		// reads, when set, is the key parameter the generator goes on to
+		// read once the check passed (on a cancelled context: no network).
+		reads string
+	}{
+		{
+			name:    "key not granted",
+			vars:    map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: openai, kind: openai, api_key_param: /batchgen/other-key}\n"},
+			wantErr: []string{"PROVIDERS_FILE:2", `provider "openai"`, "api_key_param /batchgen/other-key", "ProviderApiKeyParams", "granted now: /batchgen/openai-api-key"},
+		},
+		{
+			name:  "key of ModelApiKeyParam",
+			vars:  map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: openai, kind: openai, api_key_param: /batchgen/openai-api-key}\n"},
+			reads: "/batchgen/openai-api-key",
+		},
+		{
+			name: "keys of ProviderApiKeyParams",
+			vars: map[string]string{
+				"PROVIDERS_FILE":          "providers:\n  - {name: a, kind: openai, api_key_param: /batchgen/a}\n  - {name: b, kind: mock, base_url: \"http://127.0.0.1:9/v1\", api_key_param: /team/b}\n",
+				"PROVIDER_API_KEY_PARAMS": "/batchgen/a,/team/b",
+			},
+			reads: "/batchgen/a",
+		},
+		{
+			name:    "one of two keys not granted",
+			vars:    map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: a, kind: openai, api_key_param: /batchgen/a}\n  - {name: b, kind: openai, api_key_param: /team/b}\n", "PROVIDER_API_KEY_PARAMS": "/batchgen/a"},
+			wantErr: []string{`provider "b"`, "/team/b", "PROVIDERS_FILE:3"},
+		},
+		{
+			name:    "bedrock model not granted",
+			vars:    map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: nova, kind: bedrock, model: amazon.nova-lite-v1:0}\n"},
+			wantErr: []string{`provider "nova"`, "foundation-model/amazon.nova-lite-v1:0 in us-east-1", "add amazon.nova-lite-v1:0 to the template parameter ProviderBedrockModels"},
+		},
+		{
+			name: "bedrock model granted",
+			vars: map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: nova, kind: bedrock, model: amazon.nova-lite-v1:0, region: eu-west-3}\n", "PROVIDER_BEDROCK_MODELS": "amazon.nova-lite-v1:0"},
+		},
+		{
+			name:    "profile without its model",
+			vars:    map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: pro, kind: bedrock, model: us.amazon.nova-pro-v1:0}\n", "PROVIDER_BEDROCK_MODELS": "us.amazon.nova-pro-v1:0"},
+			wantErr: []string{"foundation-model/amazon.nova-pro-v1:0 in every region", "add us.amazon.nova-pro-v1:0,amazon.nova-pro-v1:0"},
+		},
+		{
+			name: "profile and its model",
+			vars: map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: pro, kind: bedrock, model: us.amazon.nova-pro-v1:0}\n", "PROVIDER_BEDROCK_MODELS": "amazon.nova-pro-v1:0,us.amazon.nova-pro-v1:0"},
+		},
+		{
+			name: "ModelProvider=bedrock's model, in the function's region",
+			vars: map[string]string{"MODEL_PROVIDER": "bedrock", "MODEL_NAME": "amazon.nova-lite-v1:0", "PROVIDERS_FILE": "providers:\n  - {name: nova, kind: bedrock, model: amazon.nova-lite-v1:0}\n  - {name: sim, kind: sim}\n"},
+		},
+		{
+			// ModelName is granted in the stack's region only.
+			name:    "ModelProvider=bedrock's model, in another region",
+			vars:    map[string]string{"MODEL_PROVIDER": "bedrock", "MODEL_NAME": "amazon.nova-lite-v1:0", "PROVIDERS_FILE": "providers:\n  - {name: nova, kind: bedrock, model: amazon.nova-lite-v1:0, region: us-west-2}\n"},
+			wantErr: []string{"foundation-model/amazon.nova-lite-v1:0 in us-west-2"},
+		},
+		{
+			name: "ModelProvider=bedrock's inference profile",
+			vars: map[string]string{"MODEL_PROVIDER": "bedrock", "MODEL_NAME": "amazon.nova-lite-v1:0", "BEDROCK_INFERENCE_PROFILE": "us.amazon.nova-lite-v1:0", "PROVIDERS_FILE": "providers:\n  - {name: nova, kind: bedrock, model: us.amazon.nova-lite-v1:0}\n"},
+		},
+		{
+			name: "a foundation model's ARN",
+			vars: map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: nova, kind: bedrock, model: \"arn:aws:bedrock:us-west-2::foundation-model/amazon.nova-lite-v1:0\"}\n", "PROVIDER_BEDROCK_MODELS": "amazon.nova-lite-v1:0"},
+		},
+		{
+			name:    "a provisioned model's ARN",
+			vars:    map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: mine, kind: bedrock, model: \"arn:aws:bedrock:us-east-1:123456789012:provisioned-model/abc\"}\n", "PROVIDER_BEDROCK_MODELS": "abc"},
+			wantErr: []string{`provider "mine"`, "foundation models and inference profiles by id"},
+		},
+		{
+			// README's deployment example, deployed as shown.
+			name: "README example",
+			vars: map[string]string{
+				"PROVIDERS_FILE": readmeProviders, "PROVIDER_API_KEY_PARAMS": "/batchgen/openai-key,/batchgen/vllm-key",
+				"PROVIDER_BEDROCK_MODELS": "us.amazon.nova-pro-v1:0,amazon.nova-pro-v1:0,amazon.nova-lite-v1:0",
+			},
+			reads: "/batchgen/openai-key",
+		},
+		{
+			// ... and with the profile's model left out: README quotes
+			// this message.
+			name: "README example without the profile's model",
+			vars: map[string]string{
+				"PROVIDERS_FILE": readmeProviders, "PROVIDER_API_KEY_PARAMS": "/batchgen/openai-key,/batchgen/vllm-key",
+				"PROVIDER_BEDROCK_MODELS": "us.amazon.nova-pro-v1:0,amazon.nova-lite-v1:0",
+			},
+			wantErr: []string{`the providers need more than the generator's role is granted: PROVIDERS_FILE:5: provider "nova-pro": the generator's role may not invoke Bedrock foundation-model/amazon.nova-pro-v1:0 in every region: add us.amazon.nova-pro-v1:0,amazon.nova-pro-v1:0 to the template parameter ProviderBedrockModels`},
+		},
+		{
+			// Without a providers file the parameters build the one entry
+			// the template grants.
+			name: "single provider, bedrock profile",
+			vars: map[string]string{"MODEL_PROVIDER": "bedrock", "MODEL_NAME": "amazon.nova-lite-v1:0", "BEDROCK_INFERENCE_PROFILE": "us.amazon.nova-lite-v1:0"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := map[string]string{}
+			for k, v := range templateEnv {
+				m[k] = v
+			}
+			for k, v := range tc.vars {
+				m[k] = v
+			}
+			env, err := awswire.LoadEnv(getenv(m))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_, err = generatorwire.New(ctx, awswire.NewDeps(env, aws.Config{Region: region}, "generator"))
+			if tc.reads != "" {
+				if err == nil || !strings.Contains(err.Error(), "read the model API key from SSM parameter "+tc.reads) || strings.Contains(err.Error(), "granted") {
+					t.Fatalf("generator: %v; want it past the check, reading %s", err, tc.reads)
+				}
+				return
+			}
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("generator: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("generator started; want an error with %q", tc.wantErr)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q\nlacks %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// readmeProviders is README's providers-aws.yaml.
+const readmeProviders = `routing: ordered
+providers:
+  - {name: openai, kind: openai, model: gpt-4o-mini, api_key_param: /batchgen/openai-key, rpm: 5000, tpm: 2000000}
+  - {name: vllm, kind: openai, base_url: "https://llm.internal.example.com/v1", model: qwen2.5-7b-instruct, api_key_param: /batchgen/vllm-key, concurrency: 4}
+  - {name: nova-pro, kind: bedrock, model: us.amazon.nova-pro-v1:0, rpm: 500}
+  - {name: nova-lite, kind: bedrock, model: amazon.nova-lite-v1:0, region: us-west-2, rpm: 1000, weight: 0}
+`
+
+// TestReadmeProvidersExample: README's providers-aws.yaml is the file
+// TestGeneratorChecksGrants deploys.
+func TestReadmeProvidersExample(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "# providers-aws.yaml\n"+readmeProviders+"```") {
+		t.Errorf("README.md's providers-aws.yaml is not readmeProviders:\n%s", readmeProviders)
 	}
 }

@@ -60,10 +60,10 @@ var unobserved = map[string]map[string]string{
 		"s3:AbortMultipartUpload": "aborts a multipart upload (results over 5 MiB) that failed part-way",
 	},
 	"GeneratorFunction": {
-		"ssm:GetParameter": "reads the model API key at cold start, only when ModelApiKeyParam is set (the emulator runs use a keyless mock)",
+		"ssm:GetParameter": "reads the model API keys at cold start, only when ModelApiKeyParam or ProviderApiKeyParams is set (the emulator runs use a keyless mock)",
 		// No emulator serves Bedrock; internal/llm/bedrock tests the calls
 		// through the SDK against a double of the Converse wire format.
-		"bedrock:InvokeModel": "calls the model through Bedrock's Converse, only when ModelProvider is bedrock (the emulator runs use a mock)",
+		"bedrock:InvokeModel": "calls the model through Bedrock's Converse, only when ModelProvider is bedrock or ProviderBedrockModels is set (the emulator runs use a mock)",
 		"s3:GetObject":        "reads the cells of rows over 300 KB from overflow/; the test sheets have no such rows",
 	},
 	"ExportStateMachine": {

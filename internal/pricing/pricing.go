@@ -112,11 +112,6 @@ func (t *Table) With(prices map[string]Price) *Table {
 	return out
 }
 
-// inferenceProfilePrefixes are the geography prefixes of Bedrock's
-// cross-region inference profiles ("us.amazon.nova-lite-v1:0"), which are
-// billed as the model.
-var inferenceProfilePrefixes = []string{"us.", "eu.", "apac.", "global.", "us-gov.", "jp.", "au.", "ca."}
-
 // Lookup returns the price of the first key that has one, each key tried
 // exactly, then without a Bedrock inference-profile prefix, then as the
 // longest table entry it starts with.
@@ -128,13 +123,8 @@ func (t *Table) Lookup(keys ...string) (Price, bool) {
 		if p, ok := t.prices[k]; ok {
 			return p, true
 		}
-		base := k
-		for _, prefix := range inferenceProfilePrefixes {
-			if strings.HasPrefix(k, prefix) {
-				base = strings.TrimPrefix(k, prefix)
-				break
-			}
-		}
+		// A cross-region inference profile is billed as its model.
+		base, _ := providerfile.BedrockBaseModel(k)
 		if p, ok := t.prices[base]; ok {
 			return p, true
 		}

@@ -86,6 +86,12 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A key or model the role may not use would fail every row with
+	// AccessDenied (or the cold start, for a key, without saying which
+	// parameter grants it): refuse the file now, naming what to grant.
+	if err := f.CheckGrants(d.Env.Grants(d.AWS.Region)); err != nil {
+		return nil, fmt.Errorf("the providers need more than the generator's role is granted: %w", err)
+	}
 	counter := generatorfn.NewCounter()
 	router, err := Router(ctx, d, f, counter)
 	if err != nil {
