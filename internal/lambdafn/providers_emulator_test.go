@@ -3,12 +3,15 @@
 package lambdafn_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -27,7 +31,8 @@ import (
 // each paced by its own shared DynamoDB limiter; every row is answered
 // once, both endpoints answer some, and the result's provider column names
 // the entry that answered each row. The splitter and the api record the
-// routed providers in the specs they build.
+// routed providers in the specs they build, and the api prices the task's
+// tokens per provider at the file's prices.
 func TestEndToEndProvidersFile(t *testing.T) {
 	t.Parallel()
 	west := mockserver.New(mockserver.Config{Seed: 8, Latency: 20 * time.Millisecond})
@@ -48,8 +53,8 @@ func TestEndToEndProvidersFile(t *testing.T) {
 	e := newE2E(t, e2eOptions{rows: rows, batchSize: 20, latency: 20 * time.Millisecond, providers: func(eastURL string) string {
 		return fmt.Sprintf(`routing: weighted
 providers:
-  - {name: east, kind: mock, base_url: %q, rpm: 6000, concurrency: 2}
-  - {name: west, kind: mock, base_url: "http://%s/v1", rpm: 6000, concurrency: 2}
+  - {name: east, kind: mock, base_url: %q, rpm: 6000, concurrency: 2, price: {input_per_mtok: 1000, output_per_mtok: 3000}}
+  - {name: west, kind: mock, base_url: "http://%s/v1", rpm: 6000, concurrency: 2, price: {input_per_mtok: 10, output_per_mtok: 20}}
 `, eastURL, ln.Addr())
 	}})
 	ev := e.upload("routed.xlsx", nil)
@@ -108,5 +113,32 @@ providers:
 	}
 	if east.Succeeded == 0 || westStats.Succeeded == 0 || east.Succeeded+westStats.Succeeded != rows {
 		t.Errorf("east answered %d, west %d; want both some and %d in all, each row once", east.Succeeded, westStats.Succeeded, rows)
+	}
+
+	// The task's cost: each row's tokens at the price of the entry that
+	// answered it.
+	in, out := slices.Index(result[0], "input_tokens"), slices.Index(result[0], "output_tokens")
+	if in < 0 || out < 0 {
+		t.Fatalf("result header %v has no token columns", result[0])
+	}
+	perMTok := map[string][2]float64{"east": {1000, 3000}, "west": {10, 20}}
+	var wantCost float64
+	for i, r := range result[1:] {
+		tin, err1 := strconv.ParseInt(r[in], 10, 64)
+		tout, err2 := strconv.ParseInt(r[out], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("row %d tokens %q/%q: want counts", i+1, r[in], r[out])
+		}
+		p := perMTok[r[col]]
+		wantCost += (float64(tin)*p[0] + float64(tout)*p[1]) / 1e6
+	}
+	owner := cmp.Or(e.stack.Env.DropOwner, pipeline.LocalOwner)
+	resp, body = serveGateway(t, h, gatewayRequest{sub: owner, method: "GET", target: "/api/tasks/" + taskID})
+	var view api.TaskView
+	if err := json.Unmarshal(body, &view); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/tasks/%s as %s = %d %s (%v)", taskID, owner, resp.StatusCode, body, err)
+	}
+	if view.EstimatedCost == nil || math.Abs(*view.EstimatedCost-wantCost) > 1e-9 {
+		t.Errorf("estimated_cost %v, want %v: each provider's tokens at its entry's price", view.EstimatedCost, wantCost)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/stepfn"
@@ -40,6 +41,12 @@ func New(d *awswire.Deps) (*apifn.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A task's cost prices each provider's tokens at the providers file's
+	// price for its entry, as batchgen status and tasks --providers do.
+	providers, err := d.Env.Providers()
+	if err != nil {
+		return nil, err
+	}
 	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
 	st := d.Store(blobs)
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
@@ -54,6 +61,7 @@ func New(d *awswire.Deps) (*apifn.Handler, error) {
 		},
 		Retrier:   pipeline.Retrier{Store: st, Queue: queue},
 		EventsURL: d.Env.EventsURL,
+		Prices:    pricing.Default().FromProviders(providers),
 	})
 	// The page reads sheets with the API's limits and admits to POST
 	// /ui/inspect whom the API admits; no /metrics on Lambda (EMF instead).
