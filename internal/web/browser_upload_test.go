@@ -249,3 +249,30 @@ func TestBrowserShowsWhyAnUploadIsRefused(t *testing.T) {
 	}
 	screenshot(t, ctx, "web-upload-refused")
 }
+
+// TestBrowserUploadsWithTheToken: against a server with tokens, the page's
+// PUT to the server's own upload endpoint carries the caller's token (a
+// presigned URL elsewhere never gets it), so the uploaded task is alice's
+// and runs.
+func TestBrowserUploadsWithTheToken(t *testing.T) {
+	base := serveOwn(t, []string{"BATCHGEN_API_TOKENS=alice:alice-secret-0001-xyz"}, "--max-inline-bytes", fmt.Sprint(inlineLimit))
+	ctx := newBrowser(t, "en-US")
+	calls := recordAPICalls(t, ctx)
+	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	setToken(t, ctx, "alice-secret-0001-xyz")
+	chooseSheet(t, ctx, writeCSV(t, t.TempDir(), "alice-large.csv", sheetRows))
+	do(t, ctx, "start",
+		chromedp.WaitVisible(chromedp.ID("task-form")),
+		clearTemplate,
+		chromedp.SendKeys(chromedp.ID("template"), "Token upload: {{商品名称}}"),
+		chromedp.Click(chromedp.ID("start")),
+		chromedp.WaitVisible(chromedp.ID("current")),
+	)
+	if _, last := watchProgress(t, ctx, ""); last.State != "SUCCEEDED" {
+		t.Fatalf("alice's uploaded task ended %+v (error %q)", last, text(t, ctx, "#error-message"))
+	}
+	if got := calls.list(); uploads(got) != 1 || slices.Contains(got, "POST /api/tasks multipart") {
+		t.Errorf("requests %v, want one PUT to the upload URL and no multipart POST", got)
+	}
+	do(t, ctx, "alice's list", chromedp.WaitVisible(chromedp.CSS(`#tasks tr[data-task] .badge[data-state="SUCCEEDED"]`)))
+}
