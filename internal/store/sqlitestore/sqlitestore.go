@@ -74,6 +74,9 @@ type Store struct {
 	clock clock.Clock
 	// cacheTTL is Options.CacheTTL with its default; negative: forever.
 	cacheTTL time.Duration
+	// writeStmts and readStmts hold the hot paths' prepared statements,
+	// one cache per pool.
+	writeStmts, readStmts *stmtCache
 }
 
 // Open opens, or creates, the database at path and migrates its schema. path
@@ -121,7 +124,8 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	read.SetMaxOpenConns(opts.ReadConns)
 	read.SetMaxIdleConns(opts.ReadConns)
-	return &Store{path: path, write: write, read: read, clock: opts.Clock, cacheTTL: opts.CacheTTL}, nil
+	return &Store{path: path, write: write, read: read, clock: opts.Clock, cacheTTL: opts.CacheTTL,
+		writeStmts: newStmtCache(write), readStmts: newStmtCache(read)}, nil
 }
 
 // DB returns the write pool, so that the queue (package sqlitequeue) keeps
@@ -133,7 +137,7 @@ func (s *Store) DB() *sql.DB { return s.write }
 
 // Close closes both pools. The last connection to close checkpoints the WAL.
 func (s *Store) Close() error {
-	if err := errors.Join(s.read.Close(), s.write.Close()); err != nil {
+	if err := errors.Join(s.readStmts.close(), s.writeStmts.close(), s.read.Close(), s.write.Close()); err != nil {
 		return fmt.Errorf("close task store %q: %w", s.path, err)
 	}
 	return nil
