@@ -457,6 +457,9 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 			return fmt.Errorf("export the partial result: %w", err)
 		}
 	}
+	if task, err = j.rebuildLostResult(ctx, task); err != nil {
+		return err
+	}
 	if err := j.writeOutput(ctx, task); err != nil {
 		return err
 	}
@@ -570,6 +573,33 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 }
 
 // writeOutput copies the exported result to --out atomically.
+// rebuildLostResult exports a finished task again from its stored rows when
+// its result file is gone from the data directory (deleted by hand, or a
+// data directory restored without its results), so rerunning the job or
+// `batchgen retry` writes the result again without a model call, as a
+// re-dropped file does on AWS (pipeline.Reexport).
+func (j *runJob) rebuildLostResult(ctx context.Context, task store.Task) (store.Task, error) {
+	if task.ResultKey == "" || (task.State != store.TaskSucceeded && task.State != store.TaskPartial) {
+		return task, nil
+	}
+	r, err := j.data.blobs.Open(ctx, task.ResultKey)
+	if err == nil {
+		return task, r.Close()
+	}
+	if !errors.Is(err, blob.ErrNotFound) {
+		return task, fmt.Errorf("open result of task %s: %w", task.ID, err)
+	}
+	j.logger.Warn("result file missing; exporting the task again from its stored rows", "task_id", task.ID, "key", task.ResultKey)
+	if _, err := pipeline.Reexport(ctx, j.data.store, j.exporter, task, time.Now()); err != nil {
+		return task, err
+	}
+	task, err = j.data.store.GetTask(ctx, task.ID)
+	if err != nil {
+		return task, fmt.Errorf("read task %s: %w", task.ID, err)
+	}
+	return task, nil
+}
+
 func (j *runJob) writeOutput(ctx context.Context, task store.Task) error {
 	if task.ResultKey == "" {
 		return fmt.Errorf("task %s is %s and has no result file", task.ID, task.State)
