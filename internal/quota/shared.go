@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -19,16 +20,34 @@ type Amount struct {
 }
 
 // Leaser hands out the budgets of calendar seconds shared by every worker
-// of a deployment. dynamoquota implements it with one conditional DynamoDB
-// update per lease (two when the seconds span a minute), requests and
-// tokens together.
+// of a deployment, and keeps the deployment's Ceiling beside them.
+// dynamoquota implements it with one conditional DynamoDB update per lease
+// (two when the seconds span a minute), requests, tokens and ceiling
+// together.
 type Leaser interface {
 	// Lease takes up to want[i] of second from+i (Unix seconds), each
-	// second out of limit, and returns how much it got for each: less when
-	// others took the rest, 0 when a second is spent. It never grants
-	// beyond limit in total for a second; a limit of 0 Tokens means tokens
-	// are not counted (and none are granted).
-	Lease(ctx context.Context, from int64, want []Amount, limit Amount) ([]Amount, error)
+	// second out of the newest ceiling's Budget of limit, and returns how
+	// much it got for each (less when others took the rest, 0 when a
+	// second is spent) and that ceiling. The newest ceiling is known, or
+	// the store's when it is newer; the store keeps known when known is
+	// newer, so that a ceiling a process learned reaches the others even
+	// if its own write of it failed. It never grants beyond the budget in
+	// total for a second; a limit of 0 Tokens means tokens are not counted
+	// (and none are granted).
+	Lease(ctx context.Context, from int64, want []Amount, limit Amount, known Ceiling) (Lease, error)
+	// Lower stores next as the deployment's ceiling unless the store holds
+	// one newer than seen (another process cut first: its cut stands, and
+	// this one, based on the same knowledge, would cut twice), and returns
+	// the ceiling the store holds afterwards.
+	Lower(ctx context.Context, seen, next Ceiling) (Ceiling, error)
+}
+
+// Lease is what a Leaser's Lease got.
+type Lease struct {
+	// Got is what each second asked for got.
+	Got []Amount
+	// Ceiling is the newest ceiling, the one the budgets were cut by.
+	Ceiling Ceiling
 }
 
 // Tuning of the blocks a Shared limiter leases.
@@ -60,6 +79,9 @@ type SharedConfig struct {
 	MinPenalty time.Duration
 	// Clock tells the time and waits. Defaults to clock.Real.
 	Clock clock.Clock
+	// Logger hears of the deployment's ceiling: when this process lowers
+	// it, and when a write of it fails. Defaults to discarding.
+	Logger *slog.Logger
 }
 
 // Shared paces requests against a quota shared by many processes (Lambda
@@ -78,6 +100,14 @@ type SharedConfig struct {
 // write per leaseTokens model calls or fewer, however many goroutines wait.
 // Processes racing for seconds the quota cannot cover in full are served
 // first come, first served.
+//
+// A quota configured too high is learned for the whole fleet: a 429 lowers
+// the deployment's Ceiling in the store (one conditional write; none for
+// the 429s of the same event), every lease honours the newest ceiling and
+// returns it, so the other processes learn it with their next lease at no
+// extra cost, and it probes back up with time computed from when it was
+// set. A rate-limit header with a lower limit than configured sets a
+// ceiling too.
 type Shared struct {
 	leaser Leaser
 	cfg    SharedConfig
@@ -118,6 +148,10 @@ type Shared struct {
 	// changed is closed (and replaced) by Penalize, waking goroutines
 	// whose slot or pause it invalidates.
 	changed chan struct{}
+	// ceil is the newest deployment ceiling this process knows; wrote is
+	// when it last wrote one (at most one a cutEvery).
+	ceil  Ceiling
+	wrote time.Time
 }
 
 // NewShared returns a Shared limiter over leaser. RPM must be positive.
@@ -134,6 +168,9 @@ func NewShared(leaser Leaser, cfg SharedConfig) (*Shared, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	limit := int(math.Floor(float64(cfg.RPM) / 60 * (1 - cfg.SafetyMargin)))
 	if limit < 1 {
@@ -214,7 +251,7 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 				return nil
 			}
 		}
-		if s.full[sec] || (s.startedSec == sec && s.started >= s.limit) ||
+		if s.full[sec] || s.budgetLocked(sec).Requests == 0 || (s.startedSec == sec && s.started >= s.budgetLocked(sec).Requests) ||
 			(tok > 0 && s.tokFull[sec] && s.grants[sec].Tokens < tok) {
 			// The store has nothing left for this second.
 			s.mu.Unlock()
@@ -235,11 +272,12 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			continue
 		}
 		want := s.blockLocked(sec, tok)
+		known := s.ceil
 		done := make(chan struct{})
 		s.leasing = done
 		s.mu.Unlock()
 
-		got, err := s.leaser.Lease(ctx, sec, want, Amount{Requests: s.limit, Tokens: s.tokLimit})
+		lease, err := s.leaser.Lease(ctx, sec, want, Amount{Requests: s.limit, Tokens: s.tokLimit}, known)
 
 		s.mu.Lock()
 		s.leasing = nil
@@ -248,6 +286,8 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			s.mu.Unlock()
 			return fmt.Errorf("lease quota tokens: %w", err)
 		}
+		s.adoptLocked(lease.Ceiling, sec)
+		got := lease.Got
 		for i, w := range want {
 			var n Amount
 			if i < len(got) {
@@ -263,7 +303,7 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			}
 			// Less than asked, or the whole second's tokens: the store
 			// has none left for it.
-			if n.Tokens < w.Tokens || (s.tokLimit > 0 && n.Tokens >= s.tokLimit) {
+			if n.Tokens < w.Tokens || (s.tokLimit > 0 && n.Tokens >= s.budgetLocked(k).Tokens) {
 				s.tokFull[k] = true
 			}
 		}
@@ -320,7 +360,7 @@ func (s *Shared) takeLocked(now time.Time, tok int) (time.Time, bool) {
 	if s.tokLimit > 0 {
 		// Never spend tokens faster than the quota's pace either.
 		// Unused tokens come back (Settle), so pace at what calls use.
-		spacing = max(spacing, time.Duration(float64(tok)*s.ratioLocked()/float64(s.tokLimit)*float64(time.Second)))
+		spacing = max(spacing, time.Duration(float64(tok)*s.ratioLocked()/float64(s.budgetLocked(sec).Tokens)*float64(time.Second)))
 	}
 	s.next = at.Add(spacing)
 	return at, true
@@ -331,7 +371,30 @@ func (s *Shared) takeLocked(now time.Time, tok int) (time.Time, bool) {
 // second does not burst into the first tokens of the next.
 func (s *Shared) spacingLocked(now time.Time, left int) time.Duration {
 	end := time.Unix(now.Unix()+1, 0)
-	return max(end.Sub(now)/time.Duration(left+1), time.Second/time.Duration(s.limit))
+	rate := max(float64(s.limit)*s.ceil.ShareAt(now), minShare)
+	return max(end.Sub(now)/time.Duration(left+1), time.Duration(float64(time.Second)/rate))
+}
+
+// budgetLocked is what second sec may start under the newest ceiling known.
+func (s *Shared) budgetLocked(sec int64) Amount {
+	return s.ceil.Budget(Amount{Requests: s.limit, Tokens: s.tokLimit}, sec)
+}
+
+// adoptLocked takes in a ceiling the store returned at second sec: when it
+// is newer than the one known, the budget this process leased for later
+// seconds under the old one is dropped (the store counts it as taken, so
+// those seconds stay short of the new budget, which errs on the side of
+// the quota).
+func (s *Shared) adoptLocked(c Ceiling, sec int64) {
+	if !c.Newer(s.ceil) {
+		return
+	}
+	s.ceil = c
+	for k := range s.grants {
+		if k > sec {
+			delete(s.grants, k)
+		}
+	}
 }
 
 // changedLocked returns the channel the next Penalize closes.
@@ -354,13 +417,16 @@ func (s *Shared) blockLocked(sec int64, tok int) []Amount {
 	case sec - 1:
 		rate = s.started
 	}
-	perSecond := min(max(rate+(rate+3)/4, s.waiting, 1), s.limit)
+	// The block is capped at the ceiling's rate, rounded up: the store
+	// holds each second to its own budget.
+	ceiling := max(int(math.Ceil(float64(s.limit)*s.ceil.ShareAt(s.cfg.Clock.Now()))), 1)
+	perSecond := min(max(rate+(rate+3)/4, s.waiting, 1), ceiling)
 	if s.tokLimit > 0 && s.avgTok > 0 {
 		// No more requests than a second's tokens can start: the rest
 		// would be held from other processes for nothing.
 		perSecond = min(perSecond, max(int(math.Ceil(float64(s.tokLimit)/(s.avgTok*s.ratioLocked()))), 1))
 	}
-	first := min(max(perSecond-already, s.waiting, 1), s.limit)
+	first := min(max(perSecond-already, s.waiting, 1), ceiling)
 	seconds := 1
 	if rate > 0 {
 		// Only a measured rate reaches ahead: a burst of waiting
@@ -401,10 +467,15 @@ func (s *Shared) countStartLocked(sec int64) {
 }
 
 // Penalize reports a 429: this process starts nothing before retryAfter
-// (at least MinPenalty) has passed.
+// (at least MinPenalty) has passed, and, unless the 429 belongs to an event
+// that already cut it (see cutAfter429), the deployment's ceiling is cut
+// for every process: at once here, and in the store with one conditional
+// write. A failed write is logged; the cut still holds here, and this
+// process's next lease carries it to the store.
 func (s *Shared) Penalize(retryAfter time.Duration) {
 	retryAfter = min(max(retryAfter, s.cfg.MinPenalty), maxPenalty)
-	until := s.cfg.Clock.Now().Add(retryAfter)
+	now := s.cfg.Clock.Now()
+	until := now.Add(retryAfter)
 	s.mu.Lock()
 	if until.After(s.pauseUntil) {
 		s.pauseUntil = until
@@ -414,8 +485,44 @@ func (s *Shared) Penalize(retryAfter time.Duration) {
 		close(s.changed)
 		s.changed = nil
 	}
+	seen := s.ceil
+	next, cut := cutAfter429(seen, now, retryAfter)
+	cut = cut && now.Sub(s.wrote) >= cutEvery
+	if cut {
+		s.ceil, s.wrote = next, now
+	}
+	s.mu.Unlock()
+	if cut {
+		s.lower(seen, next, "429")
+	}
+}
+
+// lower writes next to the store, in place of seen, and adopts what the
+// store holds afterwards. Penalize and Observe have no context: the write
+// gets its own, bounded, so that a store that hangs cannot hold the caller.
+func (s *Shared) lower(seen, next Ceiling, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), lowerTimeout)
+	defer cancel()
+	stored, err := s.leaser.Lower(ctx, seen, next)
+	if err != nil {
+		s.cfg.Logger.Warn("shared quota: could not store the lowered ceiling; this instance keeps it and its next lease stores it",
+			"share", next.Share, "reason", why, "error", err)
+		return
+	}
+	if stored.At == next.At {
+		s.cfg.Logger.Info("shared quota: lowered the deployment's ceiling", "share", next.Share,
+			"requests_per_second", float64(s.limit)*next.Share, "reason", why)
+	}
+	s.mu.Lock()
+	if stored.Newer(s.ceil) || stored.At != next.At && s.ceil.At == next.At {
+		// Another process cut first: its ceiling replaces this one.
+		s.ceil = stored
+	}
 	s.mu.Unlock()
 }
+
+// lowerTimeout bounds a ceiling write.
+const lowerTimeout = 5 * time.Second
 
 // Settle corrects a started request's charge with the tokens the provider
 // reported it used: unused tokens go back to the current second's block (the
@@ -453,13 +560,51 @@ func (s *Shared) ratioLocked() float64 {
 	return max(s.usedRatio, 0.05)
 }
 
-// Observe does nothing: a shared quota is configured for the deployment
-// (the stack's parameters), and one process's headers cannot see the
-// others'.
-func (s *Shared) Observe(llm.RateLimits) {}
+// Observe takes in a provider's rate-limit headers: a request or token
+// limit below the configured quota becomes the deployment's ceiling (Fixed,
+// see stated), at most one write a cutEvery. The remaining counts are not
+// used: one process's headers count the others' use too, which the store's
+// budgets already account for.
+func (s *Shared) Observe(rl llm.RateLimits) {
+	if !rl.Known() {
+		return
+	}
+	now := s.cfg.Clock.Now()
+	keep := 1 - s.cfg.SafetyMargin
+	s.mu.Lock()
+	seen := s.ceil
+	next, lower := stated(seen, now, rl.Requests.Limit, s.limit, keep)
+	if c, ok := stated(seen, now, rl.Tokens.Limit, s.tokLimit, keep); ok && (!lower || c.Share < next.Share) {
+		next, lower = c, true
+	}
+	lower = lower && now.Sub(s.wrote) >= cutEvery
+	if lower {
+		s.ceil, s.wrote = next, now
+	}
+	s.mu.Unlock()
+	if lower {
+		s.lower(seen, next, "rate-limit header")
+	}
+}
 
-// Limit is the number of requests a calendar second may start.
+// Limit is the number of requests a calendar second may start under the
+// configured quota.
 func (s *Shared) Limit() int { return s.limit }
+
+// Ceiling is the newest deployment ceiling this process knows.
+func (s *Shared) Ceiling() Ceiling {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ceil
+}
+
+// Rate is the requests a second the deployment may start now, under the
+// newest ceiling this process knows.
+func (s *Shared) Rate() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return float64(s.limit) * s.ceil.ShareAt(s.cfg.Clock.Now())
+}
 
 // sleep waits d, or until ctx ends (its error) or changed is closed (nil).
 func (s *Shared) sleep(ctx context.Context, d time.Duration, changed <-chan struct{}) error {

@@ -1,9 +1,6 @@
 package quota
 
 import (
-	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,38 +8,10 @@ import (
 	"github.com/batchgen/batchgen/internal/quota/quotatest"
 )
 
-// memLeaser is an in-memory Leaser: the unit-test double of the shared
-// budget (dynamoquota is tested against the emulator). It counts its
-// leases, each of which is one write to the real store.
-type memLeaser struct {
-	mu     sync.Mutex
-	used   map[int64]Amount
-	leases atomic.Int64
-}
-
-func newMemLeaser() *memLeaser { return &memLeaser{used: map[int64]Amount{}} }
-
-func (m *memLeaser) Lease(_ context.Context, from int64, want []Amount, limit Amount) ([]Amount, error) {
-	m.leases.Add(1)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	got := make([]Amount, len(want))
-	for i, w := range want {
-		sec := from + int64(i)
-		u := m.used[sec]
-		got[i].Requests = max(min(w.Requests, limit.Requests-u.Requests), 0)
-		got[i].Tokens = max(min(w.Tokens, limit.Tokens-u.Tokens), 0)
-		u.Requests += got[i].Requests
-		u.Tokens += got[i].Tokens
-		m.used[sec] = u
-	}
-	return got, nil
-}
-
 func TestSharedConformance(t *testing.T) {
 	t.Parallel()
 	quotatest.Run(t, func(t *testing.T, cfg quotatest.Config) quotatest.Limiter {
-		s, err := NewShared(newMemLeaser(), SharedConfig{RPM: cfg.RPM, TPM: cfg.TPM, MinPenalty: cfg.MinPenalty, Clock: cfg.Clock})
+		s, err := NewShared(NewMemLeaser(), SharedConfig{RPM: cfg.RPM, TPM: cfg.TPM, MinPenalty: cfg.MinPenalty, Clock: cfg.Clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +24,7 @@ func TestSharedConformance(t *testing.T) {
 // any calendar second, and together use most of it once warmed up.
 func TestSharedHoldsTheQuotaAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	leaser := newMemLeaser()
+	leaser := NewMemLeaser()
 	clk := clock.NewFake(quotatest.Base)
 	const rpm = 1200 // 20 a second, 19 after the margin
 	d := quotatest.NewDriver(t, clk)
@@ -117,7 +86,7 @@ func TestSharedLeaseCost(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			leaser := newMemLeaser()
+			leaser := NewMemLeaser()
 			clk := clock.NewFake(quotatest.Base)
 			s, err := NewShared(leaser, SharedConfig{RPM: tc.rpm, TPM: tc.tpm, Clock: clk})
 			if err != nil {
@@ -129,10 +98,10 @@ func TestSharedLeaseCost(t *testing.T) {
 			// Warm up for 5 s (the first seconds size the block), then
 			// count 30 s of steady state.
 			d.RunUntil(quotatest.Base.Add(5 * time.Second))
-			warm, leases := len(d.Starts()), leaser.leases.Load()
+			warm, leases := len(d.Starts()), leaser.Writes()
 			d.RunUntil(quotatest.Base.Add(35 * time.Second))
 			calls := len(d.Stop()) - warm
-			writes := leaser.leases.Load() - leases
+			writes := leaser.Writes() - leases
 			if calls < tc.rate*30*9/10 {
 				t.Fatalf("only %d calls in 30 s, want about %d a second", calls, tc.rate)
 			}
@@ -145,10 +114,10 @@ func TestSharedLeaseCost(t *testing.T) {
 
 func TestNewSharedRejectsTinyQuota(t *testing.T) {
 	t.Parallel()
-	if _, err := NewShared(newMemLeaser(), SharedConfig{RPM: 30}); err == nil {
+	if _, err := NewShared(NewMemLeaser(), SharedConfig{RPM: 30}); err == nil {
 		t.Error("a 30 RPM quota (under one request a second) was accepted")
 	}
-	if _, err := NewShared(newMemLeaser(), SharedConfig{RPM: 0}); err == nil {
+	if _, err := NewShared(NewMemLeaser(), SharedConfig{RPM: 0}); err == nil {
 		t.Error("RPM 0 was accepted")
 	}
 }

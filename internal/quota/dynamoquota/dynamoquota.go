@@ -28,6 +28,16 @@ const keepSeconds = 3600
 // lease of several seconds of one minute is one conditional update,
 // requests and tokens together; when a second cannot cover what was asked,
 // the update is retried with what is left.
+//
+// The deployment's quota.Ceiling lives in the same items ("cs" its share,
+// "ca" when it was set and "cq" its quiet time, in Unix milliseconds, "cf"
+// whether the provider stated it), so that a lease learns it at no extra
+// cost: every lease is conditional on the item holding no newer ceiling
+// than the leaser knows (and stores the one it knows), so a lease made
+// with an old ceiling fails, reads the newer one back from the failure and
+// is retried under it. A cut (Lower) writes the item of the minute it
+// happens in; the processes that know it carry it into the next minutes'
+// items with their leases.
 type Leaser struct {
 	client *dynamodb.Client
 	table  string
@@ -42,45 +52,116 @@ func New(client *dynamodb.Client, table, name string) *Leaser {
 	return &Leaser{client: client, table: table, name: name}
 }
 
-// Lease takes up to want[i] of second from+i's limit and returns how much
-// it got for each second: one update per minute the seconds touch.
-func (l *Leaser) Lease(ctx context.Context, from int64, want []quota.Amount, limit quota.Amount) ([]quota.Amount, error) {
+// Attributes of the ceiling in a minute's item.
+const (
+	attrShare = "cs"
+	attrAt    = "ca"
+	attrQuiet = "cq"
+	attrFixed = "cf"
+)
+
+// Lease takes up to want[i] of second from+i's budget under the newest
+// ceiling and returns how much it got for each second and that ceiling:
+// one update per minute the seconds touch (and one more for a minute whose
+// item holds a ceiling newer than known).
+func (l *Leaser) Lease(ctx context.Context, from int64, want []quota.Amount, limit quota.Amount, known quota.Ceiling) (quota.Lease, error) {
 	got := make([]quota.Amount, len(want))
 	for i := 0; i < len(want); {
 		minute := (from + int64(i)) / 60 * 60
 		n := min(len(want)-i, int(minute+60-(from+int64(i))))
-		if err := l.leaseMinute(ctx, minute, from+int64(i), want[i:i+n], got[i:i+n], limit); err != nil {
-			return nil, err
+		var err error
+		if known, err = l.leaseMinute(ctx, minute, from+int64(i), want[i:i+n], got[i:i+n], limit, known); err != nil {
+			return quota.Lease{}, err
 		}
 		i += n
 	}
-	return got, nil
+	return quota.Lease{Got: got, Ceiling: known}, nil
 }
 
 // counter is one attribute of the minute's item: a second's requests or
 // tokens.
 type counter struct {
-	attr  string
-	ask   *int
-	limit int
+	attr   string
+	ask    *int
+	sec    int64
+	tokens bool
+}
+
+// limit is the counter's budget under ceiling c.
+func (c counter) limit(limit quota.Amount, ceiling quota.Ceiling) int {
+	b := ceiling.Budget(limit, c.sec)
+	if c.tokens {
+		return b.Tokens
+	}
+	return b.Requests
+}
+
+// key is the item of the minute starting at minute.
+func (l *Leaser) key(minute int64) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"PK": &types.AttributeValueMemberS{Value: "QUOTA#" + l.name},
+		"SK": &types.AttributeValueMemberS{Value: "M#" + strconv.FormatInt(minute, 10)},
+	}
+}
+
+// ceilingSet adds the SET of ceiling c to an update's names and values.
+func ceilingSet(c quota.Ceiling, names map[string]string, values map[string]types.AttributeValue) string {
+	for _, a := range []string{attrShare, attrAt, attrQuiet, attrFixed} {
+		names["#"+a] = a
+	}
+	values[":cs"] = &types.AttributeValueMemberN{Value: strconv.FormatFloat(c.Share, 'g', -1, 64)}
+	values[":ca"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(c.At, 10)}
+	values[":cq"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(c.Quiet, 10)}
+	values[":cf"] = &types.AttributeValueMemberBOOL{Value: c.Fixed}
+	return "#cs = :cs, #ca = :ca, #cq = :cq, #cf = :cf"
+}
+
+// ceilingOf reads the ceiling an item holds; the zero Ceiling when none
+// (or a malformed one: an operator's edit must not stop the generators).
+func ceilingOf(item map[string]types.AttributeValue) quota.Ceiling {
+	num := func(attr string) (float64, bool) {
+		n, ok := item[attr].(*types.AttributeValueMemberN)
+		if !ok {
+			return 0, false
+		}
+		v, err := strconv.ParseFloat(n.Value, 64)
+		return v, err == nil
+	}
+	share, ok1 := num(attrShare)
+	at, ok2 := num(attrAt)
+	if !ok1 || !ok2 || share <= 0 || at <= 0 {
+		return quota.Ceiling{}
+	}
+	c := quota.Ceiling{Share: min(share, 1), At: int64(at)}
+	if q, ok := num(attrQuiet); ok {
+		c.Quiet = int64(q)
+	}
+	if f, ok := item[attrFixed].(*types.AttributeValueMemberBOOL); ok {
+		c.Fixed = f.Value
+	}
+	return c
 }
 
 // leaseMinute leases want[j] of second from+j, all in the minute starting
-// at minute, into got.
-func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got []quota.Amount, limit quota.Amount) error {
+// at minute, into got, and returns the newest ceiling: known, or the
+// item's when it is newer.
+func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got []quota.Amount, limit quota.Amount, known quota.Ceiling) (quota.Ceiling, error) {
 	ask := make([]quota.Amount, len(want))
 	var counters []counter
 	for j, w := range want {
-		ask[j] = quota.Amount{Requests: max(min(w.Requests, limit.Requests), 0), Tokens: max(min(w.Tokens, limit.Tokens), 0)}
-		sec := from + int64(j) - minute
-		counters = append(counters, counter{fmt.Sprintf("s%02d", sec), &ask[j].Requests, limit.Requests})
+		sec := from + int64(j)
+		b := known.Budget(limit, sec)
+		ask[j] = quota.Amount{Requests: max(min(w.Requests, b.Requests), 0), Tokens: max(min(w.Tokens, b.Tokens), 0)}
+		counters = append(counters, counter{fmt.Sprintf("s%02d", sec-minute), &ask[j].Requests, sec, false})
 		if limit.Tokens > 0 {
-			counters = append(counters, counter{fmt.Sprintf("t%02d", sec), &ask[j].Tokens, limit.Tokens})
+			counters = append(counters, counter{fmt.Sprintf("t%02d", sec-minute), &ask[j].Tokens, sec, true})
 		}
 	}
+	// item is the item's ceiling as the last failed update read it back.
+	var item *quota.Ceiling
 	for {
 		var adds, conds []string
-		names := map[string]string{}
+		names := map[string]string{"#ca": attrAt}
 		values := map[string]types.AttributeValue{
 			":ttl": &types.AttributeValueMemberN{Value: strconv.FormatInt(minute+60+keepSeconds, 10)},
 		}
@@ -92,20 +173,32 @@ func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got 
 			attr := c.attr
 			names["#"+attr] = attr
 			values[":n"+attr] = &types.AttributeValueMemberN{Value: strconv.Itoa(n)}
-			values[":m"+attr] = &types.AttributeValueMemberN{Value: strconv.Itoa(c.limit - n)}
+			values[":m"+attr] = &types.AttributeValueMemberN{Value: strconv.Itoa(c.limit(limit, known) - n)}
 			adds = append(adds, fmt.Sprintf("#%s :n%s", attr, attr))
 			conds = append(conds, fmt.Sprintf("(attribute_not_exists(#%s) OR #%s <= :m%s)", attr, attr, attr))
 		}
 		if len(adds) == 0 {
-			return nil // every second asked for is spent
+			// Every second asked for is spent. The item still gets the
+			// newer ceiling this process knows, so that processes that
+			// lease there learn it.
+			if item != nil && known.Newer(*item) {
+				return l.store(ctx, minute, *item, known)
+			}
+			return known, nil
+		}
+		set := "expires_at = if_not_exists(expires_at, :ttl)"
+		if known.At > 0 {
+			// Store the ceiling this process knows, unless the item holds
+			// a newer one.
+			set += ", " + ceilingSet(known, names, values)
+			conds = append(conds, "(attribute_not_exists(#ca) OR #ca <= :ca)")
+		} else {
+			conds = append(conds, "attribute_not_exists(#ca)")
 		}
 		_, err := l.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(l.table),
-			Key: map[string]types.AttributeValue{
-				"PK": &types.AttributeValueMemberS{Value: "QUOTA#" + l.name},
-				"SK": &types.AttributeValueMemberS{Value: "M#" + strconv.FormatInt(minute, 10)},
-			},
-			UpdateExpression:                    aws.String("ADD " + strings.Join(adds, ", ") + " SET expires_at = if_not_exists(expires_at, :ttl)"),
+			TableName:                           aws.String(l.table),
+			Key:                                 l.key(minute),
+			UpdateExpression:                    aws.String("ADD " + strings.Join(adds, ", ") + " SET " + set),
 			ConditionExpression:                 aws.String(strings.Join(conds, " AND ")),
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			ExpressionAttributeNames:            names,
@@ -113,25 +206,76 @@ func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got 
 		})
 		if err == nil {
 			copy(got, ask)
-			return nil
+			return known, nil
 		}
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return fmt.Errorf("lease quota %s seconds %d to %d: %w", l.name, from, from+int64(len(want))-1, err)
+			return known, fmt.Errorf("lease quota %s seconds %d to %d: %w", l.name, from, from+int64(len(want))-1, err)
 		}
-		// Ask again for what is left of each counter. At least one ask
-		// shrinks each round (the one whose condition failed), and the
-		// counters only grow, so a lease racing others always ends.
+		// A newer ceiling in the item lowers the budgets. Then ask again
+		// for what is left of each counter. At least one ask shrinks each
+		// round (the one whose condition failed), or the ceiling becomes
+		// the item's; the counters only grow, so a lease racing others
+		// always ends.
+		changed := false
+		stored := ceilingOf(ccf.Item)
+		item = &stored
+		if stored.Newer(known) {
+			known, changed = stored, true
+		}
 		for _, c := range counters {
+			lim := c.limit(limit, known)
 			used := 0
 			if n, ok := ccf.Item[c.attr].(*types.AttributeValueMemberN); ok {
 				if v, err := strconv.Atoi(n.Value); err == nil {
 					used = v
 				}
 			} else if len(ccf.Item) == 0 {
-				used = c.limit // no item to read back: assume the worst
+				used = lim // no item to read back: assume the worst
 			}
-			*c.ask = max(min(*c.ask, c.limit-used), 0)
+			if left := max(min(*c.ask, lim-used), 0); left != *c.ask {
+				*c.ask, changed = left, true
+			}
+		}
+		if !changed {
+			// Only a ceiling this code cannot read (edited by hand) fails
+			// the same way twice: say so rather than retry forever.
+			return known, fmt.Errorf("lease quota %s minute %d: the item's ceiling (%s, %s) is malformed; remove those attributes", l.name, minute, attrShare, attrAt)
 		}
 	}
+}
+
+// Lower stores next in the item of the minute it was set in, unless that
+// item holds a ceiling newer than seen, and returns the ceiling the item
+// holds afterwards: one conditional update.
+func (l *Leaser) Lower(ctx context.Context, seen, next quota.Ceiling) (quota.Ceiling, error) {
+	return l.store(ctx, next.At/1000/60*60, seen, next)
+}
+
+// store writes next into the item of the minute starting at minute unless
+// it holds a ceiling newer than seen, and returns the one it holds after.
+func (l *Leaser) store(ctx context.Context, minute int64, seen, next quota.Ceiling) (quota.Ceiling, error) {
+	names := map[string]string{}
+	values := map[string]types.AttributeValue{
+		":ttl":  &types.AttributeValueMemberN{Value: strconv.FormatInt(minute+60+keepSeconds, 10)},
+		":seen": &types.AttributeValueMemberN{Value: strconv.FormatInt(seen.At, 10)},
+	}
+	set := ceilingSet(next, names, values)
+	_, err := l.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(l.table),
+		Key:                                 l.key(minute),
+		UpdateExpression:                    aws.String("SET " + set + ", expires_at = if_not_exists(expires_at, :ttl)"),
+		ConditionExpression:                 aws.String("attribute_not_exists(#ca) OR #ca <= :seen"),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+	})
+	if err == nil {
+		return next, nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return ceilingOf(ccf.Item), nil
+	}
+	return quota.Ceiling{}, fmt.Errorf("lower quota %s ceiling to %.3f: %w", l.name, next.Share, err)
 }

@@ -60,7 +60,8 @@ func TestLeaseNeverExceedsLimit(t *testing.T) {
 				ask := slices.Clone(want)
 				ask[i].Requests += i // different sizes race
 				ask[(i+1)%len(ask)].Tokens += 100 * i
-				got, err := l.Lease(ctx, second, ask, limit)
+				lease, err := l.Lease(ctx, second, ask, limit, quota.Ceiling{})
+				got := lease.Got
 				if err != nil {
 					t.Error(err)
 					return
@@ -85,13 +86,92 @@ func TestLeaseNeverExceedsLimit(t *testing.T) {
 	}
 	// Another second has its own budget; another quota name too; without
 	// a token limit no tokens are counted.
-	got, err := dynamoquota.New(client, tableName, "openai:gpt").Lease(ctx, second+5, []quota.Amount{{Requests: 5, Tokens: 100}, {Requests: 30, Tokens: 9000}}, limit)
-	if diff := cmp.Diff([]quota.Amount{{Requests: 5, Tokens: 100}, limit}, got); err != nil || diff != "" {
+	got, err := dynamoquota.New(client, tableName, "openai:gpt").Lease(ctx, second+5, []quota.Amount{{Requests: 5, Tokens: 100}, {Requests: 30, Tokens: 9000}}, limit, quota.Ceiling{})
+	if diff := cmp.Diff([]quota.Amount{{Requests: 5, Tokens: 100}, limit}, got.Got); err != nil || diff != "" {
 		t.Errorf("next seconds: err %v, (-want +got):\n%s", err, diff)
 	}
-	got, err = dynamoquota.New(client, tableName, "other").Lease(ctx, second, []quota.Amount{{Requests: 5, Tokens: 100}}, quota.Amount{Requests: 25})
-	if diff := cmp.Diff([]quota.Amount{{Requests: 5, Tokens: 0}}, got); err != nil || diff != "" {
+	got, err = dynamoquota.New(client, tableName, "other").Lease(ctx, second, []quota.Amount{{Requests: 5, Tokens: 100}}, quota.Amount{Requests: 25}, quota.Ceiling{})
+	if diff := cmp.Diff([]quota.Amount{{Requests: 5, Tokens: 0}}, got.Got); err != nil || diff != "" {
 		t.Errorf("another quota without TPM: err %v, (-want +got):\n%s", err, diff)
+	}
+}
+
+// TestCeilingTravelsWithLeases: a ceiling lowered in one minute's item
+// (Lower, conditional on the store holding nothing newer than the writer
+// saw) cuts every later lease's budget, reaches a process that knew
+// nothing through its lease (one retried update, no read), and is carried
+// into the next minute's item by a lease that spans it, where a fresh
+// process learns it too; an older ceiling never replaces a newer one.
+func TestCeilingTravelsWithLeases(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg, tableName := table(t)
+	rec := awsops.New()
+	client := dynamodb.NewFromConfig(rec.Attach(cfg))
+	limit := quota.Amount{Requests: 20, Tokens: 2000}
+	// A minute two minutes ahead, ceilings set 50 s into it: the seconds
+	// leased below are within the ceiling's first 20 s (no probe yet).
+	minute := time.Now().Unix()/60*60 + 120
+	at := (minute + 50) * 1000
+	half := quota.Ceiling{Share: 0.5, At: at, Quiet: at + 10_000}
+	name := "ceiling"
+	writer, fresh := dynamoquota.New(client, tableName, name), dynamoquota.New(client, tableName, name)
+
+	stored, err := writer.Lower(ctx, quota.Ceiling{}, half)
+	if err != nil || stored != half {
+		t.Fatalf("Lower on an empty store = %+v, %v; want %+v stored", stored, err, half)
+	}
+	// A second cut based on the same (empty) knowledge loses to the first.
+	stale := quota.Ceiling{Share: 0.25, At: at + 500, Quiet: at + 10_500}
+	if stored, err := writer.Lower(ctx, quota.Ceiling{}, stale); err != nil || stored != half {
+		t.Errorf("Lower from stale knowledge = %+v, %v; want the stored %+v kept", stored, err, half)
+	}
+
+	// A process that knows no ceiling learns it from its lease: half of
+	// each second's budget, spread (10 requests, 1000 tokens a second).
+	rec.Reset()
+	want := []quota.Amount{{Requests: 20, Tokens: 2000}, {Requests: 20, Tokens: 2000}}
+	lease, err := fresh.Lease(ctx, minute+55, want, limit, quota.Ceiling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Ceiling != half {
+		t.Errorf("lease learned ceiling %+v, want %+v", lease.Ceiling, half)
+	}
+	if diff := cmp.Diff([]quota.Amount{{Requests: 10, Tokens: 1000}, {Requests: 10, Tokens: 1000}}, lease.Got); diff != "" {
+		t.Errorf("budget under the ceiling (-want +got):\n%s", diff)
+	}
+	if n := rec.Total(); n != 2 {
+		t.Errorf("learning the ceiling took %d DynamoDB calls (%v), want 2 (the update and its retry)", n, rec.Counts())
+	}
+
+	// A lease over the minute's end stores the ceiling in the next
+	// minute's item; a process knowing nothing learns it there.
+	if _, err := writer.Lease(ctx, minute+59, []quota.Amount{{Requests: 1}, {Requests: 1}}, limit, half); err != nil {
+		t.Fatal(err)
+	}
+	next := dynamoquota.New(client, tableName, name)
+	lease, err = next.Lease(ctx, minute+61, []quota.Amount{{Requests: 20}}, quota.Amount{Requests: 20}, quota.Ceiling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Ceiling != half || lease.Got[0].Requests != 10 {
+		t.Errorf("next minute: lease got %+v under %+v, want 10 requests under %+v", lease.Got, lease.Ceiling, half)
+	}
+
+	// A newer ceiling a lease carries replaces the stored one; an older
+	// one known by a lagging process does not.
+	newer := quota.Ceiling{Share: 0.3, At: at + 2000, Quiet: at + 12_000}
+	lease, err = writer.Lease(ctx, minute+56, []quota.Amount{{Requests: 1}}, limit, newer)
+	if err != nil || lease.Ceiling != newer {
+		t.Fatalf("lease carrying a newer ceiling = %+v, %v", lease, err)
+	}
+	lease, err = fresh.Lease(ctx, minute+57, []quota.Amount{{Requests: 20}}, limit, half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Ceiling != newer || lease.Got[0].Requests != newer.Budget(limit, minute+57).Requests {
+		t.Errorf("lagging lease got %+v under %+v, want %d under %+v", lease.Got, lease.Ceiling, newer.Budget(limit, minute+57).Requests, newer)
 	}
 }
 

@@ -1,0 +1,146 @@
+package quota
+
+import (
+	"math"
+	"time"
+)
+
+// Ceiling is what a fleet of Shared limiters learned about a shared quota
+// configured too high: the share of the configured per-second budgets the
+// whole deployment may lease. The lease store keeps the newest one (the
+// one with the latest At) beside the budgets, and every lease honours it,
+// so one process's 429 slows every process.
+//
+// A ceiling learned from a 429 rises again by itself: it is probed upward
+// every DefaultProbeEvery after At, by 5 % of itself and then doubling steps,
+// as Local probes, computed from At alone so that probing costs the store
+// no writes. A ceiling stated by the provider's rate-limit headers (Fixed)
+// holds for statedHold instead; the answers that follow state it again.
+// The zero Ceiling is none: the configured budgets apply.
+type Ceiling struct {
+	// Share is the fraction of the configured budgets that applied at At,
+	// in (0, 1].
+	Share float64
+	// At is when it was set, in Unix milliseconds; 0 means no ceiling.
+	At int64
+	// Quiet is until when (Unix milliseconds) 429s belong to the event
+	// that set it: they answer calls made before every process knew of it,
+	// so they do not cut again.
+	Quiet int64
+	// Fixed marks a ceiling the provider stated (headers): it is not
+	// probed, and lapses after statedHold.
+	Fixed bool
+}
+
+// Tuning of the fleet's ceiling.
+const (
+	// firstCutShare is what the first 429 after a quiet spell leaves of the
+	// budget that applied: a shared 429 does not say by how much the fleet
+	// is over, and half errs on the side of the quota (probing recovers it
+	// within a minute or two). Local never cuts below half either.
+	firstCutShare = 0.5
+	// repeatCutShare is what a 429 within repeatSpan of the previous cut
+	// leaves: the ceiling was already corrected, so a 429 now means a probe
+	// went a step too far, and cutting a little below it is enough.
+	repeatCutShare = 0.9
+	// repeatSpan is how recent a cut makes the next one a repeat: two of
+	// the provider's usual windows.
+	repeatSpan = 2 * DefaultWindow
+	// minShare bounds the ceiling from below, so that the fleet keeps
+	// calling (and probing) whatever 429s another client causes.
+	minShare = 0.01
+	// statedHold is how long a ceiling stated by headers holds: the
+	// provider may raise its quota, and an answer's headers state the
+	// limit again within a call once it lapses.
+	statedHold = 5 * time.Minute
+	// cutEvery bounds the ceiling writes of one process: at most one a
+	// second.
+	cutEvery = time.Second
+)
+
+// ShareAt is the share of the configured budgets the ceiling allows at t:
+// 1 when there is none or it has probed its way back to the configured
+// quota.
+func (c Ceiling) ShareAt(t time.Time) float64 {
+	if c.At == 0 || c.Share <= 0 {
+		return 1
+	}
+	elapsed := time.Duration(t.UnixMilli()-c.At) * time.Millisecond
+	if c.Fixed {
+		if elapsed >= statedHold {
+			return 1
+		}
+		return min(c.Share, 1)
+	}
+	share, step := c.Share, firstProbeStep
+	for k := elapsed / DefaultProbeEvery; k > 0 && share < 1; k-- {
+		share *= 1 + step
+		step = min(2*step, maxProbeStep)
+	}
+	return min(share, 1)
+}
+
+// Budget is what calendar second sec (Unix seconds) may hand out under the
+// ceiling, out of the configured per-second limit. A share that is not a
+// whole number a second is spread over the seconds (some get one more than
+// others), so that the fleet's rate is the ceiling's, not its floor. A
+// token limit of 0 (not counted) stays 0, and a counted one never drops to
+// 0 (a call charged more than a second's tokens takes the whole second).
+func (c Ceiling) Budget(limit Amount, sec int64) Amount {
+	share := c.ShareAt(time.Unix(sec, 0))
+	if share >= 1 {
+		return limit
+	}
+	spread := func(perSecond int) int {
+		r := float64(perSecond) * share
+		return int(math.Floor(r*float64(sec+1)) - math.Floor(r*float64(sec)))
+	}
+	b := Amount{Requests: spread(limit.Requests)}
+	if limit.Tokens > 0 {
+		b.Tokens = max(int(float64(limit.Tokens)*share), 1)
+	}
+	return b
+}
+
+// Newer reports whether c was set after o, and so replaces it.
+func (c Ceiling) Newer(o Ceiling) bool { return c.At > o.At }
+
+// cutAfter429 is the ceiling a 429 at now leads to when c is the newest
+// one known, and whether there is one to write: none while the 429 belongs
+// to the event that set c (before c.Quiet). The budget that applied is cut
+// to half the first time after a quiet spell and to 90 % when the last cut
+// was recent (see firstCutShare, repeatCutShare). Its quiet time covers the
+// pause the 429 asked for and the blocks other processes leased before
+// they learn of it (they lease again within maxLeaseSeconds).
+func cutAfter429(c Ceiling, now time.Time, pause time.Duration) (Ceiling, bool) {
+	ms := now.UnixMilli()
+	if c.At != 0 && ms < c.Quiet {
+		return c, false
+	}
+	factor := firstCutShare
+	if c.At != 0 && !c.Fixed && time.Duration(ms-c.At)*time.Millisecond < repeatSpan {
+		factor = repeatCutShare
+	}
+	quiet := pause + maxLeaseSeconds*time.Second
+	return Ceiling{
+		Share: max(c.ShareAt(now)*factor, minShare),
+		At:    ms,
+		Quiet: ms + quiet.Milliseconds(),
+	}, true
+}
+
+// stated is the Fixed ceiling a provider's limit of perMinute (requests or
+// tokens, a rate-limit header) makes of a configured per-second limit, and
+// whether it lowers c by more than the safety margin (else it is no news
+// worth a write). A limit at or above the configured one states nothing.
+func stated(c Ceiling, now time.Time, perMinute, configured int, keep float64) (Ceiling, bool) {
+	if perMinute <= 0 || configured <= 0 {
+		return c, false
+	}
+	share := float64(perMinute) / 60 * keep / float64(configured)
+	if share >= 1 || share >= c.ShareAt(now)*(1-DefaultSafetyMargin) {
+		return c, false
+	}
+	ms := now.UnixMilli()
+	return Ceiling{Share: max(share, minShare), At: ms, Quiet: ms, Fixed: true}, true
+}

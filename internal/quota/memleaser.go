@@ -1,0 +1,69 @@
+package quota
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// MemLeaser is a Leaser kept in memory: the shared budget of processes
+// that share one address space (tests, the benchmark's simulated fleet).
+// It follows the lease store's rules exactly as dynamoquota does, and
+// counts its writes (leases and ceiling writes), each of which is one
+// write to a real store.
+type MemLeaser struct {
+	mu      sync.Mutex
+	used    map[int64]Amount
+	ceiling Ceiling
+	writes  atomic.Int64
+}
+
+var _ Leaser = (*MemLeaser)(nil)
+
+// NewMemLeaser returns an empty in-memory lease store.
+func NewMemLeaser() *MemLeaser { return &MemLeaser{used: map[int64]Amount{}} }
+
+// Lease takes up to want[i] of second from+i out of that second's budget
+// under the newest ceiling (known or the stored one, which it keeps).
+func (m *MemLeaser) Lease(_ context.Context, from int64, want []Amount, limit Amount, known Ceiling) (Lease, error) {
+	m.writes.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if known.Newer(m.ceiling) {
+		m.ceiling = known
+	}
+	got := make([]Amount, len(want))
+	for i, w := range want {
+		sec := from + int64(i)
+		b := m.ceiling.Budget(limit, sec)
+		u := m.used[sec]
+		got[i].Requests = max(min(w.Requests, b.Requests-u.Requests), 0)
+		got[i].Tokens = max(min(w.Tokens, b.Tokens-u.Tokens), 0)
+		u.Requests += got[i].Requests
+		u.Tokens += got[i].Tokens
+		m.used[sec] = u
+	}
+	return Lease{Got: got, Ceiling: m.ceiling}, nil
+}
+
+// Lower stores next unless the store holds a ceiling newer than seen, and
+// returns the stored one.
+func (m *MemLeaser) Lower(_ context.Context, seen, next Ceiling) (Ceiling, error) {
+	m.writes.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.ceiling.Newer(seen) && next.Newer(m.ceiling) {
+		m.ceiling = next
+	}
+	return m.ceiling, nil
+}
+
+// Writes is how many writes the store took: leases and ceiling writes.
+func (m *MemLeaser) Writes() int64 { return m.writes.Load() }
+
+// Ceiling is the ceiling the store holds.
+func (m *MemLeaser) Ceiling() Ceiling {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ceiling
+}
