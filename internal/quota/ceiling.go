@@ -12,7 +12,7 @@ import (
 // so one process's 429 slows every process.
 //
 // A ceiling learned from a 429 rises again by itself: it is probed upward
-// every DefaultProbeEvery after At, by 5 % of itself and then doubling steps,
+// every fleetProbeEvery after At, by 5 % of itself and then doubling steps,
 // as Local probes, computed from At alone so that probing costs the store
 // no writes. A ceiling stated by the provider's rate-limit headers (Fixed)
 // holds for statedHold instead; the answers that follow state it again.
@@ -39,13 +39,11 @@ const (
 	// is over, and half errs on the side of the quota (probing recovers it
 	// within a minute or two). Local never cuts below half either.
 	firstCutShare = 0.5
-	// repeatCutShare is what a 429 within repeatSpan of the previous cut
-	// leaves: the ceiling was already corrected, so a 429 now means a probe
-	// went a step too far, and cutting a little below it is enough.
-	repeatCutShare = 0.9
-	// repeatSpan is how recent a cut makes the next one a repeat: two of
-	// the provider's usual windows.
-	repeatSpan = 2 * DefaultWindow
+	// repeatCutShare is what a 429 leaves of a learned ceiling still in
+	// force that was not probed yet: it was already corrected, so cutting
+	// a little below it is enough (after a probe, the cut goes back to the
+	// step before instead).
+	repeatCutShare = 0.95
 	// minShare bounds the ceiling from below, so that the fleet keeps
 	// calling (and probing) whatever 429s another client causes.
 	minShare = 0.01
@@ -53,6 +51,13 @@ const (
 	// provider may raise its quota, and an answer's headers state the
 	// limit again within a call once it lapses.
 	statedHold = 5 * time.Minute
+	// fleetProbeEvery is how long each step of the ceiling holds before
+	// the next: a whole window, unlike Local's DefaultProbeEvery. Local
+	// keeps its own log of the window and never lets a probe overfill it;
+	// the fleet has only per-second budgets, so a probe that goes too far
+	// shows (as a 429) only once the window has filled at the new rate,
+	// and probing again before that would overshoot further.
+	fleetProbeEvery = DefaultWindow
 	// cutEvery bounds the ceiling writes of one process: at most one a
 	// second.
 	cutEvery = time.Second
@@ -72,12 +77,20 @@ func (c Ceiling) ShareAt(t time.Time) float64 {
 		}
 		return min(c.Share, 1)
 	}
+	share, _ := c.probed(elapsed)
+	return share
+}
+
+// probed is a learned ceiling's share elapsed after it was set, and the
+// share of the step before (0 while no probe was made).
+func (c Ceiling) probed(elapsed time.Duration) (share, before float64) {
 	share, step := c.Share, firstProbeStep
-	for k := elapsed / DefaultProbeEvery; k > 0 && share < 1; k-- {
+	for k := elapsed / fleetProbeEvery; k > 0 && share < 1; k-- {
+		before = share
 		share *= 1 + step
 		step = min(2*step, maxProbeStep)
 	}
-	return min(share, 1)
+	return min(share, 1), before
 }
 
 // Budget is what calendar second sec (Unix seconds) may hand out under the
@@ -107,9 +120,10 @@ func (c Ceiling) Newer(o Ceiling) bool { return c.At > o.At }
 
 // cutAfter429 is the ceiling a 429 at now leads to when c is the newest
 // one known, and whether there is one to write: none while the 429 belongs
-// to the event that set c (before c.Quiet). The budget that applied is cut
-// to half the first time after a quiet spell and to 90 % when the last cut
-// was recent (see firstCutShare, repeatCutShare). Its quiet time covers the
+// to the event that set c (before c.Quiet), nor under a ceiling the
+// provider stated. The budget that applied is cut to half when no learned
+// ceiling is in force, and less while one is (cut less on repeated cuts:
+// see repeatCutShare). Its quiet time covers the
 // pause the 429 asked for and the blocks other processes leased before
 // they learn of it (they lease again within maxLeaseSeconds).
 func cutAfter429(c Ceiling, now time.Time, pause time.Duration) (Ceiling, bool) {
@@ -117,13 +131,26 @@ func cutAfter429(c Ceiling, now time.Time, pause time.Duration) (Ceiling, bool) 
 	if c.At != 0 && ms < c.Quiet {
 		return c, false
 	}
-	factor := firstCutShare
-	if c.At != 0 && !c.Fixed && time.Duration(ms-c.At)*time.Millisecond < repeatSpan {
-		factor = repeatCutShare
+	if c.Fixed && c.ShareAt(now) < 1 {
+		// The provider stated its limit: a 429 under it is others' use
+		// or a burst, not a sign that the quota is lower (Local's rule).
+		return c, false
+	}
+	share := c.ShareAt(now) * firstCutShare
+	if c.At != 0 && !c.Fixed && c.ShareAt(now) < 1 {
+		// A learned ceiling still in force: the quota is near it, and a
+		// probe went a step too far. Back to the step before, which held
+		// for a whole window, or a little under the ceiling before any
+		// probe.
+		applied, before := c.probed(time.Duration(ms-c.At) * time.Millisecond)
+		share = applied * repeatCutShare
+		if before > 0 {
+			share = before
+		}
 	}
 	quiet := pause + maxLeaseSeconds*time.Second
 	return Ceiling{
-		Share: max(c.ShareAt(now)*factor, minShare),
+		Share: max(share, minShare),
 		At:    ms,
 		Quiet: ms + quiet.Milliseconds(),
 	}, true

@@ -35,6 +35,14 @@ type job struct {
 	cfgRPM, cfgTPM int
 	// maxTokens of each request.
 	maxTokens int
+	// processes, when set, paces the job with that many quota.Shared
+	// limiters (generator instances) over one in-memory lease store, the
+	// workers dealt out among them, instead of one quota.Local.
+	processes int
+	// warm starts the job on a provider whose window is full: the window
+	// before the job held requests at the quota's rate (an earlier job of
+	// the same deployment), so the quota binds from the first second.
+	warm bool
 }
 
 type jobResult struct {
@@ -45,6 +53,9 @@ type jobResult struct {
 	tokenBound     time.Duration
 	finalRate      float64
 	finalTokenRate float64
+	// writes counts the lease store's writes (processes only), and
+	// ceilingWrites those that lowered the ceiling or tried to.
+	writes, ceilingWrites int64
 }
 
 func (r jobResult) String() string {
@@ -54,13 +65,36 @@ func (r jobResult) String() string {
 
 func runJob(t *testing.T, j job) jobResult {
 	t.Helper()
-	clk := clock.NewFake(quotatest.Base)
+	start := quotatest.Base
+	if j.warm {
+		start = start.Add(-j.window)
+	}
+	clk := clock.NewFake(start)
 	scale := func(perMinute int) int { return int(float64(perMinute) * j.window.Minutes()) }
 	mock := mockserver.New(mockserver.Config{
 		Quota: scale(j.rpm), TokenQuota: scale(j.tpm), QuotaWindow: j.window,
 		Latency: 300 * time.Millisecond, NoRateLimitHeaders: j.noHeaders, Clock: clk,
 	})
-	lim := quota.NewLocal(quota.LocalConfig{RPM: j.cfgRPM, TPM: j.cfgTPM, Clock: clk})
+	if j.warm {
+		warmUp(t, clk, mock, j)
+	}
+	var limiters []quotatest.Limiter
+	var fleet []*quota.Shared
+	var store *quota.MemLeaser
+	local := quota.NewLocal(quota.LocalConfig{RPM: j.cfgRPM, TPM: j.cfgTPM, Clock: clk})
+	if j.processes == 0 {
+		limiters = append(limiters, local)
+	} else {
+		store = quota.NewMemLeaser()
+		for range j.processes {
+			s, err := quota.NewShared(store, quota.SharedConfig{RPM: j.cfgRPM, TPM: j.cfgTPM, Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fleet = append(fleet, s)
+			limiters = append(limiters, s)
+		}
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 
@@ -69,7 +103,8 @@ func runJob(t *testing.T, j job) jobResult {
 	var last time.Time
 	var res jobResult
 	var wg sync.WaitGroup
-	for range j.workers {
+	for w := range j.workers {
+		lim := limiters[w%len(limiters)]
 		live.Add(1)
 		wg.Go(func() {
 			defer live.Add(-1)
@@ -153,7 +188,16 @@ func runJob(t *testing.T, j job) jobResult {
 	if j.tpm > 0 {
 		res.tokenBound = time.Duration(float64(res.tokens) / (float64(j.tpm) / 60) * float64(time.Second))
 	}
-	res.finalRate, res.finalTokenRate = lim.Rate(), lim.TokenRate()
+	if store == nil {
+		res.finalRate, res.finalTokenRate = local.Rate(), local.TokenRate()
+		return res
+	}
+	// The fleet's rate is the ceiling's, the same in every process that
+	// leased since it was set.
+	for _, s := range fleet {
+		res.finalRate = max(res.finalRate, s.Rate())
+	}
+	res.writes, res.ceilingWrites = store.Writes(), store.CeilingWrites()
 	return res
 }
 
@@ -222,6 +266,83 @@ func TestTokenQuotaBinds(t *testing.T) {
 			}
 			if r.limited != 0 {
 				t.Errorf("%d calls answered 429, want 0", r.limited)
+			}
+		})
+	}
+}
+
+// warmUp sends the mock requests at the quota's rate from the clock's
+// start until the job's (quotatest.Base, less the latency so that every one
+// has been answered by then), each on a goroutine parked in the mock's
+// latency while the clock moves on.
+func warmUp(t *testing.T, clk *clock.Fake, mock *mockserver.Server, j job) {
+	t.Helper()
+	step := time.Duration(float64(time.Minute) / float64(j.rpm))
+	var pending atomic.Int64
+	var wg sync.WaitGroup
+	for clk.Now().Before(quotatest.Base.Add(-time.Second)) {
+		pending.Add(1)
+		wg.Go(func() {
+			defer pending.Add(-1)
+			rec := httptest.NewRecorder()
+			mock.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"warm"}]}`)))
+			if rec.Code != http.StatusOK {
+				t.Errorf("warm-up request: HTTP %d: %s", rec.Code, rec.Body)
+			}
+		})
+		for int64(clk.Waiters()) < pending.Load() {
+			runtime.Gosched()
+		}
+		clk.Advance(step)
+	}
+	clk.Advance(quotatest.Base.Sub(clk.Now()))
+	wg.Wait()
+}
+
+// TestSharedFleetLearnsTheQuota: four generator instances (quota.Shared
+// over one lease store, four workers each) whose configured quota is twice
+// the provider's learn it together: the first 429 halves the deployment's
+// ceiling, every instance honours it from its next lease, and probes raise
+// it back toward the quota without a write. The provider is the mock's
+// strict sliding window (10 s for the one-minute job, so the quota binds
+// from the first seconds; 60 s for a three-minute job, where the first
+// window's burst goes through and the quota binds after it). With
+// rate-limit headers, the first answer states the limit and no 429 comes.
+func TestSharedFleetLearnsTheQuota(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		rows        int
+		warm        bool
+		noHeaders   bool
+		maxRatio    float64
+		max429Share float64
+		minRate     float64 // requests/s the fleet ends at
+	}{
+		{name: "429s alone, one minute, window full", rows: 600, warm: true, noHeaders: true, maxRatio: 1.10, max429Share: 0.01, minRate: 9},
+		{name: "429s alone, three minutes, fresh window", rows: 1800, noHeaders: true, maxRatio: 1.10, max429Share: 0.01, minRate: 9},
+		{name: "headers, one minute, window full", rows: 600, warm: true, maxRatio: 1.10, max429Share: 0.01, minRate: 9},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := runJob(t, job{rows: tc.rows, workers: 16, processes: 4, rpm: 600, window: time.Minute, warm: tc.warm, noHeaders: tc.noHeaders, cfgRPM: 1200, maxTokens: 50})
+			t.Logf("%v; %d lease store writes, %d of them ceiling writes", r, r.writes, r.ceilingWrites)
+			if ratio := r.wall.Seconds() / r.requestBound.Seconds(); ratio > tc.maxRatio {
+				t.Errorf("wall / bound = %.3f, want <= %.2f (%v)", ratio, tc.maxRatio, r)
+			}
+			if share := float64(r.limited) / float64(r.calls); share > tc.max429Share {
+				t.Errorf("%d of %d calls answered 429 (%.1f%%), want <= %.0f%%", r.limited, r.calls, 100*share, 100*tc.max429Share)
+			}
+			// A probe may have raised it a little above the quota; without
+			// learning it would stay at the configured 19.8 a second.
+			if r.finalRate < tc.minRate || r.finalRate > 11.5 {
+				t.Errorf("fleet ends at %.2f requests/s, want in [%.0f, 11.5] (the quota is 10/s, configured 20/s)", r.finalRate, tc.minRate)
+			}
+			// The ceiling costs a write per process per event at most (a
+			// cut, or a cut that found another's first), not per call.
+			if r.ceilingWrites > 4*3 {
+				t.Errorf("%d ceiling writes, want at most 12 (4 processes, 3 events)", r.ceilingWrites)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ type MemLeaser struct {
 	used    map[int64]Amount
 	ceiling Ceiling
 	writes  atomic.Int64
+	lowers  atomic.Int64
 }
 
 var _ Leaser = (*MemLeaser)(nil)
@@ -50,6 +51,7 @@ func (m *MemLeaser) Lease(_ context.Context, from int64, want []Amount, limit Am
 // returns the stored one.
 func (m *MemLeaser) Lower(_ context.Context, seen, next Ceiling) (Ceiling, error) {
 	m.writes.Add(1)
+	m.lowers.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.ceiling.Newer(seen) && next.Newer(m.ceiling) {
@@ -60,6 +62,9 @@ func (m *MemLeaser) Lower(_ context.Context, seen, next Ceiling) (Ceiling, error
 
 // Writes is how many writes the store took: leases and ceiling writes.
 func (m *MemLeaser) Writes() int64 { return m.writes.Load() }
+
+// CeilingWrites is how many of the writes were Lower's.
+func (m *MemLeaser) CeilingWrites() int64 { return m.lowers.Load() }
 
 // Ceiling is the ceiling the store holds.
 func (m *MemLeaser) Ceiling() Ceiling {

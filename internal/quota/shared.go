@@ -381,18 +381,31 @@ func (s *Shared) budgetLocked(sec int64) Amount {
 }
 
 // adoptLocked takes in a ceiling the store returned at second sec: when it
-// is newer than the one known, the budget this process leased for later
-// seconds under the old one is dropped (the store counts it as taken, so
-// those seconds stay short of the new budget, which errs on the side of
-// the quota).
+// is newer than the one known, it replaces it (setCeilingLocked).
 func (s *Shared) adoptLocked(c Ceiling, sec int64) {
-	if !c.Newer(s.ceil) {
+	if c.Newer(s.ceil) {
+		s.setCeilingLocked(c, sec)
+	}
+}
+
+// setCeilingLocked makes c the ceiling known at second sec. The budget
+// this process leased for later seconds under the old one shrinks in
+// proportion: every process does the same when it learns of c, so each
+// second's leases together fit its new budget, and none of it is wasted
+// (dropping them would leave those seconds unused, as the store counts
+// them as taken).
+func (s *Shared) setCeilingLocked(c Ceiling, sec int64) {
+	at := time.Unix(sec, 0)
+	ratio := c.ShareAt(at) / s.ceil.ShareAt(at)
+	s.ceil = c
+	if ratio >= 1 {
 		return
 	}
-	s.ceil = c
-	for k := range s.grants {
+	for k, g := range s.grants {
 		if k > sec {
-			delete(s.grants, k)
+			g.Requests = int(float64(g.Requests) * ratio)
+			g.Tokens = int(float64(g.Tokens) * ratio)
+			s.grants[k] = g
 		}
 	}
 }
@@ -480,7 +493,13 @@ func (s *Shared) Penalize(retryAfter time.Duration) {
 	if until.After(s.pauseUntil) {
 		s.pauseUntil = until
 	}
-	clear(s.grants) // tokens leased before the 429 are suspect
+	// The budget leased for the pause is lost; the seconds after it keep
+	// theirs, cut in proportion when the ceiling is.
+	for k := range s.grants {
+		if k <= s.pauseUntil.Unix() {
+			delete(s.grants, k)
+		}
+	}
 	if s.changed != nil {
 		close(s.changed)
 		s.changed = nil
@@ -489,7 +508,8 @@ func (s *Shared) Penalize(retryAfter time.Duration) {
 	next, cut := cutAfter429(seen, now, retryAfter)
 	cut = cut && now.Sub(s.wrote) >= cutEvery
 	if cut {
-		s.ceil, s.wrote = next, now
+		s.setCeilingLocked(next, now.Unix())
+		s.wrote = now
 	}
 	s.mu.Unlock()
 	if cut {
@@ -516,7 +536,7 @@ func (s *Shared) lower(seen, next Ceiling, why string) {
 	s.mu.Lock()
 	if stored.Newer(s.ceil) || stored.At != next.At && s.ceil.At == next.At {
 		// Another process cut first: its ceiling replaces this one.
-		s.ceil = stored
+		s.setCeilingLocked(stored, s.cfg.Clock.Now().Unix())
 	}
 	s.mu.Unlock()
 }
@@ -579,7 +599,8 @@ func (s *Shared) Observe(rl llm.RateLimits) {
 	}
 	lower = lower && now.Sub(s.wrote) >= cutEvery
 	if lower {
-		s.ceil, s.wrote = next, now
+		s.setCeilingLocked(next, now.Unix())
+		s.wrote = now
 	}
 	s.mu.Unlock()
 	if lower {

@@ -132,7 +132,7 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 func Limiter(d *awswire.Deps, p providerfile.Provider) pipeline.Limiter {
 	if p.RPM > 0 {
 		shared, err := quota.NewShared(dynamoquota.New(dynamodb.NewFromConfig(d.AWS), d.Env.TableName, p.Name),
-			quota.SharedConfig{RPM: p.RPM, TPM: p.TPM, Clock: d.Clock})
+			quota.SharedConfig{RPM: p.RPM, TPM: p.TPM, Clock: d.Clock, Logger: d.Logger.With("provider", p.Name)})
 		if err == nil {
 			return shared
 		}
