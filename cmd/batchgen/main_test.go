@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +26,19 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	// Nearly every test here runs the binary against a model that answers
+	// after a delay or paces to a quota, and waits: the package uses about
+	// a third of the CPU at -parallel GOMAXPROCS (go test's default). Twice
+	// as many at once halves its wall time; an explicit -parallel wins.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		if err := flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0))); err != nil {
+			fmt.Fprintln(os.Stderr, "set -test.parallel:", err)
+			os.Exit(1)
+		}
+	}
 	dir, err := os.MkdirTemp("", "batchgen-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
