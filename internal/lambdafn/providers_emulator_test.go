@@ -10,8 +10,10 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/awswire/apiwire"
+	"github.com/batchgen/batchgen/internal/awswire/eventswire"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
@@ -140,5 +143,24 @@ providers:
 	}
 	if view.EstimatedCost == nil || math.Abs(*view.EstimatedCost-wantCost) > 1e-9 {
 		t.Errorf("estimated_cost %v, want %v: each provider's tokens at its entry's price", view.EstimatedCost, wantCost)
+	}
+	// The events function's stream shows the same cost: one done event for
+	// a finished task.
+	stream, err := eventswire.New(t.Context(), awswire.NewDeps(e.stack.Env, cfg, "events"), api.Fixed(owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	stream.Handler.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/api/tasks/"+taskID+"/events", nil))
+	var done api.TaskEvent
+	for line := range strings.SplitSeq(rec.Body.String(), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			if err := json.Unmarshal([]byte(data), &done); err != nil {
+				t.Fatalf("event data %q: %v", data, err)
+			}
+		}
+	}
+	if done.EstimatedCost == nil || math.Abs(*done.EstimatedCost-wantCost) > 1e-9 {
+		t.Errorf("streamed estimated_cost %v, want %v (status %d, body %q)", done.EstimatedCost, wantCost, rec.Code, rec.Body.String())
 	}
 }

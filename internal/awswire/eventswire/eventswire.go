@@ -15,6 +15,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
 	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
+	"github.com/batchgen/batchgen/internal/pricing"
 )
 
 // New builds the events function's handler. It refuses to start without
@@ -35,10 +36,17 @@ func New(ctx context.Context, d *awswire.Deps, auth api.Authenticator) (*eventsf
 		}
 		auth = v
 	}
+	// The stream's task views carry the cost the api function shows: each
+	// provider's tokens at the providers file's price for its entry.
+	providers, err := d.Env.Providers()
+	if err != nil {
+		return nil, err
+	}
 	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
 	return &eventsfn.Handler{
 		Handler: api.NewEvents(api.Config{
 			Auth: auth, Store: d.Store(blobs), Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
+			Prices: pricing.Default().FromProviders(providers),
 		}),
 		Logger: d.Logger,
 	}, nil
