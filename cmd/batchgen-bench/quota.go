@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"regexp"
 	"strconv"
 	"time"
 )
@@ -92,4 +94,35 @@ func measureQuotaLearning(ctx context.Context, r *run) ([]Figure, error) {
 		}
 	}
 	return figs, nil
+}
+
+// measureSharedLearning: the AWS generator fleet's limiter (quota.Shared,
+// four instances over one lease store) whose QuotaRpm is twice the
+// provider's, on a one-minute job whose provider window is already full:
+// wall over the bound, and the share of requests answered 429. It runs
+// TestSharedFleetLearnsTheQuota, which drives the mock provider's handler
+// (strict 60 s sliding window, 429s alone) on a fake clock, as the
+// emulator figures run their tests: a fleet of Lambda instances is not
+// something `batchgen run` can start.
+func measureSharedLearning(ctx context.Context, _ *run) ([]Figure, error) {
+	const name = "429s alone, one minute, window full"
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^TestSharedFleetLearnsTheQuota$", "-v", "./internal/quota/")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("TestSharedFleetLearnsTheQuota: %w\n%s", err, tail(string(out)))
+	}
+	m := regexp.MustCompile(`shared fleet \[` + regexp.QuoteMeta(name) + `\]: wall/bound ([0-9.]+), (\d+) of (\d+) calls answered 429`).FindStringSubmatch(string(out))
+	if m == nil {
+		return nil, fmt.Errorf("TestSharedFleetLearnsTheQuota printed no figures for %q:\n%s", name, tail(string(out)))
+	}
+	ratio, _ := strconv.ParseFloat(m[1], 64)
+	limited, _ := strconv.ParseInt(m[2], 10, 64)
+	calls, _ := strconv.ParseInt(m[3], 10, 64)
+	detail := fmt.Sprintf("4 instances, QuotaRpm 1200 against a 600 rpm provider (60 s window, full when the job starts), 600 rows; %d of %d requests answered 429; simulated on a fake clock", limited, calls)
+	return []Figure{
+		{ID: "quota-shared-2x-ratio", Name: "shared limiter, quota configured 2x too high (wall / bound)", Value: ratio,
+			Better: AtMost, Bound: 1.10, Detail: detail},
+		{ID: "quota-shared-2x-429", Name: "shared limiter, quota configured 2x too high (share of requests answered 429)", Value: share(limited, calls),
+			Better: AtMost, Bound: 0.01, Detail: detail},
+	}, nil
 }
