@@ -17,6 +17,9 @@
 //     RPM/60 a second when workers are always waiting.
 //   - Penalize(d) starts nothing before max(d, MinPenalty) has passed, and
 //     invalidates slots handed out before it.
+//   - A 429 lowers the rate after its pause too: the quota may be lower
+//     than configured (Local learns a ceiling, Shared a deployment-wide
+//     one).
 //   - Wait returns the context's error when it ends before the call, while
 //     pacing and during a pause.
 //   - Under a TPM quota, no more than TPM tokens (as charged by Wait and
@@ -87,6 +90,10 @@ func Run(t *testing.T, newLimiter NewLimiter) {
 	t.Run("PenalizeInvalidatesSlotsHandedOut", func(t *testing.T) {
 		t.Parallel()
 		testPenalizeMidRun(t, newLimiter)
+	})
+	t.Run("PenalizeLowersTheRate", func(t *testing.T) {
+		t.Parallel()
+		testPenalizeLowers(t, newLimiter)
 	})
 	t.Run("ContextEnds", func(t *testing.T) {
 		t.Parallel()
@@ -214,6 +221,35 @@ func testPenalizeMidRun(t *testing.T, newLimiter NewLimiter) {
 	}
 	if after == 0 {
 		t.Error("nothing started after the pause ended")
+	}
+}
+
+// testPenalizeLowers: a 429 after a few seconds at the configured rate
+// (the quota was configured too high) does more than pause: once the pause
+// is over, the limiter starts at most three quarters of the configured
+// rate for the next 15 s (both limiters cut to about half), and still
+// starts work.
+func testPenalizeLowers(t *testing.T, newLimiter NewLimiter) {
+	const rpm = 1200 // 20 a second
+	clk := clock.NewFake(Base)
+	l := newLimiter(t, Config{RPM: rpm, MinPenalty: time.Second, Clock: clk})
+	d := NewDriver(t, clk)
+	d.Start(l, 16)
+	d.RunUntil(Base.Add(5 * time.Second))
+	l.Penalize(2 * time.Second)
+	resume := clk.Now().Add(2 * time.Second)
+	d.RunUntil(resume.Add(15 * time.Second))
+	n := 0
+	for _, s := range d.Stop() {
+		if !s.Before(resume) {
+			n++
+		}
+	}
+	if most := rpm / 60 * 15 * 3 / 4; n > most {
+		t.Errorf("%d starts in the 15 s after a 429's pause, want at most %d (three quarters of the configured rate)", n, most)
+	}
+	if least := rpm / 60 * 15 / 4; n < least {
+		t.Errorf("%d starts in the 15 s after a 429's pause, want at least %d (a quarter of the configured rate)", n, least)
 	}
 }
 
