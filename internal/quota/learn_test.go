@@ -319,8 +319,13 @@ func TestSharedFleetLearnsTheQuota(t *testing.T) {
 		max429Share float64
 		minRate     float64 // requests/s the fleet ends at
 	}{
-		{name: "429s alone, one minute, window full", rows: 600, warm: true, noHeaders: true, maxRatio: 1.10, max429Share: 0.01, minRate: 9},
-		{name: "429s alone, three minutes, fresh window", rows: 1800, noHeaders: true, maxRatio: 1.10, max429Share: 0.01, minRate: 9},
+		// From 429s alone the bound is 1.15, as for the local
+		// limiter (TestLearnsTheQuota): the fleet cannot learn the quota
+		// before it is refused, and where in the window the first refusal
+		// lands depends on how the instances' goroutines interleave, so a
+		// one-minute job ends between 1.05 and 1.12 over repeated runs.
+		{name: "429s alone, one minute, window full", rows: 600, warm: true, noHeaders: true, maxRatio: 1.15, max429Share: 0.01, minRate: 9},
+		{name: "429s alone, three minutes, fresh window", rows: 1800, noHeaders: true, maxRatio: 1.15, max429Share: 0.01, minRate: 9},
 		{name: "headers, one minute, window full", rows: 600, warm: true, maxRatio: 1.10, max429Share: 0.01, minRate: 9},
 	}
 	for _, tc := range tests {
