@@ -551,6 +551,12 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		// One batched read for the whole batch instead of one per row.
 		if cached, err = g.cfg.Cache.GetCached(batchCtx, open); err != nil {
 			if batchCtx.Err() != nil {
+				// Out of time before any row started (a slow store under a
+				// short invocation): hand the claim back, or the next
+				// delivery finds the batch leased to this dead attempt and
+				// drops the message, leaving the batch to the sweeper once
+				// the lease expires.
+				g.release(ctx, b, batchCtx.Err().Error(), log)
 				return finish(Outcome{Err: fmt.Errorf("batch %s/%d: %w", task.ID, b.No, batchCtx.Err())})
 			}
 			log.WarnContext(ctx, "cache lookup failed; calling the model", "error", err)
