@@ -44,7 +44,7 @@ func TestProviderFaultStorm(t *testing.T) {
 	const rows = 120
 	in := productsCSV(t, dir, rows, marker)
 	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", "openai", "--base-url", srv.URL+"/v1",
-		"--concurrency", "8", "--batch-size", "20", "--call-timeout", "200ms", "--calls-per-round", "3", "--rounds", "2", "--retry-delays", "50ms", "--quiet")
+		"--concurrency", "8", "--batch-size", "20", "--call-timeout", "1s", "--calls-per-round", "3", "--rounds", "2", "--retry-delays", "50ms", "--quiet")
 	if r.code != 3 {
 		t.Fatalf("exit %d, want 3 (some rows fail); stderr:\n%s", r.code, r.stderr)
 	}
