@@ -243,7 +243,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		Auth:  auth,
 		Store: st, Blobs: bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: spec,
 		Limits: api.Limits{
-			Models: o.allowModels, MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
+			Models: o.allowModels, ModelFixed: j.providers.FixedModels(), MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
 			MaxFileBytes: o.maxFileBytes, MaxRows: o.maxRows,
 		},
 		Exports: j.exporter, Retrier: pipeline.Retrier{Store: st, Queue: j.queue},

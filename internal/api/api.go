@@ -67,6 +67,12 @@ type Limits struct {
 	// Models is the allow-list of models a request may name; empty allows
 	// any. The deployment's default model is always allowed.
 	Models []string
+	// ModelFixed, when set, says why no request may name a model other
+	// than the default: the deployment routes rows over several providers,
+	// each calling the model its providers file names, so a task's model
+	// would change its id without changing a call
+	// (providerfile.File.FixedModels).
+	ModelFixed string
 	// MaxTokens caps a request's max_tokens. Defaults to 100000.
 	MaxTokens int
 	// MaxBatchSize caps a request's batch_size. Defaults to 1000.

@@ -284,6 +284,7 @@ func TestCreateTaskRejects(t *testing.T) {
 		{"max tokens over the cap", `{"filename": "a.csv", "max_tokens": 4001}`, 400, "limit_exceeded", "at most 4000"},
 		{"batch too large", `{"filename": "a.csv", "batch_size": 501}`, 400, "limit_exceeded", "at most 500"},
 		{"model not allowed", `{"filename": "a.csv", "model": "o1-pro"}`, 400, "limit_exceeded", `model "o1-pro" is not allowed here; allowed: gpt-4o`},
+		{"model of a routed deployment", `{"filename": "a.csv", "size": 3, "model": "gpt-4o"}`, 400, "limit_exceeded", `model "gpt-4o": routed here; leave model out`},
 		{"bad encoding name", `{"filename": "a.csv", "size": 3, "encoding": "utf 8; drop"}`, 400, "invalid_request", "encoding"},
 		{"missing size", `{"filename": "a.csv"}`, 400, "invalid_request", "size is required"},
 		{"zero size", `{"filename": "a.csv", "size": 0}`, 400, "invalid_request", "at least 1"},
@@ -298,6 +299,9 @@ func TestCreateTaskRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
+			if strings.Contains(tc.name, "routed") {
+				f.config.Limits.ModelFixed = "routed here"
+			}
 			res := do(t, api.New(f.config), "POST", "/api/tasks", tc.body)
 			if res.status != tc.status || errorCode(res) != tc.code {
 				t.Fatalf("got %d %q, want %d %q; body %v", res.status, errorCode(res), tc.status, tc.code, res.body)

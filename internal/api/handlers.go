@@ -520,6 +520,9 @@ func (s *server) specFor(req CreateTaskRequest) (store.TaskSpec, error) {
 	if len(req.Model) > maxModelBytes || strings.ContainsFunc(req.Model, unicode.IsControl) {
 		return spec, fmt.Errorf("model %.40q is not a model name", req.Model)
 	}
+	if req.Model != "" && req.Model != def.Model && lim.ModelFixed != "" {
+		return spec, &limitError{fmt.Sprintf("model %q: %s; leave model out", req.Model, lim.ModelFixed)}
+	}
 	if req.Model != "" && req.Model != def.Model && len(lim.Models) > 0 && !slices.Contains(lim.Models, req.Model) {
 		return spec, &limitError{fmt.Sprintf("model %q is not allowed here; allowed: %s", req.Model, strings.Join(lim.Models, ", "))}
 	}

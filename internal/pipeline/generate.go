@@ -273,12 +273,12 @@ func NewGenerator(st store.Store, provider llm.Provider, exports ExportStarter, 
 	case ok && cfg.Limiter != nil:
 		err = errors.Join(err, errors.New("a Router paces each route itself; leave Limiter nil"))
 	case !ok && err == nil:
+		// A lone route: the provider's own answer says who answered (or
+		// the task does).
 		router = NewRouter(RouterConfig{
 			Routes: []Route{{Name: singleRoute, Provider: provider, Limiter: cfg.Limiter, Timeout: cfg.CallTimeout}},
 			Logger: cfg.Logger,
 		})
-		// The provider's own answer says who answered (or the task does).
-		router.routes[0].anonymous = true
 	}
 	if err != nil {
 		panic("pipeline.NewGenerator: " + err.Error())

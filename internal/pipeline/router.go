@@ -38,7 +38,8 @@ type Route struct {
 	Name string
 	// Provider makes the calls. Required.
 	Provider llm.Provider
-	// Model, when set, replaces the request's model for this route.
+	// Model, when set, replaces the request's model for this route. A
+	// Router of one route ignores it: that route calls the task's model.
 	Model string
 	// Limiter, when non-nil, paces this route's calls to its quota.
 	Limiter Limiter
@@ -184,6 +185,14 @@ func NewRouter(cfg RouterConfig) *Router {
 	r.slotFree.Store(&free)
 	for i, rt := range cfg.Routes {
 		x := &route{Route: rt, i: i}
+		if len(cfg.Routes) == 1 {
+			// A lone route is the task's own provider: it calls the model
+			// the task names (the deployment's default, or one a request
+			// chose from its allow-list) and its rows record the task's
+			// provider and model, so they are priced at that model. Only
+			// routes among several fix their own model and name.
+			x.Model, x.anonymous = "", true
+		}
 		if rt.Concurrency > 0 {
 			x.sem = make(chan struct{}, rt.Concurrency)
 		}

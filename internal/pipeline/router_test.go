@@ -504,3 +504,42 @@ func (c *countingRecorder) snapshot() map[string]float64 {
 	defer c.mu.Unlock()
 	return maps.Clone(c.m)
 }
+
+// TestLoneRouteCallsTheTaskModel: a deployment of one provider lets a task
+// choose its model (the API's allow-list), so its lone route calls the
+// model the task names and its rows record the task's provider and model
+// (priced at that model), while routes among several call their own model
+// under their own name.
+func TestLoneRouteCallsTheTaskModel(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		routes        int
+		wantModel     string
+		wantAnswerers string
+	}{
+		{name: "one route", routes: 1, wantModel: "gpt-4o", wantAnswerers: ""},
+		{name: "two routes", routes: 2, wantModel: "gpt-4o-mini", wantAnswerers: "openai/gpt-4o-mini"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a := &fakeRoute{name: "a"}
+			routes := []Route{{Name: "openai/gpt-4o-mini", Provider: a, Model: "gpt-4o-mini", Weight: 1}}
+			if tc.routes == 2 {
+				routes = append(routes, Route{Name: "standby", Provider: &fakeRoute{name: "b"}, Model: "other"})
+			}
+			r := NewRouter(RouterConfig{Routes: routes})
+			resp, err := r.Route(context.Background(), context.Background(), llm.Request{Model: "gpt-4o", Prompt: "p"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.models[0] != tc.wantModel {
+				t.Errorf("called model %q, want %q", a.models[0], tc.wantModel)
+			}
+			if resp.Provider != tc.wantAnswerers {
+				t.Errorf("Response.Provider = %q, want %q (empty: the task's own provider and model)", resp.Provider, tc.wantAnswerers)
+			}
+		})
+	}
+}

@@ -167,3 +167,23 @@ func TestAPIKeyParam(t *testing.T) {
 		t.Errorf("api_key_param %q, api_key_env %q; want the parameter and no variable", got.APIKeyParam, got.APIKeyEnv)
 	}
 }
+
+// TestFixedModels: a task may choose its model under a lone provider, not
+// under several (each calls its own entry's model), and the reason names
+// the providers.
+func TestFixedModels(t *testing.T) {
+	one, err := Parse("one.yaml", []byte("providers:\n  - {name: s, kind: sim}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := one.FixedModels(); got != "" {
+		t.Errorf("one provider: FixedModels = %q, want empty (the task's model is called)", got)
+	}
+	two, err := Parse("two.yaml", []byte("providers:\n  - {name: east, kind: sim}\n  - {name: west, kind: sim}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := two.FixedModels(); !strings.Contains(got, "east, west") {
+		t.Errorf("two providers: FixedModels = %q, want the reason naming east, west", got)
+	}
+}

@@ -48,6 +48,20 @@ func (f *File) Router(w Wiring, cfg pipeline.RouterConfig) (*pipeline.Router, er
 	return pipeline.NewRouter(cfg), nil
 }
 
+// FixedModels says why a task cannot choose its model under f, or "" when
+// it can. A lone provider calls the model its task names (by default the
+// entry's, or one a request chose within the deployment's allow-list);
+// several providers each call their own entry's model
+// (pipeline.NewRouter), so a model a request named would change the
+// task's id and cache keys without changing any call.
+func (f *File) FixedModels() string {
+	if len(f.Providers) < 2 {
+		return ""
+	}
+	return fmt.Sprintf("this deployment routes rows over the providers %s, each calling the model its providers file names",
+		strings.Join(f.Names(), ", "))
+}
+
 // ProviderLabel is what a task records as its provider: the kind of a lone
 // provider (so a task run with the single-provider flags keeps its id), or
 // the routed names.

@@ -56,7 +56,7 @@ func New(d *awswire.Deps) (*apifn.Handler, error) {
 		DefaultSpec: spec, Exports: d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
 		TempDir: d.TempDir,
 		Limits: api.Limits{
-			Models: d.Env.AllowedModels, MaxTokens: d.Env.MaxTokensLimit, MaxBatchSize: d.Env.MaxBatchSize,
+			Models: d.Env.AllowedModels, ModelFixed: providers.FixedModels(), MaxTokens: d.Env.MaxTokensLimit, MaxBatchSize: d.Env.MaxBatchSize,
 			MaxFileBytes: d.Env.MaxInputBytes, MaxRows: d.Env.MaxRows,
 		},
 		Retrier:   pipeline.Retrier{Store: st, Queue: queue},
