@@ -91,7 +91,13 @@ func paid(t *testing.T, servers ...*mockLLM) map[string]int {
 // checkRouted checks a routed job's result: every row succeeded, answered
 // by one of names (the provider column), and paid exactly once across all
 // servers. It returns the rows each provider answered.
-func checkRouted(t *testing.T, dir string, rows int, names []string, servers ...*mockLLM) map[string]int {
+//
+// killed, when non-nil, is one of servers killed mid-job with at most
+// inFlight calls in flight: a call it billed (its paid log is written
+// before the answer) whose answer died with it is rightly called again on
+// another endpoint, as a provider that dies mid-answer bills a call nobody
+// receives. So up to inFlight prompts may be paid twice, once by killed.
+func checkRouted(t *testing.T, dir string, rows int, names []string, killed *mockLLM, inFlight int, servers ...*mockLLM) map[string]int {
 	t.Helper()
 	out := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
 	header := out[0]
@@ -118,15 +124,25 @@ func checkRouted(t *testing.T, dir string, rows int, names []string, servers ...
 		}
 	}
 	counts := paid(t, servers...)
-	total := 0
+	var byKilled map[string]int
+	if killed != nil {
+		byKilled = paid(t, killed)
+	}
+	total, twice := 0, 0
 	for prompt, n := range counts {
 		total += n
-		if n > 1 {
+		switch {
+		case n == 2 && byKilled[prompt] == 1:
+			twice++ // its answer died with the killed server
+		case n > 1:
 			t.Errorf("prompt %q paid %d times: a row billed twice", prompt, n)
 		}
 	}
-	if len(out)-1 != rows || total != rows {
-		t.Errorf("%d result rows, %d paid completions; want %d of each (no row lost, none paid twice)", len(out)-1, total, rows)
+	if twice > inFlight {
+		t.Errorf("%d prompts paid twice across the kill, want at most the %d calls in flight at the killed server", twice, inFlight)
+	}
+	if len(out)-1 != rows || total != rows+twice {
+		t.Errorf("%d result rows, %d paid completions (%d lost with the killed server); want %d rows, each paid once", len(out)-1, total, twice, rows)
 	}
 	return by
 }
@@ -153,7 +169,7 @@ providers:
 	if r.code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
 	}
-	by := checkRouted(t, dir, rows, []string{"a", "b"}, a, b)
+	by := checkRouted(t, dir, rows, []string{"a", "b"}, nil, 0, a, b)
 	if by["a"] == 0 || by["b"] == 0 {
 		t.Errorf("rows by provider %v: want both endpoints used", by)
 	}
@@ -166,8 +182,9 @@ providers:
 
 // TestEndpointKilledMidJob: one of two endpoints is killed (SIGKILL) while
 // the job runs: the job finishes, every row is answered, and no row is paid
-// twice (the killed server's paid log is written before each answer, so it
-// counts what it billed up to the kill).
+// twice but those whose answer died with the killed server (its paid log is
+// written before each answer, so it counts what it billed up to the kill;
+// seen once in many runs, on a loaded machine).
 func TestEndpointKilledMidJob(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -206,7 +223,8 @@ providers:
 	if err != nil {
 		t.Fatalf("job: %v; stderr:\n%s", err, stderr.String())
 	}
-	by := checkRouted(t, dir, rows, []string{"a", "b"}, a, b)
+	// a's concurrency bounds its calls in flight at the kill.
+	by := checkRouted(t, dir, rows, []string{"a", "b"}, a, 4, a, b)
 	if by["a"] == 0 || by["b"] < rows/2 {
 		t.Errorf("rows by provider %v: want a's rows before the kill and b the rest", by)
 	}
