@@ -17,6 +17,9 @@ export GORACE="${GORACE:+$GORACE }atexit_sleep_ms=0"
 # output in a log under $logs that is printed when it is waited for:
 #   - the Python virtualenvs (moto, cfn-lint, SAM CLI; checkov) install at once, while the Go
 #     stages run: pip mostly waits on the network and the disk;
+#   - the browser tests run while the chaos and fuzz stages run: they mostly wait on Chromium
+#     and on batchgen serve's job (a quarter of one core over their minute), and are waited
+#     for before the emulator stage;
 #   - the template lint and the Lambda builds run while the emulator tests run: those wait on
 #     moto, which serves one DynamoDB request at a time on one core, so the other core is free.
 # The emulator tests themselves stay in the foreground, alone with moto, because their
@@ -80,10 +83,14 @@ go tool staticcheck -tags browser ./internal/web
 step "unit and embedded integration tests (-race)"
 go test -race -count=1 -timeout 20m ./...
 
-step "browser tests: the web page in headless Chromium (chromedp) against batchgen serve"
-# Installs Debian's chromium when it is missing; fails, never skips, when it cannot.
-chromium=$(scripts/ensure-chromium.sh)
-BATCHGEN_CHROMIUM=$chromium go test -count=1 -timeout 10m -tags browser -run '^TestBrowser' ./internal/web
+# The web page in headless Chromium (chromedp) against batchgen serve, beside chaos and fuzz.
+browser_tests() {
+  # Installs Debian's chromium when it is missing; fails, never skips, when it cannot.
+  local chromium
+  chromium=$(scripts/ensure-chromium.sh)
+  BATCHGEN_CHROMIUM=$chromium go test -count=1 -timeout 10m -tags browser -run '^TestBrowser' ./internal/web
+}
+background browser browser_tests
 
 step "chaos: SIGKILL loop (make test-chaos)"
 go test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' ./cmd/batchgen
@@ -98,6 +105,7 @@ go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 3000x -fuzzmi
 go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 5000x -fuzzminimizetime 20x
 go test ./internal/providerfile -run '^$' -fuzz '^FuzzParse$' -fuzztime 20000x -fuzzminimizetime 20x
 
+await browser
 await venvs
 
 step "AWS emulator (moto server) tests"
