@@ -745,7 +745,7 @@ func measureCeiling(ctx context.Context, r *run) ([]Figure, error) {
 		{ID: "read-rss-growth", Name: "5 run (read) peak RSS growth, 10k -> 100k rows", Value: big.run.rssMiB / small.run.rssMiB, Unit: "x",
 			Better: AtMost, Bound: 1.3, Detail: fmt.Sprintf("%.0f -> %.0f MiB", small.run.rssMiB, big.run.rssMiB)},
 		{ID: "export-rss-growth", Name: "5 export peak RSS growth, 10k -> 100k rows", Value: big.export.rssMiB / small.export.rssMiB, Unit: "x",
-			Better: AtMost, Bound: 1.3, Detail: fmt.Sprintf("%.0f -> %.0f MiB (batchgen retry of a finished task rewrites its result)", small.export.rssMiB, big.export.rssMiB)},
+			Better: AtMost, Bound: 1.3, Detail: fmt.Sprintf("%.0f -> %.0f MiB (batchgen retry rebuilds a finished task's deleted result from its stored rows)", small.export.rssMiB, big.export.rssMiB)},
 		{ID: "export-rss-100k", Name: "5 export peak RSS at 100,000 rows", Value: math.Round(big.export.rssMiB), Unit: "MiB",
 			Better: AtMost, Bound: 100, Detail: fmt.Sprintf("export wall %.1f s", big.export.wall.Seconds())},
 	}, nil
