@@ -9,7 +9,6 @@ package lambdafn_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,12 +20,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awsemu"
-	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/awswire/apiwire"
@@ -145,26 +141,9 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	if got := streamFirstEvent(t, stream, created.ID); !strings.Contains(got, `"status":"AWAITING_UPLOAD"`) {
 		t.Errorf("event stream of a task awaiting its sheet: %q", got)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, created.UploadURL, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", created.UploadHeaders["Content-Type"])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("PUT to the upload URL = %s", resp.Status)
-	}
+	e.putUpload(created, body)
 	key := api.IncomingKey(created.ID, "via-api.xlsx")
-	head, err := e.stack.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(key)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiEv := localrun.ObjectCreated(awsemu.Region, e.res.BucketName, localrun.Object{Key: key, Size: aws.ToInt64(head.ContentLength), ETag: aws.ToString(head.ETag)}, 1)
-	if err := e.stack.Splitter.Handle(ctx, apiEv); err != nil {
+	if err := e.stack.Splitter.Handle(ctx, e.uploadedEvent(key)); err != nil {
 		t.Fatalf("splitter on the API upload: %v", err)
 	}
 	call("GET", "/api/tasks?limit=10", "", http.StatusOK)

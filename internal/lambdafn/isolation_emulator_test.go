@@ -12,14 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/awsemu"
-	"github.com/batchgen/batchgen/internal/awsemu/localrun"
-	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 )
 
 // TestAPIIsolationOnAWS runs the api function as deployed, through the
@@ -33,14 +26,7 @@ func TestAPIIsolationOnAWS(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	e := newE2E(t, e2eOptions{rows: 4, batchSize: 2})
-	cfg, err := awsemu.Config(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := apiwire.New(awswire.NewDeps(e.stack.Env, cfg, "api"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := e.apiFunction()
 	call := func(sub, method, target, contentType string, body []byte) (int, []byte) {
 		t.Helper()
 		resp, out := serveGateway(t, h, gatewayRequest{sub: sub, method: method, target: target, contentType: contentType, body: string(body)})
@@ -62,27 +48,10 @@ func TestAPIIsolationOnAWS(t *testing.T) {
 	if status, out := call("bob", "GET", "/api/tasks/"+created.ID, "", nil); status != http.StatusNotFound {
 		t.Errorf("bob reads alice's pending task: %d %s, want 404", status, out)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, created.UploadURL, bytes.NewReader(sheetBody))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", created.UploadHeaders["Content-Type"])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("PUT to the upload URL = %s", resp.Status)
-	}
+	e.putUpload(created, sheetBody)
 	split := func(key string) {
 		t.Helper()
-		head, err := e.stack.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(key)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev := localrun.ObjectCreated(awsemu.Region, e.res.BucketName, localrun.Object{Key: key, Size: aws.ToInt64(head.ContentLength), ETag: aws.ToString(head.ETag)}, 1)
-		if err := e.stack.Splitter.Handle(ctx, ev); err != nil {
+		if err := e.stack.Splitter.Handle(ctx, e.uploadedEvent(key)); err != nil {
 			t.Fatalf("splitter: %v", err)
 		}
 	}
