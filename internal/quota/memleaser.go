@@ -25,7 +25,8 @@ var _ Leaser = (*MemLeaser)(nil)
 func NewMemLeaser() *MemLeaser { return &MemLeaser{used: map[int64]Amount{}} }
 
 // Lease takes up to want[i] of second from+i out of that second's budget
-// under the newest ceiling (known or the stored one, which it keeps).
+// under the newest ceiling (known or the stored one, which it keeps), and
+// says what is left to the end of the last minute asked for.
 func (m *MemLeaser) Lease(_ context.Context, from int64, want []Amount, limit Amount, known Ceiling) (Lease, error) {
 	m.writes.Add(1)
 	m.mu.Lock()
@@ -44,7 +45,17 @@ func (m *MemLeaser) Lease(_ context.Context, from int64, want []Amount, limit Am
 		u.Tokens += got[i].Tokens
 		m.used[sec] = u
 	}
-	return Lease{Got: got, Ceiling: m.ceiling}, nil
+	// What is left, to the end of the last minute asked for, as
+	// dynamoquota reads it back from the minute's item.
+	var left []Amount
+	if len(want) > 0 {
+		end := (from+int64(len(want))-1)/60*60 + 60
+		for sec := from; sec < end; sec++ {
+			b, u := m.ceiling.Budget(limit, sec), m.used[sec]
+			left = append(left, Amount{Requests: max(b.Requests-u.Requests, 0), Tokens: max(b.Tokens-u.Tokens, 0)})
+		}
+	}
+	return Lease{Got: got, Ceiling: m.ceiling, Left: left}, nil
 }
 
 // Lower stores next unless the store holds a ceiling newer than seen, and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,6 +49,13 @@ type Lease struct {
 	Got []Amount
 	// Ceiling is the newest ceiling, the one the budgets were cut by.
 	Ceiling Ceiling
+	// Left is what the store had left, after the lease, of each second
+	// from the first one asked for, as far as it read them: up to the end
+	// of the last minute the lease touched where the store keeps a minute
+	// together (dynamoquota reads it back from the same write), fewer or
+	// none when it read less. It lets the process ask next no more than
+	// there is, and skip the seconds that have nothing left.
+	Left []Amount
 }
 
 // Tuning of the blocks a Shared limiter leases.
@@ -56,9 +64,13 @@ const (
 	// process draws: one lease (one write to the store) per this many
 	// model calls at steady state.
 	leaseTokens = 25
-	// maxLeaseSeconds bounds how far ahead a lease reaches, and so how
+	// maxLeaseSeconds bounds how many seconds a lease covers, and so how
 	// many tokens a process that stops drawing (or dies) can leave unused.
 	maxLeaseSeconds = 10
+	// maxBackoff bounds how long a process whose leases got nothing waits
+	// before it asks again (1 s, then doubling): the fleet is using the
+	// whole quota meanwhile, so waiting costs the deployment nothing.
+	maxBackoff = 8 * time.Second
 )
 
 // SharedConfig configures a Shared limiter.
@@ -135,6 +147,17 @@ type Shared struct {
 	// less than it asked, or this process took the whole second): nobody
 	// leases for them again.
 	full map[int64]bool
+	// room holds what the store had left of each second when a lease last
+	// saw it, so that the next block asks where there is room.
+	room map[int64]Amount
+	// hungrySince is when the goroutines last found nothing to start (the
+	// store had nothing left for the second, as far as it was known); zero
+	// once one starts.
+	hungrySince time.Time
+	// zeroLeases counts the leases in a row that got nothing; no lease is
+	// made before backoffUntil unless the process holds the second.
+	zeroLeases   int
+	backoffUntil time.Time
 	// leasing is closed when the lease in flight ends; nil when none is.
 	leasing chan struct{}
 	// waiting counts goroutines inside Wait without a token, the demand a
@@ -187,7 +210,7 @@ func NewShared(leaser Leaser, cfg SharedConfig) (*Shared, error) {
 		}
 	}
 	return &Shared{leaser: leaser, cfg: cfg, limit: limit, tokLimit: tokLimit,
-		grants: map[int64]Amount{}, full: map[int64]bool{}, tokFull: map[int64]bool{}}, nil
+		grants: map[int64]Amount{}, full: map[int64]bool{}, tokFull: map[int64]bool{}, room: map[int64]Amount{}}, nil
 }
 
 // Wait blocks until one request estimated at tokens may start, or ctx
@@ -251,9 +274,14 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 				return nil
 			}
 		}
-		if s.full[sec] || s.budgetLocked(sec).Requests == 0 || (s.startedSec == sec && s.started >= s.budgetLocked(sec).Requests) ||
-			(tok > 0 && s.tokFull[sec] && s.grants[sec].Tokens < tok) {
-			// The store has nothing left for this second.
+		spent := s.spentLocked(sec, tok)
+		if spent && s.hungrySince.IsZero() {
+			s.hungrySince = now
+		}
+		if spent || now.Before(s.backoffUntil) && s.grants[sec].Requests == 0 {
+			// Nothing left for this second, or the last lease found
+			// nothing left at all and others are using the seconds: wait
+			// for the next one rather than write for nothing.
 			s.mu.Unlock()
 			if err := s.sleep(ctx, time.Unix(sec+1, 0).Sub(now), changed); err != nil {
 				return err
@@ -271,13 +299,22 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			}
 			continue
 		}
-		want := s.blockLocked(sec, tok)
+		from, want := s.blockLocked(now, tok)
+		if len(want) == 0 {
+			// Every second within reach is spent, as far as the store
+			// said: wait for the next one rather than write for nothing.
+			s.mu.Unlock()
+			if err := s.sleep(ctx, time.Unix(sec+1, 0).Sub(now), changed); err != nil {
+				return err
+			}
+			continue
+		}
 		known := s.ceil
 		done := make(chan struct{})
 		s.leasing = done
 		s.mu.Unlock()
 
-		lease, err := s.leaser.Lease(ctx, sec, want, Amount{Requests: s.limit, Tokens: s.tokLimit}, known)
+		lease, err := s.leaser.Lease(ctx, from, want, Amount{Requests: s.limit, Tokens: s.tokLimit}, known)
 
 		s.mu.Lock()
 		s.leasing = nil
@@ -293,7 +330,7 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			if i < len(got) {
 				n = got[i]
 			}
-			k := sec + int64(i)
+			k := from + int64(i)
 			g := s.grants[k]
 			g.Requests += n.Requests
 			g.Tokens += n.Tokens
@@ -307,9 +344,29 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 				s.tokFull[k] = true
 			}
 		}
-		if s.cur == sec && len(got) > 0 && got[0].Requests > 0 {
-			// Topped up mid-second: spread the rest over what is left.
-			s.spacing = s.spacingLocked(s.cfg.Clock.Now(), s.grants[sec].Requests)
+		if slices.ContainsFunc(got, func(a Amount) bool { return a.Requests > 0 }) {
+			s.zeroLeases = 0
+		} else {
+			// The fleet uses every second this lease asked for. Others
+			// are using the quota; asking again each second would cost a
+			// write each for nothing.
+			s.zeroLeases++
+			s.backoffUntil = now.Add(min(time.Second<<(s.zeroLeases-1), maxBackoff))
+		}
+		for i, l := range lease.Left {
+			k := from + int64(i)
+			s.room[k] = l
+			if l.Requests <= 0 {
+				s.full[k] = true
+			}
+			if s.tokLimit > 0 && l.Tokens <= 0 {
+				s.tokFull[k] = true
+			}
+		}
+		if from == sec && s.cur == sec && len(got) > 0 && got[0].Requests > 0 {
+			// Topped up mid-second: spread the rest over what is left
+			// of it after the starts already placed.
+			s.spacing = s.spacingLocked(later(s.cfg.Clock.Now(), s.next), s.grants[sec].Requests)
 		}
 		s.mu.Unlock()
 	}
@@ -340,6 +397,11 @@ func (s *Shared) takeLocked(now time.Time, tok int) (time.Time, bool) {
 				delete(s.tokFull, k)
 			}
 		}
+		for k := range s.room {
+			if k < sec {
+				delete(s.room, k)
+			}
+		}
 		s.cur, s.next = sec, now
 		s.spacing = s.spacingLocked(now, left)
 	}
@@ -349,13 +411,16 @@ func (s *Shared) takeLocked(now time.Time, tok int) (time.Time, bool) {
 	}
 	if at.Unix() != sec {
 		// The quota's pace leaves the block's last tokens beyond their
-		// second: they are lost, as unused ones are.
+		// second: they are lost, as unused ones are, and leasing more of
+		// the second would only lose those too.
 		delete(s.grants, sec)
+		s.full[sec] = true
 		return time.Time{}, false
 	}
 	g.Requests--
 	g.Tokens -= tok
 	s.grants[sec] = g
+	s.hungrySince = time.Time{}
 	spacing := s.spacing
 	if s.tokLimit > 0 {
 		// Never spend tokens faster than the quota's pace either.
@@ -418,53 +483,113 @@ func (s *Shared) changedLocked() chan struct{} {
 	return s.changed
 }
 
-// blockLocked is what to lease from sec on: per second what the process
-// started in its last full second plus a quarter (less what it started in
-// sec already, for sec), or the goroutines waiting now if they are more;
-// over enough seconds to cover leaseTokens.
-func (s *Shared) blockLocked(sec int64, tok int) []Amount {
+// blockLocked is what to lease: from which second (now's, unless the
+// store has nothing left for it that the block would ask), and how much
+// of each second from there.
+//
+// Per second it asks for the rate the process draws plus a quarter, or
+// the goroutines waiting now if they are more, capped at the ceiling's
+// rate. The rate is what it started in its last full second, or what its
+// starts so far in this second project when they outrun that (the block
+// ran out mid-second: demand grew), or the goroutines waiting when they
+// have found nothing for a second or more (a starved process's demand is
+// not a burst). Now's second asks for what is left of that after the
+// starts made in it already, the later ones for what the process does not
+// hold yet: a top-up must not lease again the seconds an earlier block
+// covers (it used to, and one process held the budget of seconds it could
+// not use while others starved). No second is asked for more than the
+// store had left when a lease last saw it. The block covers enough
+// seconds for leaseTokens at that rate, up to maxLeaseSeconds.
+func (s *Shared) blockLocked(now time.Time, tok int) (int64, []Amount) {
+	sec := now.Unix()
 	rate, already := 0, 0
 	switch s.startedSec {
 	case sec:
-		rate, already = s.prevStarted, s.started // the block ran out mid-second
+		rate, already = s.prevStarted, s.started
+		if f := now.Sub(time.Unix(sec, 0)).Seconds(); f >= minProjection {
+			rate = max(rate, int(math.Ceil(float64(already)/f)))
+		}
 	case sec - 1:
 		rate = s.started
 	}
+	if !s.hungrySince.IsZero() && now.Sub(s.hungrySince) >= time.Second {
+		rate = max(rate, s.waiting)
+	}
 	// The block is capped at the ceiling's rate, rounded up: the store
 	// holds each second to its own budget.
-	ceiling := max(int(math.Ceil(float64(s.limit)*s.ceil.ShareAt(s.cfg.Clock.Now()))), 1)
+	ceiling := max(int(math.Ceil(float64(s.limit)*s.ceil.ShareAt(now))), 1)
 	perSecond := min(max(rate+(rate+3)/4, s.waiting, 1), ceiling)
 	if s.tokLimit > 0 && s.avgTok > 0 {
 		// No more requests than a second's tokens can start: the rest
 		// would be held from other processes for nothing.
 		perSecond = min(perSecond, max(int(math.Ceil(float64(s.tokLimit)/(s.avgTok*s.ratioLocked()))), 1))
 	}
-	first := min(max(perSecond-already, s.waiting, 1), ceiling)
 	seconds := 1
 	if rate > 0 {
 		// Only a measured rate reaches ahead: a burst of waiting
 		// goroutines may be gone next second.
 		seconds = min(max((leaseTokens+perSecond-1)/perSecond, 1), maxLeaseSeconds)
 	}
-	want := make([]Amount, seconds)
-	want[0].Requests = first
-	for i := 1; i < seconds; i++ {
-		want[i].Requests = perSecond
+	tokensFor := func(requests int) int {
+		return min(int(math.Ceil(float64(requests)*s.avgTok*s.ratioLocked())), s.tokLimit)
 	}
-	if s.tokLimit > 0 {
-		// Tokens for the same requests at the average charge; the first
-		// second at least what the caller needs beyond what is left.
-		for i := range want {
-			want[i].Tokens = min(int(math.Ceil(float64(want[i].Requests)*s.avgTok*s.ratioLocked())), s.tokLimit)
+	var want []Amount
+	for k, covered := sec, 0; k < sec+maxLeaseSeconds && covered < seconds; k++ {
+		var w Amount
+		switch {
+		case k == sec:
+			w.Requests = min(max(perSecond-already, s.waiting, 1), ceiling)
+			if s.tokLimit > 0 {
+				// At least what the caller needs beyond what is left.
+				w.Tokens = min(max(tokensFor(w.Requests), tok-s.grants[sec].Tokens), s.tokLimit)
+				if s.tokFull[sec] {
+					w.Tokens = 0
+				}
+			}
+		case s.full[k] || s.tokLimit > 0 && s.tokFull[k]:
+		default:
+			w.Requests = max(perSecond-s.grants[k].Requests, 0)
+			if s.tokLimit > 0 {
+				w.Tokens = tokensFor(w.Requests)
+			}
 		}
-		have := s.grants[sec].Tokens
-		want[0].Tokens = min(max(want[0].Tokens, tok-have), s.tokLimit)
-		if s.tokFull[sec] {
-			want[0].Tokens = 0
+		if r, ok := s.room[k]; ok {
+			w.Requests = min(w.Requests, r.Requests)
+			if s.tokLimit > 0 {
+				w.Tokens = min(w.Tokens, r.Tokens)
+			}
 		}
+		if w.Requests > 0 || s.grants[k].Requests > 0 && k > sec {
+			covered++
+		}
+		want = append(want, w)
 	}
-	return want
+	// Seconds at either end with nothing to ask need no place in the
+	// write.
+	from := sec
+	for len(want) > 0 && want[0] == (Amount{}) {
+		want, from = want[1:], from+1
+	}
+	for len(want) > 0 && want[len(want)-1] == (Amount{}) {
+		want = want[:len(want)-1]
+	}
+	return from, want
 }
+
+// spentLocked reports whether the store, as far as this process knows,
+// has nothing left for second sec that a request of tok tokens could use:
+// it said so, the ceiling leaves the second nothing, this process started
+// the whole second's budget itself, or its tokens are gone.
+func (s *Shared) spentLocked(sec int64, tok int) bool {
+	budget := s.budgetLocked(sec).Requests
+	return s.full[sec] || budget == 0 || (s.startedSec == sec && s.started >= budget) ||
+		(tok > 0 && s.tokFull[sec] && s.grants[sec].Tokens < tok)
+}
+
+// minProjection is the least part of a second whose starts project the
+// rate of the whole second: earlier, a few goroutines starting together
+// would project a burst.
+const minProjection = 0.25
 
 // countStartLocked records a start in sec for sizing the next block.
 func (s *Shared) countStartLocked(sec int64) {

@@ -121,3 +121,61 @@ func TestNewSharedRejectsTinyQuota(t *testing.T) {
 		t.Error("RPM 0 was accepted")
 	}
 }
+
+// TestSharedFleetLeaseCost runs fleets of processes (quota.Shared over one
+// store, a model call of latency after each start) for a minute after a
+// warm-up, and holds what they start and what they write:
+//   - two processes that together draw less than the quota start all they
+//     can (a top-up lease used to lease again every second an earlier
+//     block held, so one process held budget it could not use while the
+//     other starved: 21 to 28 calls a second of 32, one write per 2 calls),
+//     at one write per 20 calls or fewer;
+//   - fleets that could draw more than the quota use the whole of it. There
+//     the writes are fewer than one per 5 calls (one per 4 before), above
+//     the one per 20 a process alone or a fleet under the quota meets: each
+//     process's share of a second is small, and the seconds are contended.
+func TestSharedFleetLeaseCost(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name               string
+		processes, workers int
+		latency            time.Duration
+		rpm                int
+		// rate is the calls a second the fleet should make: its demand or
+		// the quota's budget, whichever is less.
+		rate int
+		// callsPerWrite is the fewest model calls a write must cover.
+		callsPerWrite float64
+	}{
+		{name: "under the quota", processes: 2, workers: 8, latency: 500 * time.Millisecond, rpm: 3000, rate: 32, callsPerWrite: 20},
+		{name: "held by the quota, 4 processes", processes: 4, workers: 8, latency: 300 * time.Millisecond, rpm: 600, rate: 9, callsPerWrite: 5},
+		{name: "held by the quota, 8 processes", processes: 8, workers: 8, latency: 300 * time.Millisecond, rpm: 3000, rate: 49, callsPerWrite: 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			leaser := NewMemLeaser()
+			clk := clock.NewFake(quotatest.Base)
+			d := quotatest.NewDriver(t, clk)
+			for range tc.processes {
+				s, err := NewShared(leaser, SharedConfig{RPM: tc.rpm, Clock: clk})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.StartCalling(s, tc.workers, tc.latency)
+			}
+			d.RunUntil(quotatest.Base.Add(5 * time.Second))
+			warm, leases := len(d.Starts()), leaser.Writes()
+			d.RunUntil(quotatest.Base.Add(65 * time.Second))
+			calls := len(d.Stop()) - warm
+			writes := leaser.Writes() - leases
+			t.Logf("%d calls in 60 s (%.2f a second), %d writes (one per %.1f calls)", calls, float64(calls)/60, writes, float64(calls)/float64(writes))
+			if want := tc.rate * 60 * 95 / 100; calls < want {
+				t.Errorf("%d calls in 60 s, want >= %d (95%% of %d a second)", calls, want, tc.rate)
+			}
+			if float64(writes)*tc.callsPerWrite > float64(calls) {
+				t.Errorf("%d writes for %d calls (one per %.1f), want one per %.0f or fewer", writes, calls, float64(calls)/float64(writes), tc.callsPerWrite)
+			}
+		})
+	}
+}

@@ -66,16 +66,31 @@ const (
 // item holds a ceiling newer than known).
 func (l *Leaser) Lease(ctx context.Context, from int64, want []quota.Amount, limit quota.Amount, known quota.Ceiling) (quota.Lease, error) {
 	got := make([]quota.Amount, len(want))
+	var left []quota.Amount
+	blind := false
 	for i := 0; i < len(want); {
 		minute := (from + int64(i)) / 60 * 60
 		n := min(len(want)-i, int(minute+60-(from+int64(i))))
-		var err error
-		if known, err = l.leaseMinute(ctx, minute, from+int64(i), want[i:i+n], got[i:i+n], limit, known); err != nil {
+		var (
+			err  error
+			rest []quota.Amount
+		)
+		if known, rest, err = l.leaseMinute(ctx, minute, from+int64(i), want[i:i+n], got[i:i+n], limit, known); err != nil {
 			return quota.Lease{}, err
+		}
+		switch {
+		case len(rest) < n:
+			// Nothing read back for this minute: the seconds after it
+			// would not line up.
+			blind = true
+		case !blind && i+n < len(want):
+			left = append(left, rest[:n]...) // the next minute's item says the rest
+		case !blind:
+			left = append(left, rest...)
 		}
 		i += n
 	}
-	return quota.Lease{Got: got, Ceiling: known}, nil
+	return quota.Lease{Got: got, Ceiling: known, Left: left}, nil
 }
 
 // counter is one attribute of the minute's item: a second's requests or
@@ -143,9 +158,10 @@ func ceilingOf(item map[string]types.AttributeValue) quota.Ceiling {
 }
 
 // leaseMinute leases want[j] of second from+j, all in the minute starting
-// at minute, into got, and returns the newest ceiling: known, or the
-// item's when it is newer.
-func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got []quota.Amount, limit quota.Amount, known quota.Ceiling) (quota.Ceiling, error) {
+// at minute, into got, and returns the newest ceiling (known, or the
+// item's when it is newer) and what the item has left of each second from
+// from to the minute's end, read back from the same update.
+func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got []quota.Amount, limit quota.Amount, known quota.Ceiling) (quota.Ceiling, []quota.Amount, error) {
 	ask := make([]quota.Amount, len(want))
 	var counters []counter
 	for j, w := range want {
@@ -157,8 +173,10 @@ func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got 
 			counters = append(counters, counter{fmt.Sprintf("t%02d", sec-minute), &ask[j].Tokens, sec, true})
 		}
 	}
-	// item is the item's ceiling as the last failed update read it back.
+	// item is the item's ceiling as the last failed update read it back,
+	// and lastItem that item.
 	var item *quota.Ceiling
+	var lastItem map[string]types.AttributeValue
 	for {
 		var adds, conds []string
 		names := map[string]string{"#ca": attrAt}
@@ -181,10 +199,12 @@ func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got 
 			// Every second asked for is spent. The item still gets the
 			// newer ceiling this process knows, so that processes that
 			// lease there learn it.
+			left := leftOf(lastItem, minute, from, limit, known)
 			if item != nil && known.Newer(*item) {
-				return l.store(ctx, minute, *item, known)
+				c, err := l.store(ctx, minute, *item, known)
+				return c, left, err
 			}
-			return known, nil
+			return known, left, nil
 		}
 		set := "expires_at = if_not_exists(expires_at, :ttl)"
 		if known.At > 0 {
@@ -195,23 +215,25 @@ func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got 
 		} else {
 			conds = append(conds, "attribute_not_exists(#ca)")
 		}
-		_, err := l.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		out, err := l.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                           aws.String(l.table),
 			Key:                                 l.key(minute),
 			UpdateExpression:                    aws.String("ADD " + strings.Join(adds, ", ") + " SET " + set),
 			ConditionExpression:                 aws.String(strings.Join(conds, " AND ")),
+			ReturnValues:                        types.ReturnValueAllNew,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			ExpressionAttributeNames:            names,
 			ExpressionAttributeValues:           values,
 		})
 		if err == nil {
 			copy(got, ask)
-			return known, nil
+			return known, leftOf(out.Attributes, minute, from, limit, known), nil
 		}
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return known, fmt.Errorf("lease quota %s seconds %d to %d: %w", l.name, from, from+int64(len(want))-1, err)
+			return known, nil, fmt.Errorf("lease quota %s seconds %d to %d: %w", l.name, from, from+int64(len(want))-1, err)
 		}
+		lastItem = ccf.Item
 		// A newer ceiling in the item lowers the budgets. Then ask again
 		// for what is left of each counter. At least one ask shrinks each
 		// round (the one whose condition failed), or the ceiling becomes
@@ -240,9 +262,36 @@ func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got 
 		if !changed {
 			// Only a ceiling this code cannot read (edited by hand) fails
 			// the same way twice: say so rather than retry forever.
-			return known, fmt.Errorf("lease quota %s minute %d: the item's ceiling (%s, %s) is malformed; remove those attributes", l.name, minute, attrShare, attrAt)
+			return known, nil, fmt.Errorf("lease quota %s minute %d: the item's ceiling (%s, %s) is malformed; remove those attributes", l.name, minute, attrShare, attrAt)
 		}
 	}
+}
+
+// leftOf is what item (the minute starting at minute, nil when unknown)
+// has left of each second from from to the minute's end under ceiling c:
+// nil when there is no item to read.
+func leftOf(item map[string]types.AttributeValue, minute, from int64, limit quota.Amount, c quota.Ceiling) []quota.Amount {
+	if item == nil {
+		return nil
+	}
+	used := func(attr string) int {
+		if n, ok := item[attr].(*types.AttributeValueMemberN); ok {
+			if v, err := strconv.Atoi(n.Value); err == nil {
+				return v
+			}
+		}
+		return 0
+	}
+	var left []quota.Amount
+	for sec := from; sec < minute+60; sec++ {
+		b := c.Budget(limit, sec)
+		a := quota.Amount{Requests: max(b.Requests-used(fmt.Sprintf("s%02d", sec-minute)), 0)}
+		if limit.Tokens > 0 {
+			a.Tokens = max(b.Tokens-used(fmt.Sprintf("t%02d", sec-minute)), 0)
+		}
+		left = append(left, a)
+	}
+	return left
 }
 
 // Lower stores next in the item of the minute it was set in, unless that

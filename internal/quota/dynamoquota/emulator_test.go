@@ -249,3 +249,55 @@ func TestSharedWritesPerCall(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseSaysWhatIsLeft: what a lease reads back of its minute's item
+// (the seconds it asked for and the rest of the last minute it touched) is
+// what the in-memory store, which follows the same rules, says after the
+// same leases: across a minute's end, with a second used up by another
+// process, with tokens and without, and under a ceiling.
+func TestLeaseSaysWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg, tableName := table(t)
+	client := dynamodb.NewFromConfig(cfg)
+	minute := time.Now().Unix()/60*60 + 180
+	at := (minute - 30) * 1000
+	half := quota.Ceiling{Share: 0.5, At: at, Quiet: at}
+	steps := []struct {
+		from  int64
+		want  []quota.Amount
+		limit quota.Amount
+		known quota.Ceiling
+	}{
+		{from: minute + 57, want: []quota.Amount{{Requests: 3, Tokens: 30}, {Requests: 4, Tokens: 40}, {Requests: 5, Tokens: 50}, {Requests: 6, Tokens: 60}}, limit: quota.Amount{Requests: 10, Tokens: 100}},
+		{from: minute + 58, want: []quota.Amount{{Requests: 10, Tokens: 10}, {Requests: 1, Tokens: 1}}, limit: quota.Amount{Requests: 10, Tokens: 100}},
+		{from: minute + 58, want: []quota.Amount{{Requests: 2, Tokens: 2}}, limit: quota.Amount{Requests: 10, Tokens: 100}},
+		{from: minute + 70, want: []quota.Amount{{Requests: 4}}, limit: quota.Amount{Requests: 10}, known: half},
+	}
+	for i, name := range []string{"left-tokens", "left-tokens", "left-tokens", "left-requests"} {
+		st := steps[i]
+		mem := quota.NewMemLeaser()
+		// The memory store replays every earlier step of the same quota.
+		for _, prev := range steps[:i] {
+			if name == "left-tokens" {
+				if _, err := mem.Lease(ctx, prev.from, prev.want, prev.limit, prev.known); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		want, err := mem.Lease(ctx, st.from, st.want, st.limit, st.known)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := dynamoquota.New(client, tableName, name).Lease(ctx, st.from, st.want, st.limit, st.known)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("step %d (-memory +dynamodb):\n%s", i, diff)
+		}
+		if n := int(minute + 60*((st.from+int64(len(st.want))-1-minute)/60) + 60 - st.from); len(got.Left) != n {
+			t.Errorf("step %d: %d seconds left, want %d (to the end of the last minute asked for)", i, len(got.Left), n)
+		}
+	}
+}
