@@ -124,6 +124,7 @@ var measures = []measure{
 	{"quota-tpm", true, measureTokenQuota},        // issue 10: TPM binds
 	{"quota-learn", false, measureQuotaLearning},  // issue 10: quota learned from headers, from 429s
 	{"quota-shared", true, measureSharedLearning}, // issue 10: the AWS fleet's shared limiter learns a quota set 2x too high
+	{"quota-shared-writes", true, measureSharedWrites}, // issue 10: DynamoDB writes per model call of a fleet sharing one quota
 	{"routing", false, measureRouting},            // issue 10: two endpoints, half the quota each; one killed mid-job
 	{"overhead", true, measureOverhead},           // 3
 	{"ceiling", false, measureCeiling},            // 4, 5

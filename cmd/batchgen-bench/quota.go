@@ -127,3 +127,35 @@ func measureSharedLearning(ctx context.Context, _ *run) ([]Figure, error) {
 			Better: AtMost, Bound: 0.01, Detail: detail},
 	}, nil
 }
+
+// measureSharedWrites is the issue's "at most 1 DynamoDB write per 20 model
+// calls" for fleets of generator instances sharing one quota: model calls
+// per lease-store write over a minute of steady state, for a fleet drawing
+// less than the quota and for fleets that could draw more. It runs
+// TestSharedFleetLeaseCost (quota.Shared over the in-memory store that
+// follows dynamoquota's rules, on a fake clock; TestSharedWritesPerCall
+// counts the same on moto through the SDK).
+func measureSharedWrites(ctx context.Context, _ *run) ([]Figure, error) {
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^TestSharedFleetLeaseCost$", "-v", "./internal/quota/")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("TestSharedFleetLeaseCost: %w\n%s", err, tail(string(out)))
+	}
+	cases := []struct{ name, id, detail string }{
+		{"under the quota", "quota-shared-writes-under", "2 instances x 8 calls in flight drawing 32/s of a 49/s quota"},
+		{"held by the quota, 4 processes", "quota-shared-writes-held-4", "4 instances x 8 calls in flight sharing 9/s"},
+		{"held by the quota, 8 processes", "quota-shared-writes-held-8", "8 instances x 8 calls in flight sharing 49/s"},
+	}
+	var figs []Figure
+	for _, c := range cases {
+		m := regexp.MustCompile(`shared fleet writes \[` + regexp.QuoteMeta(c.name) + `\]: (\d+) calls in 60 s \(([0-9.]+) a second\), (\d+) writes`).FindStringSubmatch(string(out))
+		if m == nil {
+			return nil, fmt.Errorf("TestSharedFleetLeaseCost printed no figures for %q:\n%s", c.name, tail(string(out)))
+		}
+		calls, _ := strconv.ParseFloat(m[1], 64)
+		writes, _ := strconv.ParseFloat(m[3], 64)
+		figs = append(figs, Figure{ID: c.id, Name: "shared limiter, model calls per DynamoDB write (" + c.name + ")", Value: calls / max(writes, 1),
+			Better: AtLeast, Bound: 20, Detail: fmt.Sprintf("%s; %s calls a second over 60 s; simulated on a fake clock", c.detail, m[2])})
+	}
+	return figs, nil
+}
