@@ -145,6 +145,7 @@ func measureSharedWrites(ctx context.Context, _ *run) ([]Figure, error) {
 		{"under the quota", "quota-shared-writes-under", "2 instances x 8 calls in flight drawing 32/s of a 49/s quota"},
 		{"held by the quota, 4 processes", "quota-shared-writes-held-4", "4 instances x 8 calls in flight sharing 9/s"},
 		{"held by the quota, 8 processes", "quota-shared-writes-held-8", "8 instances x 8 calls in flight sharing 49/s"},
+		{"held by the quota, 16 processes, slow calls", "quota-shared-writes-held-16-slow", "16 instances x 8 calls of 2 s in flight sharing 19/s"},
 	}
 	var figs []Figure
 	for _, c := range cases {

@@ -62,11 +62,18 @@ type Lease struct {
 const (
 	// leaseTokens is the least a lease should cover at the rate the
 	// process draws: one lease (one write to the store) per this many
-	// model calls at steady state.
-	leaseTokens = 25
-	// maxLeaseSeconds bounds how many seconds a lease covers, and so how
-	// many tokens a process that stops drawing (or dies) can leave unused.
-	maxLeaseSeconds = 10
+	// model calls at steady state, and about what a process that stops
+	// drawing (or dies) leaves unused. A fleet of many processes sharing
+	// a quota they could exceed loses some leases to contention, so this
+	// is above the 20 calls a write the store's cost is held to.
+	leaseTokens = 30
+	// maxLeaseSeconds bounds how many seconds a lease covers. N processes
+	// sharing R requests a second draw R/N each, and cover leaseTokens in
+	// leaseTokens x N/R seconds: 30 s keeps one write per 20 calls for up
+	// to 16 processes sharing 19 a second. It also bounds how long a
+	// process that has not heard of a lowered ceiling uses the budget it
+	// leased before (see cutAfter429's quiet time).
+	maxLeaseSeconds = 30
 	// maxBackoff bounds how long a process whose leases got nothing waits
 	// before it asks again (1 s, then doubling): the fleet is using the
 	// whole quota meanwhile, so waiting costs the deployment nothing.
@@ -105,13 +112,21 @@ type SharedConfig struct {
 // A lease is a write to the shared store, so a process makes as few as it
 // can. Its goroutines share one lease in flight (single flight: whoever
 // finds the block empty leases, the others wait for that lease instead of
-// taking their own). The block is sized to the rate the process draws (its
-// starts in the previous second plus a quarter, or the goroutines waiting
-// now if more) and reaches as many seconds ahead as it takes to cover
-// leaseTokens at that rate, up to maxLeaseSeconds: at steady state one
-// write per leaseTokens model calls or fewer, however many goroutines wait.
-// Processes racing for seconds the quota cannot cover in full are served
-// first come, first served.
+// taking their own). The block is sized to the rate the process draws and
+// reaches as many seconds ahead as it takes to cover leaseTokens at that
+// rate, up to maxLeaseSeconds; each lease reads back what the store has
+// left, and the next asks no more than that. While the fleet leaves room,
+// the rate is the starts of the last second plus a quarter (or the
+// goroutines waiting, if more), so a process grows into what it can use.
+// Once a lease gets less than it asked (the fleet could draw more than the
+// quota), the seconds it leased are final for the process and the rate is
+// its share: what it drew over the last seconds, with no headroom, since
+// asking more would only be refused. A process whose lease got nothing
+// leases next where the store said there was room, or backs off (1 s,
+// doubling to maxBackoff) when there was none. So at steady state a write
+// covers about leaseTokens model calls, whether the process is held back
+// by its own concurrency or the fleet by the quota (TestSharedLeaseCost,
+// TestSharedFleetLeaseCost).
 //
 // A quota configured too high is learned for the whole fleet: a 429 lowers
 // the deployment's Ceiling in the store (one conditional write; none for
@@ -150,10 +165,6 @@ type Shared struct {
 	// room holds what the store had left of each second when a lease last
 	// saw it, so that the next block asks where there is room.
 	room map[int64]Amount
-	// hungrySince is when the goroutines last found nothing to start (the
-	// store had nothing left for the second, as far as it was known); zero
-	// once one starts.
-	hungrySince time.Time
 	// zeroLeases counts the leases in a row that got nothing; no lease is
 	// made before backoffUntil unless the process holds the second.
 	zeroLeases   int
@@ -168,6 +179,11 @@ type Shared struct {
 	startedSec  int64
 	started     int
 	prevStarted int
+	// hist holds the starts of the last histSeconds seconds, by second.
+	hist [histSeconds]secondStarts
+	// contended is set when the last lease got less than it asked for a
+	// second: the fleet uses the rest.
+	contended bool
 	// changed is closed (and replaced) by Penalize, waking goroutines
 	// whose slot or pause it invalidates.
 	changed chan struct{}
@@ -275,13 +291,13 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			}
 		}
 		spent := s.spentLocked(sec, tok)
-		if spent && s.hungrySince.IsZero() {
-			s.hungrySince = now
-		}
-		if spent || now.Before(s.backoffUntil) && s.grants[sec].Requests == 0 {
-			// Nothing left for this second, or the last lease found
-			// nothing left at all and others are using the seconds: wait
-			// for the next one rather than write for nothing.
+		if now.Before(s.backoffUntil) && s.grants[sec].Requests == 0 || spent && (s.zeroLeases == 0 || s.holdsAheadLocked(sec)) {
+			// Backing off (the last lease found no room at all), or
+			// nothing is left of this second for this process and it
+			// holds a later one or was not refused: wait for the next
+			// second rather than write for nothing. A refused process
+			// with nothing ahead leases now, where the store said there
+			// was room.
 			s.mu.Unlock()
 			if err := s.sleep(ctx, time.Unix(sec+1, 0).Sub(now), changed); err != nil {
 				return err
@@ -299,7 +315,7 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			}
 			continue
 		}
-		from, want := s.blockLocked(now, tok)
+		from, want := s.blockLocked(now, tok, spent)
 		if len(want) == 0 {
 			// Every second within reach is spent, as far as the store
 			// said: wait for the next one rather than write for nothing.
@@ -325,6 +341,7 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 		}
 		s.adoptLocked(lease.Ceiling, sec)
 		got := lease.Got
+		contended := false
 		for i, w := range want {
 			var n Amount
 			if i < len(got) {
@@ -337,6 +354,7 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			s.grants[k] = g
 			if n.Requests < w.Requests {
 				s.full[k] = true
+				contended = true
 			}
 			// Less than asked, or the whole second's tokens: the store
 			// has none left for it.
@@ -344,14 +362,32 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 				s.tokFull[k] = true
 			}
 		}
+		s.contended = contended
+		if contended {
+			// The fleet uses every second the block reached: what this
+			// process got of each is its share, and topping a second up
+			// later would be refused (a write for nothing each second).
+			for i := range want {
+				s.full[from+int64(i)] = true
+			}
+		}
 		if slices.ContainsFunc(got, func(a Amount) bool { return a.Requests > 0 }) {
 			s.zeroLeases = 0
 		} else {
-			// The fleet uses every second this lease asked for. Others
-			// are using the quota; asking again each second would cost a
-			// write each for nothing.
+			// The fleet uses every second this lease asked for. The next
+			// lease goes where the store said there is room; with none,
+			// asking again each second would cost a write each for
+			// nothing while the others use the quota.
 			s.zeroLeases++
-			s.backoffUntil = now.Add(min(time.Second<<(s.zeroLeases-1), maxBackoff))
+			room := false
+			for i, l := range lease.Left {
+				if from+int64(i) > sec && l.Requests > 0 {
+					room = true
+				}
+			}
+			if !room {
+				s.backoffUntil = now.Add(min(time.Second<<(s.zeroLeases-1), maxBackoff))
+			}
 		}
 		for i, l := range lease.Left {
 			k := from + int64(i)
@@ -420,7 +456,6 @@ func (s *Shared) takeLocked(now time.Time, tok int) (time.Time, bool) {
 	g.Requests--
 	g.Tokens -= tok
 	s.grants[sec] = g
-	s.hungrySince = time.Time{}
 	spacing := s.spacing
 	if s.tokLimit > 0 {
 		// Never spend tokens faster than the quota's pace either.
@@ -483,52 +518,71 @@ func (s *Shared) changedLocked() chan struct{} {
 	return s.changed
 }
 
-// blockLocked is what to lease: from which second (now's, unless the
-// store has nothing left for it that the block would ask), and how much
-// of each second from there.
+// blockLocked is what to lease: from which second (now's, unless spent
+// says nothing is left of it for this process, or the store said so), and
+// how much of each second from there; nothing when no second within
+// maxLeaseSeconds has room.
 //
-// Per second it asks for the rate the process draws plus a quarter, or
-// the goroutines waiting now if they are more, capped at the ceiling's
-// rate. The rate is what it started in its last full second, or what its
-// starts so far in this second project when they outrun that (the block
-// ran out mid-second: demand grew), or the goroutines waiting when they
-// have found nothing for a second or more (a starved process's demand is
-// not a burst). Now's second asks for what is left of that after the
-// starts made in it already, the later ones for what the process does not
-// hold yet: a top-up must not lease again the seconds an earlier block
-// covers (it used to, and one process held the budget of seconds it could
-// not use while others starved). No second is asked for more than the
-// store had left when a lease last saw it. The block covers enough
-// seconds for leaseTokens at that rate, up to maxLeaseSeconds.
-func (s *Shared) blockLocked(now time.Time, tok int) (int64, []Amount) {
+// Per second it asks for the rate the process draws (see Shared): while
+// the fleet leaves room, the starts of its last full second plus a
+// quarter, or what its starts so far in this second project when they
+// outrun that (the block ran out mid-second: demand grew), or the
+// goroutines waiting if more; once the fleet is contended, its average
+// over the last seconds. Capped at the ceiling's rate. Now's second asks
+// for what is left of that after the starts made in it, and no more than
+// still fits in the second after the slots already placed; the later
+// seconds for what the process does not hold yet: a top-up must not lease
+// again the seconds an earlier block covers (it used to, and one process
+// held budget it could not use while others starved). Seconds known to be
+// spent are skipped, and none is asked for more than the store had left
+// when a lease last saw it. Only a rate measured over a whole second
+// reaches ahead, over enough seconds for leaseTokens.
+func (s *Shared) blockLocked(now time.Time, tok int, spent bool) (int64, []Amount) {
 	sec := now.Unix()
-	rate, already := 0, 0
-	switch s.startedSec {
-	case sec:
-		rate, already = s.prevStarted, s.started
-		if f := now.Sub(time.Unix(sec, 0)).Seconds(); f >= minProjection {
-			rate = max(rate, int(math.Ceil(float64(already)/f)))
+	already := 0
+	if s.startedSec == sec {
+		already = s.started
+	}
+	// The block is capped at the ceiling's rate: the store holds each
+	// second to its own budget.
+	ceilingRate := max(float64(s.limit)*s.ceil.ShareAt(now), 1)
+	var perSecond float64
+	measured := false
+	if s.contended {
+		// The fleet uses every second the last block reached: what this
+		// process drew over the last seconds is its share of them (one
+		// second's starts swing with calls that start together and take
+		// several seconds), and asking more would only be refused.
+		avg := s.averageLocked(sec)
+		perSecond, measured = max(avg, 1), avg > 0
+	} else {
+		rate, full := 0, 0
+		switch s.startedSec {
+		case sec:
+			full = s.prevStarted
+			// The block ran out mid-second: the starts so far project
+			// the second's demand (as if a quarter of it had passed, at
+			// least: a block spent sooner than that is no reason to ask
+			// for one request at a time).
+			f := max(now.Sub(time.Unix(sec, 0)).Seconds(), minProjection)
+			rate = max(s.prevStarted, int(math.Ceil(float64(already)/f)))
+		case sec - 1:
+			rate, full = s.started, s.started
 		}
-	case sec - 1:
-		rate = s.started
+		// Only a whole second's starts reach ahead: a projection from a
+		// part of one, or a burst of waiting goroutines, may be gone next
+		// second, and a block reaching ahead fixes those seconds' grants.
+		perSecond, measured = float64(max(rate+(rate+3)/4, s.waiting, 1)), full > 0
 	}
-	if !s.hungrySince.IsZero() && now.Sub(s.hungrySince) >= time.Second {
-		rate = max(rate, s.waiting)
-	}
-	// The block is capped at the ceiling's rate, rounded up: the store
-	// holds each second to its own budget.
-	ceiling := max(int(math.Ceil(float64(s.limit)*s.ceil.ShareAt(now))), 1)
-	perSecond := min(max(rate+(rate+3)/4, s.waiting, 1), ceiling)
+	perSecond = min(perSecond, ceilingRate)
 	if s.tokLimit > 0 && s.avgTok > 0 {
 		// No more requests than a second's tokens can start: the rest
 		// would be held from other processes for nothing.
-		perSecond = min(perSecond, max(int(math.Ceil(float64(s.tokLimit)/(s.avgTok*s.ratioLocked()))), 1))
+		perSecond = min(perSecond, max(float64(s.tokLimit)/(s.avgTok*s.ratioLocked()), 1))
 	}
 	seconds := 1
-	if rate > 0 {
-		// Only a measured rate reaches ahead: a burst of waiting
-		// goroutines may be gone next second.
-		seconds = min(max((leaseTokens+perSecond-1)/perSecond, 1), maxLeaseSeconds)
+	if measured {
+		seconds = min(max(int(math.Ceil(leaseTokens/perSecond)), 1), maxLeaseSeconds)
 	}
 	tokensFor := func(requests int) int {
 		return min(int(math.Ceil(float64(requests)*s.avgTok*s.ratioLocked())), s.tokLimit)
@@ -537,8 +591,19 @@ func (s *Shared) blockLocked(now time.Time, tok int) (int64, []Amount) {
 	for k, covered := sec, 0; k < sec+maxLeaseSeconds && covered < seconds; k++ {
 		var w Amount
 		switch {
+		case k == sec && spent:
 		case k == sec:
-			w.Requests = min(max(perSecond-already, s.waiting, 1), ceiling)
+			w.Requests = min(max(int(math.Ceil(perSecond))-already, s.waiting, 1), int(math.Ceil(ceilingRate)))
+			if s.cur == sec {
+				// The block's slots are placed to s.next: no more than the
+				// quota's pace fits in what is left of the second after
+				// them (a top-up beyond it would be lost).
+				fit := max(int(time.Unix(sec+1, 0).Sub(later(now, s.next)).Seconds()*ceilingRate), 0)
+				if fit == 0 {
+					s.full[sec] = true // for this process: nothing more fits
+				}
+				w.Requests = min(w.Requests, fit)
+			}
 			if s.tokLimit > 0 {
 				// At least what the caller needs beyond what is left.
 				w.Tokens = min(max(tokensFor(w.Requests), tok-s.grants[sec].Tokens), s.tokLimit)
@@ -548,7 +613,7 @@ func (s *Shared) blockLocked(now time.Time, tok int) (int64, []Amount) {
 			}
 		case s.full[k] || s.tokLimit > 0 && s.tokFull[k]:
 		default:
-			w.Requests = max(perSecond-s.grants[k].Requests, 0)
+			w.Requests = max(int(math.Ceil(perSecond))-s.grants[k].Requests, 0)
 			if s.tokLimit > 0 {
 				w.Tokens = tokensFor(w.Requests)
 			}
@@ -559,7 +624,7 @@ func (s *Shared) blockLocked(now time.Time, tok int) (int64, []Amount) {
 				w.Tokens = min(w.Tokens, r.Tokens)
 			}
 		}
-		if w.Requests > 0 || s.grants[k].Requests > 0 && k > sec {
+		if k > sec && (w.Requests > 0 || s.grants[k].Requests > 0) || k == sec && !spent {
 			covered++
 		}
 		want = append(want, w)
@@ -586,10 +651,51 @@ func (s *Shared) spentLocked(sec int64, tok int) bool {
 		(tok > 0 && s.tokFull[sec] && s.grants[sec].Tokens < tok)
 }
 
+// secondStarts is how many requests a process started in second sec.
+type secondStarts struct {
+	sec int64
+	n   int
+}
+
+// histSeconds is how many seconds of starts a process keeps to know the
+// rate it draws.
+const histSeconds = 8
+
+// holdsAheadLocked reports whether the process holds a lease of a second
+// after sec.
+func (s *Shared) holdsAheadLocked(sec int64) bool {
+	for k, g := range s.grants {
+		if k > sec && g.Requests > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // minProjection is the least part of a second whose starts project the
 // rate of the whole second: earlier, a few goroutines starting together
 // would project a burst.
 const minProjection = 0.25
+
+// averageLocked is the starts a second over the last histSeconds
+// seconds before sec, or over the seconds since the first start when
+// fewer.
+func (s *Shared) averageLocked(sec int64) float64 {
+	n, span := 0, 0
+	for k := sec - histSeconds; k < sec; k++ {
+		h := s.hist[k%histSeconds]
+		if h.sec == k {
+			n += h.n
+			if span == 0 {
+				span = int(sec - k)
+			}
+		}
+	}
+	if span == 0 {
+		return 0
+	}
+	return float64(n) / float64(span)
+}
 
 // countStartLocked records a start in sec for sizing the next block.
 func (s *Shared) countStartLocked(sec int64) {
@@ -602,6 +708,11 @@ func (s *Shared) countStartLocked(sec int64) {
 	}
 	s.startedSec = sec
 	s.started++
+	h := &s.hist[sec%histSeconds]
+	if h.sec != sec {
+		*h = secondStarts{sec: sec}
+	}
+	h.n++
 }
 
 // Penalize reports a 429: this process starts nothing before retryAfter
