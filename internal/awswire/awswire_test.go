@@ -276,9 +276,12 @@ providers:
 			t.Errorf("%s: limiter %s, want %s", tc.name, got, tc.want)
 		}
 	}
-	router, err := generatorwire.Router(context.Background(), d, f, nil)
+	router, idle, err := generatorwire.Router(context.Background(), d, f, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if idle == nil {
+		t.Error("Router returned no idle hook; the shared limiter of east would keep its seconds leased ahead")
 	}
 	// The Bedrock entry is built with the function's AWS configuration
 	// (signed by its role), in the entry's region.

@@ -544,3 +544,34 @@ func TestGeneratorHandsBackHealthyWorkWithAFreshMessage(t *testing.T) {
 		t.Errorf("BatchesReleased = %v, want 1", got)
 	}
 }
+
+// TestGeneratorIdleAfterRecordsSettle: the handler calls Idle once per
+// invocation, after every record's rows are saved and settled (the
+// instance may be frozen next, so what it leased ahead of the shared quota
+// is given back then, not while rows still draw on it).
+func TestGeneratorIdleAfterRecordsSettle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	f := e.generator(sim.New(sim.Config{}), nil)
+	taskID := e.splitCSV(6, 2)
+	var calls, doneAtIdle int
+	f.handler.Idle = func(ctx context.Context) {
+		calls++
+		task, err := e.store.GetTask(ctx, taskID)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		doneAtIdle = task.RowsSucceeded
+	}
+	ds := e.drain()
+	if _, err := f.handler.Handle(t.Context(), sqsEvent(t, ds)); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if calls != 1 {
+		t.Errorf("Idle called %d times in one invocation, want once", calls)
+	}
+	if doneAtIdle != 6 {
+		t.Errorf("Idle was called with %d of 6 rows saved, want all of them", doneAtIdle)
+	}
+}

@@ -93,24 +93,35 @@ func (c Ceiling) probed(elapsed time.Duration) (share, before float64) {
 	return min(share, 1), before
 }
 
+// Limit is a shared quota's configured budget a second: requests and
+// model tokens, not necessarily whole numbers (Budget spreads them over
+// the seconds). Tokens of 0 means tokens are not counted.
+type Limit struct {
+	Requests, Tokens float64
+}
+
+// PerSecond is the budget a second of a quota of perMinute (requests or
+// tokens a minute) less margin: perMinute/60 x (1 - margin), and never
+// more than perMinute/61, since a 60 s window touches 61 calendar seconds
+// and the seconds' budgets over any 61 of them must stay within the quota.
+func PerSecond(perMinute int, margin float64) float64 {
+	return min(float64(perMinute)/60*(1-margin), float64(perMinute)/61)
+}
+
 // Budget is what calendar second sec (Unix seconds) may hand out under the
-// ceiling, out of the configured per-second limit. A share that is not a
-// whole number a second is spread over the seconds (some get one more than
-// others), so that the fleet's rate is the ceiling's, not its floor. A
-// token limit of 0 (not counted) stays 0, and a counted one never drops to
-// 0 (a call charged more than a second's tokens takes the whole second).
-func (c Ceiling) Budget(limit Amount, sec int64) Amount {
+// ceiling, out of the configured limit. A rate that is not a whole number
+// a second is spread over the seconds (some get one more than others, and
+// any n consecutive seconds together get at most the rate times n, rounded
+// up), so that the fleet's rate is the quota's or the ceiling's, not its
+// floor: 600 requests a minute paces at 9.8 a second, not 9. A token limit
+// of 0 (not counted) stays 0, and a counted one never drops to 0 (a call
+// charged more than a second's tokens takes the whole second).
+func (c Ceiling) Budget(limit Limit, sec int64) Amount {
 	share := c.ShareAt(time.Unix(sec, 0))
-	if share >= 1 {
-		return limit
-	}
-	spread := func(perSecond int) int {
-		r := float64(perSecond) * share
-		return int(math.Floor(r*float64(sec+1)) - math.Floor(r*float64(sec)))
-	}
-	b := Amount{Requests: spread(limit.Requests)}
+	r := limit.Requests * share
+	b := Amount{Requests: int(math.Floor(r*float64(sec+1)) - math.Floor(r*float64(sec)))}
 	if limit.Tokens > 0 {
-		b.Tokens = max(int(float64(limit.Tokens)*share), 1)
+		b.Tokens = max(int(limit.Tokens*share), 1)
 	}
 	return b
 }
@@ -160,11 +171,11 @@ func cutAfter429(c Ceiling, now time.Time, pause time.Duration) (Ceiling, bool) 
 // tokens, a rate-limit header) makes of a configured per-second limit, and
 // whether it lowers c by more than the safety margin (else it is no news
 // worth a write). A limit at or above the configured one states nothing.
-func stated(c Ceiling, now time.Time, perMinute, configured int, keep float64) (Ceiling, bool) {
+func stated(c Ceiling, now time.Time, perMinute int, configured, margin float64) (Ceiling, bool) {
 	if perMinute <= 0 || configured <= 0 {
 		return c, false
 	}
-	share := float64(perMinute) / 60 * keep / float64(configured)
+	share := PerSecond(perMinute, margin) / configured
 	if share >= 1 || share >= c.ShareAt(now)*(1-DefaultSafetyMargin) {
 		return c, false
 	}

@@ -49,7 +49,7 @@ func TestCeilingBudgetSpreads(t *testing.T) {
 	c := Ceiling{Share: 0.5, At: at * 1000}
 	total := Amount{}
 	for sec := at; sec < at+20; sec++ {
-		b := c.Budget(Amount{Requests: 19, Tokens: 1000}, sec)
+		b := c.Budget(Limit{Requests: 19, Tokens: 1000}, sec)
 		if b.Requests < 9 || b.Requests > 10 {
 			t.Errorf("second %d: %d requests, want 9 or 10", sec-at, b.Requests)
 		}
@@ -59,11 +59,40 @@ func TestCeilingBudgetSpreads(t *testing.T) {
 	if total.Requests != 190 || total.Tokens != 10000 {
 		t.Errorf("20 seconds hand out %+v, want 190 requests (9.5 a second) and 10,000 tokens", total)
 	}
-	if b := c.Budget(Amount{Requests: 19}, at); b.Tokens != 0 {
+	if b := c.Budget(Limit{Requests: 19}, at); b.Tokens != 0 {
 		t.Errorf("tokens not counted became %d", b.Tokens)
 	}
-	if b := (Ceiling{}).Budget(Amount{Requests: 19, Tokens: 7}, at); b != (Amount{Requests: 19, Tokens: 7}) {
+	if b := (Ceiling{}).Budget(Limit{Requests: 19, Tokens: 7}, at); b != (Amount{Requests: 19, Tokens: 7}) {
 		t.Errorf("no ceiling: budget %+v, want the limit", b)
+	}
+}
+
+// TestConfiguredBudgetSpreads: a configured quota whose rate a second is
+// not a whole number (600 a minute, 9.84 a second after the margin and
+// the 61-second rule) is spread too, instead of rounded down to 9 (a job
+// paced 12 % under its bound): every 61 consecutive seconds, the most a
+// 60 s window touches, hand out at most the quota, and at least 98 % of it.
+func TestConfiguredBudgetSpreads(t *testing.T) {
+	t.Parallel()
+	for _, rpm := range []int{61, 600, 1200, 2000, 3000, 59999} {
+		limit := Limit{Requests: PerSecond(rpm, DefaultSafetyMargin)}
+		at := quotatest.Base.Unix()
+		var budgets []int
+		for sec := at; sec < at+300; sec++ {
+			budgets = append(budgets, (Ceiling{}).Budget(limit, sec).Requests)
+		}
+		for i := 0; i+61 <= len(budgets); i++ {
+			sum := 0
+			for _, b := range budgets[i : i+61] {
+				sum += b
+			}
+			if sum > rpm {
+				t.Fatalf("%d rpm: seconds %d to %d hand out %d, more than the quota", rpm, i, i+60, sum)
+			}
+			if float64(sum) < 0.98*float64(rpm) {
+				t.Fatalf("%d rpm: seconds %d to %d hand out %d, under 98 %% of the quota", rpm, i, i+60, sum)
+			}
+		}
 	}
 }
 
@@ -136,18 +165,18 @@ func TestSharedCutReachesTheFleet(t *testing.T) {
 	if n := store.CeilingWrites(); n != 1 {
 		t.Errorf("%d ceiling writes, want 1", n)
 	}
-	if b.Rate() != 19 {
-		t.Fatalf("b paces at %v before its next lease, want 19 (it cannot know yet)", b.Rate())
+	if b.Rate() != b.Limit() {
+		t.Fatalf("b paces at %v before its next lease, want the configured %v (it cannot know yet)", b.Rate(), b.Limit())
 	}
 	d := quotatest.NewDriver(t, clk)
 	d.Start(b, 4)
 	d.RunUntil(quotatest.Base.Add(20 * time.Second))
 	starts := d.Stop()
-	if got := b.Rate(); got != 9.5 {
-		t.Errorf("b paces at %v after leasing, want 9.5 (the fleet's ceiling)", got)
+	if got, want := b.Rate(), b.Limit()/2; math.Abs(got-want) > 1e-9 {
+		t.Errorf("b paces at %v after leasing, want %v (the fleet's ceiling)", got, want)
 	}
-	if got := quotatest.MaxInWindow(starts[len(starts)/2:], 5*time.Second); got > 48 {
-		t.Errorf("b started %d in 5 s once it knew, want at most 48 (9.5 a second)", got)
+	if got, want := quotatest.MaxInWindow(starts[len(starts)/2:], 5*time.Second), int(math.Ceil(b.Limit()/2*5))+1; got > want {
+		t.Errorf("b started %d in 5 s once it knew, want at most %d (%.2f a second)", got, want, b.Limit()/2)
 	}
 	if n := store.CeilingWrites(); n != 1 {
 		t.Errorf("%d ceiling writes after b learned, want still 1", n)
@@ -170,7 +199,7 @@ func TestSharedObserveStatesTheCeiling(t *testing.T) {
 		t.Fatalf("a limit above the configured one wrote %d ceilings", n)
 	}
 	s.Observe(llm.RateLimits{Requests: llm.RateWindow{Limit: 600, Remaining: 500}})
-	if got, want := s.Rate(), 600.0/60*0.99; math.Abs(got-want) > 1e-9 {
+	if got, want := s.Rate(), PerSecond(600, DefaultSafetyMargin); math.Abs(got-want) > 1e-9 {
 		t.Errorf("rate %v after a 600/min header, want %v", got, want)
 	}
 	if got := store.Ceiling(); !got.Fixed || got.Share >= 1 {

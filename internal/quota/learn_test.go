@@ -103,11 +103,25 @@ func runJob(t *testing.T, j job) jobResult {
 	var last time.Time
 	var res jobResult
 	var wg sync.WaitGroup
+	// A process whose workers have all finished releases what it leased
+	// ahead, as a generator instance does when its invocation ends.
+	procLive := make([]atomic.Int64, len(limiters))
 	for w := range j.workers {
-		lim := limiters[w%len(limiters)]
+		procLive[w%len(limiters)].Add(1)
+	}
+	for w := range j.workers {
+		p := w % len(limiters)
+		lim := limiters[p]
 		live.Add(1)
 		wg.Go(func() {
 			defer live.Add(-1)
+			defer func() {
+				if shared, ok := lim.(*quota.Shared); ok && procLive[p].Add(-1) == 0 {
+					if err := shared.Release(ctx); err != nil {
+						t.Errorf("release: %v", err)
+					}
+				}
+			}()
 			for {
 				row := next.Add(1)
 				if row > int64(j.rows) {

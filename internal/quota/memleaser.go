@@ -9,14 +9,16 @@ import (
 // MemLeaser is a Leaser kept in memory: the shared budget of processes
 // that share one address space (tests, the benchmark's simulated fleet).
 // It follows the lease store's rules exactly as dynamoquota does, and
-// counts its writes (leases and ceiling writes), each of which is one
-// write to a real store.
+// counts the writes dynamoquota would make: one for each minute a lease or
+// release touches, one for each ceiling write (not the retries of an
+// update that found the item changed, which it cannot see).
 type MemLeaser struct {
-	mu      sync.Mutex
-	used    map[int64]Amount
-	ceiling Ceiling
-	writes  atomic.Int64
-	lowers  atomic.Int64
+	mu       sync.Mutex
+	used     map[int64]Amount
+	ceiling  Ceiling
+	writes   atomic.Int64
+	lowers   atomic.Int64
+	releases atomic.Int64
 }
 
 var _ Leaser = (*MemLeaser)(nil)
@@ -27,8 +29,8 @@ func NewMemLeaser() *MemLeaser { return &MemLeaser{used: map[int64]Amount{}} }
 // Lease takes up to want[i] of second from+i out of that second's budget
 // under the newest ceiling (known or the stored one, which it keeps), and
 // says what is left to the end of the last minute asked for.
-func (m *MemLeaser) Lease(_ context.Context, from int64, want []Amount, limit Amount, known Ceiling) (Lease, error) {
-	m.writes.Add(1)
+func (m *MemLeaser) Lease(_ context.Context, from int64, want []Amount, limit Limit, known Ceiling) (Lease, error) {
+	m.writes.Add(minuteWrites(from, want))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if known.Newer(m.ceiling) {
@@ -71,7 +73,39 @@ func (m *MemLeaser) Lower(_ context.Context, seen, next Ceiling) (Ceiling, error
 	return m.ceiling, nil
 }
 
-// Writes is how many writes the store took: leases and ceiling writes.
+// Release gives back give[i] of second from+i.
+func (m *MemLeaser) Release(_ context.Context, from int64, give []Amount) error {
+	n := minuteWrites(from, give)
+	m.writes.Add(n)
+	m.releases.Add(n)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, g := range give {
+		u := m.used[from+int64(i)]
+		u.Requests = max(u.Requests-g.Requests, 0)
+		u.Tokens = max(u.Tokens-g.Tokens, 0)
+		m.used[from+int64(i)] = u
+	}
+	return nil
+}
+
+// minuteWrites is how many writes dynamoquota makes for amounts of the
+// seconds from on: one for each minute whose seconds ask for something.
+func minuteWrites(from int64, amounts []Amount) int64 {
+	n, last := int64(0), int64(-1)
+	for i, a := range amounts {
+		if minute := (from + int64(i)) / 60; a != (Amount{}) && minute != last {
+			n, last = n+1, minute
+		}
+	}
+	return n
+}
+
+// Releases is how many of the writes were Release's.
+func (m *MemLeaser) Releases() int64 { return m.releases.Load() }
+
+// Writes is how many writes the store took: leases, ceiling writes and
+// releases.
 func (m *MemLeaser) Writes() int64 { return m.writes.Load() }
 
 // CeilingWrites is how many of the writes were Lower's.

@@ -35,12 +35,15 @@ type Leaser interface {
 	// if its own write of it failed. It never grants beyond the budget in
 	// total for a second; a limit of 0 Tokens means tokens are not counted
 	// (and none are granted).
-	Lease(ctx context.Context, from int64, want []Amount, limit Amount, known Ceiling) (Lease, error)
+	Lease(ctx context.Context, from int64, want []Amount, limit Limit, known Ceiling) (Lease, error)
 	// Lower stores next as the deployment's ceiling unless the store holds
 	// one newer than seen (another process cut first: its cut stands, and
 	// this one, based on the same knowledge, would cut twice), and returns
 	// the ceiling the store holds afterwards.
 	Lower(ctx context.Context, seen, next Ceiling) (Ceiling, error)
+	// Release gives back give[i] of second from+i, leased before and not
+	// used, so that other processes can lease it.
+	Release(ctx context.Context, from int64, give []Amount) error
 }
 
 // Lease is what a Leaser's Lease got.
@@ -85,13 +88,13 @@ type SharedConfig struct {
 	// RPM is the provider's quota across every worker of the deployment.
 	RPM int
 	// TPM is the tokens-per-minute quota across every worker; 0 means
-	// none. Its per-second budget is floor(TPM/60 x (1 - margin)), like
-	// RPM's.
+	// none. Its per-second budget is PerSecond(TPM, margin), rounded down.
 	TPM int
 	// SafetyMargin is the fraction of RPM left unused; 0 means
-	// DefaultSafetyMargin. With whole-second budgets of
-	// floor(RPM/60 x (1 - margin)), any 60 s window, which touches at most
-	// 61 calendar seconds, stays under RPM.
+	// DefaultSafetyMargin. Each second's budget is PerSecond(RPM, margin),
+	// spread over the seconds where it is not whole (Ceiling.Budget), so
+	// that any 60 s window, which touches at most 61 calendar seconds,
+	// stays under RPM.
 	SafetyMargin float64
 	// MinPenalty is the pause after a 429 without a usable Retry-After.
 	// Defaults to DefaultMinPenalty.
@@ -138,7 +141,9 @@ type SharedConfig struct {
 type Shared struct {
 	leaser Leaser
 	cfg    SharedConfig
-	limit  int // requests per calendar second
+	// limit is the requests a calendar second may start under no
+	// ceiling (Ceiling.Budget spreads a fraction over the seconds).
+	limit float64
 	// tokLimit is the model tokens per calendar second; 0 when no TPM.
 	tokLimit int
 
@@ -169,6 +174,10 @@ type Shared struct {
 	// made before backoffUntil unless the process holds the second.
 	zeroLeases   int
 	backoffUntil time.Time
+	// rechecked is when the process last looked again at a second it
+	// knew to be spent (recheckLocked), and lastStart when it last
+	// started a request.
+	rechecked, lastStart time.Time
 	// leasing is closed when the lease in flight ends; nil when none is.
 	leasing chan struct{}
 	// waiting counts goroutines inside Wait without a token, the demand a
@@ -211,16 +220,15 @@ func NewShared(leaser Leaser, cfg SharedConfig) (*Shared, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	limit := int(math.Floor(float64(cfg.RPM) / 60 * (1 - cfg.SafetyMargin)))
+	limit := PerSecond(cfg.RPM, cfg.SafetyMargin)
 	if limit < 1 {
-		// Under 60 RPM a second's budget rounds to 0; such quotas are not
-		// worth a shared limiter's round trips, and one token a second would
-		// overshoot them.
+		// Under 61 RPM some seconds' budgets are 0; such quotas are not
+		// worth a shared limiter's round trips.
 		return nil, fmt.Errorf("shared quota: RPM %d is below one request a second; use a lower concurrency instead", cfg.RPM)
 	}
 	tokLimit := 0
 	if cfg.TPM > 0 {
-		tokLimit = int(math.Floor(float64(cfg.TPM) / 60 * (1 - cfg.SafetyMargin)))
+		tokLimit = int(math.Floor(PerSecond(cfg.TPM, cfg.SafetyMargin)))
 		if tokLimit < 1 {
 			return nil, fmt.Errorf("shared quota: TPM %d is below one token a second", cfg.TPM)
 		}
@@ -291,6 +299,16 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			}
 		}
 		spent := s.spentLocked(sec, tok)
+		if spent && s.recheckLocked(now) {
+			// Goroutines wait and the next second this process holds is
+			// far: others may have given back the seconds between (a
+			// process that stopped drawing releases what it held), which
+			// this process's knowledge cannot show. Look once.
+			s.full[sec], s.tokFull[sec] = false, false
+			delete(s.room, sec)
+			s.rechecked = now
+			spent = false
+		}
 		if now.Before(s.backoffUntil) && s.grants[sec].Requests == 0 || spent && (s.zeroLeases == 0 || s.holdsAheadLocked(sec)) {
 			// Backing off (the last lease found no room at all), or
 			// nothing is left of this second for this process and it
@@ -330,7 +348,7 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 		s.leasing = done
 		s.mu.Unlock()
 
-		lease, err := s.leaser.Lease(ctx, from, want, Amount{Requests: s.limit, Tokens: s.tokLimit}, known)
+		lease, err := s.leaser.Lease(ctx, from, want, s.limitValue(), known)
 
 		s.mu.Lock()
 		s.leasing = nil
@@ -471,13 +489,18 @@ func (s *Shared) takeLocked(now time.Time, tok int) (time.Time, bool) {
 // second does not burst into the first tokens of the next.
 func (s *Shared) spacingLocked(now time.Time, left int) time.Duration {
 	end := time.Unix(now.Unix()+1, 0)
-	rate := max(float64(s.limit)*s.ceil.ShareAt(now), minShare)
+	rate := max(s.limit*s.ceil.ShareAt(now), minShare)
 	return max(end.Sub(now)/time.Duration(left+1), time.Duration(float64(time.Second)/rate))
 }
 
 // budgetLocked is what second sec may start under the newest ceiling known.
 func (s *Shared) budgetLocked(sec int64) Amount {
-	return s.ceil.Budget(Amount{Requests: s.limit, Tokens: s.tokLimit}, sec)
+	return s.ceil.Budget(s.limitValue(), sec)
+}
+
+// limitValue is the configured limit, as the store's budgets take it.
+func (s *Shared) limitValue() Limit {
+	return Limit{Requests: s.limit, Tokens: float64(s.tokLimit)}
 }
 
 // adoptLocked takes in a ceiling the store returned at second sec: when it
@@ -545,7 +568,7 @@ func (s *Shared) blockLocked(now time.Time, tok int, spent bool) (int64, []Amoun
 	}
 	// The block is capped at the ceiling's rate: the store holds each
 	// second to its own budget.
-	ceilingRate := max(float64(s.limit)*s.ceil.ShareAt(now), 1)
+	ceilingRate := max(s.limit*s.ceil.ShareAt(now), 1)
 	var perSecond float64
 	measured := false
 	if s.contended {
@@ -589,6 +612,11 @@ func (s *Shared) blockLocked(now time.Time, tok int, spent bool) (int64, []Amoun
 	}
 	var want []Amount
 	for k, covered := sec, 0; k < sec+maxLeaseSeconds && covered < seconds; k++ {
+		if k%60 == 0 && k > sec && 2*covered >= seconds {
+			// The next minute is another item, another write: a block
+			// that covers half its reach already ends here.
+			break
+		}
 		var w Amount
 		switch {
 		case k == sec && spent:
@@ -661,6 +689,27 @@ type secondStarts struct {
 // rate it draws.
 const histSeconds = 8
 
+// recheckLocked reports whether the process should look again at a second
+// it knows to be spent: it has started nothing for recheckGap, holds
+// nothing before a second recheckGap or more ahead, has not looked for
+// recheckGap, and is not backing off.
+func (s *Shared) recheckLocked(now time.Time) bool {
+	sec := now.Unix()
+	if now.Sub(s.rechecked) < recheckGap || now.Sub(s.lastStart) < recheckGap || now.Before(s.backoffUntil) {
+		return false
+	}
+	for k, g := range s.grants {
+		if k > sec && k < sec+int64(recheckGap/time.Second) && g.Requests > 0 {
+			return false
+		}
+	}
+	return s.holdsAheadLocked(sec)
+}
+
+// recheckGap is how far the next second a process holds must be, and how
+// long since it last looked, before it looks again at a spent second.
+const recheckGap = 3 * time.Second
+
 // holdsAheadLocked reports whether the process holds a lease of a second
 // after sec.
 func (s *Shared) holdsAheadLocked(sec int64) bool {
@@ -708,6 +757,7 @@ func (s *Shared) countStartLocked(sec int64) {
 	}
 	s.startedSec = sec
 	s.started++
+	s.lastStart = s.cfg.Clock.Now()
 	h := &s.hist[sec%histSeconds]
 	if h.sec != sec {
 		*h = secondStarts{sec: sec}
@@ -767,7 +817,7 @@ func (s *Shared) lower(seen, next Ceiling, why string) {
 	}
 	if stored.At == next.At {
 		s.cfg.Logger.Info("shared quota: lowered the deployment's ceiling", "share", next.Share,
-			"requests_per_second", float64(s.limit)*next.Share, "reason", why)
+			"requests_per_second", s.limit*next.Share, "reason", why)
 	}
 	s.mu.Lock()
 	if stored.Newer(s.ceil) || stored.At != next.At && s.ceil.At == next.At {
@@ -826,11 +876,10 @@ func (s *Shared) Observe(rl llm.RateLimits) {
 		return
 	}
 	now := s.cfg.Clock.Now()
-	keep := 1 - s.cfg.SafetyMargin
 	s.mu.Lock()
 	seen := s.ceil
-	next, lower := stated(seen, now, rl.Requests.Limit, s.limit, keep)
-	if c, ok := stated(seen, now, rl.Tokens.Limit, s.tokLimit, keep); ok && (!lower || c.Share < next.Share) {
+	next, lower := stated(seen, now, rl.Requests.Limit, s.limit, s.cfg.SafetyMargin)
+	if c, ok := stated(seen, now, rl.Tokens.Limit, float64(s.tokLimit), s.cfg.SafetyMargin); ok && (!lower || c.Share < next.Share) {
 		next, lower = c, true
 	}
 	lower = lower && now.Sub(s.wrote) >= cutEvery
@@ -844,9 +893,48 @@ func (s *Shared) Observe(rl llm.RateLimits) {
 	}
 }
 
+// Release gives back to the store what this process leased of the seconds
+// after the current one: one write for each minute they fall in, none when
+// it holds none. Call it when the process stops drawing for a while (a
+// Lambda invocation's records are all settled, and the instance may be
+// frozen until the next one): what it holds ahead would otherwise be lost
+// to the fleet, which at the end of a job is seconds the other instances
+// wait for. A lease in flight is left alone (the process is not idle).
+func (s *Shared) Release(ctx context.Context) error {
+	s.mu.Lock()
+	if s.leasing != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	sec := s.cfg.Clock.Now().Unix()
+	from, to := int64(math.MaxInt64), int64(0)
+	for k, g := range s.grants {
+		if k > sec && (g.Requests > 0 || g.Tokens > 0) {
+			from, to = min(from, k), max(to, k)
+		}
+	}
+	if to == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	give := make([]Amount, to-from+1)
+	for k := from; k <= to; k++ {
+		give[k-from] = s.grants[k]
+		delete(s.grants, k)
+		delete(s.full, k)
+		delete(s.tokFull, k)
+		delete(s.room, k)
+	}
+	s.mu.Unlock()
+	if err := s.leaser.Release(ctx, from, give); err != nil {
+		return fmt.Errorf("release quota seconds %d to %d: %w", from, to, err)
+	}
+	return nil
+}
+
 // Limit is the number of requests a calendar second may start under the
 // configured quota.
-func (s *Shared) Limit() int { return s.limit }
+func (s *Shared) Limit() float64 { return s.limit }
 
 // Ceiling is the newest deployment ceiling this process knows.
 func (s *Shared) Ceiling() Ceiling {
@@ -860,7 +948,7 @@ func (s *Shared) Ceiling() Ceiling {
 func (s *Shared) Rate() float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return float64(s.limit) * s.ceil.ShareAt(s.cfg.Clock.Now())
+	return s.limit * s.ceil.ShareAt(s.cfg.Clock.Now())
 }
 
 // sleep waits d, or until ctx ends (its error) or changed is closed (nil).

@@ -20,13 +20,16 @@ func TestSharedConformance(t *testing.T) {
 }
 
 // TestSharedHoldsTheQuotaAcrossProcesses: three limiters (three Lambda
-// instances) sharing one budget never start more than a second's share in
-// any calendar second, and together use most of it once warmed up.
+// instances) sharing one budget never start more than a second's budget
+// in any calendar second (1,200 a minute is 19.67 a second: 19 or 20 in
+// turn), nor more than the quota in any 61 seconds, and together use most
+// of it once warmed up.
 func TestSharedHoldsTheQuotaAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	leaser := NewMemLeaser()
 	clk := clock.NewFake(quotatest.Base)
-	const rpm = 1200 // 20 a second, 19 after the margin
+	const rpm = 1200
+	limit := Limit{Requests: PerSecond(rpm, DefaultSafetyMargin)}
 	d := quotatest.NewDriver(t, clk)
 	for range 3 {
 		s, err := NewShared(leaser, SharedConfig{RPM: rpm, Clock: clk})
@@ -35,26 +38,32 @@ func TestSharedHoldsTheQuotaAcrossProcesses(t *testing.T) {
 		}
 		d.Start(s, 6)
 	}
-	const seconds = 10
+	const seconds = 70
 	d.RunUntil(quotatest.Base.Add(seconds * time.Second))
+	starts := d.Stop()
 	perSecond := map[int64]int{}
-	for _, s := range d.Stop() {
+	for _, s := range starts {
 		perSecond[s.Unix()]++
 	}
-	used := 0
+	used, budget := 0, 0
 	for sec := range int64(seconds) {
-		n := perSecond[quotatest.Base.Unix()+sec]
-		if n > 19 {
-			t.Errorf("second %d started %d requests, more than the 19 the quota allows", sec, n)
+		at := quotatest.Base.Unix() + sec
+		n, b := perSecond[at], (Ceiling{}).Budget(limit, at).Requests
+		if n > b {
+			t.Errorf("second %d started %d requests, more than its budget of %d", sec, n, b)
 		}
 		if sec > 0 { // the first second sizes the blocks
 			used += n
+			budget += b
 		}
+	}
+	if got := quotatest.MaxInWindow(starts, time.Minute); got > rpm {
+		t.Errorf("%d requests in a 60 s window, more than the quota of %d", got, rpm)
 	}
 	// Tokens a process leased but could not pace into their second are
 	// lost; together they stay under 5 %.
-	if want := 19 * (seconds - 1) * 95 / 100; used < want {
-		t.Errorf("seconds 1 to %d started %d requests, want >= %d (95%% of the quota): %v", seconds-1, used, want, perSecond)
+	if want := budget * 95 / 100; used < want {
+		t.Errorf("seconds 1 to %d started %d requests, want >= %d (95%% of their budgets)", seconds-1, used, want)
 	}
 }
 
@@ -144,15 +153,15 @@ func TestSharedFleetLeaseCost(t *testing.T) {
 		latency            time.Duration
 		rpm                int
 		// rate is the calls a second the fleet should make: its demand or
-		// the quota's budget, whichever is less.
-		rate int
+		// the quota's budget (PerSecond), whichever is less.
+		rate float64
 		// callsPerWrite is the fewest model calls a write must cover.
 		callsPerWrite float64
 	}{
 		{name: "under the quota", processes: 2, workers: 8, latency: 500 * time.Millisecond, rpm: 3000, rate: 32, callsPerWrite: 20},
-		{name: "held by the quota, 4 processes", processes: 4, workers: 8, latency: 300 * time.Millisecond, rpm: 600, rate: 9, callsPerWrite: 15},
-		{name: "held by the quota, 8 processes", processes: 8, workers: 8, latency: 300 * time.Millisecond, rpm: 3000, rate: 49, callsPerWrite: 15},
-		{name: "held by the quota, 16 processes, slow calls", processes: 16, workers: 8, latency: 2 * time.Second, rpm: 1200, rate: 19, callsPerWrite: 12},
+		{name: "held by the quota, 4 processes", processes: 4, workers: 8, latency: 300 * time.Millisecond, rpm: 600, rate: 9.8, callsPerWrite: 15},
+		{name: "held by the quota, 8 processes", processes: 8, workers: 8, latency: 300 * time.Millisecond, rpm: 3000, rate: 49.2, callsPerWrite: 15},
+		{name: "held by the quota, 16 processes, slow calls", processes: 16, workers: 8, latency: 2 * time.Second, rpm: 1200, rate: 19.6, callsPerWrite: 12},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -174,12 +183,82 @@ func TestSharedFleetLeaseCost(t *testing.T) {
 			writes := leaser.Writes() - leases
 			// make bench's writes-per-call figures read this line.
 			t.Logf("shared fleet writes [%s]: %d calls in 60 s (%.2f a second), %d writes (one per %.1f calls)", tc.name, calls, float64(calls)/60, writes, float64(calls)/float64(writes))
-			if want := tc.rate * 60 * 95 / 100; calls < want {
-				t.Errorf("%d calls in 60 s, want >= %d (95%% of %d a second)", calls, want, tc.rate)
+			if want := int(tc.rate * 60 * 0.95); calls < want {
+				t.Errorf("%d calls in 60 s, want >= %d (95%% of %.1f a second)", calls, want, tc.rate)
 			}
 			if float64(writes)*tc.callsPerWrite > float64(calls) {
 				t.Errorf("%d writes for %d calls (one per %.1f), want one per %.0f or fewer", writes, calls, float64(calls)/float64(writes), tc.callsPerWrite)
 			}
 		})
+	}
+}
+
+// TestSharedReleaseGivesBack: a process that stops drawing gives back the
+// seconds it leased ahead (one write for each minute they fall in), so
+// another process can lease them; what it holds of the current second
+// stays with it, and a process holding nothing ahead writes nothing.
+func TestSharedReleaseGivesBack(t *testing.T) {
+	t.Parallel()
+	store := NewMemLeaser()
+	// 55 s into a minute, so that a block reaching ahead spans two.
+	clk := clock.NewFake(quotatest.Base.Add(55 * time.Second))
+	a, err := NewShared(store, SharedConfig{RPM: 600, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewShared(store, SharedConfig{RPM: 600, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(t.Context()); err != nil || store.Releases() != 0 {
+		t.Fatalf("a process holding nothing: Release = %v with %d writes, want none", err, store.Releases())
+	}
+	d := quotatest.NewDriver(t, clk)
+	d.StartCalling(a, 4, 100*time.Millisecond)
+	d.RunUntil(clk.Now().Add(3 * time.Second))
+	d.Stop()
+	sec := clk.Now().Unix()
+	var held int
+	a.mu.Lock()
+	for k, g := range a.grants {
+		if k > sec {
+			held += g.Requests
+		}
+	}
+	current := a.grants[sec]
+	a.mu.Unlock()
+	if held == 0 {
+		t.Fatal("a holds nothing ahead after 3 s of drawing; the test needs it to")
+	}
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.Releases(); got < 1 || got > 2 {
+		t.Errorf("Release made %d writes, want one for each minute the seconds fall in", got)
+	}
+	a.mu.Lock()
+	for k, g := range a.grants {
+		if k > sec && g.Requests > 0 {
+			t.Errorf("a still holds %d of second +%d after releasing", g.Requests, k-sec)
+		}
+	}
+	if a.grants[sec] != current {
+		t.Errorf("a's current second went from %+v to %+v; it is not given back", current, a.grants[sec])
+	}
+	a.mu.Unlock()
+	// Every second after the current one is whole again for b.
+	limit := Limit{Requests: PerSecond(600, DefaultSafetyMargin)}
+	want := make([]Amount, 10)
+	for i := range want {
+		want[i] = Amount{Requests: 100}
+	}
+	lease, err := store.Lease(t.Context(), sec+1, want, limit, Ceiling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range lease.Got {
+		if budget := (Ceiling{}).Budget(limit, sec+1+int64(i)).Requests; g.Requests != budget {
+			t.Errorf("second +%d: another process leased %d of its %d after the release", i+1, g.Requests, budget)
+		}
 	}
 }

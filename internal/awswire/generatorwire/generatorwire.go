@@ -37,8 +37,11 @@ import (
 // Router builds the router over f's providers for the generator: openai
 // keys from SSM (api_key_param), Bedrock signed by the function's role, a
 // shared DynamoDB limiter per provider keyed by its name; metrics go to
-// rec. ctx bounds the cold-start reads of the keys.
-func Router(ctx context.Context, d *awswire.Deps, f *providerfile.File, rec metrics.Recorder) (*pipeline.Router, error) {
+// rec. ctx bounds the cold-start reads of the keys. It also returns what
+// the handler calls when an invocation ends (generatorfn.Handler.Idle):
+// every shared limiter gives back the seconds it leased ahead.
+func Router(ctx context.Context, d *awswire.Deps, f *providerfile.File, rec metrics.Recorder) (*pipeline.Router, func(context.Context), error) {
+	var shared []*quota.Shared
 	build := providers.Builder{
 		Clock: d.Clock,
 		Key: func(p providerfile.Provider) (string, error) {
@@ -55,10 +58,26 @@ func Router(ctx context.Context, d *awswire.Deps, f *providerfile.File, rec metr
 			return bedrockllm.New(bedrockllm.NewClient(d.AWS, cfg), cfg)
 		},
 	}
-	return f.Router(providerfile.Wiring{
-		Build:   build.Build,
-		Limiter: func(p providerfile.Provider) pipeline.Limiter { return Limiter(d, p) },
+	router, err := f.Router(providerfile.Wiring{
+		Build: build.Build,
+		Limiter: func(p providerfile.Provider) pipeline.Limiter {
+			l := Limiter(d, p)
+			if s, ok := l.(*quota.Shared); ok {
+				shared = append(shared, s)
+			}
+			return l
+		},
 	}, pipeline.RouterConfig{Logger: d.Logger, Metrics: rec})
+	idle := func(ctx context.Context) {
+		for _, s := range shared {
+			if err := s.Release(ctx); err != nil {
+				// The seconds stay leased and unused: the fleet loses a
+				// few seconds of quota, nothing more.
+				d.Logger.WarnContext(ctx, "shared quota: could not give back the seconds leased ahead", "error", err)
+			}
+		}
+	}
+	return router, idle, err
 }
 
 // readKey reads an API key from SSM Parameter Store (decrypted); the key is
@@ -93,7 +112,7 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 		return nil, fmt.Errorf("the providers need more than the generator's role is granted: %w", err)
 	}
 	counter := generatorfn.NewCounter()
-	router, err := Router(ctx, d, f, counter)
+	router, idle, err := Router(ctx, d, f, counter)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +140,7 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 	}
 	gen := pipeline.NewGenerator(st, router, d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)), cfg)
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
-	return &generatorfn.Handler{Generator: gen, Queue: queue, Counter: counter, Metrics: d.Metrics, Logger: d.Logger}, nil
+	return &generatorfn.Handler{Generator: gen, Queue: queue, Counter: counter, Metrics: d.Metrics, Logger: d.Logger, Idle: idle}, nil
 }
 
 // Limiter paces provider p to its rpm and tpm across every instance: a

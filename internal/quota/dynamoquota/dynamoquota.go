@@ -64,7 +64,7 @@ const (
 // ceiling and returns how much it got for each second and that ceiling:
 // one update per minute the seconds touch (and one more for a minute whose
 // item holds a ceiling newer than known).
-func (l *Leaser) Lease(ctx context.Context, from int64, want []quota.Amount, limit quota.Amount, known quota.Ceiling) (quota.Lease, error) {
+func (l *Leaser) Lease(ctx context.Context, from int64, want []quota.Amount, limit quota.Limit, known quota.Ceiling) (quota.Lease, error) {
 	got := make([]quota.Amount, len(want))
 	var left []quota.Amount
 	blind := false
@@ -103,7 +103,7 @@ type counter struct {
 }
 
 // limit is the counter's budget under ceiling c.
-func (c counter) limit(limit quota.Amount, ceiling quota.Ceiling) int {
+func (c counter) limit(limit quota.Limit, ceiling quota.Ceiling) int {
 	b := ceiling.Budget(limit, c.sec)
 	if c.tokens {
 		return b.Tokens
@@ -161,7 +161,7 @@ func ceilingOf(item map[string]types.AttributeValue) quota.Ceiling {
 // at minute, into got, and returns the newest ceiling (known, or the
 // item's when it is newer) and what the item has left of each second from
 // from to the minute's end, read back from the same update.
-func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got []quota.Amount, limit quota.Amount, known quota.Ceiling) (quota.Ceiling, []quota.Amount, error) {
+func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got []quota.Amount, limit quota.Limit, known quota.Ceiling) (quota.Ceiling, []quota.Amount, error) {
 	ask := make([]quota.Amount, len(want))
 	var counters []counter
 	for j, w := range want {
@@ -270,7 +270,7 @@ func (l *Leaser) leaseMinute(ctx context.Context, minute, from int64, want, got 
 // leftOf is what item (the minute starting at minute, nil when unknown)
 // has left of each second from from to the minute's end under ceiling c:
 // nil when there is no item to read.
-func leftOf(item map[string]types.AttributeValue, minute, from int64, limit quota.Amount, c quota.Ceiling) []quota.Amount {
+func leftOf(item map[string]types.AttributeValue, minute, from int64, limit quota.Limit, c quota.Ceiling) []quota.Amount {
 	if item == nil {
 		return nil
 	}
@@ -292,6 +292,51 @@ func leftOf(item map[string]types.AttributeValue, minute, from int64, limit quot
 		left = append(left, a)
 	}
 	return left
+}
+
+// Release gives back give[j] of second from+j: one update for each minute
+// the seconds with something to give fall in, subtracting from the
+// counters. An item that is gone (expired, or removed by hand) has nothing
+// to give back to, and is not recreated.
+func (l *Leaser) Release(ctx context.Context, from int64, give []quota.Amount) error {
+	for i := 0; i < len(give); {
+		minute := (from + int64(i)) / 60 * 60
+		n := min(len(give)-i, int(minute+60-(from+int64(i))))
+		names := map[string]string{"#pk": "PK"}
+		values := map[string]types.AttributeValue{}
+		var adds []string
+		for j, g := range give[i : i+n] {
+			sec := from + int64(i+j)
+			for _, c := range []struct {
+				attr string
+				n    int
+			}{{fmt.Sprintf("s%02d", sec-minute), g.Requests}, {fmt.Sprintf("t%02d", sec-minute), g.Tokens}} {
+				if c.n <= 0 {
+					continue
+				}
+				names["#"+c.attr] = c.attr
+				values[":g"+c.attr] = &types.AttributeValueMemberN{Value: strconv.Itoa(-c.n)}
+				adds = append(adds, fmt.Sprintf("#%s :g%s", c.attr, c.attr))
+			}
+		}
+		i += n
+		if len(adds) == 0 {
+			continue
+		}
+		_, err := l.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(l.table),
+			Key:                       l.key(minute),
+			UpdateExpression:          aws.String("ADD " + strings.Join(adds, ", ")),
+			ConditionExpression:       aws.String("attribute_exists(#pk)"),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: values,
+		})
+		var ccf *types.ConditionalCheckFailedException
+		if err != nil && !errors.As(err, &ccf) {
+			return fmt.Errorf("release quota %s minute %d: %w", l.name, minute, err)
+		}
+	}
+	return nil
 }
 
 // Lower stores next in the item of the minute it was set in, unless that
