@@ -239,18 +239,19 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	limits := api.Limits{
+		Models: o.allowModels, ModelFixed: j.providers.FixedModels(), MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
+		MaxFileBytes: o.maxFileBytes, MaxRows: o.maxRows,
+	}
 	handler := api.New(api.Config{
 		Auth:  auth,
 		Store: st, Blobs: bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: spec,
-		Limits: api.Limits{
-			Models: o.allowModels, ModelFixed: j.providers.FixedModels(), MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
-			MaxFileBytes: o.maxFileBytes, MaxRows: o.maxRows,
-		},
+		Limits: limits,
 		Exports: j.exporter, Retrier: pipeline.Retrier{Store: st, Queue: j.queue},
 		Prices: j.prices,
 	})
 
-	page := web.Config{Limits: sheet.Limits{MaxRows: o.maxRows, MaxFileBytes: o.maxFileBytes}, MaxInlineBytes: o.maxInlineBytes, TempDir: tmp, Logger: logger}
+	page := web.Config{Limits: limits, MaxInlineBytes: o.maxInlineBytes, TempDir: tmp, Logger: logger}
 	if tokens != nil {
 		page.Authenticate = web.Authenticate(tokens)
 	}

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,8 +115,8 @@ func buildBatchgen() (string, error) {
 }
 
 // startServe starts `batchgen serve` on a free loopback port with a fresh
-// data directory and the sim model (args may choose another), and returns
-// its base URL once it listens.
+// data directory and the sim model (args may choose another, or a
+// providers file), and returns its base URL once it listens.
 func startServe(env []string, args ...string) (string, func(), error) {
 	bin, err := buildBatchgen()
 	if err != nil {
@@ -126,9 +127,11 @@ func startServe(env []string, args ...string) (string, func(), error) {
 		return "", nil, err
 	}
 	cleanup := func() { os.RemoveAll(dir) }
-	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"),
-		"--sim-latency", simLatency, "--sim-jitter", "0s", "--concurrency", concurrency, "--batch-size", "10",
-		"--log-level", "warn")
+	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--batch-size", "10", "--log-level", "warn")
+	if !slices.Contains(args, "--providers") {
+		// A providers file gives each provider's model settings instead.
+		cmd.Args = append(cmd.Args, "--sim-latency", simLatency, "--sim-jitter", "0s", "--concurrency", concurrency)
+	}
 	cmd.Args = append(cmd.Args, args...)
 	dieWithTest(cmd)
 	cmd.Env = append(os.Environ(), env...)

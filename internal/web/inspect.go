@@ -101,7 +101,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer spool.Close()
 
 	var opts sheet.Options
-	opts.Limits = in.cfg.Limits
+	opts.Limits = sheet.Limits{MaxRows: in.cfg.Limits.MaxRows, MaxFileBytes: in.cfg.Limits.MaxFileBytes}
 	var name string
 	partial := false
 	for {

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/sheet"
 )
 
@@ -25,10 +26,13 @@ var static embed.FS
 
 // Config wires the page.
 type Config struct {
-	// Limits bounds the sheets POST /ui/inspect reads; zero fields take
-	// internal/sheet's defaults. Use the deployment's limits, so the page
-	// rejects what the API would.
-	Limits sheet.Limits
+	// Limits are the API's (the value given to api.New): MaxRows and
+	// MaxFileBytes bound the sheets POST /ui/inspect reads (zero takes
+	// internal/sheet's defaults), so the page rejects what the API would;
+	// Models and ModelFixed are what the page offers for a task's model:
+	// the allowed models, or no model field when the deployment fixes them
+	// (it routes rows to the models its providers file names).
+	Limits api.Limits
 	// Authenticate, when non-nil, must accept a request to POST /ui/inspect
 	// (the API's bearer-token check); a non-nil error answers 401. Nil lets
 	// anyone inspect, which suits a loopback-only server. Nothing inspected
@@ -63,6 +67,12 @@ type PageConfig struct {
 	MaxInlineBytes int64 `json:"max_inline_bytes"`
 	// MaxFileBytes is the largest sheet the server accepts at all.
 	MaxFileBytes int64 `json:"max_file_bytes"`
+	// Models are the models a task may name besides the deployment's
+	// default (api.Limits.Models); empty allows any.
+	Models []string `json:"models,omitempty"`
+	// ModelFixed, when set, says why a task names no model
+	// (api.Limits.ModelFixed).
+	ModelFixed string `json:"model_fixed,omitempty"`
 }
 
 func (c Config) withDefaults() Config {
@@ -119,7 +129,8 @@ func New(cfg Config) http.Handler {
 	})))
 	// Under /ui/ so that it is public wherever the assets are (on AWS, the
 	// GET /ui/{proxy+} route has no authorizer).
-	pageConfig := PageConfig{MaxInlineBytes: cfg.MaxInlineBytes, MaxFileBytes: cfg.Limits.MaxFileBytes}
+	pageConfig := PageConfig{MaxInlineBytes: cfg.MaxInlineBytes, MaxFileBytes: cfg.Limits.MaxFileBytes,
+		Models: cfg.Limits.Models, ModelFixed: cfg.Limits.ModelFixed}
 	mux.HandleFunc("GET "+ConfigPath, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, pageConfig)
 	})

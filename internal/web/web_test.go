@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/xuri/excelize/v2"
 
+	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/web"
 )
@@ -177,7 +178,7 @@ func TestInspectRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			h := web.New(web.Config{Limits: sheet.Limits{MaxFileBytes: 2000}, Authenticate: tc.auth})
+			h := web.New(web.Config{Limits: api.Limits{MaxFileBytes: 2000}, Authenticate: tc.auth})
 			body, ct := form(t, tc.file, tc.body, tc.fields)
 			if tc.contentType != "" {
 				ct = tc.contentType
@@ -247,7 +248,8 @@ func TestServesThePage(t *testing.T) {
 
 // TestPageConfig: GET /ui/config.json tells the page the largest sheet it
 // may send inside a request, never more than the server accepts at all,
-// and needs no token (the page reads it before it has one).
+// and the API's rule for a task's model, and needs no token (the page
+// reads it before it has one).
 func TestPageConfig(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -258,13 +260,23 @@ func TestPageConfig(t *testing.T) {
 		{name: "defaults: no bound of its own", want: web.PageConfig{MaxInlineBytes: sheet.DefaultMaxFileBytes, MaxFileBytes: sheet.DefaultMaxFileBytes}},
 		{
 			name: "a proxy's bound",
-			cfg:  web.Config{Limits: sheet.Limits{MaxFileBytes: 100 << 20}, MaxInlineBytes: 4 << 20},
+			cfg:  web.Config{Limits: api.Limits{MaxFileBytes: 100 << 20}, MaxInlineBytes: 4 << 20},
 			want: web.PageConfig{MaxInlineBytes: 4 << 20, MaxFileBytes: 100 << 20},
 		},
 		{
 			name: "never above the file limit",
-			cfg:  web.Config{Limits: sheet.Limits{MaxFileBytes: 1 << 20}, MaxInlineBytes: 4 << 20},
+			cfg:  web.Config{Limits: api.Limits{MaxFileBytes: 1 << 20}, MaxInlineBytes: 4 << 20},
 			want: web.PageConfig{MaxInlineBytes: 1 << 20, MaxFileBytes: 1 << 20},
+		},
+		{
+			name: "the models a task may name",
+			cfg:  web.Config{Limits: api.Limits{Models: []string{"gpt-4o-mini", "gpt-4o"}}},
+			want: web.PageConfig{MaxInlineBytes: sheet.DefaultMaxFileBytes, MaxFileBytes: sheet.DefaultMaxFileBytes, Models: []string{"gpt-4o-mini", "gpt-4o"}},
+		},
+		{
+			name: "a routed deployment fixes the model",
+			cfg:  web.Config{Limits: api.Limits{ModelFixed: "rows are routed over east, west"}},
+			want: web.PageConfig{MaxInlineBytes: sheet.DefaultMaxFileBytes, MaxFileBytes: sheet.DefaultMaxFileBytes, ModelFixed: "rows are routed over east, west"},
 		},
 	}
 	for _, tc := range tests {

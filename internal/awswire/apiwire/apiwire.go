@@ -16,7 +16,6 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
-	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/stepfn"
 	"github.com/batchgen/batchgen/internal/web"
 )
@@ -51,14 +50,15 @@ func New(d *awswire.Deps) (*apifn.Handler, error) {
 	st := d.Store(blobs)
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
 	auth := GatewayAuth{}
+	limits := api.Limits{
+		Models: d.Env.AllowedModels, ModelFixed: providers.FixedModels(), MaxTokens: d.Env.MaxTokensLimit, MaxBatchSize: d.Env.MaxBatchSize,
+		MaxFileBytes: d.Env.MaxInputBytes, MaxRows: d.Env.MaxRows,
+	}
 	handler := api.New(api.Config{
 		Store: st, Blobs: blobs, Presigner: blobs, Auth: auth, Clock: d.Clock, Logger: d.Logger,
 		DefaultSpec: spec, Exports: d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
 		TempDir: d.TempDir,
-		Limits: api.Limits{
-			Models: d.Env.AllowedModels, ModelFixed: providers.FixedModels(), MaxTokens: d.Env.MaxTokensLimit, MaxBatchSize: d.Env.MaxBatchSize,
-			MaxFileBytes: d.Env.MaxInputBytes, MaxRows: d.Env.MaxRows,
-		},
+		Limits:  limits,
 		Retrier:   pipeline.Retrier{Store: st, Queue: queue},
 		EventsURL: d.Env.EventsURL,
 		Prices:    pricing.Default().FromProviders(providers),
@@ -66,7 +66,7 @@ func New(d *awswire.Deps) (*apifn.Handler, error) {
 	// The page reads sheets with the API's limits and admits to POST
 	// /ui/inspect whom the API admits; no /metrics on Lambda (EMF instead).
 	page := web.Config{
-		Limits:         sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
+		Limits:         limits,
 		Authenticate:   web.Authenticate(auth),
 		TempDir:        d.TempDir,
 		Logger:         d.Logger,

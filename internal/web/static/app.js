@@ -63,8 +63,24 @@
     configLoaded = configLoaded || fetch("/ui/config.json", { cache: "no-store" })
       .then((r) => (r.ok ? r.json() : null))
       .catch(() => null)
-      .then((c) => { state.config = c || {}; return state.config; });
+      .then((c) => { state.config = c || {}; applyModelRule(state.config); return state.config; });
     return configLoaded;
+  }
+  // The API's rule for a task's model: a server that routes rows to the
+  // models of its providers file refuses a task naming one, so the field
+  // is not offered; otherwise the allowed models are suggested.
+  function applyModelRule(c) {
+    const fixed = !!c.model_fixed;
+    $("model-field").hidden = fixed;
+    $("model-fixed").hidden = !fixed;
+    if (fixed) $("model").value = "";
+    const list = $("model-list");
+    list.textContent = "";
+    for (const m of c.models || []) {
+      const o = document.createElement("option");
+      o.value = m;
+      list.appendChild(o);
+    }
   }
   function inline(file) {
     const n = state.config && state.config.max_inline_bytes;
