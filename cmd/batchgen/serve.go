@@ -246,7 +246,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	handler := api.New(api.Config{
 		Auth:  auth,
 		Store: st, Blobs: bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: spec,
-		Limits: limits,
+		Limits:  limits,
 		Exports: j.exporter, Retrier: pipeline.Retrier{Store: st, Queue: j.queue},
 		Prices: j.prices,
 	})

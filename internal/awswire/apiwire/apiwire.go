@@ -57,8 +57,8 @@ func New(d *awswire.Deps) (*apifn.Handler, error) {
 	handler := api.New(api.Config{
 		Store: st, Blobs: blobs, Presigner: blobs, Auth: auth, Clock: d.Clock, Logger: d.Logger,
 		DefaultSpec: spec, Exports: d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
-		TempDir: d.TempDir,
-		Limits:  limits,
+		TempDir:   d.TempDir,
+		Limits:    limits,
 		Retrier:   pipeline.Retrier{Store: st, Queue: queue},
 		EventsURL: d.Env.EventsURL,
 		Prices:    pricing.Default().FromProviders(providers),
