@@ -278,7 +278,9 @@ func TestUploadURLLocal(t *testing.T) {
 // TestUploadURLLocalRejects: a sheet PUT to the embedded runtime's upload
 // endpoint is checked as a multipart upload is, and the answer to the PUT
 // carries the reason in the CLI's words (the web page shows it); the
-// task is not started.
+// task ends FAILED with that reason, as on AWS, where the splitter refuses
+// what the bucket took (TestUploadURLRejectionOnAWS), and no row of it is
+// queued.
 func TestUploadURLLocalRejects(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -311,8 +313,16 @@ func TestUploadURLLocalRejects(t *testing.T) {
 					t.Errorf("message %q does not say %q", msg, want)
 				}
 			}
-			if _, err := e.store.GetTask(t.Context(), m["id"].(string)); !errors.Is(err, store.ErrNotFound) {
-				t.Errorf("task of a refused upload: %v, want none started", err)
+			task, err := e.store.GetTask(t.Context(), m["id"].(string))
+			if err != nil || task.State != store.TaskFailed || task.Error != res.message(t) || task.RowsTotal != 0 {
+				t.Errorf("task of a refused upload: %+v, %v; want FAILED with the PUT's message and no rows", task, err)
+			}
+			view := send(t, e.handler, "alice", "GET", "/api/tasks/"+m["id"].(string), "", nil)
+			if got := view.json(t); got["status"] != "FAILED" || got["error"] != res.message(t) {
+				t.Errorf("GET after the refused PUT: %s, want FAILED with the reason", view.body)
+			}
+			if res := send(t, e.handler, "alice", "PUT", path, api.UploadContentType(tc.filename), []byte(tc.content)); res.status != http.StatusConflict {
+				t.Errorf("second PUT = %d %s, want 409: the task has its (refused) sheet", res.status, res.body)
 			}
 		})
 	}

@@ -174,7 +174,9 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, CreatedAt: s.cfg.Clock.Now().UTC()}
-	if !s.check(w, file, rec) {
+	// A sheet sent inside the request creates no task when it is
+	// rejected: the answer is the only record, on both runtimes.
+	if ok, _ := s.check(w, file, rec); !ok {
 		return
 	}
 	s.store(w, r, http.StatusCreated, file, rec)
@@ -258,28 +260,31 @@ func (s *server) receiveError(w http.ResponseWriter, r *http.Request, filename s
 // check validates the received sheet with the core's own validation, the
 // one `batchgen run` calls, and answers the CLI's message when it is
 // rejected: 415 for content that is no spreadsheet (judged by its bytes,
-// not its name), 413 for limits of size, 400 for the rest.
-func (s *server) check(w http.ResponseWriter, file string, rec UploadRecord) bool {
+// not its name), 413 for limits of size, 400 for the rest. It reports
+// whether the sheet passed, and whether it was rejected (rather than
+// failed to be read for an internal reason).
+func (s *server) check(w http.ResponseWriter, file string, rec UploadRecord) (ok, rejected bool) {
 	_, err := pipeline.Validate(pipeline.SplitParams{
 		TaskID: rec.TaskID, Path: file, Source: rec.Filename, Owner: rec.Owner, Spec: rec.Spec, Encoding: rec.Encoding,
 		Limits:        sheet.Limits{MaxRows: s.cfg.Limits.MaxRows, MaxFileBytes: s.cfg.Limits.MaxFileBytes},
 		DefaultPrompt: s.cfg.DefaultSpec.Prompt,
 	})
-	var rejected *pipeline.RejectedError
+	var rej *pipeline.RejectedError
 	switch {
 	case err == nil:
-		return true
-	case errors.As(err, &rejected) && errors.Is(err, sheet.ErrUnsupportedFormat):
-		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", rejected.Error())
-	case errors.As(err, &rejected) && errors.Is(err, sheet.ErrFileTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, "file_too_large", rejected.Error())
-	case errors.As(err, &rejected):
-		writeError(w, http.StatusBadRequest, "rejected_input", rejected.Error())
+		return true, false
+	case errors.As(err, &rej) && errors.Is(err, sheet.ErrUnsupportedFormat):
+		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", rej.Error())
+	case errors.As(err, &rej) && errors.Is(err, sheet.ErrFileTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, "file_too_large", rej.Error())
+	case errors.As(err, &rej):
+		writeError(w, http.StatusBadRequest, "rejected_input", rej.Error())
 	default:
 		s.cfg.Logger.Error("api: validate upload", "task_id", rec.TaskID, "error", err)
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		return false, false
 	}
-	return false
+	return false, true
 }
 
 // store puts a checked sheet where the splitter takes it
@@ -288,20 +293,8 @@ func (s *server) check(w http.ResponseWriter, file string, rec UploadRecord) boo
 func (s *server) store(w http.ResponseWriter, r *http.Request, status int, file string, rec UploadRecord) {
 	ctx := r.Context()
 	rec.Uploaded, rec.Size = true, 0
-	// The record first: the object's arrival starts the splitter, which
-	// looks the record up.
-	if err := s.putRecord(r, rec); err != nil {
-		s.internalError(w, r, "write upload record", err)
-		return
-	}
-	f, err := os.Open(file)
+	key, err := s.keep(r, file, rec)
 	if err != nil {
-		s.internalError(w, r, "open upload", err)
-		return
-	}
-	defer f.Close()
-	key := IncomingKey(rec.TaskID, rec.Filename)
-	if err := s.cfg.Blobs.Put(ctx, key, f); err != nil {
 		s.internalError(w, r, "store upload", err)
 		return
 	}
@@ -326,6 +319,44 @@ func (s *server) store(w http.ResponseWriter, r *http.Request, status int, file 
 		return
 	}
 	writeJSON(w, status, s.viewOf(task))
+}
+
+// keep puts a received sheet where the splitter takes it
+// (incoming/<id>/<name>), after its upload record: the object's arrival
+// starts the splitter, which looks the record up. It returns the key.
+func (s *server) keep(r *http.Request, file string, rec UploadRecord) (string, error) {
+	if err := s.putRecord(r, rec); err != nil {
+		return "", fmt.Errorf("write upload record: %w", err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return "", fmt.Errorf("open upload: %w", err)
+	}
+	defer f.Close()
+	key := IncomingKey(rec.TaskID, rec.Filename)
+	if err := s.cfg.Blobs.Put(r.Context(), key, f); err != nil {
+		return "", fmt.Errorf("put %s: %w", key, err)
+	}
+	return key, nil
+}
+
+// recordRejected ends a task whose uploaded sheet check rejected as AWS
+// ends it: there the bucket takes any bytes of the signed size and the
+// splitter refuses them, so the task is FAILED with the reason (and
+// listed so) rather than waiting for an upload forever. The same intake
+// records it here, after the PUT has been answered with the reason.
+func (s *server) recordRejected(r *http.Request, file string, rec UploadRecord) {
+	if s.cfg.Intake == nil {
+		return
+	}
+	rec.Uploaded, rec.Size = true, 0
+	key, err := s.keep(r, file, rec)
+	if err == nil {
+		_, err = s.cfg.Intake.Accept(r.Context(), key, "api")
+	}
+	if err != nil {
+		s.cfg.Logger.Error("api: record a rejected upload", "task_id", rec.TaskID, "error", err)
+	}
 }
 
 func (s *server) putRecord(r *http.Request, rec UploadRecord) error {
@@ -439,7 +470,10 @@ func (s *server) uploadTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("the body is not the %d bytes task %s was created for", rec.Size, id))
 		return
 	}
-	if !s.check(w, file, rec) {
+	if ok, rejected := s.check(w, file, rec); !ok {
+		if rejected {
+			s.recordRejected(r, file, rec)
+		}
 		return
 	}
 	s.store(w, r, http.StatusOK, file, rec)

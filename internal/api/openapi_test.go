@@ -234,6 +234,8 @@ func provokeEveryStatus(t *testing.T, o *observer) {
 	running := created.json(t)["id"].(string)
 	forUpload := o.serve(h, "alice", request("POST", "/api/tasks", "application/json", []byte(`{"filename": "later.csv", "size": `+strconv.Itoa(len(goodCSV))+`}`)))
 	waiting := forUpload.json(t)["id"].(string)
+	// A refused sheet fails its task, so refusals get one of their own.
+	refusing := o.serve(h, "alice", request("POST", "/api/tasks", "application/json", []byte(`{"filename": "later.csv", "size": `+strconv.Itoa(len(goodCSV))+`}`))).json(t)["id"].(string)
 	o.serve(h, "alice", request("POST", "/api/tasks", "application/json", []byte(`{"filename": "a.csv"`)))
 	o.serve(h, "", request("POST", "/api/tasks", "application/json", []byte(`{}`)))
 	o.serve(h, "alice", request("POST", "/api/tasks", "application/json", []byte(`{"filename": "a.csv", "size": 2000000}`)))
@@ -265,7 +267,7 @@ func provokeEveryStatus(t *testing.T, o *observer) {
 	// PUT /api/tasks/{id}/upload
 	png := []byte("\x89PNG\r\n\x1a\n" + strings.Repeat("\x00", len(goodCSV)-8))
 	o.serve(h, "alice", request("PUT", "/api/tasks/"+waiting+"/upload", "text/csv", []byte("short")))
-	o.serve(h, "alice", request("PUT", "/api/tasks/"+waiting+"/upload", "image/png", png))
+	o.serve(h, "alice", request("PUT", "/api/tasks/"+refusing+"/upload", "image/png", png))
 	tooLong := request("PUT", "/api/tasks/"+waiting+"/upload", "text/csv", []byte(goodCSV+"more,rows\n"))
 	tooLong.ContentLength = -1 // a chunked body: only reading it finds it too long
 	o.serve(h, "alice", tooLong)
