@@ -78,7 +78,9 @@ loopback interface only, and every caller is --drop-owner.`,
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT (port 0 picks a free one)")
 	fs.StringVar(&o.dataDir, "data", ".batchgen", "data directory: the database, incoming/ (the drop folder), results/ and processed/")
 	fs.StringVar(&o.tokenFile, "token-file", "", "API bearer tokens, one NAME:SECRET a line, each NAME its own principal (or set BATCHGEN_API_TOKENS, comma-separated); without tokens the server listens on loopback only")
-	fs.StringVar(&o.dropOwner, "drop-owner", "drop", "the principal that owns tasks made from the drop folder")
+	// The same default as the AWS stack's DropFolderOwner and the tasks of
+	// `batchgen run`: without tokens, the page shows all of them.
+	fs.StringVar(&o.dropOwner, "drop-owner", pipeline.LocalOwner, "the principal that owns tasks made from the drop folder, and every caller's when there are no tokens")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on Ctrl-C or SIGTERM, how long model calls in flight may take to finish and be saved before they are cut off")
 	fs.DurationVar(&o.dropInterval, "drop-interval", time.Second, "time between looks at the drop folder; a file is taken once it is unchanged across two looks")
 	fs.StringSliceVar(&o.allowModels, "allow-models", nil, "models an API request may name, comma-separated (the default --model is always allowed); empty allows any")

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,9 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/store"
+	"github.com/batchgen/batchgen/internal/store/sqlitestore"
 )
 
 // serveProc is a `batchgen serve` process started by a test.
@@ -266,7 +270,37 @@ func TestServeDropFolder(t *testing.T) {
 	if !exists(filepath.Join(incoming, "later.csv.tmp")) || exists(filepath.Join(data, "results", "later.result.xlsx")) {
 		t.Errorf("the .tmp file was taken")
 	}
+	// Without tokens the caller is the drop folder's owner, by default the
+	// owner of `batchgen run`'s tasks and of the AWS stack's drop folder:
+	// the page lists the dropped sheet's task.
+	resp, err := http.Get(srv.url + "/api/tasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	type listed struct {
+		Source string `json:"source"`
+		Status string `json:"status"`
+	}
+	var list struct {
+		Tasks []listed `json:"tasks"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/tasks = %d (%v)", resp.StatusCode, err)
+	}
+	if !slices.Contains(list.Tasks, listed{Source: "incoming/grow.csv", Status: "SUCCEEDED"}) {
+		t.Errorf("GET /api/tasks without a token lists %+v, want the dropped grow.csv SUCCEEDED", list.Tasks)
+	}
 	srv.stop()
+	st, err := sqlitestore.Open(filepath.Join(data, "batchgen.db"), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tasks, err := st.ListTasksByOwner(t.Context(), store.ListTasksByOwnerParams{Owner: pipeline.LocalOwner, Limit: 10})
+	if err != nil || !slices.ContainsFunc(tasks, func(x store.Task) bool { return x.Source == "incoming/grow.csv" }) {
+		t.Errorf("tasks of %q: %v (%v), want grow.csv's", pipeline.LocalOwner, tasks, err)
+	}
 }
 
 func keys[V any](m map[string]V) []string {
