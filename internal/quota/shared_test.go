@@ -106,11 +106,7 @@ func TestSharedLeaseCost(t *testing.T) {
 			d.StartCalling(s, tc.workers, tc.latency)
 			// Warm up for 5 s (the first seconds size the block), then
 			// count 30 s of steady state.
-			d.RunUntil(quotatest.Base.Add(5 * time.Second))
-			warm, leases := len(d.Starts()), leaser.Writes()
-			d.RunUntil(quotatest.Base.Add(35 * time.Second))
-			calls := len(d.Stop()) - warm
-			writes := leaser.Writes() - leases
+			calls, writes := steadyState(d, leaser, 5*time.Second, 35*time.Second)
 			if calls < tc.rate*30*9/10 {
 				t.Fatalf("only %d calls in 30 s, want about %d a second", calls, tc.rate)
 			}
@@ -119,6 +115,16 @@ func TestSharedLeaseCost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// steadyState runs d's workers to warmUp after quotatest.Base, then to
+// end, stops them, and returns the calls they started and the writes store
+// took between the two.
+func steadyState(d *quotatest.Driver, store *MemLeaser, warmUp, end time.Duration) (calls int, writes int64) {
+	d.RunUntil(quotatest.Base.Add(warmUp))
+	warm, leases := len(d.Starts()), store.Writes()
+	d.RunUntil(quotatest.Base.Add(end))
+	return len(d.Stop()) - warm, store.Writes() - leases
 }
 
 func TestNewSharedRejectsTinyQuota(t *testing.T) {
@@ -176,11 +182,7 @@ func TestSharedFleetLeaseCost(t *testing.T) {
 				}
 				d.StartCalling(s, tc.workers, tc.latency)
 			}
-			d.RunUntil(quotatest.Base.Add(20 * time.Second))
-			warm, leases := len(d.Starts()), leaser.Writes()
-			d.RunUntil(quotatest.Base.Add(80 * time.Second))
-			calls := len(d.Stop()) - warm
-			writes := leaser.Writes() - leases
+			calls, writes := steadyState(d, leaser, 20*time.Second, 80*time.Second)
 			// make bench's writes-per-call figures read this line.
 			t.Logf("shared fleet writes [%s]: %d calls in 60 s (%.2f a second), %d writes (one per %.1f calls)", tc.name, calls, float64(calls)/60, writes, float64(calls)/float64(writes))
 			if want := int(tc.rate * 60 * 0.95); calls < want {

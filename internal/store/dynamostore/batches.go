@@ -194,23 +194,15 @@ func (s *Store) ListBatches(ctx context.Context, p store.ListBatchesParams) ([]s
 	}
 	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
 	var out []store.Batch
-	for {
-		page, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("list batches of %s: %w", p.TaskID, err)
-		}
-		for _, item := range page.Items {
-			b, err := batchFromAV(item)
-			if err != nil {
-				return nil, fmt.Errorf("list batches of %s: %w", p.TaskID, err)
-			}
-			out = append(out, b)
-		}
-		if len(page.LastEvaluatedKey) == 0 {
-			return out, nil
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
+	err := s.queryPages(ctx, in, 0, 0, 0, func(item map[string]types.AttributeValue) (bool, error) {
+		b, err := batchFromAV(item)
+		out = append(out, b)
+		return true, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list batches of %s: %w", p.TaskID, err)
 	}
+	return out, nil
 }
 
 // openBatch is a batch read from the open-batches index with its sort key,
@@ -281,34 +273,23 @@ func (s *Store) queryOpenShard(ctx context.Context, shard string, p store.ListOp
 	}
 	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
 	var out []openBatch
-	for {
-		if p.Limit > 0 {
-			// +1: the cursor's own batch may take a place in the page.
-			in.Limit = aws.Int32(int32(min(p.Limit-len(out)+1, 1000)))
-		}
-		page, err := s.db.Query(ctx, in)
+	// Slack 1: the cursor's own batch may take a place in the page.
+	err := s.queryPages(ctx, in, p.Limit, 1, 1000, func(item map[string]types.AttributeValue) (bool, error) {
+		b, err := batchFromAV(item)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
-		for _, item := range page.Items {
-			b, err := batchFromAV(item)
-			if err != nil {
-				return nil, err
-			}
-			sk, _ := item[attrOpenSK].(*types.AttributeValueMemberS)
-			if sk == nil || b.State == store.BatchDone {
-				continue // a DONE batch never keeps open_sk; skip one if a write raced the index
-			}
-			if sk.Value == after {
-				continue // the cursor itself
-			}
-			out = append(out, openBatch{sk: sk.Value, b: b})
+		sk, _ := item[attrOpenSK].(*types.AttributeValueMemberS)
+		if sk == nil || b.State == store.BatchDone {
+			return false, nil // a DONE batch never keeps open_sk; skip one if a write raced the index
 		}
-		if len(page.LastEvaluatedKey) == 0 || (p.Limit > 0 && len(out) >= p.Limit) {
-			return out, nil
+		if sk.Value == after {
+			return false, nil // the cursor itself
 		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
-	}
+		out = append(out, openBatch{sk: sk.Value, b: b})
+		return true, nil
+	})
+	return out, err
 }
 
 // ParkBatch is one conditional UpdateItem: a batch that is not DONE and

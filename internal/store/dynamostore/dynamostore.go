@@ -68,6 +68,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -305,4 +306,34 @@ feed:
 		return context.Cause(ctx)
 	}
 	return nil
+}
+
+// queryPages runs in page by page and calls keep with each item, until the
+// last page or, when limit > 0, until keep has kept limit items (it says
+// whether it kept one). With a limit, each page asks for what is still
+// wanted plus slack (items keep may pass over), at most maxPage.
+func (s *Store) queryPages(ctx context.Context, in *dynamodb.QueryInput, limit, slack int, maxPage int, keep func(map[string]types.AttributeValue) (bool, error)) error {
+	kept := 0
+	for {
+		if limit > 0 {
+			in.Limit = aws.Int32(int32(min(limit-kept+slack, maxPage)))
+		}
+		page, err := s.db.Query(ctx, in)
+		if err != nil {
+			return err
+		}
+		for _, item := range page.Items {
+			ok, err := keep(item)
+			if err != nil {
+				return err
+			}
+			if ok {
+				kept++
+			}
+		}
+		if len(page.LastEvaluatedKey) == 0 || limit > 0 && kept >= limit {
+			return nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
 }

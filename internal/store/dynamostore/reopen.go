@@ -189,21 +189,16 @@ func (s *Store) rowStates(ctx context.Context, taskID string) ([]rowState, error
 	}
 	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
 	var out []rowState
-	for {
-		page, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("read row states: %w", err)
-		}
-		var part []rowState
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &part); err != nil {
-			return nil, fmt.Errorf("read row states: %w", err)
-		}
-		out = append(out, part...)
-		if len(page.LastEvaluatedKey) == 0 {
-			return out, nil
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
+	err := s.queryPages(ctx, in, 0, 0, 0, func(item map[string]types.AttributeValue) (bool, error) {
+		var r rowState
+		err := attributevalue.UnmarshalMap(item, &r)
+		out = append(out, r)
+		return true, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read row states: %w", err)
 	}
+	return out, nil
 }
 
 // resetRow puts a FAILED row back to PENDING with no result and a fresh

@@ -169,31 +169,23 @@ func (s *Store) ListRows(ctx context.Context, p store.ListRowsParams) ([]store.R
 	}
 	in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.attrNames(), e.attrValues()
 	var out []store.Row
-	for {
-		if p.Limit > 0 {
-			in.Limit = aws.Int32(int32(min(p.Limit-len(out), 10_000)))
-		}
-		page, err := s.db.Query(ctx, in)
+	err := s.queryPages(ctx, in, p.Limit, 0, 10_000, func(item map[string]types.AttributeValue) (bool, error) {
+		r, ref, err := rowFromAV(item)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
+			return false, err
 		}
-		for _, item := range page.Items {
-			r, ref, err := rowFromAV(item)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", what, err)
+		if ref != "" {
+			if r.Values, err = s.loadOverflow(ctx, ref); err != nil {
+				return false, fmt.Errorf("row %d: %w", r.No, err)
 			}
-			if ref != "" {
-				if r.Values, err = s.loadOverflow(ctx, ref); err != nil {
-					return nil, fmt.Errorf("%s: row %d: %w", what, r.No, err)
-				}
-			}
-			out = append(out, r)
 		}
-		if len(page.LastEvaluatedKey) == 0 || (p.Limit > 0 && len(out) >= p.Limit) {
-			return out, nil
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
+		out = append(out, r)
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	return out, nil
 }
 
 // loadOverflow reads cells kept in the overflow store.

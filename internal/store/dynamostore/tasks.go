@@ -89,27 +89,22 @@ func (s *Store) ListTasks(ctx context.Context, limit int) ([]store.Task, error) 
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),
 	}
-	var tasks []store.Task
-	for {
-		if limit > 0 {
-			in.Limit = aws.Int32(int32(min(limit-len(tasks), 1000)))
-		}
-		out, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
-		}
-		for _, item := range out.Items {
-			t, err := taskFromAV(item)
-			if err != nil {
-				return nil, fmt.Errorf("list tasks: %w", err)
-			}
-			tasks = append(tasks, t)
-		}
-		if len(out.LastEvaluatedKey) == 0 || (limit > 0 && len(tasks) >= limit) {
-			return tasks, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
+	tasks, err := s.queryTasks(ctx, in, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
 	}
+	return tasks, nil
+}
+
+// queryTasks runs a query of task items, at most limit (0: all).
+func (s *Store) queryTasks(ctx context.Context, in *dynamodb.QueryInput, limit int) ([]store.Task, error) {
+	var tasks []store.Task
+	err := s.queryPages(ctx, in, limit, 0, 1000, func(item map[string]types.AttributeValue) (bool, error) {
+		t, err := taskFromAV(item)
+		tasks = append(tasks, t)
+		return true, err
+	})
+	return tasks, err
 }
 
 // ListTasksByOwner queries the tasks-by-owner index newest first, after
@@ -131,27 +126,11 @@ func (s *Store) ListTasksByOwner(ctx context.Context, p store.ListTasksByOwnerPa
 		ExpressionAttributeNames:  e.attrNames(),
 		ExpressionAttributeValues: e.attrValues(),
 	}
-	var tasks []store.Task
-	for {
-		if p.Limit > 0 {
-			in.Limit = aws.Int32(int32(min(p.Limit-len(tasks), 1000)))
-		}
-		out, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
-		}
-		for _, item := range out.Items {
-			t, err := taskFromAV(item)
-			if err != nil {
-				return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
-			}
-			tasks = append(tasks, t)
-		}
-		if len(out.LastEvaluatedKey) == 0 || (p.Limit > 0 && len(tasks) >= p.Limit) {
-			return tasks, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
+	tasks, err := s.queryTasks(ctx, in, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
 	}
+	return tasks, nil
 }
 
 // TransitionTask is one conditional UpdateItem: the task must exist and be
