@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -76,17 +74,7 @@ func runWithAWSEnv(t *testing.T, args ...string) result {
 	}
 	cmd.Env = append(env, "AWS_ACCESS_KEY_ID=AKIDBATCHGEN", "AWS_SECRET_ACCESS_KEY=secret",
 		"AWS_CONFIG_FILE="+os.DevNull, "AWS_SHARED_CREDENTIALS_FILE="+os.DevNull, "AWS_EC2_METADATA_DISABLED=true")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run batchgen: %v", err)
-	}
-	return result{code: code, stdout: out.String(), stderr: errb.String()}
+	return runCmd(t, cmd)
 }
 
 // TestRunBedrock runs a job through --provider bedrock against a double of

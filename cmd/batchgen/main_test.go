@@ -76,7 +76,13 @@ type result struct {
 
 func runBinary(t *testing.T, ctx context.Context, args ...string) result {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	return runCmd(t, exec.CommandContext(ctx, binary, args...))
+}
+
+// runCmd runs cmd (the batchgen binary) and returns its exit code and
+// output; a binary that could not run at all fails the test.
+func runCmd(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

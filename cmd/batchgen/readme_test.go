@@ -308,17 +308,7 @@ func runIn(t *testing.T, dir string, env []string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir, cmd.Env = dir, env
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run batchgen: %v", err)
-	}
-	return result{code: code, stdout: out.String(), stderr: errb.String()}
+	return runCmd(t, cmd)
 }
 
 // stoppedTask starts a slow job in dir's data directory and SIGKILLs it

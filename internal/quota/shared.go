@@ -790,16 +790,23 @@ func (s *Shared) Penalize(retryAfter time.Duration) {
 		close(s.changed)
 		s.changed = nil
 	}
+	next, cut := cutAfter429(s.ceil, now, retryAfter)
+	s.lowerAndUnlock(now, next, cut, "429")
+}
+
+// lowerAndUnlock makes next the ceiling when lower says so and this
+// process wrote none for cutEvery, unlocks s.mu, and then writes it to the
+// store: Penalize's and Observe's one rule for a new ceiling.
+func (s *Shared) lowerAndUnlock(now time.Time, next Ceiling, lower bool, why string) {
 	seen := s.ceil
-	next, cut := cutAfter429(seen, now, retryAfter)
-	cut = cut && now.Sub(s.wrote) >= cutEvery
-	if cut {
+	lower = lower && now.Sub(s.wrote) >= cutEvery
+	if lower {
 		s.setCeilingLocked(next, now.Unix())
 		s.wrote = now
 	}
 	s.mu.Unlock()
-	if cut {
-		s.lower(seen, next, "429")
+	if lower {
+		s.lower(seen, next, why)
 	}
 }
 
@@ -882,15 +889,7 @@ func (s *Shared) Observe(rl llm.RateLimits) {
 	if c, ok := stated(seen, now, rl.Tokens.Limit, float64(s.tokLimit), s.cfg.SafetyMargin); ok && (!lower || c.Share < next.Share) {
 		next, lower = c, true
 	}
-	lower = lower && now.Sub(s.wrote) >= cutEvery
-	if lower {
-		s.setCeilingLocked(next, now.Unix())
-		s.wrote = now
-	}
-	s.mu.Unlock()
-	if lower {
-		s.lower(seen, next, "rate-limit header")
-	}
+	s.lowerAndUnlock(now, next, lower, "rate-limit header")
 }
 
 // Release gives back to the store what this process leased of the seconds
