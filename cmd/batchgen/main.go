@@ -25,6 +25,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	setMemoryLimit(os.Getenv)
 	stopProfile := startProfiles(os.Stderr)
 	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stopProfile()
