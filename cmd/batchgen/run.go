@@ -503,7 +503,7 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 	defer stopWorkers()
 	drain := make(chan struct{})
 	workers := pipeline.NewLocalWorkers(j.queue, j.gen, pipeline.LocalWorkersConfig{
-		Workers: 2 + o.concurrency/max(task.Spec.BatchSize, 1), Visibility: 5 * time.Minute, Logger: j.logger,
+		Workers: pipeline.BatchesInFlight(o.concurrency, task.Spec.BatchSize), Visibility: 5 * time.Minute, Logger: j.logger,
 	})
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -27,6 +27,18 @@ type LocalWorkers struct {
 	sampled atomic.Int64
 }
 
+// BatchesInFlight is how many batches the embedded runtime works on at once
+// for a generator of concurrency calls in flight over batches of
+// batchSize rows: enough batches to fill the calls, and one more. A batch
+// is done only when its last call returns, so batches that share one
+// limiter drain in step and end together; without a spare, the limiter
+// sat idle for a call's latency at every hand-over (5,000 rows at 2,000 a
+// minute in batches of 100 ran at 1,938 a minute with two batches in
+// flight, 1,968 with three: 1.033 and 1.016 of the bound).
+func BatchesInFlight(concurrency, batchSize int) int {
+	return 3 + max(concurrency, 0)/max(batchSize, 1)
+}
+
 // LocalWorkersConfig tunes the workers. Zero fields take the defaults;
 // NewLocalWorkers applies them and validates the result, once.
 type LocalWorkersConfig struct {
