@@ -36,6 +36,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -810,12 +811,35 @@ func price(op string) float64 {
 	return 0
 }
 
+// emulatorRunning reports whether infra/emulator/start.sh's server is up:
+// its pid file (in $BATCHGEN_EMULATOR_DIR, default .emulator) names a live
+// process.
+func emulatorRunning() bool {
+	dir := cmp.Or(os.Getenv("BATCHGEN_EMULATOR_DIR"), ".emulator")
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(filepath.Join("/proc", strings.TrimSpace(string(b))))
+	return err == nil
+}
+
 // Figure 6: the AWS calls of a 1,000-row job through the Lambda handlers on
 // the emulator, counted by the awsops SDK middleware
 // (TestAWSCallsPerThousandRows), and their request cost.
 func measureAWSCalls(ctx context.Context, r *run) ([]Figure, error) {
 	env := os.Environ()
 	if os.Getenv("AWS_ENDPOINT_URL") == "" {
+		if !emulatorRunning() {
+			// This figure starts it, so this figure stops it: a bench run
+			// must not leave a server behind (start.sh reuses a running
+			// one, which is then someone else's to stop).
+			defer func() {
+				if out, err := exec.Command("infra/emulator/stop.sh").CombinedOutput(); err != nil {
+					fmt.Fprintf(os.Stderr, "bench: stop the AWS emulator: %v\n%s", err, out)
+				}
+			}()
+		}
 		out, err := exec.CommandContext(ctx, "infra/emulator/start.sh").Output()
 		if err != nil {
 			return nil, fmt.Errorf("start the AWS emulator (infra/emulator/start.sh): %w", err)
