@@ -574,14 +574,13 @@ type taskFilter struct {
 // parseTaskFilter reads --state and --since as of now.
 func parseTaskFilter(states, since string, now time.Time) (taskFilter, error) {
 	var f taskFilter
-	known := []store.TaskState{store.TaskPending, store.TaskRunning, store.TaskExporting, store.TaskSucceeded, store.TaskPartial, store.TaskFailed, store.TaskCancelled}
 	for _, s := range strings.Split(states, ",") {
 		s = strings.TrimSpace(s)
 		if s == "" {
 			continue
 		}
 		st := store.TaskState(strings.ToUpper(s))
-		if !slices.Contains(known, st) {
+		if !slices.Contains(store.TaskStates, st) {
 			return f, fmt.Errorf("--state %q: not a task state; use pending, running, exporting, succeeded, partial, failed or cancelled", s)
 		}
 		f.states = append(f.states, st)

@@ -452,7 +452,8 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 	if err != nil {
 		return fmt.Errorf("read task %s: %w", task.ID, err)
 	}
-	if task.State == store.TaskCancelled && task.ResultKey == "" {
+	if task.NeedsExport() {
+		// Cancelled: its partial result is this run's to write.
 		if task, err = j.exporter.Export(ctx, task.ID); err != nil {
 			return fmt.Errorf("export the partial result: %w", err)
 		}
@@ -545,7 +546,7 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 			}
 			return nil
 		}
-		if err == nil && (t.BatchesDone >= t.BatchesTotal || t.State.Final()) {
+		if err == nil && (!t.State.Generating() || t.BatchesFinished()) {
 			break
 		}
 		select {
@@ -579,7 +580,7 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 // `batchgen retry` writes the result again without a model call, as a
 // re-dropped file does on AWS (pipeline.Reexport).
 func (j *runJob) rebuildLostResult(ctx context.Context, task store.Task) (store.Task, error) {
-	if task.ResultKey == "" || (task.State != store.TaskSucceeded && task.State != store.TaskPartial) {
+	if !task.CanReexport() {
 		return task, nil
 	}
 	r, err := j.data.blobs.Open(ctx, task.ResultKey)

@@ -99,7 +99,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	last := r.Header.Get("Last-Event-ID")
-	if final(task) && last == eventID(task, awaiting) {
+	if task.Settled() && last == eventID(task, awaiting) {
 		// The client saw the end already; 204 stops EventSource.
 		w.WriteHeader(http.StatusNoContent)
 		return
@@ -138,7 +138,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 			if awaiting {
 				ev.TaskView = s.awaitingView(id, task)
 			}
-			if final(task) {
+			if task.Settled() {
 				name = EventDone
 				if ev.ResultURL, err = s.resultURL(ctx, task); err != nil {
 					s.cfg.Logger.Warn("events: no result link", "task_id", id, "error", err)
@@ -156,7 +156,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			heartbeat = now
 		}
-		if final(task) {
+		if task.Settled() {
 			return
 		}
 		select {
@@ -201,15 +201,6 @@ func (s *server) loadForEvents(ctx context.Context, owner, id string) (store.Tas
 // awaitingView is the view of a task whose sheet has not arrived.
 func (s *server) awaitingView(id string, placeholder store.Task) TaskView {
 	return s.recordView(UploadRecord{TaskID: id, Filename: placeholder.Source, Spec: placeholder.Spec, CreatedAt: placeholder.CreatedAt})
-}
-
-// final reports whether the stream of task is over: it is finished, and a
-// cancelled task's partial result is written.
-func final(t store.Task) bool {
-	if t.State == store.TaskCancelled {
-		return t.ResultKey != ""
-	}
-	return t.State.Final()
 }
 
 func rowsDone(t store.Task) int { return t.RowsSucceeded + t.RowsFailed + t.RowsSkipped }

@@ -762,7 +762,7 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	view := s.viewOf(task)
-	if s.cfg.Presigner != nil && hasResult(task) {
+	if s.cfg.Presigner != nil && task.HasResult() {
 		url, err := s.cfg.Presigner.PresignGet(ctx, task.ResultKey, s.cfg.DownloadTTL)
 		if err != nil {
 			s.internalError(w, r, "presign result", err)
@@ -772,12 +772,6 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
 		view.ResultURL, view.ResultExpiresAt = url, &expires
 	}
 	writeJSON(w, http.StatusOK, view)
-}
-
-// hasResult reports whether t's result can be downloaded: a finished task
-// with an exported workbook (a cancelled task's partial result included).
-func hasResult(t store.Task) bool {
-	return t.ResultKey != "" && (t.State == store.TaskSucceeded || t.State == store.TaskPartial || t.State == store.TaskCancelled)
 }
 
 // resultContentType is the media type of result workbooks.
@@ -791,7 +785,7 @@ func (s *server) getResult(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !hasResult(task) {
+	if !task.HasResult() {
 		code, msg := "not_finished", "task "+task.ID+" is "+string(task.State)+"; its result is not ready"
 		if task.State == store.TaskFailed {
 			code, msg = "no_result", "task "+task.ID+" failed and has no result: "+task.Error

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/batchgen/batchgen/internal/store"
@@ -19,44 +18,17 @@ type StateError struct {
 	Task store.Task
 	// Action is what was refused, e.g. "cancelled" or "retried".
 	Action string
-	// Allowed are the states in which Action is possible.
-	Allowed []store.TaskState
+	// Event is the lifecycle event that was refused; its source states are
+	// those in which Action is possible.
+	Event store.TaskEvent
 }
 
 func (e *StateError) Error() string {
-	return fmt.Sprintf("task %s is %s; only a %s task can be %s", e.Task.ID, e.Task.State, joinStates(e.Allowed), e.Action)
+	return fmt.Sprintf("task %s is %s; only a %s task can be %s", e.Task.ID, e.Task.State, store.JoinStates(e.Event.From()), e.Action)
 }
 
 // Is makes a StateError match store.ErrConflict.
 func (e *StateError) Is(target error) bool { return target == store.ErrConflict }
-
-func joinStates(states []store.TaskState) string {
-	names := make([]string, len(states))
-	for i, s := range states {
-		names[i] = lowerState(s)
-	}
-	switch len(names) {
-	case 0:
-		return "?"
-	case 1:
-		return names[0]
-	}
-	out := names[0]
-	for _, n := range names[1 : len(names)-1] {
-		out += ", " + n
-	}
-	return out + " or " + names[len(names)-1]
-}
-
-func lowerState(s store.TaskState) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
 
 // ExportNotStartedError is a task that was cancelled but whose partial
 // result could not be started or written. The task stays CANCELLED and the
@@ -70,9 +42,6 @@ func (e *ExportNotStartedError) Error() string {
 	return fmt.Sprintf("task %s is cancelled, but exporting its partial result failed: %v", e.Task.ID, e.Err)
 }
 func (e *ExportNotStartedError) Unwrap() error { return e.Err }
-
-// cancellable are the states a task can be cancelled from.
-var cancellable = []store.TaskState{store.TaskPending, store.TaskRunning}
 
 // CancelParams say which task to cancel and why.
 type CancelParams struct {
@@ -97,9 +66,9 @@ func Cancel(ctx context.Context, st store.Store, p CancelParams) (store.Task, er
 	var task store.Task
 	for attempt := 1; ; attempt++ {
 		var err error
-		task, err = st.TransitionTask(ctx, store.TransitionTaskParams{
-			ID: p.TaskID, From: cancellable, To: store.TaskCancelled, Error: p.Reason, Now: p.Now,
-		})
+		cancel := store.EventCancel.Params(p.TaskID, p.Now)
+		cancel.Error = p.Reason
+		task, err = st.TransitionTask(ctx, cancel)
 		if err == nil {
 			break
 		}
@@ -111,8 +80,8 @@ func Cancel(ctx context.Context, st store.Store, p CancelParams) (store.Task, er
 			if gerr != nil {
 				return store.Task{}, fmt.Errorf("cancel task %s: read its state: %w", p.TaskID, gerr)
 			}
-			if !slices.Contains(cancellable, cur.State) || attempt == 3 {
-				return cur, &StateError{Task: cur, Action: "cancelled", Allowed: cancellable}
+			if !store.EventCancel.Allows(cur.State) || attempt == 3 {
+				return cur, &StateError{Task: cur, Action: "cancelled", Event: store.EventCancel}
 			}
 			// It moved under us (PENDING -> RUNNING): try again.
 		default:

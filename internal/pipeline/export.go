@@ -79,16 +79,14 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 		return store.Task{}, fmt.Errorf("export %s: load task: %w", taskID, err)
 	}
 	cancelled := task.State == store.TaskCancelled
-	if task.State.Final() && !(cancelled && task.ResultKey == "") {
-		return task, nil
-	}
-	if !cancelled && task.BatchesDone < task.BatchesTotal {
+	if !task.NeedsExport() {
+		if task.State.Final() {
+			return task, nil // exported already
+		}
 		return task, fmt.Errorf("export %s: %d of %d batches done: %w", taskID, task.BatchesDone, task.BatchesTotal, ErrNotReady)
 	}
-	if !cancelled && task.State != store.TaskExporting {
-		task, err = e.store.TransitionTask(ctx, store.TransitionTaskParams{
-			ID: taskID, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskExporting, Now: e.cfg.Clock.Now(),
-		})
+	if store.EventExport.Allows(task.State) {
+		task, err = e.store.TransitionTask(ctx, store.EventExport.Params(taskID, e.cfg.Clock.Now()))
 		if isConflict(err) {
 			if task, err = e.store.GetTask(ctx, taskID); err == nil && task.State.Final() {
 				return task, nil
@@ -114,18 +112,13 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 		return task, fmt.Errorf("export %s: write %s: %w", taskID, key, err)
 	}
 	counts := <-written
-	from, final := store.TaskExporting, store.TaskSucceeded
-	switch {
-	case cancelled:
-		// A cancelled task keeps its state; the partial result marks the
-		// rows that never started.
-		from, final = store.TaskCancelled, store.TaskCancelled
-	case counts.failed > 0:
-		final = store.TaskPartial
-	}
-	done, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{
-		ID: taskID, From: []store.TaskState{from}, To: final, ResultKey: key, Now: e.cfg.Clock.Now(),
-	})
+	// A cancelled task keeps its state; its partial result marks the rows
+	// that never started.
+	exported := store.ExportedEvent(cancelled, counts.failed)
+	final := exported.To()
+	mark := exported.Params(taskID, e.cfg.Clock.Now())
+	mark.ResultKey = key
+	done, err := e.store.TransitionTask(ctx, mark)
 	if isConflict(err) {
 		return e.store.GetTask(ctx, taskID)
 	}

@@ -367,8 +367,8 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	if err != nil {
 		return Outcome{Err: fmt.Errorf("batch %s/%d: load task: %w", msg.TaskID, msg.BatchNo, err)}
 	}
-	if task.State.Final() || task.State == store.TaskExporting {
-		return Outcome{Ack: true}
+	if !task.State.Generating() {
+		return Outcome{Ack: true} // exporting, finished or cancelled: no row starts
 	}
 	if msg.BatchNo > task.BatchesTotal {
 		return Outcome{Err: &PoisonError{Err: fmt.Errorf("task %s has %d batches, not %d", task.ID, task.BatchesTotal, msg.BatchNo)}}
@@ -411,9 +411,6 @@ func (g *Generator) ensureExport(ctx context.Context, taskID string, batchNo int
 }
 
 func (g *Generator) maybeExport(ctx context.Context, task store.Task) error {
-	if task.BatchesDone < task.BatchesTotal || task.State.Final() {
-		return nil
-	}
 	_, err := StartExportOnce(ctx, g.store, g.exports, task, g.cfg.Clock.Now())
 	return err
 }
@@ -643,29 +640,15 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		log.InfoContext(ctx, "task cancelled; batch stopped")
 		return finish(Outcome{Ack: true})
 	}
-	var succeeded, failed, skipped, pending, maxAttempts, progress int
+	var tally batchTally
+	var maxAttempts, progress int
 	var lastErr string
-	var usage store.Usage
-	// Split by the label the row records, so the task is priced at each
-	// provider's own price when a route spreads it over several.
-	byProvider := map[string]store.Usage{}
 	aborted, starved, called := false, false, false
 	for i, o := range outcomes {
 		starved = starved || o.starved
 		called = called || o.result.Attempts > rows[i].Attempts
-		usage = usage.Add(o.result.Usage)
-		if o.result.Usage != (store.Usage{}) {
-			byProvider[o.result.Provider] = byProvider[o.result.Provider].Add(o.result.Usage)
-		}
-		switch o.result.State {
-		case store.RowSucceeded:
-			succeeded++
-		case store.RowFailed:
-			failed++
-		case store.RowSkipped:
-			skipped++
-		default:
-			pending++
+		tally.add(o.result)
+		if !o.result.State.Final() {
 			maxAttempts = max(maxAttempts, o.result.Attempts)
 			if o.result.Error != "" {
 				lastErr = o.result.Error
@@ -676,7 +659,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			progress++
 		}
 	}
-	if pending > 0 {
+	if pending := tally.pending; pending > 0 {
 		delay := time.Duration(0)
 		if !aborted {
 			round := (maxAttempts + g.cfg.CallsPerRound - 1) / g.cfg.CallsPerRound
@@ -693,27 +676,20 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		log.InfoContext(ctx, "batch released for a later attempt", "pending_rows", pending, "delay", delay, "last_error", lastErr)
 		return finish(Outcome{RetryAfter: delay})
 	}
-	var t store.Task
-	err = g.retryStore(ctx, func() error {
-		var err error
-		t, err = g.store.FinishBatch(ctx, store.FinishBatchParams{
-			TaskID: task.ID, BatchNo: b.No, Attempt: b.Attempt,
-			Succeeded: succeeded, Failed: failed, Skipped: skipped,
-			Usage: usage, UsageByProvider: byProvider, Now: g.cfg.Clock.Now(),
-		})
-		return err
+	t, err := finishBatch(ctx, g.store, g.exports, b, b.Attempt, tally, g.cfg.Clock.Now(), func(write func() error) error {
+		return g.retryStore(ctx, write)
 	})
 	if isConflict(err) {
 		log.WarnContext(ctx, "batch finished by someone else")
 		return finish(Outcome{Ack: true})
 	}
-	if err != nil {
-		return finish(Outcome{Err: fmt.Errorf("finish batch %s/%d: %w", task.ID, b.No, err)})
+	if err != nil && t.ID == "" {
+		return finish(Outcome{Err: err})
 	}
-	log.InfoContext(ctx, "batch done", "succeeded", succeeded, "failed", failed, "skipped", skipped, "batches_done", t.BatchesDone, "batches_total", t.BatchesTotal)
-	if err := g.maybeExport(ctx, t); err != nil {
-		// The batch is done; a redelivery of this message will find it DONE
-		// and retry the export start (see ensureExport).
+	log.InfoContext(ctx, "batch done", "succeeded", tally.succeeded, "failed", tally.failed, "skipped", tally.skipped, "batches_done", t.BatchesDone, "batches_total", t.BatchesTotal)
+	if err != nil {
+		// The batch is done but its export did not start; a redelivery of
+		// this message finds it DONE and starts it (see ensureExport).
 		return finish(Outcome{Err: err})
 	}
 	return finish(Outcome{Ack: true})
@@ -1014,28 +990,16 @@ func (f *flusher) flushLocked() {
 	f.gen++
 	f.mu.Unlock()
 	for len(group) > 0 {
-		n := saveGroupLen(group)
+		n := saveGroupLen(len(group), func(i int) int {
+			size := group[i].write.SaveSize()
+			if group[i].cache != nil {
+				size += group[i].cache.SaveSize()
+			}
+			return size
+		})
 		f.write(group[:n])
 		group = group[n:]
 	}
-}
-
-// saveGroupLen is how many of rows, from the first, go into one
-// SaveRowResults call: at most store.MaxSaveRows, and no more than
-// store.MaxSaveBytes with their cache entries (DynamoDB's transaction
-// holds 100 items and 4 MB), but always at least one.
-func saveGroupLen(rows []pendingRow) int {
-	size := store.SaveRowResultsParams{}.Size() // the batch's fence
-	for i, r := range rows {
-		size += r.write.SaveSize()
-		if r.cache != nil {
-			size += r.cache.SaveSize()
-		}
-		if i == store.MaxSaveRows || (i > 0 && size > store.MaxSaveBytes) {
-			return i
-		}
-	}
-	return len(rows)
 }
 
 // write saves one group, retrying transient store errors.

@@ -337,11 +337,10 @@ func (in *Intake) accept(ctx context.Context, key, version string) (IntakeResult
 	}
 	log.InfoContext(ctx, "input split", "rows", task.RowsTotal, "batches", task.BatchesTotal, "state", task.State, "upload", src.upload)
 	res.Outcome = IntakeSplit
-	if task.BatchesTotal == 0 && !task.State.Final() {
-		// Nothing would ever finish a batch and start the export.
-		if _, err := StartExportOnce(ctx, in.split.store, in.exports, task, in.cfg.Clock.Now()); err != nil {
-			return res, fmt.Errorf("split %s: start export of empty task %s: %w", key, task.ID, err)
-		}
+	// A task with no batch (nothing would ever finish one and start its
+	// export) needs its export now; any other is left to its last batch.
+	if _, err := StartExportOnce(ctx, in.split.store, in.exports, task, in.cfg.Clock.Now()); err != nil {
+		return res, fmt.Errorf("split %s: start export of task %s: %w", key, task.ID, err)
 	}
 	res.Taken = true
 	return res, nil
@@ -354,7 +353,7 @@ func (in *Intake) accept(ctx context.Context, key, version string) (IntakeResult
 // resultGone reports whether t is a finished task whose result file no
 // longer exists (expired by the bucket's lifecycle rule, or deleted).
 func (in *Intake) resultGone(ctx context.Context, t store.Task) (bool, error) {
-	if (t.State != store.TaskSucceeded && t.State != store.TaskPartial) || t.ResultKey == "" {
+	if !t.CanReexport() {
 		return false, nil
 	}
 	_, err := in.objects.Size(ctx, t.ResultKey)
@@ -467,9 +466,9 @@ func (in *Intake) reject(ctx context.Context, src input, reason string) (IntakeR
 	if errors.Is(err, store.ErrConflict) {
 		// A PENDING task of this id exists: a split that died halfway
 		// before the input changed under it. Fail it the ordinary way.
-		_, terr := st.TransitionTask(ctx, store.TransitionTaskParams{
-			ID: src.taskID, From: []store.TaskState{store.TaskPending}, To: store.TaskFailed, Error: reason, Now: now,
-		})
+		fail := store.EventReject.Params(src.taskID, now)
+		fail.Error = reason
+		_, terr := st.TransitionTask(ctx, fail)
 		if terr != nil && !errors.Is(terr, store.ErrConflict) {
 			return res, fmt.Errorf("reject %s: fail task %s: %w", src.key, src.taskID, terr)
 		}

@@ -150,58 +150,6 @@ type ExportStarter interface {
 	StartExport(ctx context.Context, taskID string, generation int) error
 }
 
-// StartExportOnce starts the export of task, whose batches are all done, once
-// per export: only the caller whose conditional PENDING/RUNNING -> EXPORTING
-// transition applies calls the starter, so a redelivered message, a second
-// worker that also saw the last batch finish, or a sweep finds the task
-// EXPORTING and leaves it alone. A cancelled task keeps its state (its
-// cancel is the one event that starts its export). It reports whether it
-// started the export. A start that fails after the transition leaves the
-// task EXPORTING; the sweeper starts it again once it has waited too long.
-func StartExportOnce(ctx context.Context, st store.Store, ex ExportStarter, task store.Task, now time.Time) (bool, error) {
-	if task.State != store.TaskCancelled {
-		t, err := st.TransitionTask(ctx, store.TransitionTaskParams{
-			ID: task.ID, From: []store.TaskState{store.TaskPending, store.TaskRunning}, To: store.TaskExporting, Now: now,
-		})
-		if isConflict(err) {
-			return false, nil // exporting already, or finished
-		}
-		if err != nil {
-			return false, fmt.Errorf("task %s: mark exporting: %w", task.ID, err)
-		}
-		task = t
-	}
-	if err := ex.StartExport(ctx, task.ID, task.ExportGen); err != nil {
-		return false, fmt.Errorf("task %s: start export: %w", task.ID, err)
-	}
-	return true, nil
-}
-
-// Reexport exports a finished (SUCCEEDED or PARTIAL) task again from its
-// stored rows, without a model call: for a task whose result file is gone
-// (expired, deleted) when its input is dropped again. The task moves back to
-// EXPORTING under its next export generation, so on AWS a new execution is
-// started (the first one's name is taken for 90 days). It reports whether it
-// started the export; false when the task changed meanwhile (someone else
-// re-exports it).
-func Reexport(ctx context.Context, st store.Store, ex ExportStarter, task store.Task, now time.Time) (bool, error) {
-	t, err := st.TransitionTask(ctx, store.TransitionTaskParams{
-		ID: task.ID, From: []store.TaskState{store.TaskSucceeded, store.TaskPartial}, To: store.TaskExporting,
-		NextExportGen: true, Now: now,
-	})
-	if isConflict(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("re-export task %s: %w", task.ID, err)
-	}
-	if err := ex.StartExport(ctx, t.ID, t.ExportGen); err != nil {
-		// The task is EXPORTING; the sweeper starts it again later.
-		return false, fmt.Errorf("re-export task %s: start export: %w", task.ID, err)
-	}
-	return true, nil
-}
-
 // isConflict reports whether err is the store's ErrConflict.
 func isConflict(err error) bool { return errors.Is(err, store.ErrConflict) }
 

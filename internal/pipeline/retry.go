@@ -22,9 +22,6 @@ type Reopener interface {
 	ReopenTask(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, []int, error)
 }
 
-// reopenable are the states whose failed rows Reopen can rerun.
-var reopenable = []store.TaskState{store.TaskSucceeded, store.TaskPartial, store.TaskCancelled}
-
 // Reopen re-queues a finished task's failed rows: succeeded rows keep their
 // results (they are not billed again) and the cache still answers prompts
 // seen before. It returns the reopened task and how many batches were
@@ -35,7 +32,7 @@ func Reopen(ctx context.Context, r Reopener, q queue.Queue, taskID, errorClass s
 	if errors.Is(err, store.ErrConflict) {
 		if st, ok := r.(store.Store); ok {
 			if cur, gerr := st.GetTask(ctx, taskID); gerr == nil {
-				return cur, 0, &StateError{Task: cur, Action: "retried", Allowed: reopenable}
+				return cur, 0, &StateError{Task: cur, Action: "retried", Event: store.EventReopen}
 			}
 		}
 	}
@@ -153,7 +150,7 @@ func Retry(ctx context.Context, st RetryStore, q queue.Queue, p RetryParams) (Re
 	}
 	if !task.State.Final() {
 		if !p.Resume {
-			return RetryOutcome{}, &StateError{Task: task, Action: "retried", Allowed: reopenable}
+			return RetryOutcome{}, &StateError{Task: task, Action: "retried", Event: store.EventReopen}
 		}
 		n, err := Resume(ctx, st, q, task.ID, p.Now)
 		return RetryOutcome{Task: task, Resumed: true, Batches: n}, err
@@ -209,7 +206,9 @@ func ResumeUnfinished(ctx context.Context, st store.Store, q queue.Queue, export
 	var errs []error
 	for _, t := range tasks {
 		switch {
-		case t.State == store.TaskRunning && t.BatchesDone >= t.BatchesTotal:
+		case t.State == store.TaskPending:
+			// Its split continues when its input is taken again.
+		case t.State == store.TaskRunning && t.NeedsExport():
 			// Stopped between finishing its last batch and starting the
 			// export.
 			started, err := StartExportOnce(ctx, st, exports, t, now)
@@ -228,7 +227,8 @@ func ResumeUnfinished(ctx context.Context, st store.Store, q queue.Queue, export
 			}
 			report.Tasks++
 			report.Batches += n
-		case t.State == store.TaskExporting, t.State == store.TaskCancelled && t.ResultKey == "":
+		case t.NeedsExport():
+			// Exporting, or cancelled without its partial result.
 			if err := exports.StartExport(ctx, t.ID, t.ExportGen); err != nil {
 				errs = append(errs, fmt.Errorf("resume task %s: export: %w", t.ID, err))
 				continue

@@ -188,9 +188,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	if err := s.enqueue(ctx, task.ID, toSend); err != nil {
 		return store.Task{}, err
 	}
-	t, err := s.store.TransitionTask(ctx, store.TransitionTaskParams{
-		ID: task.ID, From: []store.TaskState{store.TaskPending}, To: store.TaskRunning, Now: s.cfg.Clock.Now(),
-	})
+	t, err := s.store.TransitionTask(ctx, store.EventSplit.Params(task.ID, s.cfg.Clock.Now()))
 	if isConflict(err) {
 		return s.store.GetTask(ctx, task.ID)
 	}

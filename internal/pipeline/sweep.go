@@ -297,15 +297,14 @@ func (s *Sweeper) startMissingExports(ctx context.Context, cfg SweeperConfig, no
 			continue
 		}
 		// A cancelled task still needs its partial result written.
-		cancelled := t.State == store.TaskCancelled && t.ResultKey == ""
-		ready := t.BatchesTotal > 0 && t.BatchesDone >= t.BatchesTotal && !t.State.Final()
-		if !(cancelled || ready) || !t.UpdatedAt.Before(now.Add(-cfg.PendingAfter)) {
+		if !t.NeedsExport() || !t.UpdatedAt.Before(now.Add(-cfg.PendingAfter)) {
 			continue
 		}
 		var err error
-		if t.State == store.TaskExporting || t.State == store.TaskCancelled {
-			// Its start was lost (or its export died): start it again; the
-			// starter is idempotent per generation.
+		if !store.EventExport.Allows(t.State) {
+			// Exporting or cancelled: its start was lost (or its export
+			// died). Start it again; the starter is idempotent per
+			// generation.
 			err = s.exports.StartExport(ctx, t.ID, t.ExportGen)
 		} else {
 			var ok bool
@@ -338,43 +337,30 @@ func (s *Sweeper) failStuck(ctx context.Context, b store.Batch, now time.Time, l
 		return fmt.Errorf("rows of stuck batch %s/%d: %w", b.TaskID, b.No, err)
 	}
 	var (
-		succeeded, failed, skipped int
-		writes                     []store.RowResultWrite
+		tally  batchTally
+		writes []store.RowResultWrite
 	)
 	for _, r := range rows {
-		switch r.State {
-		case store.RowSucceeded:
-			succeeded++
-			continue
-		case store.RowSkipped:
-			skipped++
-			continue
-		case store.RowFailed:
-			failed++
-			continue
-		}
 		res := r.RowResult
-		res.State, res.ErrorClass = store.RowFailed, ClassStuck
-		res.Error = fmt.Sprintf("the batch was claimed %d times without finishing (its worker keeps dying); last error: %s", b.Attempt, b.LastError)
-		writes = append(writes, store.RowResultWrite{RowNo: r.No, Result: res})
-		failed++
+		if !r.State.Final() {
+			res.State, res.ErrorClass = store.RowFailed, ClassStuck
+			res.Error = fmt.Sprintf("the batch was claimed %d times without finishing (its worker keeps dying); last error: %s", b.Attempt, b.LastError)
+			writes = append(writes, store.RowResultWrite{RowNo: r.No, Result: res})
+		}
+		tally.add(res)
 	}
 	for len(writes) > 0 {
-		n := min(len(writes), store.MaxSaveRows)
+		n := saveGroupLen(len(writes), func(i int) int { return writes[i].SaveSize() })
 		if _, err := s.store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, Rows: writes[:n], Now: now}); err != nil {
 			return fmt.Errorf("fail rows %d.. of stuck batch %s/%d: %w", writes[0].RowNo, b.TaskID, b.No, err)
 		}
 		writes = writes[n:]
 	}
-	task, err := s.store.FinishBatch(ctx, store.FinishBatchParams{TaskID: b.TaskID, BatchNo: b.No, Attempt: claimed.Attempt, Succeeded: succeeded, Failed: failed, Skipped: skipped, Now: now})
+	once := func(write func() error) error { return write() }
+	_, err = finishBatch(ctx, s.store, s.exports, claimed, claimed.Attempt, tally, now, once)
 	if err != nil {
-		return fmt.Errorf("finish stuck batch %s/%d: %w", b.TaskID, b.No, err)
+		return fmt.Errorf("stuck batch: %w", err)
 	}
 	log.ErrorContext(ctx, "sweeper failed the remaining rows of a stuck batch", logging.TaskID, b.TaskID, logging.BatchNo, b.No, "claims", b.Attempt, "last_error", b.LastError)
-	if task.BatchesDone >= task.BatchesTotal {
-		if _, err := StartExportOnce(ctx, s.store, s.exports, task, now); err != nil {
-			return err
-		}
-	}
 	return nil
 }

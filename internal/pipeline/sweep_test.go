@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,7 +140,8 @@ func TestSweeperFailsCrashLoopingBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := e.store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: id, BatchNo: 1, Attempt: b.Attempt,
-		Rows: []store.RowResultWrite{{RowNo: 2, Result: store.RowResult{State: store.RowSucceeded, Output: "kept", Attempts: 1}}}, Now: clk.Now()}); err != nil {
+		Rows: []store.RowResultWrite{{RowNo: 2, Result: store.RowResult{State: store.RowSucceeded, Output: "kept", Attempts: 1,
+			Provider: "sim/sim-1", Usage: store.Usage{InputTokens: 7, OutputTokens: 3}}}}, Now: clk.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < 3; i++ { // two more claims, each dying with its lease
@@ -176,6 +178,71 @@ func TestSweeperFailsCrashLoopingBatch(t *testing.T) {
 	}
 	if task.BatchesDone != 1 || task.RowsFailed != 3 || task.RowsSucceeded != 1 || len(starter.ids) != 1 {
 		t.Errorf("task %+v, exports %v: want the batch counted once and the export started", task, starter.ids)
+	}
+	// The answered row's tokens count into the task, as a worker's finish
+	// counts them: its cost must not vanish because the batch got stuck.
+	if want := (store.Usage{InputTokens: 7, OutputTokens: 3}); task.Usage != want || task.UsageByProvider["sim/sim-1"] != want {
+		t.Errorf("task usage %+v by provider %+v, want %+v from the answered row", task.Usage, task.UsageByProvider, want)
+	}
+}
+
+// sizeRecordingStore records the Size of every SaveRowResults call.
+type sizeRecordingStore struct {
+	store.Store
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (s *sizeRecordingStore) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams) (store.SaveRowResultsResult, error) {
+	s.mu.Lock()
+	s.sizes = append(s.sizes, p.Size())
+	s.mu.Unlock()
+	return s.Store.SaveRowResults(ctx, p)
+}
+
+// TestSweeperStuckBatchWritesWithinTransactionBytes: failing a stuck batch
+// splits its row writes by store.MaxSaveBytes as a worker's flush does (the
+// sweeper's copy split by row count alone): each stuck row's error quotes
+// the batch's last error, and 40 rows of a 100 KB error made one 4 MB
+// group, over DynamoDB's transaction limit.
+func TestSweeperStuckBatchWritesWithinTransactionBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: clk})
+	id := e.splitProducts("stuck-big", "{{id}}", 40, 40).TaskID
+	lastErr := strings.Repeat("upstream said no. ", 100<<10/18)
+	for i := 0; i < 3; i++ {
+		b, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: 1, Owner: "w", Now: clk.Now(), LeaseUntil: clk.Now().Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: id, BatchNo: 1, Attempt: b.Attempt, LastError: lastErr, Now: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Minute)
+	}
+	clk.Advance(10 * time.Minute)
+	rec := &sizeRecordingStore{Store: e.store}
+	sw := pipeline.NewSweeper(rec, e.queue, &recordingStarter{}, pipeline.SweeperConfig{Clock: clk, MaxClaims: 3})
+	if report, err := sw.Sweep(ctx); err != nil || report.BatchesFailed != 1 {
+		t.Fatalf("sweep = %+v, %v; want the batch failed as stuck", report, err)
+	}
+	if len(rec.sizes) < 2 {
+		t.Errorf("%d SaveRowResults calls for 40 rows of %d KB errors: want them split", len(rec.sizes), len(lastErr)>>10)
+	}
+	for i, n := range rec.sizes {
+		if n > store.MaxSaveBytes {
+			t.Errorf("write %d carries %d bytes, over store.MaxSaveBytes %d", i, n, store.MaxSaveBytes)
+		}
+	}
+	task, err := e.store.GetTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.RowsFailed != 40 || task.BatchesDone != 1 {
+		t.Errorf("task %d failed rows, %d batches done; want 40 and 1", task.RowsFailed, task.BatchesDone)
 	}
 }
 

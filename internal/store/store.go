@@ -22,30 +22,6 @@ var ErrNotFound = errors.New("not found")
 // was fenced out by a newer one.
 var ErrConflict = errors.New("conflict")
 
-// TaskState is the lifecycle state of a task.
-type TaskState string
-
-// Task states. PENDING while splitting, RUNNING while batches are generated,
-// EXPORTING while the result file is written, then one of the final states.
-const (
-	TaskPending   TaskState = "PENDING"
-	TaskRunning   TaskState = "RUNNING"
-	TaskExporting TaskState = "EXPORTING"
-	TaskSucceeded TaskState = "SUCCEEDED"
-	TaskPartial   TaskState = "PARTIAL"
-	TaskFailed    TaskState = "FAILED"
-	TaskCancelled TaskState = "CANCELLED"
-)
-
-// Final reports whether no further work will happen on a task in state s.
-func (s TaskState) Final() bool {
-	switch s {
-	case TaskSucceeded, TaskPartial, TaskFailed, TaskCancelled:
-		return true
-	}
-	return false
-}
-
 // BatchState is the lifecycle state of a batch.
 type BatchState string
 

@@ -48,9 +48,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	if err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: %w", what, err)
 	}
-	switch task.State {
-	case store.TaskSucceeded, store.TaskPartial, store.TaskCancelled:
-	default:
+	if !store.EventReopen.Allows(task.State) {
 		return store.Task{}, nil, fmt.Errorf("%s: task is %s; only a finished or cancelled task can be retried: %w", what, task.State, store.ErrConflict)
 	}
 	rows, err := s.rowStates(ctx, taskID)
@@ -120,7 +118,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 
 	e := newExpr()
 	u := &update{e: e}
-	u.setS(attrState, string(store.TaskRunning))
+	u.setS(attrState, string(store.EventReopen.To()))
 	u.setS(attrUpdatedAt, encodeTime(now))
 	u.setI(attrBatchesDone, int64(done))
 	u.setI(attrRowsSucceeded, int64(counts[string(store.RowSucceeded)]))

@@ -34,9 +34,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	if err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: %w", what, err)
 	}
-	switch store.TaskState(state) {
-	case store.TaskSucceeded, store.TaskPartial, store.TaskCancelled:
-	default:
+	if !store.EventReopen.Allows(store.TaskState(state)) {
 		return store.Task{}, nil, fmt.Errorf("%s: task is %s; only a finished or cancelled task can be retried: %w", what, state, store.ErrConflict)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE rows SET
@@ -85,7 +83,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	// Recount from the batches still DONE: their counts stay, the reopened
 	// ones are added again by FinishBatch when they finish.
 	t, err := scanTask(tx.QueryRowContext(ctx, `UPDATE tasks SET
-			state = 'RUNNING', result_key = '', error = '', finished_at = NULL, updated_at = ?, export_gen = export_gen + 1,
+			state = ?, result_key = '', error = '', finished_at = NULL, updated_at = ?, export_gen = export_gen + 1,
 			batches_done = (SELECT count(*) FROM batches WHERE task_id = ? AND state = 'DONE'),
 			rows_succeeded = (SELECT count(*) FROM rows r JOIN batches b ON b.task_id = r.task_id
 				AND r.no BETWEEN b.first_row AND b.first_row + b.row_count - 1
@@ -111,7 +109,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 					GROUP BY r.provider
 					HAVING sum(r.input_tokens) + sum(r.output_tokens) + sum(r.cached_input_tokens) > 0))
 		WHERE id = ?
-		RETURNING `+taskColumns, millis(now), taskID, taskID, taskID, taskID, taskID, taskID, taskID))
+		RETURNING `+taskColumns, store.EventReopen.To(), millis(now), taskID, taskID, taskID, taskID, taskID, taskID, taskID))
 	if err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: reset task: %w", what, err)
 	}
