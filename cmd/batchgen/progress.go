@@ -27,8 +27,8 @@ const heldBackWithin = 5 * time.Second
 type rateMeter struct {
 	total, base int
 	start       time.Time
-	// quota is the most rows a second the quota allows (--rpm/60); 0 when
-	// unknown.
+	// quota is the most rows a second the quota allows (the providers'
+	// rpm over 60: providerfile.File.RPM); 0 when unknown.
 	quota   float64
 	samples []rateSample
 }
@@ -128,7 +128,7 @@ func heldBack(now time.Time, last429, lastQuotaWait int64, rpm int) string {
 	case recent(last429):
 		return "rate-limited: the provider answered 429, pausing as it asked"
 	case recent(lastQuotaWait) && rpm > 0:
-		return fmt.Sprintf("rate-limited: waiting for the quota (--rpm %d)", rpm)
+		return fmt.Sprintf("rate-limited: waiting for the quota (%d requests/min)", rpm)
 	case recent(lastQuotaWait):
 		return "rate-limited: waiting for the quota learnt from the provider"
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -116,7 +117,7 @@ func TestHeldBack(t *testing.T) {
 	}{
 		{"nothing", 0, 0, 600, ""},
 		{"a recent 429 wins over a quota wait", ago(time.Second), ago(0), 600, "rate-limited: the provider answered 429, pausing as it asked"},
-		{"a quota wait with --rpm", ago(time.Minute), ago(time.Second), 600, "rate-limited: waiting for the quota (--rpm 600)"},
+		{"a quota wait with --rpm", ago(time.Minute), ago(time.Second), 600, "rate-limited: waiting for the quota (600 requests/min)"},
 		{"a quota wait, quota learnt", 0, ago(time.Second), 0, "rate-limited: waiting for the quota learnt from the provider"},
 		{"both long ago", ago(10 * time.Second), ago(6 * time.Second), 600, ""},
 	}
@@ -153,5 +154,29 @@ func TestRunFinalLineAndRateLimitsApart(t *testing.T) {
 	want := fmt.Sprintf("requests  %d this run  (rate limited %d, errors %d)", st.Requests, st.RateLimited, st.ServerErrors)
 	if !strings.Contains(r.stdout, want) {
 		t.Errorf("summary lacks %q:\n%s", want, r.stdout)
+	}
+}
+
+// TestProgressNamesTheProvidersFileQuota: the progress line reads the quota
+// from the providers, wherever they were given: a providers file's rpm
+// shows as the quota waited for, not as one learnt from the provider (the
+// line used to read --rpm alone).
+func TestProgressNamesTheProvidersFileQuota(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in := productsCSV(t, dir, 12, nil)
+	providers := writeFile(t, filepath.Join(dir, "providers.yaml"), `providers:
+  - {name: paced, kind: sim, rpm: 240, concurrency: 4, latency: 5ms, jitter: 1ms}
+`)
+	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "{{商品名称}}", "--providers", providers,
+		"--batch-size", "4", "--progress-interval", "10ms")
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "rate-limited: waiting for the quota (240 requests/min)") {
+		t.Errorf("no progress line names the file's quota of 240 requests/min; stderr:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stderr, "learnt from the provider") {
+		t.Errorf("a progress line calls the file's quota learnt; stderr:\n%s", r.stderr)
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/providers"
-	"github.com/batchgen/batchgen/internal/quota"
 )
 
 // providerOptions are the model provider flags shared by the commands that
@@ -28,9 +27,11 @@ import (
 type providerOptions struct {
 	// file is --providers: several providers, each with its own quota,
 	// concurrency and timeout, instead of the single-provider flags.
-	file        string
-	fs          *pflag.FlagSet
-	name        string
+	file string
+	fs   *pflag.FlagSet
+	name string
+	// kind is name as a provider kind, once validate has read it.
+	kind        providerfile.Kind
 	baseURL     string
 	model       string
 	region      string
@@ -87,15 +88,19 @@ func (p *providerOptions) validate() error {
 			}
 		}
 	}
-	switch p.name {
-	case "sim", "openai":
-	case "bedrock":
+	if p.file != "" {
+		return p.validateSettings()
+	}
+	kind, err := providerfile.ParseKind(p.name)
+	if err != nil {
+		return fmt.Errorf("--provider %w", err)
+	}
+	p.kind = kind
+	if kind == providerfile.KindBedrock {
 		if p.model == "" {
 			return errors.New("--provider bedrock needs --model: a Bedrock model id (amazon.nova-lite-v1:0), inference profile id (us.amazon.nova-lite-v1:0) or ARN")
 		}
 		return p.validateSettings()
-	default:
-		return fmt.Errorf("--provider %q: use sim, openai or bedrock", p.name)
 	}
 	if p.region != "" {
 		return fmt.Errorf("--region is for --provider bedrock, not %s", p.name)
@@ -104,7 +109,7 @@ func (p *providerOptions) validate() error {
 		// As the OpenAI SDKs and tools read it.
 		p.baseURL = os.Getenv("OPENAI_BASE_URL")
 	}
-	if p.name == "openai" && p.baseURL == "" && os.Getenv("OPENAI_API_KEY") == "" {
+	if kind == providerfile.KindOpenAI && p.baseURL == "" && os.Getenv("OPENAI_API_KEY") == "" {
 		return errors.New("--provider openai needs OPENAI_API_KEY in the environment (or --base-url for a local OpenAI-compatible server)")
 	}
 	return p.validateSettings()
@@ -124,16 +129,6 @@ func (p *providerOptions) validateSettings() error {
 	return nil
 }
 
-func (p *providerOptions) modelName() string {
-	if p.model != "" {
-		return p.model
-	}
-	if p.name == "openai" {
-		return "gpt-4o-mini"
-	}
-	return "sim-1"
-}
-
 func (p *providerOptions) temperaturePtr() *float64 {
 	if math.IsNaN(p.temperature) {
 		return nil
@@ -142,48 +137,40 @@ func (p *providerOptions) temperaturePtr() *float64 {
 	return &t
 }
 
-// providers returns the providers file of o: --providers, or one entry
-// built from the single-provider flags, so both take one code path.
+// providers returns the providers file of o: --providers, or the one
+// entry of the single-provider flags (providerfile.Single, as the AWS
+// stack's model parameters build theirs), so both take one code path.
 func (o *runOptions) providers() (*providerfile.File, error) {
 	p := &o.provider
 	if p.file != "" {
 		return providerfile.Load(p.file)
 	}
-	entry := providerfile.Provider{
-		// Named as rows answered by a task's own provider are labelled.
-		Name: p.name + "/" + p.modelName(), Kind: providerfile.Kind(p.name), BaseURL: p.baseURL, Model: p.modelName(),
-		Region: p.region, RPM: o.rpm, TPM: o.tpm, Concurrency: o.concurrency, Timeout: o.retry.callTimeout,
-	}
-	if entry.Kind == providerfile.KindSim {
-		// $OPENAI_BASE_URL, read by validate, is not the simulator's.
-		entry.BaseURL = ""
-		entry.Latency, entry.Jitter = p.simLatency, p.simJitter
-	}
-	f := &providerfile.File{Providers: []providerfile.Provider{entry}}
-	if err := f.Validate(); err != nil {
+	f, err := providerfile.Single{
+		Kind: p.kind, Model: p.model, BaseURL: p.baseURL, Region: p.region,
+		RPM: o.rpm, TPM: o.tpm, Concurrency: o.concurrency, Timeout: o.retry.callTimeout,
+		Latency: p.simLatency, Jitter: p.simJitter,
+	}.File()
+	if err != nil {
 		return nil, fmt.Errorf("provider flags: %w", err)
 	}
 	return f, nil
 }
 
-// buildRouter builds the router of f for the embedded runtime: keys from
-// the environment, an in-process limiter per provider, every call counted
-// in stats.
-func buildRouter(ctx context.Context, f *providerfile.File, clk clock.Clock, stats *runStats, logger *slog.Logger, rec metrics.Recorder) (*pipeline.Router, error) {
-	build := providers.Builder{
-		Clock:   clk,
-		Bedrock: func(p providerfile.Provider) (llm.Provider, error) { return bedrockProvider(ctx, p) },
-	}
-	return f.Router(providerfile.Wiring{
-		Build: build.Build,
-		// Paced to the quotas given, and learnt from the provider's
-		// headers and 429s where not given (or given too high).
-		Limiter: func(p providerfile.Provider) pipeline.Limiter {
-			// Waits are timed for the progress line.
-			return watchedLimiter{quota.NewLocal(quota.LocalConfig{RPM: p.RPM, TPM: p.TPM, Clock: clk}), stats}
+// buildProviders builds f's providers for the embedded runtime: keys from
+// the environment, each provider paced in-process to the quota given, or
+// learnt from its headers and 429s where none is given (or one too high);
+// every call and every quota wait counted in stats, for the summary and
+// the progress line.
+func buildProviders(ctx context.Context, f *providerfile.File, clk clock.Clock, stats *runStats, logger *slog.Logger, rec metrics.Recorder) (*providers.Set, error) {
+	return providers.Build(f, providers.Config{
+		Builder: providers.Builder{
+			Clock:   clk,
+			Bedrock: func(p providerfile.Provider) (llm.Provider, error) { return bedrockProvider(ctx, p) },
 		},
-		Wrap: func(_ providerfile.Provider, lp llm.Provider) llm.Provider { return countingProvider{lp, stats} },
-	}, pipeline.RouterConfig{Logger: logger, Metrics: rec})
+		Limiters: providers.Limiters{Clock: clk, Logger: logger},
+		Wrap:     func(_ providerfile.Provider, lp llm.Provider) llm.Provider { return countingProvider{lp, stats} },
+		Router:   pipeline.RouterConfig{Logger: logger, Metrics: rec, OnQuotaWait: stats.quotaWaited},
+	})
 }
 
 // bedrockProvider builds a Bedrock provider signed from the default

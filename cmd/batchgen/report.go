@@ -54,19 +54,13 @@ func (s *runStats) countCall(err error) {
 // to count as the quota holding the job back.
 const quotaWaitWorthShowing = 50 * time.Millisecond
 
-// watchedLimiter times the waits for the quota, for the progress line.
-type watchedLimiter struct {
-	pipeline.Limiter
-	stats *runStats
-}
-
-func (w watchedLimiter) Wait(ctx context.Context, tokens int) error {
-	start := time.Now()
-	err := w.Limiter.Wait(ctx, tokens)
-	if end := time.Now(); end.Sub(start) >= quotaWaitWorthShowing {
-		w.stats.lastQuotaWait.Store(end.UnixNano())
+// quotaWaited records a call's wait for its provider's quota
+// (pipeline.RouterConfig.OnQuotaWait): a long one is what the progress line
+// names as holding the job back.
+func (s *runStats) quotaWaited(_ string, waited time.Duration) {
+	if waited >= quotaWaitWorthShowing {
+		s.lastQuotaWait.Store(time.Now().UnixNano())
 	}
-	return err
 }
 
 func (s *runStats) observe(e pipeline.Event) {

@@ -400,23 +400,20 @@ func (j *runJob) openEngineOn(queueName string, blobs blob.Store, exports pipeli
 		return fmt.Errorf("open queue in %s: %w", j.data.dir, err)
 	}
 	j.stats = newRunStats()
-	router, err := buildRouter(context.Background(), j.providers, clk, j.stats, j.logger, j.metrics)
+	set, err := buildProviders(context.Background(), j.providers, clk, j.stats, j.logger, j.metrics)
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: err}
 	}
+	router := set.Router
 	j.queue = q
 	j.exporter = pipeline.NewExporter(j.data.store, blobs, pipeline.ExporterConfig{Clock: clk, Logger: j.logger, Metrics: j.metrics})
 	if exports == nil {
 		exports = j.exporter
 	}
-	concurrency := 0
-	for _, p := range j.providers.Providers {
-		concurrency += p.Concurrency
-	}
 	cfg := pipeline.GeneratorConfig{
 		Clock: clk, Logger: j.logger, Metrics: j.metrics, Observer: j.stats.observe, Owner: fmt.Sprintf("batchgen-%d", os.Getpid()),
 		// Rows in flight: every provider's slots can be busy at once.
-		Concurrency: concurrency, Lease: o.retry.lease, CallTimeout: router.MaxTimeout(),
+		Concurrency: j.providers.Concurrency(), Lease: o.retry.lease, CallTimeout: router.MaxTimeout(),
 		CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
 		// SQLite writes are local and cheap: group results only while a
 		// write is under way, so a kill costs no more repeated calls than
@@ -497,14 +494,14 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 	if err != nil {
 		return err
 	}
-	progress := newProgress(j.stderr, task.RowsTotal, done, j.stats, o.quiet, o.progressInterval, o.rpm)
+	progress := newProgress(j.stderr, task.RowsTotal, done, j.stats, o.quiet, o.progressInterval, j.providers.RPM())
 	defer progress.finish()
 
 	workerCtx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
 	drain := make(chan struct{})
 	workers := pipeline.NewLocalWorkers(j.queue, j.gen, pipeline.LocalWorkersConfig{
-		Workers: pipeline.BatchesInFlight(o.concurrency, task.Spec.BatchSize), Visibility: 5 * time.Minute, Logger: j.logger,
+		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), task.Spec.BatchSize), Visibility: 5 * time.Minute, Logger: j.logger,
 	})
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -284,7 +284,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		}
 	})
 	workers := pipeline.NewLocalWorkers(j.queue, j.gen, pipeline.LocalWorkersConfig{
-		Workers: pipeline.BatchesInFlight(o.concurrency, o.batchSize), Logger: logger, Metrics: reg,
+		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), o.batchSize), Logger: logger, Metrics: reg,
 	})
 	// Closing drain stops the workers gracefully: no new row starts, calls
 	// in flight finish and are saved (pipeline.Delivery.Stop).

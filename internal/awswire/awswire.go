@@ -44,7 +44,7 @@ type Env struct {
 	StateMachineARN string // STATE_MACHINE_ARN: splitter, generator, api and sweeper only
 
 	// Model.
-	ModelProvider    string // MODEL_PROVIDER: sim or openai
+	ModelProvider    string // MODEL_PROVIDER: a provider kind (providerfile.ParseKind)
 	ModelName        string // MODEL_NAME
 	ModelBaseURL     string // MODEL_BASE_URL: empty for the provider's public endpoint
 	ModelAPIKeyParam string // MODEL_API_KEY_PARAM: SSM SecureString name; read by the generator only
@@ -60,7 +60,8 @@ type Env struct {
 	QuotaTPM int
 	// MaxConcurrency is the event source mapping's MaximumConcurrency
 	// (MAX_CONCURRENCY, optional, defaults to 10 like the template's
-	// parameter): each instance takes QuotaRPM/MaxConcurrency.
+	// parameter): where no shared limiter paces a provider, each instance
+	// takes 1/MaxConcurrency of its quota (providers.Limiters).
 	MaxConcurrency int
 	// Concurrency bounds model calls in flight per generator instance
 	// (GENERATOR_CONCURRENCY, optional). Defaults to 8.
@@ -204,14 +205,10 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 	if e.ModelProvider == "" {
 		e.ModelProvider = "sim"
 	}
-	switch e.ModelProvider {
-	case "sim", "openai":
-	case "bedrock":
-		if e.ModelName == "" && e.BedrockInferenceProfile == "" {
-			errs = append(errs, errors.New("MODEL_PROVIDER=bedrock needs MODEL_NAME (a Bedrock model id) or BEDROCK_INFERENCE_PROFILE"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("MODEL_PROVIDER=%q: want sim, openai or bedrock", e.ModelProvider))
+	if kind, err := providerfile.ParseKind(e.ModelProvider); err != nil {
+		errs = append(errs, fmt.Errorf("MODEL_PROVIDER=%w", err))
+	} else if kind == providerfile.KindBedrock && e.ModelName == "" && e.BedrockInferenceProfile == "" {
+		errs = append(errs, errors.New("MODEL_PROVIDER=bedrock needs MODEL_NAME (a Bedrock model id) or BEDROCK_INFERENCE_PROFILE"))
 	}
 	if p := e.ModelAPIKeyParam; p != "" && !strings.HasPrefix(p, "/") {
 		errs = append(errs, fmt.Errorf("MODEL_API_KEY_PARAM=%q: want an SSM parameter name starting with /", p))
@@ -250,7 +247,7 @@ func (e Env) Grants(region string) providerfile.Grants {
 		g.APIKeyParams = append(g.APIKeyParams, e.ModelAPIKeyParam)
 	}
 	g.APIKeyParams = append(g.APIKeyParams, e.ProviderAPIKeyParams...)
-	if e.ModelProvider == "bedrock" {
+	if providerfile.Kind(e.ModelProvider) == providerfile.KindBedrock {
 		if e.BedrockInferenceProfile != "" {
 			g.Bedrock = append(g.Bedrock,
 				providerfile.BedrockGrant{Resource: "inference-profile/" + e.BedrockInferenceProfile, Region: region},
@@ -310,54 +307,29 @@ func (e Env) Providers() (*providerfile.File, error) {
 		return providerfile.Parse("PROVIDERS_FILE", []byte(e.ProvidersFile))
 	}
 	// An Env not read by LoadEnv has no provider; LoadEnv's default is sim.
-	kind := cmp.Or(e.ModelProvider, "sim")
-	model := e.ModelName
-	switch {
-	case kind == "sim":
-		model = "sim-1"
-	case kind == "bedrock" && e.BedrockInferenceProfile != "":
-		// Calls go through the profile (the role is granted it).
-		model = e.BedrockInferenceProfile
+	kind, err := providerfile.ParseKind(cmp.Or(e.ModelProvider, "sim"))
+	if err != nil {
+		return nil, fmt.Errorf("MODEL_PROVIDER=%w", err)
 	}
-	entry := providerfile.Provider{
-		// Named as run names the entry of its flags.
-		Name: kind + "/" + model, Kind: providerfile.Kind(kind),
-		BaseURL: e.ModelBaseURL, Model: model,
+	single := providerfile.Single{
+		Kind: kind, Model: e.ModelName, BaseURL: e.ModelBaseURL, APIKeyParam: e.ModelAPIKeyParam,
 		RPM: e.QuotaRPM, TPM: e.QuotaTPM, Concurrency: e.Concurrency,
+		Latency: e.SimLatency, Jitter: e.SimLatency / 6,
 	}
-	if entry.Kind == providerfile.KindOpenAI {
-		// MODEL_API_KEY_PARAM is for openai only; other kinds ignore it.
-		entry.APIKeyParam = e.ModelAPIKeyParam
+	switch {
+	case kind == providerfile.KindSim:
+		// The template's ModelName is ignored by sim (its default names
+		// an OpenAI model).
+		single.Model = ""
+	case kind == providerfile.KindBedrock && e.BedrockInferenceProfile != "":
+		// Calls go through the profile (the role is granted it).
+		single.Model = e.BedrockInferenceProfile
 	}
-	if entry.Kind == providerfile.KindSim {
-		entry.BaseURL = ""
-		entry.Latency, entry.Jitter = e.SimLatency, e.SimLatency/6
-	}
-	f := &providerfile.File{Providers: []providerfile.Provider{entry}}
-	if err := f.Validate(); err != nil {
+	f, err := single.File()
+	if err != nil {
 		return nil, fmt.Errorf("model parameters: %w", err)
 	}
 	return f, nil
-}
-
-// InstanceRPM is one generator instance's share of the provider quota when
-// the quota is too small for the shared limiter (under 60 RPM): an
-// in-process limiter per instance, dividing QuotaRPM by the most instances
-// the event source mapping runs, keeps the sum under the quota. 0 means
-// unlimited.
-func (e Env) InstanceRPM() int {
-	if e.QuotaRPM <= 0 {
-		return 0
-	}
-	return max(1, e.QuotaRPM/max(1, e.MaxConcurrency))
-}
-
-// InstanceTPM is one instance's share of QuotaTPM, like InstanceRPM.
-func (e Env) InstanceTPM() int {
-	if e.QuotaTPM <= 0 {
-		return 0
-	}
-	return max(1, e.QuotaTPM/max(1, e.MaxConcurrency))
 }
 
 // Deps are the AWS clients and shared pieces one function is built from.

@@ -21,6 +21,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awswire/sweeperwire"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/providerfile"
+	"github.com/batchgen/batchgen/internal/quota"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -66,9 +67,6 @@ func TestLoadEnv(t *testing.T) {
 	if diff := cmp.Diff(want, env); diff != "" {
 		t.Errorf("env mismatch (-want +got):\n%s", diff)
 	}
-	if got := env.InstanceRPM(); got != 200 {
-		t.Errorf("InstanceRPM = %d, want 2000/10", got)
-	}
 	wantSpec := store.TaskSpec{Provider: "openai", Model: "gpt-4o-mini", BatchSize: 100}
 	gotSpec, err := env.DefaultSpec()
 	if err != nil {
@@ -85,8 +83,8 @@ func TestLoadEnvDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadEnv: %v", err)
 	}
-	if env.ModelProvider != "sim" || env.BatchSize != 100 || env.Lease != 360*time.Second || env.InstanceRPM() != 0 {
-		t.Errorf("defaults = provider %q, batch %d, lease %v, rpm %d", env.ModelProvider, env.BatchSize, env.Lease, env.InstanceRPM())
+	if env.ModelProvider != "sim" || env.BatchSize != 100 || env.Lease != 360*time.Second || env.QuotaRPM != 0 || env.MaxConcurrency != 10 {
+		t.Errorf("defaults = provider %q, batch %d, lease %v, rpm %d, instances %d", env.ModelProvider, env.BatchSize, env.Lease, env.QuotaRPM, env.MaxConcurrency)
 	}
 	if spec, err := env.DefaultSpec(); err != nil || spec.Model != "sim-1" {
 		t.Errorf("sim model = %q (%v), want sim-1", spec.Model, err)
@@ -201,10 +199,13 @@ func TestGeneratorQuotaIsShared(t *testing.T) {
 	tests := []struct {
 		rpm  int
 		want string
+		// perMinute is an instance's own quota, for a per-instance limiter:
+		// its share of the fleet's (MAX_CONCURRENCY 10).
+		perMinute float64
 	}{
-		{2000, "*quota.Shared"},
-		{30, "*quota.Local"},
-		{0, "*quota.Local"},
+		{2000, "*quota.Shared", 0},
+		{30, "*quota.Local", 3},
+		{0, "*quota.Local", 0},
 	}
 	for _, tc := range tests {
 		env.QuotaRPM = tc.rpm
@@ -213,8 +214,16 @@ func TestGeneratorQuotaIsShared(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := awswire.NewDeps(env, cfg, "generator")
-		if got := fmt.Sprintf("%T", generatorwire.Limiter(d, f.Providers[0])); got != tc.want {
+		set, err := generatorwire.Providers(context.Background(), d, f, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := set.Limiter(f.Providers[0].Name)
+		if got := fmt.Sprintf("%T", l); got != tc.want {
 			t.Errorf("QUOTA_RPM=%d: limiter %s, want %s", tc.rpm, got, tc.want)
+		}
+		if local, ok := l.(*quota.Local); ok && tc.perMinute > 0 && (local.Rate()*60 > tc.perMinute || local.Rate()*60 < 0.9*tc.perMinute) {
+			t.Errorf("QUOTA_RPM=%d over 10 instances: an instance paces at %.2f/min, want %v (a little under is its margin)", tc.rpm, local.Rate()*60, tc.perMinute)
 		}
 		if _, err := generatorwire.New(context.Background(), d); err != nil {
 			t.Fatal(err)
@@ -270,19 +279,19 @@ providers:
 		t.Errorf("names (-want +got):\n%s", diff)
 	}
 	d := awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "generator")
-	for _, tc := range []struct{ name, want string }{{"east", "*quota.Shared"}, {"west", "*quota.Local"}, {"nova", "*quota.Local"}} {
-		p, _ := f.Lookup(tc.name)
-		if got := fmt.Sprintf("%T", generatorwire.Limiter(d, p)); got != tc.want {
-			t.Errorf("%s: limiter %s, want %s", tc.name, got, tc.want)
-		}
-	}
-	router, idle, err := generatorwire.Router(context.Background(), d, f, nil)
+	set, err := generatorwire.Providers(context.Background(), d, f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if idle == nil {
-		t.Error("Router returned no idle hook; the shared limiter of east would keep its seconds leased ahead")
+	for _, tc := range []struct{ name, want string }{{"east", "*quota.Shared"}, {"west", "*quota.Local"}, {"nova", "*quota.Local"}} {
+		if got := fmt.Sprintf("%T", set.Limiter(tc.name)); got != tc.want {
+			t.Errorf("%s: limiter %s, want %s", tc.name, got, tc.want)
+		}
 	}
+	if !set.Shared() {
+		t.Error("no shared limiter in the set; the seconds east leases ahead would never be given back")
+	}
+	router := set.Router
 	// The Bedrock entry is built with the function's AWS configuration
 	// (signed by its role), in the entry's region.
 	if diff := cmp.Diff([]string{"east", "west", "nova"}, router.Routes()); diff != "" {

@@ -82,6 +82,10 @@ type RouterConfig struct {
 	// (after it is logged): the hook the metrics adapter counts with. It
 	// must not block.
 	OnBreakerChange func(BreakerChange)
+	// OnQuotaWait, when non-nil, is told how long each call waited for its
+	// route's quota limiter, whether or not the call then started: what a
+	// progress display says holds the job back. It must not block.
+	OnQuotaWait func(route string, waited time.Duration)
 	// Metrics counts the transitions (metrics.BreakerTransitions). Nil
 	// records nothing.
 	Metrics metrics.Recorder
@@ -532,7 +536,11 @@ func (r *Router) call(ctx, start context.Context, mayStart func() bool, x *route
 	}
 	charged := llm.EstimateRequestTokens(req)
 	if x.Limiter != nil {
+		waitStart := time.Now()
 		err := x.Limiter.Wait(start, charged)
+		if r.cfg.OnQuotaWait != nil {
+			r.cfg.OnQuotaWait(x.Name, time.Since(waitStart))
+		}
 		switch {
 		case err != nil && start.Err() == nil:
 			// The limiter failed on its own (its store): not starvation.

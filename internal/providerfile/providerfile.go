@@ -62,9 +62,6 @@ const (
 	DefaultAPIKeyEnv   = "OPENAI_API_KEY"
 )
 
-// DefaultModels is the model of a provider that names none.
-var DefaultModels = map[Kind]string{KindOpenAI: "gpt-4o-mini", KindSim: "sim-1", KindMock: "mock-1"}
-
 // File is the providers file.
 type File struct {
 	// Routing is ordered (the default) or weighted.
@@ -87,7 +84,7 @@ type Provider struct {
 	// an endpoint override for bedrock. Required for mock; for openai it
 	// defaults to OpenAI's.
 	BaseURL string `yaml:"base_url"`
-	// Model is the model id sent. Defaults per kind (DefaultModels);
+	// Model is the model id sent. Defaults per kind (DefaultModel);
 	// required for bedrock.
 	Model string `yaml:"model"`
 	// Region is the AWS region of a bedrock provider. Defaults to the SDK's
@@ -374,15 +371,13 @@ func (f *File) Validate() error {
 			}
 			names[p.Name] = i
 		}
-		switch p.Kind {
-		case KindOpenAI, KindMock, KindSim, KindBedrock:
-		case "":
-			bad("kind is required: openai, bedrock, sim or mock")
-		default:
-			bad("kind %q: use openai, bedrock, sim or mock", p.Kind)
+		if p.Kind == "" {
+			bad("kind is required: %s", kindList())
+		} else if _, err := ParseKind(string(p.Kind)); err != nil {
+			bad("kind %v", err)
 		}
 		if p.Model == "" {
-			p.Model = DefaultModels[p.Kind]
+			p.Model = DefaultModel(p.Kind)
 		}
 		if p.Kind == KindBedrock && p.Model == "" {
 			bad("model is required for bedrock (a model id or inference profile, e.g. anthropic.claude-3-haiku-20240307-v1:0)")
@@ -457,6 +452,10 @@ func (f *File) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Line is the 1-based line where p's entry starts in its file; 0 for an
+// entry not read from a file.
+func (p Provider) Line() int { return p.line }
 
 // Names lists the providers' names in file order.
 func (f *File) Names() []string {

@@ -31,8 +31,8 @@ type Builder struct {
 	Bedrock func(p providerfile.Provider) (llm.Provider, error)
 }
 
-// Build returns the provider of entry p; it has the signature of
-// providerfile.Wiring.Build.
+// Build returns the provider of entry p (the package's Build calls it for
+// each entry of a file).
 func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
 	switch p.Kind {
 	case providerfile.KindSim:
@@ -56,7 +56,10 @@ func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
 		}
 		return b.Bedrock(p)
 	}
-	return nil, fmt.Errorf("kind %q: use openai, bedrock, sim or mock", p.Kind)
+	if _, err := providerfile.ParseKind(string(p.Kind)); err != nil {
+		return nil, fmt.Errorf("kind %w", err)
+	}
+	return nil, fmt.Errorf("kind %q has no adapter in this build", p.Kind)
 }
 
 func (b Builder) key(p providerfile.Provider) (string, error) {

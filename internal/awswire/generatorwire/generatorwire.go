@@ -34,50 +34,39 @@ import (
 	"github.com/batchgen/batchgen/internal/store"
 )
 
-// Router builds the router over f's providers for the generator: openai
-// keys from SSM (api_key_param), Bedrock signed by the function's role, a
-// shared DynamoDB limiter per provider keyed by its name; metrics go to
-// rec. ctx bounds the cold-start reads of the keys. It also returns what
-// the handler calls when an invocation ends (generatorfn.Handler.Idle):
-// every shared limiter gives back the seconds it leased ahead.
-func Router(ctx context.Context, d *awswire.Deps, f *providerfile.File, rec metrics.Recorder) (*pipeline.Router, func(context.Context), error) {
-	var shared []*quota.Shared
-	build := providers.Builder{
-		Clock: d.Clock,
-		Key: func(p providerfile.Provider) (string, error) {
-			if p.APIKeyParam == "" {
-				return strings.TrimSpace(os.Getenv(p.APIKeyEnv)), nil
-			}
-			return readKey(ctx, d, p.APIKeyParam)
+// Providers builds f's providers for the generator: openai keys from SSM
+// (api_key_param), Bedrock signed by the function's role, and for each
+// provider with an rpm a limiter shared by every instance, leasing its
+// quota from the table under the provider's name (the rest take an
+// instance's share of theirs: providers.Limiters); metrics go to rec. ctx
+// bounds the cold-start reads of the keys. The handler gives back the
+// seconds the shared limiters leased ahead when an invocation ends
+// (providers.Set.Release through generatorfn.Handler.Idle).
+func Providers(ctx context.Context, d *awswire.Deps, f *providerfile.File, rec metrics.Recorder) (*providers.Set, error) {
+	db := dynamodb.NewFromConfig(d.AWS)
+	return providers.Build(f, providers.Config{
+		Builder: providers.Builder{
+			Clock: d.Clock,
+			Key: func(p providerfile.Provider) (string, error) {
+				if p.APIKeyParam == "" {
+					return strings.TrimSpace(os.Getenv(p.APIKeyEnv)), nil
+				}
+				return readKey(ctx, d, p.APIKeyParam)
+			},
+			Bedrock: func(p providerfile.Provider) (llm.Provider, error) {
+				// Signed by the function's role: no key. The role may invoke
+				// the models the template grants only; a task calling another
+				// gets AccessDenied, which stops that provider's calls.
+				cfg := bedrockllm.Config{Model: p.Model, Region: p.Region, BaseURL: p.BaseURL}
+				return bedrockllm.New(bedrockllm.NewClient(d.AWS, cfg), cfg)
+			},
 		},
-		Bedrock: func(p providerfile.Provider) (llm.Provider, error) {
-			// Signed by the function's role: no key. The role may invoke
-			// the models the template grants only; a task calling another
-			// gets AccessDenied, which stops that provider's calls.
-			cfg := bedrockllm.Config{Model: p.Model, Region: p.Region, BaseURL: p.BaseURL}
-			return bedrockllm.New(bedrockllm.NewClient(d.AWS, cfg), cfg)
+		Limiters: providers.Limiters{
+			Clock: d.Clock, Logger: d.Logger, Instances: d.Env.MaxConcurrency,
+			Leases: func(p providerfile.Provider) quota.Leaser { return dynamoquota.New(db, d.Env.TableName, p.Name) },
 		},
-	}
-	router, err := f.Router(providerfile.Wiring{
-		Build: build.Build,
-		Limiter: func(p providerfile.Provider) pipeline.Limiter {
-			l := Limiter(d, p)
-			if s, ok := l.(*quota.Shared); ok {
-				shared = append(shared, s)
-			}
-			return l
-		},
-	}, pipeline.RouterConfig{Logger: d.Logger, Metrics: rec})
-	idle := func(ctx context.Context) {
-		for _, s := range shared {
-			if err := s.Release(ctx); err != nil {
-				// The seconds stay leased and unused: the fleet loses a
-				// few seconds of quota, nothing more.
-				d.Logger.WarnContext(ctx, "shared quota: could not give back the seconds leased ahead", "error", err)
-			}
-		}
-	}
-	return router, idle, err
+		Router: pipeline.RouterConfig{Logger: d.Logger, Metrics: rec},
+	})
 }
 
 // readKey reads an API key from SSM Parameter Store (decrypted); the key is
@@ -112,17 +101,14 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 		return nil, fmt.Errorf("the providers need more than the generator's role is granted: %w", err)
 	}
 	counter := generatorfn.NewCounter()
-	router, idle, err := Router(ctx, d, f, counter)
+	set, err := Providers(ctx, d, f, counter)
 	if err != nil {
 		return nil, err
 	}
+	router := set.Router
 	// Rows over DynamoDB's item size keep their cells in the bucket.
 	overflow := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
 	var st store.Store = d.Store(overflow)
-	concurrency := 0
-	for _, p := range f.Providers {
-		concurrency += p.Concurrency
-	}
 	cfg := pipeline.GeneratorConfig{
 		Cache:     d.Store(overflow),
 		CacheMode: d.Env.CacheMode,
@@ -131,7 +117,7 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 		Clock:     d.Clock,
 		Logger:    d.Logger,
 		// Rows in flight: every provider's slots can be busy at once.
-		Concurrency: concurrency,
+		Concurrency: f.Concurrency(),
 		CallTimeout: router.MaxTimeout(),
 		Lease:       d.Env.Lease,
 	}
@@ -140,32 +126,14 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 	}
 	gen := pipeline.NewGenerator(st, router, d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)), cfg)
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
-	return &generatorfn.Handler{Generator: gen, Queue: queue, Counter: counter, Metrics: d.Metrics, Logger: d.Logger, Idle: idle}, nil
-}
-
-// Limiter paces provider p to its rpm and tpm across every instance: a
-// quota.Shared leasing per-second blocks from the table under p's name, so
-// the sum over instances holds however many run. A quota under one request
-// a second, or none (rpm 0: learnt from the provider's headers and 429s),
-// takes a per-instance limiter with the instance's share.
-func Limiter(d *awswire.Deps, p providerfile.Provider) pipeline.Limiter {
-	if p.RPM > 0 {
-		shared, err := quota.NewShared(dynamoquota.New(dynamodb.NewFromConfig(d.AWS), d.Env.TableName, p.Name),
-			quota.SharedConfig{RPM: p.RPM, TPM: p.TPM, Clock: d.Clock, Logger: d.Logger.With("provider", p.Name)})
-		if err == nil {
-			return shared
+	idle := func(ctx context.Context) {
+		if err := set.Release(ctx); err != nil {
+			// The seconds stay leased and unused: the fleet loses a few
+			// seconds of quota, nothing more.
+			d.Logger.WarnContext(ctx, "shared quota: could not give back the seconds leased ahead", "error", err)
 		}
-		d.Logger.Warn("quota too small to share; each instance takes its share", "provider", p.Name, "rpm", p.RPM, "tpm", p.TPM, "reason", err)
 	}
-	return quota.NewLocal(quota.LocalConfig{RPM: share(p.RPM, d.Env.MaxConcurrency), TPM: share(p.TPM, d.Env.MaxConcurrency), Clock: d.Clock})
-}
-
-// share is one of instances' share of a per-minute quota (0: none).
-func share(perMinute, instances int) int {
-	if perMinute <= 0 {
-		return 0
-	}
-	return max(1, perMinute/max(1, instances))
+	return &generatorfn.Handler{Generator: gen, Queue: queue, Counter: counter, Metrics: d.Metrics, Logger: d.Logger, Idle: idle}, nil
 }
 
 // instanceName names this Lambda instance in batch claims, so an operator
