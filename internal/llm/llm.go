@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 )
 
@@ -98,6 +99,27 @@ func (c ErrorClass) Retryable() bool {
 // Fatal reports whether class c means no call to the provider can succeed
 // until an operator acts (billing, credentials).
 func (c ErrorClass) Fatal() bool { return c == ClassQuotaExhausted || c == ClassAuth }
+
+// ClassOfStatus is the class of an HTTP error answer from its status alone:
+// the mapping every provider adapter starts from, refining it only where
+// its API says more (OpenAI's insufficient_quota and context-length codes,
+// say). 5xx and anything unexpected are transient until proven otherwise
+// (see Classify).
+func ClassOfStatus(status int) ErrorClass {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return ClassRateLimited
+	case status == http.StatusRequestTimeout:
+		return ClassTimeout
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return ClassAuth
+	case status == http.StatusRequestEntityTooLarge:
+		return ClassPromptTooLong
+	case status >= 400 && status < 500:
+		return ClassBadRequest
+	}
+	return ClassServer
+}
 
 // Error is a classified provider failure.
 type Error struct {

@@ -246,14 +246,14 @@ func (c GeneratorConfig) validate() error {
 
 // Generator processes batch messages: claim, generate, persist, finish.
 // One Generator is shared by all workers of a process; its concurrency limit
-// and its memory of fatal provider errors are process-wide.
+// and its router's memory of providers that refused for good are
+// process-wide.
 type Generator struct {
 	store   store.Store
 	router  *Router
 	exports ExportStarter
 	cfg     GeneratorConfig
 	sem     chan struct{}
-	fatal   atomic.Pointer[llm.Error]
 }
 
 // NewGenerator returns a Generator that claims batches in st, calls
@@ -785,7 +785,7 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 	maxAttempts := g.cfg.CallsPerRound * g.cfg.Rounds
 	var last *llm.Error
 	for i := 0; i < g.cfg.CallsPerRound && attempts < maxAttempts; i++ {
-		if f := g.fatal.Load(); f != nil {
+		if f := g.router.Refused(); f != nil {
 			return done(store.RowResult{
 				State: store.RowFailed, ErrorClass: string(f.Class), Attempts: attempts,
 				Error: "not sent: the provider refused an earlier call in this run: " + f.Error(),
@@ -834,9 +834,6 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 		attempts++
 		e := llm.Classify(err)
 		last = e
-		if e.Class.Fatal() {
-			g.fatal.CompareAndSwap(nil, e)
-		}
 		if !e.Class.Retryable() {
 			return done(store.RowResult{
 				State: store.RowFailed, Error: e.Error(), ErrorClass: string(e.Class), Attempts: attempts, LatencyMS: latency.Milliseconds(),

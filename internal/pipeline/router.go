@@ -410,6 +410,17 @@ func (r *Router) noRouteError() error {
 	return r.routes[0].out.Load()
 }
 
+// Refused returns the error with which every route refused for good
+// (insufficient quota, bad credentials), or nil while one still takes
+// calls: until an operator acts, no call of this process can succeed, and
+// the generator fails the rows it has not sent yet instead of calling.
+func (r *Router) Refused() *llm.Error {
+	if !r.allOut() {
+		return nil
+	}
+	return r.routes[0].out.Load()
+}
+
 func (r *Router) allOut() bool {
 	for _, x := range r.routes {
 		if x.out.Load() == nil {

@@ -151,6 +151,9 @@ func TestRouterFatalStopsCalls(t *testing.T) {
 	if got := a.calls.Load(); got != 1 {
 		t.Errorf("a called %d times after refusing for good, want 1", got)
 	}
+	if e := r.Refused(); e != nil {
+		t.Errorf("Refused = %v while b still answers, want nil", e)
+	}
 	b.answer = failWith(llm.ClassAuth, 401)
 	_, err := r.Route(context.Background(), context.Background(), llm.Request{Prompt: "x"})
 	if e := llm.Classify(err); err == nil || !e.Class.Fatal() {
@@ -159,6 +162,9 @@ func TestRouterFatalStopsCalls(t *testing.T) {
 	_, err = r.Route(context.Background(), context.Background(), llm.Request{Prompt: "y"})
 	if e := llm.Classify(err); err == nil || !e.Class.Fatal() || b.calls.Load() != 6 {
 		t.Fatalf("after every route refused: err %v, b calls %d; want a fatal error without a call", err, b.calls.Load())
+	}
+	if e := r.Refused(); e == nil || !e.Class.Fatal() {
+		t.Errorf("Refused = %v with every route out, want the fatal refusal", e)
 	}
 }
 

@@ -284,22 +284,7 @@ func fromStatus(status int, msg string, err error) *llm.Error {
 	if msg == "" {
 		msg = strings.TrimSpace(fmt.Sprintf("%d %s", status, http.StatusText(status)))
 	}
-	e := &llm.Error{StatusCode: status, Message: msg, Err: err}
-	switch {
-	case status == http.StatusTooManyRequests:
-		e.Class = llm.ClassRateLimited
-	case status == http.StatusRequestTimeout:
-		e.Class = llm.ClassTimeout
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		e.Class = llm.ClassAuth
-	case status == http.StatusRequestEntityTooLarge:
-		e.Class = llm.ClassPromptTooLong
-	case status >= 400 && status < 500:
-		e.Class = llm.ClassBadRequest
-	default:
-		e.Class = llm.ClassServer
-	}
-	return e
+	return &llm.Error{Class: llm.ClassOfStatus(status), StatusCode: status, Message: msg, Err: err}
 }
 
 // clean bounds the length of a provider message.

@@ -212,29 +212,19 @@ func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *h
 func (p *Provider) fromStatus(status int, code, typ, message string, h http.Header) *llm.Error {
 	e := &llm.Error{StatusCode: status, Message: p.describe(status, code, message), RateLimits: llm.ParseRateLimits(h)}
 	lowerMsg := strings.ToLower(message)
+	e.Class = llm.ClassOfStatus(status)
+	// What OpenAI's codes say beyond the status.
 	switch {
-	case status == http.StatusTooManyRequests && (code == "insufficient_quota" || typ == "insufficient_quota"):
+	case e.Class == llm.ClassRateLimited && (code == "insufficient_quota" || typ == "insufficient_quota"):
 		e.Class = llm.ClassQuotaExhausted
-	case status == http.StatusTooManyRequests:
-		e.Class = llm.ClassRateLimited
-		e.RetryAfter = retryAfter(h, p.cfg.Clock.Now())
-	case status == http.StatusRequestTimeout:
-		e.Class = llm.ClassTimeout
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		e.Class = llm.ClassAuth
-	case status == http.StatusRequestEntityTooLarge,
-		status >= 400 && status < 500 && (code == "context_length_exceeded" || code == "string_above_max_length" ||
-			strings.Contains(lowerMsg, "maximum context length") || strings.Contains(lowerMsg, "context_length_exceeded")):
+	case e.Class == llm.ClassBadRequest && (code == "context_length_exceeded" || code == "string_above_max_length" ||
+		strings.Contains(lowerMsg, "maximum context length") || strings.Contains(lowerMsg, "context_length_exceeded")):
 		e.Class = llm.ClassPromptTooLong
-	case status >= 400 && status < 500 && (code == "content_filter" || code == "content_policy_violation" ||
+	case e.Class == llm.ClassBadRequest && (code == "content_filter" || code == "content_policy_violation" ||
 		typ == "content_filter" || typ == "content_policy_violation"):
 		e.Class = llm.ClassContentFilter
-	case status >= 400 && status < 500:
-		e.Class = llm.ClassBadRequest
-	default:
-		// 5xx, and anything else unexpected: transient until proven
-		// otherwise (see llm.Classify).
-		e.Class = llm.ClassServer
+	}
+	if e.Class == llm.ClassRateLimited || e.Class == llm.ClassServer {
 		e.RetryAfter = retryAfter(h, p.cfg.Clock.Now())
 	}
 	return e
