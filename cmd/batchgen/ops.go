@@ -359,8 +359,11 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 		return err
 	}
 	spec := j.providers.Spec(store.TaskSpec{})
-	outcome, err := pipeline.Retry(ctx, j.data.store, j.queue, pipeline.RetryParams{
-		TaskID: id, ErrorClass: errorClass, Provider: spec.Provider, Model: spec.Model, Resume: true, Now: time.Now(),
+	// This process holds the data directory's lock: the task's only
+	// workers are its own.
+	retrier := pipeline.Retrier{Store: j.data.store, Queue: j.queue, OwnsWorkers: true}
+	outcome, err := retrier.Retry(ctx, pipeline.RetryParams{
+		TaskID: id, ErrorClass: errorClass, Provider: spec.Provider, Model: spec.Model, Now: time.Now(),
 	})
 	var state *pipeline.StateError
 	var mismatch *pipeline.MismatchError
@@ -403,7 +406,8 @@ func retryAWS(ctx context.Context, table, queueURL, id, errorClass string, stdou
 		Store: dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}),
 		Queue: sqsqueue.New(sqs.NewFromConfig(cfg), queueURL, sqsqueue.Options{}),
 	}
-	task, n, err := r.Retry(ctx, id, errorClass, time.Now())
+	out, err := r.Retry(ctx, pipeline.RetryParams{TaskID: id, ErrorClass: errorClass, Now: time.Now()})
+	task, n := out.Task, out.Batches
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no task %s in %s (batchgen tasks --table %s lists them)", id, table, table)}

@@ -174,12 +174,12 @@ type Config struct {
 // Retrier reruns the failed rows of a finished task (pipeline.Retrier: the
 // store's reopen and the work queue).
 type Retrier interface {
-	// Retry reopens the FAILED rows of class errorClass (all when empty),
-	// enqueues their batches and returns the reopened task and how many
-	// batches were enqueued; zero when nothing failed. It returns
+	// Retry reopens the FAILED rows of class p.ErrorClass (all when
+	// empty), enqueues their batches and returns the reopened task and how
+	// many batches were enqueued; zero when nothing failed. It returns
 	// store.ErrNotFound for no such task and store.ErrConflict for a task
 	// that is not finished.
-	Retry(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, int, error)
+	Retry(ctx context.Context, p pipeline.RetryParams) (pipeline.RetryOutcome, error)
 }
 
 // Exporter starts the export of a task (pipeline.ExportStarter).

@@ -707,7 +707,8 @@ func (s *server) retryTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	task, n, err := s.cfg.Retrier.Retry(ctx, id, req.ErrorClass, s.cfg.Clock.Now())
+	out, err := s.cfg.Retrier.Retry(ctx, pipeline.RetryParams{TaskID: id, ErrorClass: req.ErrorClass, Now: s.cfg.Clock.Now()})
+	task, n := out.Task, out.Batches
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		notFound(w, id)

@@ -75,11 +75,11 @@ func TestCancelAndRetryByState(t *testing.T) {
 			if tt.want.resumed {
 				// Without Resume (a deployed stack, whose workers may hold
 				// the task) an unfinished task is refused, not resumed.
-				if _, _, err := (pipeline.Retrier{Store: e.store, Queue: e.queue}).Retry(ctx, id, "", time.Now()); errKind(err) != "state" {
+				if _, err := (pipeline.Retrier{Store: e.store, Queue: e.queue}).Retry(ctx, pipeline.RetryParams{TaskID: id, Now: time.Now()}); errKind(err) != "state" {
 					t.Errorf("retry of an unfinished task without Resume: %v, want a StateError", err)
 				}
 			}
-			out, err := pipeline.Retry(ctx, e.store, e.queue, pipeline.RetryParams{TaskID: id, Provider: "sim", Resume: true, Now: time.Now()})
+			out, err := pipeline.Retrier{Store: e.store, Queue: e.queue, OwnsWorkers: true}.Retry(ctx, pipeline.RetryParams{TaskID: id, Provider: "sim", Now: time.Now()})
 			if got := errKind(err); got != tt.want.retryErr {
 				t.Fatalf("retry: error %v (%s), want %q", err, got, tt.want.retryErr)
 			}
@@ -96,7 +96,7 @@ func TestCancelAndRetryByState(t *testing.T) {
 				}
 			}
 			if tt.want.retryErr == "" && id != "ffffffffffffffffffff" {
-				if _, err := pipeline.Retry(ctx, e.store, e.queue, pipeline.RetryParams{TaskID: id, Provider: "openai", Model: "gpt-4o-mini", Resume: true, Now: time.Now()}); errKind(err) != "mismatch" {
+				if _, err := (pipeline.Retrier{Store: e.store, Queue: e.queue, OwnsWorkers: true}).Retry(ctx, pipeline.RetryParams{TaskID: id, Provider: "openai", Model: "gpt-4o-mini", Now: time.Now()}); errKind(err) != "mismatch" {
 					t.Errorf("retry with another model: %v, want a MismatchError", err)
 				}
 			}

@@ -73,7 +73,7 @@ func TestOneExportStartPerExport(t *testing.T) {
 	if _, err := e.store.DB().ExecContext(ctx, `UPDATE rows SET state = 'FAILED', error_class = 'server_error' WHERE task_id = ? AND no = 5`, id); err != nil {
 		t.Fatal(err)
 	}
-	reopened, n, err := pipeline.Reopen(ctx, e.store, e.queue, id, "", clk.Now())
+	reopened, n, err := pipeline.Reopen(ctx, e.store, e.queue, id, "", clk.Now(), false)
 	if err != nil || n != 1 || reopened.ExportGen != 1 {
 		t.Fatalf("reopen = gen %d, %d batches, %v; want generation 1 and one batch", reopened.ExportGen, n, err)
 	}

@@ -26,18 +26,25 @@ type Reopener interface {
 // results (they are not billed again) and the cache still answers prompts
 // seen before. It returns the reopened task and how many batches were
 // enqueued; zero means there was nothing to retry. A task in another state
-// (FAILED: rejected input or a failed export) is a *StateError.
-func Reopen(ctx context.Context, r Reopener, q queue.Queue, taskID, errorClass string, now time.Time) (store.Task, int, error) {
+// (FAILED: rejected input or a failed export) is a *StateError. With
+// ownsWorkers (the caller holds the task's only workers: see
+// Retrier.OwnsWorkers) a batch still leased by a process that died (a
+// cancelled run killed mid-batch) is released first, so the retry claims
+// it at once instead of waiting for the lease to run out.
+func Reopen(ctx context.Context, r RetryStore, q queue.Queue, taskID, errorClass string, now time.Time, ownsWorkers bool) (store.Task, int, error) {
 	task, batches, err := r.ReopenTask(ctx, taskID, errorClass, now)
 	if errors.Is(err, store.ErrConflict) {
-		if st, ok := r.(store.Store); ok {
-			if cur, gerr := st.GetTask(ctx, taskID); gerr == nil {
-				return cur, 0, &StateError{Task: cur, Action: "retried", Event: store.EventReopen}
-			}
+		if cur, gerr := r.GetTask(ctx, taskID); gerr == nil {
+			return cur, 0, &StateError{Task: cur, Action: "retried", Event: store.EventReopen}
 		}
 	}
 	if err != nil {
 		return store.Task{}, 0, fmt.Errorf("reopen task %s: %w", taskID, err)
+	}
+	if ownsWorkers {
+		if _, err := releaseDeadLeases(ctx, r, taskID, now); err != nil {
+			return task, 0, fmt.Errorf("reopen task %s: %w", taskID, err)
+		}
 	}
 	if err := q.Send(ctx, batchMessages(taskID, batches)); err != nil {
 		// The batches are PENDING; the sweeper re-enqueues them.
@@ -61,24 +68,35 @@ func batchMessages(taskID string, batches []int) []queue.Outgoing {
 // batch gets a fresh message (duplicates are harmless: claims are
 // conditional). It returns how many batches were re-enqueued.
 func Resume(ctx context.Context, st store.Store, q queue.Queue, taskID string, now time.Time) (int, error) {
+	nos, err := releaseDeadLeases(ctx, st, taskID, now)
+	if err != nil {
+		return 0, fmt.Errorf("resume task %s: %w", taskID, err)
+	}
+	if err := q.Send(ctx, batchMessages(taskID, nos)); err != nil {
+		return 0, fmt.Errorf("resume task %s: enqueue: %w", taskID, err)
+	}
+	return len(nos), nil
+}
+
+// releaseDeadLeases hands every RUNNING batch of a task whose workers are
+// known to be dead back (PENDING), and returns the numbers of its
+// unfinished batches.
+func releaseDeadLeases(ctx context.Context, st store.Store, taskID string, now time.Time) ([]int, error) {
 	batches, err := st.ListBatches(ctx, store.ListBatchesParams{TaskID: taskID, States: []store.BatchState{store.BatchPending, store.BatchRunning}})
 	if err != nil {
-		return 0, fmt.Errorf("resume task %s: list batches: %w", taskID, err)
+		return nil, fmt.Errorf("list batches: %w", err)
 	}
 	nos := make([]int, 0, len(batches))
 	for _, b := range batches {
 		if b.State == store.BatchRunning {
 			err := st.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: taskID, BatchNo: b.No, Attempt: b.Attempt, LastError: "previous run stopped", Now: now})
 			if err != nil && !errors.Is(err, store.ErrConflict) {
-				return 0, fmt.Errorf("resume task %s: release batch %d: %w", taskID, b.No, err)
+				return nil, fmt.Errorf("release batch %d: %w", b.No, err)
 			}
 		}
 		nos = append(nos, b.No)
 	}
-	if err := q.Send(ctx, batchMessages(taskID, nos)); err != nil {
-		return 0, fmt.Errorf("resume task %s: enqueue: %w", taskID, err)
-	}
-	return len(nos), nil
+	return nos, nil
 }
 
 // RetryStore is what Retry needs of a store: the port and reopening.
@@ -98,12 +116,6 @@ type RetryParams struct {
 	// Empty skips the check (a deployed stack's generator runs the task's
 	// own spec).
 	Provider, Model string
-	// Resume is set by a caller that holds the only workers of the task
-	// (the embedded runtime, under its data directory's lock): an
-	// unfinished task is then a run that stopped midway and is resumed.
-	// Without it (a deployed stack, whose workers may be running the task)
-	// an unfinished task is a *StateError.
-	Resume bool
 	// Now is the time of the retry.
 	Now time.Time
 }
@@ -132,16 +144,30 @@ func (e *MismatchError) Error() string {
 		e.Task.ID, e.Task.Spec.Provider, e.Task.Spec.Model, e.Provider, e.Model)
 }
 
-// Retry puts a task back to work, for every runtime: a finished task has
+// Retrier puts tasks back to work, for every runtime: a finished task has
 // its failed rows reopened (see Reopen); an unfinished one is resumed when
-// p.Resume says the caller holds its only workers, and refused otherwise.
-// An unknown task is store.ErrNotFound, a task in a state that cannot be
-// retried a *StateError (which matches store.ErrConflict), another
-// provider or model a *MismatchError. When the task was reopened but its
-// batches could not all be enqueued, the error is returned with the
-// reopened task: the sweeper enqueues the batches that wait.
-func Retry(ctx context.Context, st RetryStore, q queue.Queue, p RetryParams) (RetryOutcome, error) {
-	task, err := st.GetTask(ctx, p.TaskID)
+// the retrier owns the task's workers, and refused otherwise.
+type Retrier struct {
+	Store RetryStore
+	Queue queue.Queue
+	// OwnsWorkers is set by a caller that holds the only workers of its
+	// tasks (the embedded runtime, under its data directory's lock): an
+	// unfinished task is then a run that stopped midway and is resumed, and
+	// batches leased by a process that died are released at once. Without
+	// it (a deployed stack, or the API, whose workers may be running the
+	// task) an unfinished task is a *StateError and leases run out as
+	// they do.
+	OwnsWorkers bool
+}
+
+// Retry puts task p.TaskID back to work. An unknown task is
+// store.ErrNotFound, a task in a state that cannot be retried a
+// *StateError (which matches store.ErrConflict), another provider or model
+// a *MismatchError. When the task was reopened but its batches could not
+// all be enqueued, the error is returned with the reopened task: the
+// sweeper enqueues the batches that wait.
+func (r Retrier) Retry(ctx context.Context, p RetryParams) (RetryOutcome, error) {
+	task, err := r.Store.GetTask(ctx, p.TaskID)
 	if err != nil {
 		return RetryOutcome{}, fmt.Errorf("retry task %s: %w", p.TaskID, err)
 	}
@@ -149,32 +175,17 @@ func Retry(ctx context.Context, st RetryStore, q queue.Queue, p RetryParams) (Re
 		return RetryOutcome{Task: task}, &MismatchError{Task: task, Provider: p.Provider, Model: p.Model}
 	}
 	if !task.State.Final() {
-		if !p.Resume {
+		if !r.OwnsWorkers {
 			return RetryOutcome{}, &StateError{Task: task, Action: "retried", Event: store.EventReopen}
 		}
-		n, err := Resume(ctx, st, q, task.ID, p.Now)
+		n, err := Resume(ctx, r.Store, r.Queue, task.ID, p.Now)
 		return RetryOutcome{Task: task, Resumed: true, Batches: n}, err
 	}
-	reopened, n, err := Reopen(ctx, st, q, task.ID, p.ErrorClass, p.Now)
+	reopened, n, err := Reopen(ctx, r.Store, r.Queue, task.ID, p.ErrorClass, p.Now, r.OwnsWorkers)
 	if err != nil {
 		return RetryOutcome{Task: reopened}, err
 	}
 	return RetryOutcome{Task: reopened, Batches: n}, nil
-}
-
-// Retrier binds Retry to a store and a queue whose workers may be running
-// (the HTTP API, the CLI against a deployed stack): it reopens finished
-// tasks and refuses unfinished ones.
-type Retrier struct {
-	Store RetryStore
-	Queue queue.Queue
-}
-
-// Retry is Retry on r's store and queue, without Resume. It returns the
-// reopened task and how many batches were enqueued.
-func (r Retrier) Retry(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, int, error) {
-	out, err := Retry(ctx, r.Store, r.Queue, RetryParams{TaskID: taskID, ErrorClass: errorClass, Now: now})
-	return out.Task, out.Batches, err
 }
 
 // ResumeReport counts what ResumeUnfinished did.

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,7 +43,7 @@ func TestReopenRetriesOnlyFailedRows(t *testing.T) {
 	}
 	healed.Store(true)
 
-	task, n, err := pipeline.Reopen(ctx, e.store, e.queue, id, string(llm.ClassContentFilter), time.Now())
+	task, n, err := pipeline.Reopen(ctx, e.store, e.queue, id, string(llm.ClassContentFilter), time.Now(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestReopenRetriesOnlyFailedRows(t *testing.T) {
 	if done.State != store.TaskPartial || done.RowsFailed != 1 || done.RowsSucceeded != 19 {
 		t.Fatalf("after retrying content_filter: %s, %d ok, %d failed; want PARTIAL 19/1", done.State, done.RowsSucceeded, done.RowsFailed)
 	}
-	if _, n, err = pipeline.Reopen(ctx, e.store, e.queue, id, "", time.Now()); err != nil || n != 1 {
+	if _, n, err = pipeline.Reopen(ctx, e.store, e.queue, id, "", time.Now(), false); err != nil || n != 1 {
 		t.Fatalf("reopen all: %d batches, %v; want 1", n, err)
 	}
 	done = e.runToCompletion(ctx, id)
@@ -72,7 +73,7 @@ func TestReopenRetriesOnlyFailedRows(t *testing.T) {
 		}
 	}
 	// Nothing failed any more: a further retry has nothing to do.
-	if _, n, err := pipeline.Reopen(ctx, e.store, e.queue, id, "", time.Now()); err != nil || n != 0 {
+	if _, n, err := pipeline.Reopen(ctx, e.store, e.queue, id, "", time.Now(), false); err != nil || n != 0 {
 		t.Errorf("reopen of a clean task: %d batches, %v; want 0", n, err)
 	}
 }
@@ -134,5 +135,44 @@ func TestCancelStopsNewRowsAndExportsPartial(t *testing.T) {
 	}
 	if calls > 8 {
 		t.Errorf("%d rows started; cancel should stop new rows within a few", calls)
+	}
+}
+
+// TestRetryOfKilledCancelledRunReclaimsAtOnce: a run killed mid-batch, then
+// cancelled, then retried by the process that now holds the data directory
+// (OwnsWorkers) gets the dead process's batch back at once; without owning
+// the workers (the API of a deployed stack, whose workers may be alive) the
+// lease is left to run out.
+func TestRetryOfKilledCancelledRunReclaimsAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, owns := range []bool{true, false} {
+		ctx := context.Background()
+		e := newEnv(t, nil, pipeline.GeneratorConfig{})
+		id := e.splitProducts("killed", "{{id}}", 8, 4).TaskID
+		now := time.Now()
+		// The killed process held batch 1 with a 5-minute lease and had
+		// answered one row.
+		b, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: 1, Owner: "dead", Now: now, LeaseUntil: now.Add(5 * time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: id, BatchNo: 1, Attempt: b.Attempt,
+			Rows: []store.RowResultWrite{{RowNo: 1, Result: store.RowResult{State: store.RowSucceeded, Output: "kept", Attempts: 1}}}, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pipeline.Cancel(ctx, e.store, pipeline.CancelParams{TaskID: id, Reason: "cancelled by operator", Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		out, err := pipeline.Retrier{Store: e.store, Queue: e.queue, OwnsWorkers: owns}.Retry(ctx, pipeline.RetryParams{TaskID: id, Now: now.Add(time.Second)})
+		if err != nil || out.Task.State != store.TaskRunning || out.Batches != 2 {
+			t.Fatalf("owns workers %v: retry = %+v, %v; want the task running with both batches enqueued", owns, out, err)
+		}
+		_, err = e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: 1, Owner: "retry", Now: now.Add(2 * time.Second), LeaseUntil: now.Add(time.Hour)})
+		switch {
+		case owns && err != nil:
+			t.Errorf("the retry's claim of the dead process's batch: %v; want it claimable at once", err)
+		case !owns && !errors.Is(err, store.ErrConflict):
+			t.Errorf("without owning the workers the live-looking lease was taken (%v); a worker may still hold it", err)
+		}
 	}
 }
