@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -482,8 +483,10 @@ type ParkBatchParams struct {
 // All methods are safe for concurrent use. Conditional methods return
 // ErrConflict when their condition does not hold and change nothing then.
 type Store interface {
-	// CreateTask inserts a new task. It returns ErrConflict if a task with the
-	// same ID exists (the caller then continues that task).
+	// CreateTask inserts a new task. It returns ErrConflict if another task
+	// with the same ID exists (the caller then continues that task); a task
+	// that is just what t would store (SameCreate: a create repeated because
+	// its first answer was lost) is no conflict.
 	CreateTask(ctx context.Context, t Task) error
 	// GetTask returns a task or ErrNotFound.
 	GetTask(ctx context.Context, id string) (Task, error)
@@ -559,6 +562,34 @@ type Store interface {
 	// the updated task. ErrConflict if the batch is not so (already done or
 	// fenced): its counts were, or will be, added by someone else.
 	FinishBatch(ctx context.Context, p FinishBatchParams) (Task, error)
+}
+
+// SameCreate reports whether stored is what creating t stored: the same
+// task in every field, times to the millisecond (what every adapter keeps).
+// A create whose answer was lost and that is sent again (an SDK retry, a
+// retried request) finds its own task, which is no conflict.
+func SameCreate(stored, t Task) bool {
+	norm := func(x Task) Task {
+		if x.State == "" {
+			x.State = TaskPending
+		}
+		x.CreatedAt, x.UpdatedAt, x.FinishedAt = toMillis(x.CreatedAt), toMillis(x.UpdatedAt), toMillis(x.FinishedAt)
+		if len(x.Header) == 0 {
+			x.Header = nil
+		}
+		if len(x.UsageByProvider) == 0 {
+			x.UsageByProvider = nil
+		}
+		return x
+	}
+	return reflect.DeepEqual(norm(stored), norm(t))
+}
+
+func toMillis(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return time.UnixMilli(t.UnixMilli()).UTC()
 }
 
 // DefaultCacheTTL is how long a cached model output is reused unless a

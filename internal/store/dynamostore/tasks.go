@@ -42,12 +42,18 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 	putUsage(av, t.UsageByProvider)
 	e := newExpr()
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                aws.String(s.table),
-		Item:                     av,
-		ConditionExpression:      aws.String("attribute_not_exists(" + e.n(attrPK) + ")"),
-		ExpressionAttributeNames: e.attrNames(),
+		TableName:                           aws.String(s.table),
+		Item:                                av,
+		ConditionExpression:                 aws.String("attribute_not_exists(" + e.n(attrPK) + ")"),
+		ExpressionAttributeNames:            e.attrNames(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, retryConflicts)
-	if _, ok := conditionFailed(err); ok {
+	if old, ok := conditionFailed(err); ok {
+		// The SDK retries a put whose answer was lost; its second try finds
+		// the first one's item, which is this very create.
+		if cur, derr := taskFromAV(old); derr == nil && store.SameCreate(cur, t) {
+			return nil
+		}
 		return fmt.Errorf("create task %s: %w", t.ID, store.ErrConflict)
 	}
 	if err != nil {

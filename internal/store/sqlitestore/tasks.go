@@ -116,6 +116,9 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	} else if n == 0 {
+		if cur, err := s.GetTask(ctx, t.ID); err == nil && store.SameCreate(cur, t) {
+			return nil // this very create, repeated
+		}
 		return fmt.Errorf("create task %s: %w", t.ID, store.ErrConflict)
 	}
 	return nil

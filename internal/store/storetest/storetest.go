@@ -320,6 +320,14 @@ func testCreateTaskConflict(t *testing.T, s store.Store) {
 	second.RowsTotal = 7
 	wantErr(t, s.CreateTask(ctx, second), store.ErrConflict, "second create")
 	diff(t, "task after conflicting create", first, getTask(t, s, first.ID))
+	// The same create again (its first answer lost, the call retried) is
+	// no conflict; the same task created at another time (a second split
+	// of the same input) is.
+	noErr(t, s.CreateTask(ctx, first), "identical create repeated")
+	later := first
+	later.CreatedAt, later.UpdatedAt = first.CreatedAt.Add(time.Second), first.UpdatedAt.Add(time.Second)
+	wantErr(t, s.CreateTask(ctx, later), store.ErrConflict, "create of the same id at another time")
+	diff(t, "task after repeated creates", first, getTask(t, s, first.ID))
 }
 
 func testGetTaskNotFound(t *testing.T, s store.Store) {
