@@ -314,18 +314,36 @@ type Delivery struct {
 	Stop <-chan struct{}
 }
 
-// StopStartingAt is Delivery.StopStartingAt, on the generator's clock, for
-// a runtime that is killed when remaining has passed and needs flush to
-// settle its messages after the work: a call started later than
-// CallTimeout+flush before the end could not finish and be saved. When less
-// than twice that remains, half of what remains is kept instead, so that a
-// short invocation still does some work.
-func (g *Generator) StopStartingAt(remaining, flush time.Duration) time.Time {
-	headroom := g.router.MaxTimeout() + flush
-	if remaining < 2*headroom {
-		headroom = remaining / 2
+// InvocationEnd is how a runtime that is killed at a deadline spends the
+// end of its time: the work ends (its context is cancelled) Work from now,
+// settle before the deadline, which leaves time to release batches and
+// settle messages; and no call starts after StopStarting
+// (Delivery.StopStartingAt, on the generator's clock), the longest call
+// before the work ends, so that a call started is answered and saved in
+// time.
+type InvocationEnd struct {
+	Work         time.Duration
+	StopStarting time.Time
+}
+
+// InvocationEnd plans the end of an invocation that is killed when
+// remaining has passed and needs settle after its work, on the
+// generator's clock. A reserve that does not fit twice in what is left
+// keeps half of it instead, so that a short invocation still does some
+// work. It is the one rule for both margins: the Lambda handler used to
+// compute the settle margin and feed it to a second copy of the rule.
+func (g *Generator) InvocationEnd(remaining, settle time.Duration) InvocationEnd {
+	work := remaining - reserve(remaining, settle)
+	start := work - reserve(work, g.router.MaxTimeout())
+	return InvocationEnd{Work: work, StopStarting: g.cfg.Clock.Now().Add(start)}
+}
+
+// reserve is want, or half of left when want does not fit twice in it.
+func reserve(left, want time.Duration) time.Duration {
+	if left < 2*want {
+		return left / 2
 	}
-	return g.cfg.Clock.Now().Add(remaining - headroom)
+	return want
 }
 
 // Outcome is what processing a message came to; Settle turns it into what

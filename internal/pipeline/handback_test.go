@@ -299,3 +299,28 @@ func TestGeneratorStopsStartingRowsOnStop(t *testing.T) {
 		t.Errorf("%d rows saved, want the 2 that were calling the model at the stop", succeeded)
 	}
 }
+
+// TestInvocationEnd: the one rule for the end of an invocation killed at a
+// deadline: the work ends the settle margin before it, and no call starts
+// later than the longest call before the work ends; a margin that does not
+// fit twice in what is left keeps half of it.
+func TestInvocationEnd(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	e := newEnv(t, nil, pipeline.GeneratorConfig{CallTimeout: time.Minute, Clock: clk})
+	tests := []struct {
+		remaining, settle, work, start time.Duration
+	}{
+		{15 * time.Minute, 20 * time.Second, 14*time.Minute + 40*time.Second, 13*time.Minute + 40*time.Second},
+		{2 * time.Minute, 20 * time.Second, 100 * time.Second, 50 * time.Second},
+		{60 * time.Second, 20 * time.Second, 40 * time.Second, 20 * time.Second},
+		{10 * time.Second, 20 * time.Second, 5 * time.Second, 2500 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		end := e.gen.InvocationEnd(tc.remaining, tc.settle)
+		if end.Work != tc.work || !end.StopStarting.Equal(clk.Now().Add(tc.start)) {
+			t.Errorf("%v left, %v to settle: work %v, stop starting at +%v; want %v and +%v",
+				tc.remaining, tc.settle, end.Work, end.StopStarting.Sub(clk.Now()), tc.work, tc.start)
+		}
+	}
+}

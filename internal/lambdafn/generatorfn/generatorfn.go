@@ -90,15 +90,8 @@ func NewCounter() *metrics.Counter { return metrics.NewCounter(generatorMetrics.
 // It returns an error never: every per-message failure is a batch item
 // failure, so one bad message cannot make Lambda retry the others.
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	work, cancel := h.workContext(ctx)
+	work, stopAt, cancel := h.workContext(ctx)
 	defer cancel()
-	// No row starts after stopAt: a call started later could not finish
-	// and be saved before the deadline, so it would be paid for and lost.
-	var stopAt time.Time
-	if deadline, ok := ctx.Deadline(); ok {
-		remaining := time.Until(deadline)
-		stopAt = h.Generator.StopStartingAt(remaining, h.headroom(remaining))
-	}
 	failed := make([]bool, len(ev.Records))
 	var wg sync.WaitGroup
 	for i := range ev.Records {
@@ -126,27 +119,25 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	return resp, nil
 }
 
-// workContext ends Headroom before ctx's deadline, so that the work stops
-// while there is still time to release batches and change visibilities.
-func (h *Handler) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// workContext is the context of the invocation's work, which ends
+// Headroom before ctx's deadline while there is still time to release
+// batches and change visibilities, and the time after which no row starts:
+// a call started later could not finish and be saved before the work ends,
+// so it would be paid for and lost (pipeline.Generator.InvocationEnd).
+func (h *Handler) workContext(ctx context.Context) (context.Context, time.Time, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		return context.WithCancel(ctx)
+		work, cancel := context.WithCancel(ctx)
+		return work, time.Time{}, cancel
 	}
-	return context.WithDeadline(ctx, deadline.Add(-h.headroom(time.Until(deadline))))
-}
-
-// headroom is the time kept free at the end of an invocation with
-// remaining time left to settle its messages.
-func (h *Handler) headroom(remaining time.Duration) time.Duration {
 	headroom := h.Headroom
 	if headroom <= 0 {
 		headroom = DefaultHeadroom
 	}
-	if remaining < 2*headroom {
-		headroom = remaining / 2
-	}
-	return headroom
+	remaining := time.Until(deadline)
+	end := h.Generator.InvocationEnd(remaining, headroom)
+	work, cancel := context.WithDeadline(ctx, deadline.Add(end.Work-remaining))
+	return work, end.StopStarting, cancel
 }
 
 // handleRecord runs one message and reports whether Lambda may delete it.
