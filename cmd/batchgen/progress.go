@@ -9,6 +9,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
+
+	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
 // recentWindow is how far back the current rate looks: long enough to
@@ -20,53 +22,30 @@ const recentWindow = 10 * time.Second
 // progress line to say the job is being held back.
 const heldBackWithin = 5 * time.Second
 
-// rateMeter is the pure logic of the progress display: rows done over time,
-// the rate over the recent window beside the average since the start, and
-// the ETA from the recent rate and the quota. It has no clock of its own;
-// callers pass the time, so tests drive it with a fake one.
+// rateMeter is the pure logic of the progress display: rows done over
+// time, the rate over the recent window (pipeline.RateMeter, the page's
+// too) beside the average since the start, and the ETA. It has no clock of
+// its own; callers pass the time, so tests drive it with a fake one.
 type rateMeter struct {
 	total, base int
 	start       time.Time
-	// quota is the most rows a second the quota allows (the providers'
-	// rpm over 60: providerfile.File.RPM); 0 when unknown.
-	quota   float64
-	samples []rateSample
+	recentRate  pipeline.RateMeter
 }
 
-type rateSample struct {
-	at   time.Time
-	done int
-}
-
+// newRateMeter starts a meter of total rows, base of them done at start,
+// paced by a quota of rpm requests a minute (0: unknown).
 func newRateMeter(total, base int, start time.Time, rpm int) *rateMeter {
-	m := &rateMeter{total: total, base: base, start: start, quota: float64(rpm) / 60}
-	m.samples = []rateSample{{at: start, done: base}}
+	m := &rateMeter{total: total, base: base, start: start, recentRate: pipeline.RateMeter{Window: recentWindow, Quota: float64(rpm) / 60}}
+	m.recentRate.Add(start, base)
 	return m
 }
 
-// add records that done rows were finished at now. Samples older than the
-// window are dropped, keeping one at or before its start as the baseline.
-func (m *rateMeter) add(now time.Time, done int) {
-	m.samples = append(m.samples, rateSample{at: now, done: done})
-	cut := 0
-	for i := range m.samples {
-		if now.Sub(m.samples[i].at) >= recentWindow {
-			cut = i
-		}
-	}
-	m.samples = m.samples[cut:]
-}
+// add records that done rows were finished at now.
+func (m *rateMeter) add(now time.Time, done int) { m.recentRate.Add(now, done) }
 
 // recent is the rate in rows a second over the last window (the whole run
 // until one window has passed).
-func (m *rateMeter) recent() float64 {
-	first, last := m.samples[0], m.samples[len(m.samples)-1]
-	span := last.at.Sub(first.at).Seconds()
-	if span <= 0 {
-		return 0
-	}
-	return float64(last.done-first.done) / span
-}
+func (m *rateMeter) recent() float64 { return m.recentRate.Rate() }
 
 // average is the rate in rows a second since the start.
 func (m *rateMeter) average(now time.Time) float64 {
@@ -77,24 +56,14 @@ func (m *rateMeter) average(now time.Time) float64 {
 	return float64(m.done()-m.base) / span
 }
 
-func (m *rateMeter) done() int { return m.samples[len(m.samples)-1].done }
+func (m *rateMeter) done() int { return m.recentRate.Done() }
 
 // eta is the time left at the recent rate, never faster than the quota
 // allows; with no recent progress (a pause) the quota's pace, if known.
 // ok is false when neither says anything.
 func (m *rateMeter) eta() (time.Duration, bool) {
-	left := m.total - m.done()
-	if left <= 0 {
-		return 0, true
-	}
-	rate := m.recent()
-	if m.quota > 0 && (rate <= 0 || rate > m.quota) {
-		rate = m.quota
-	}
-	if rate <= 0 {
-		return 0, false
-	}
-	return time.Duration(float64(left) / rate * float64(time.Second)).Round(time.Second), true
+	d, ok := m.recentRate.ETA(m.total)
+	return d.Round(time.Second), ok
 }
 
 // line is one progress line at now. heldBack says why the job is slowed

@@ -115,7 +115,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 	sse := &sseWriter{w: w, rc: http.NewResponseController(w)}
 	sse.retry(reconnectMillis)
 
-	rate := &rateMeter{}
+	rate := &pipeline.RateMeter{Window: rateWindow}
 	sentID := last
 	name := EventSnapshot
 	heartbeat := s.cfg.Clock.Now()
@@ -132,7 +132,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	for {
 		now := s.cfg.Clock.Now()
-		rate.add(now, rowsDone(task))
+		rate.Add(now, rowsDone(task))
 		if eid := eventID(task, awaiting); eid != sentID {
 			ev := TaskEvent{TaskView: s.viewOf(task), RowsDone: rowsDone(task)}
 			if awaiting {
@@ -144,7 +144,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 					s.cfg.Logger.Warn("events: no result link", "task_id", id, "error", err)
 				}
 			} else {
-				ev.RatePerSecond, ev.ETASeconds = rate.estimate(task)
+				ev.RatePerSecond, ev.ETASeconds = estimate(rate, task)
 			}
 			if err := sse.event(name, eid, ev); err != nil {
 				return // the client went away
@@ -230,46 +230,16 @@ func (s *server) resultURL(ctx context.Context, t store.Task) (string, error) {
 	return "/api/tasks/" + t.ID + "/result", nil
 }
 
-// rateMeter measures rows done per second over the last rateWindow.
-type rateMeter struct {
-	samples []rateSample
-}
-
-type rateSample struct {
-	at   time.Time
-	done int
-}
-
-func (m *rateMeter) add(at time.Time, done int) {
-	if n := len(m.samples); n > 0 && done < m.samples[n-1].done {
-		m.samples = m.samples[:0] // rows reopened by a retry: start over
-	}
-	m.samples = append(m.samples, rateSample{at, done})
-	cut := 0
-	for cut < len(m.samples)-2 && at.Sub(m.samples[cut+1].at) >= rateWindow {
-		cut++
-	}
-	m.samples = m.samples[cut:]
-}
-
-// estimate returns the rate and, when it is known, the time the rest of
-// task would take at it.
-func (m *rateMeter) estimate(t store.Task) (float64, *float64) {
-	if len(m.samples) < 2 {
+// estimate is the rate of a progress event and, while it is known, the
+// time the rest of task takes at it.
+func estimate(m *pipeline.RateMeter, t store.Task) (float64, *float64) {
+	rate := m.Rate()
+	if rate <= 0 {
 		return 0, nil
 	}
-	first, last := m.samples[0], m.samples[len(m.samples)-1]
-	secs := last.at.Sub(first.at).Seconds()
-	if secs <= 0 || last.done <= first.done {
-		return 0, nil
-	}
-	rate := float64(last.done-first.done) / secs
-	left := float64(t.RowsTotal - last.done)
-	if left < 0 {
-		left = 0
-	}
-	eta := left / rate
-	return rate, &eta
+	eta, _ := m.ETA(t.RowsTotal)
+	secs := eta.Seconds()
+	return rate, &secs
 }
 
 // sseWriter writes Server-Sent Events and flushes each one.

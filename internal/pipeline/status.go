@@ -73,18 +73,11 @@ func Status(ctx context.Context, st store.Store, id string, now time.Time) (Task
 			break
 		}
 	}
-	end := now
-	if t.State.Final() && !t.FinishedAt.IsZero() {
-		end = t.FinishedAt
-	}
-	s.Elapsed = max(end.Sub(t.CreatedAt), 0)
-	finished := s.Rows.Succeeded + s.Rows.Failed + s.Rows.Skipped
-	if secs := s.Elapsed.Seconds(); secs > 0 {
-		s.Rate = float64(finished) / secs
-	}
+	s.Elapsed = elapsed(t, now)
+	var eta time.Duration
+	s.Rate, eta = averagePace(t, s.Rows.Succeeded+s.Rows.Failed+s.Rows.Skipped, s.Rows.Pending, now)
 	if !t.State.Final() && s.Rate > 0 {
-		s.ETA = time.Duration(float64(s.Rows.Pending) / s.Rate * float64(time.Second)).Round(time.Second)
-		s.ETAKnown = true
+		s.ETA, s.ETAKnown = eta.Round(time.Second), true
 	}
 	return s, nil
 }
