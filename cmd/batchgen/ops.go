@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
@@ -75,15 +76,12 @@ func completeTask(cmd *cobra.Command, args []string, _ string) ([]cobra.Completi
 // its lock: listing and cancelling must work while a run is active (SQLite
 // serializes the writes).
 func openStateReadOnly(dir string) (*sqlitestore.Store, error) {
-	db := filepath.Join(dir, "batchgen.db")
-	if _, err := os.Stat(db); err != nil {
-		return nil, &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
+	st, err := embedded.OpenStore(dir)
+	var none *embedded.NoDataError
+	if errors.As(err, &none) {
+		return nil, &report.ExitError{Code: report.Rejected, Err: err}
 	}
-	st, err := sqlitestore.Open(db, sqlitestore.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", db, err)
-	}
-	return st, nil
+	return st, err
 }
 
 // newTasksCmd lists the tasks of a data directory, or with --table those
@@ -271,10 +269,10 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 	// With the lock free no run is working the task: the partial result is
 	// written now. Otherwise the run sees the cancel and writes it.
 	var exports pipeline.ExportStarter
-	data, lockErr := openDataDir(dir, "", 0)
+	data, lockErr := embedded.Open(dir, "", 0)
 	if lockErr == nil {
-		defer data.close()
-		exports = pipeline.NewExporter(data.store, data.blobs, pipeline.ExporterConfig{})
+		defer data.Close()
+		exports = pipeline.NewExporter(data.Store, data.Blobs, pipeline.ExporterConfig{})
 	}
 	_, err = pipeline.Cancel(ctx, st, pipeline.CancelParams{TaskID: id, Reason: "cancelled by operator", Now: time.Now(), Exports: exports})
 	var state *pipeline.StateError
@@ -293,7 +291,7 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "task %s cancelled; the running batchgen finishes the rows in flight and writes the partial result\n", id)
 		return nil
 	}
-	path, _ := data.blobs.Path(pipeline.ResultKey(id))
+	path, _ := data.Blobs.Path(pipeline.ResultKey(id))
 	fmt.Fprintf(stdout, "task %s cancelled; partial result: %s\n", id, path)
 	return nil
 }
@@ -351,7 +349,7 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--out %s: use a name ending in .xlsx", j.opts.out)}
 	}
 	j.opts.dataDir = dir
-	if j.data, err = openDataDir(dir, "", j.cacheTTL); err != nil {
+	if j.data, err = embedded.Open(dir, "", j.cacheTTL); err != nil {
 		return err
 	}
 	defer j.close()
@@ -361,7 +359,7 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	spec := j.providers.Spec(store.TaskSpec{})
 	// This process holds the data directory's lock: the task's only
 	// workers are its own.
-	retrier := pipeline.Retrier{Store: j.data.store, Queue: j.queue, OwnsWorkers: true}
+	retrier := pipeline.Retrier{Store: j.data.Store, Queue: j.queue, OwnsWorkers: true}
 	outcome, err := retrier.Retry(ctx, pipeline.RetryParams{
 		TaskID: id, ErrorClass: errorClass, Provider: spec.Provider, Model: spec.Model, Now: time.Now(),
 	})

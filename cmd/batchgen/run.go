@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -98,7 +98,7 @@ func (o *runOptions) checkSpec() error {
 	if o.promptF != "" {
 		b, err := os.ReadFile(o.promptF)
 		if err != nil {
-			return reject("--prompt-file: %w", unwrapPathError(err))
+			return reject("--prompt-file: %w", embedded.UnwrapPathError(err))
 		}
 		o.prompt = strings.TrimRight(string(b), "\r\n")
 		if strings.TrimSpace(o.prompt) == "" {
@@ -191,7 +191,7 @@ type runJob struct {
 	delays []time.Duration
 	// cacheTTL is --cache-ttl, given to the store.
 	cacheTTL time.Duration
-	data     *dataDir
+	data     *embedded.DataDir
 	started  time.Time
 	// prices estimate the task's cost in the summary.
 	prices *pricing.Table
@@ -217,7 +217,7 @@ func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
 		return nil, reject("--in is required: the spreadsheet to process (.xlsx or .csv)")
 	}
 	if _, err := os.Stat(o.in); err != nil {
-		return nil, reject("input %s: %w", o.in, unwrapPathError(err))
+		return nil, reject("input %s: %w", o.in, embedded.UnwrapPathError(err))
 	}
 	if o.out == "" {
 		base := strings.TrimSuffix(o.in, filepath.Ext(o.in))
@@ -304,7 +304,7 @@ func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 
 func (j *runJob) close() {
 	if j.data != nil {
-		j.data.close()
+		j.data.Close()
 	}
 }
 
@@ -336,7 +336,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	}
 	params.Validated = &validated
 
-	j.data, err = openDataDir(o.dataDir, o.in, j.cacheTTL)
+	j.data, err = embedded.Open(o.dataDir, o.in, j.cacheTTL)
 	if err != nil {
 		return err
 	}
@@ -345,14 +345,14 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	}
 
 	existed := false
-	if t, err := j.data.store.GetTask(ctx, taskID); err == nil {
+	if t, err := j.data.Store.GetTask(ctx, taskID); err == nil {
 		existed = true
 		j.logger.Info("continuing task", "task_id", taskID, "state", t.State)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("read task %s: %w", taskID, err)
 	}
 
-	splitter := pipeline.NewSplitter(j.data.store, j.queue, pipeline.SplitterConfig{Logger: j.logger})
+	splitter := pipeline.NewSplitter(j.data.Store, j.queue, pipeline.SplitterConfig{Logger: j.logger})
 	task, err := splitter.Split(ctx, params)
 	if errors.As(err, &rejected) {
 		return &report.ExitError{Code: report.Rejected, Err: rejected}
@@ -369,7 +369,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		if task.Encoding != "" {
 			read = ", read as " + task.Encoding
 		}
-		fmt.Fprintf(j.stderr, "batchgen: %s task %s: %d rows in %d batches%s (data: %s)\n", verb, task.ID, task.RowsTotal, task.BatchesTotal, read, j.data.dir)
+		fmt.Fprintf(j.stderr, "batchgen: %s task %s: %d rows in %d batches%s (data: %s)\n", verb, task.ID, task.RowsTotal, task.BatchesTotal, read, j.data.Dir)
 	}
 	if existed && !task.State.Final() {
 		if err := j.recover(ctx, task); err != nil {
@@ -383,7 +383,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 // opened data directory.
 func (j *runJob) openEngine(taskID string) error {
 	j.signal = &pipeline.ExportSignal{}
-	return j.openEngineOn(queueName(taskID), j.data.blobs, j.signal)
+	return j.openEngineOn(queueName(taskID), j.data.Blobs, j.signal)
 }
 
 // openEngineOn builds the queue called queueName, the generator and the
@@ -393,11 +393,11 @@ func (j *runJob) openEngine(taskID string) error {
 func (j *runJob) openEngineOn(queueName string, blobs blob.Store, exports pipeline.ExportStarter) error {
 	o := j.opts
 	clk := clock.Real{}
-	q, err := sqlitequeue.New(j.data.store.DB(), sqlitequeue.Config{
+	q, err := sqlitequeue.New(j.data.Store.DB(), sqlitequeue.Config{
 		Name: queueName, Visibility: 5 * time.Minute, MaxReceive: maxReceive, Clock: clk,
 	})
 	if err != nil {
-		return fmt.Errorf("open queue in %s: %w", j.data.dir, err)
+		return fmt.Errorf("open queue in %s: %w", j.data.Dir, err)
 	}
 	j.stats = newRunStats()
 	set, err := buildProviders(context.Background(), j.providers, clk, j.stats, j.logger, j.metrics)
@@ -406,7 +406,7 @@ func (j *runJob) openEngineOn(queueName string, blobs blob.Store, exports pipeli
 	}
 	router := set.Router
 	j.queue = q
-	j.exporter = pipeline.NewExporter(j.data.store, blobs, pipeline.ExporterConfig{Clock: clk, Logger: j.logger, Metrics: j.metrics})
+	j.exporter = pipeline.NewExporter(j.data.Store, blobs, pipeline.ExporterConfig{Clock: clk, Logger: j.logger, Metrics: j.metrics})
 	if exports == nil {
 		exports = j.exporter
 	}
@@ -421,9 +421,9 @@ func (j *runJob) openEngineOn(queueName string, blobs blob.Store, exports pipeli
 		FlushInterval: pipeline.FlushAtOnce,
 	}
 	if mode := pipeline.CacheMode(o.cacheMode); !o.noCache && mode != pipeline.CacheOff {
-		cfg.Cache, cfg.CacheMode = j.data.store, mode
+		cfg.Cache, cfg.CacheMode = j.data.Store, mode
 	}
-	j.gen = pipeline.NewGenerator(j.data.store, router, exports, cfg)
+	j.gen = pipeline.NewGenerator(j.data.Store, router, exports, cfg)
 	return nil
 }
 
@@ -445,7 +445,7 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 			return err
 		}
 	}
-	task, err := j.data.store.GetTask(ctx, task.ID)
+	task, err := j.data.Store.GetTask(ctx, task.ID)
 	if err != nil {
 		return fmt.Errorf("read task %s: %w", task.ID, err)
 	}
@@ -461,7 +461,7 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 	if err := j.writeOutput(ctx, task); err != nil {
 		return err
 	}
-	summary, failed, err := summarize(ctx, j.data.store, task, j.stats, time.Since(j.started), j.opts.out)
+	summary, failed, err := summarize(ctx, j.data.Store, task, j.stats, time.Since(j.started), j.opts.out)
 	if err != nil {
 		return err
 	}
@@ -474,7 +474,7 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 // process holds the data directory's lock, so every RUNNING lease belongs to
 // a dead process (pipeline.Resume).
 func (j *runJob) recover(ctx context.Context, task store.Task) error {
-	n, err := pipeline.Resume(ctx, j.data.store, j.queue, task.ID, time.Now())
+	n, err := pipeline.Resume(ctx, j.data.Store, j.queue, task.ID, time.Now())
 	if err != nil {
 		return err
 	}
@@ -490,42 +490,24 @@ func (j *runJob) recover(ctx context.Context, task store.Task) error {
 // exit code 130 and can be continued.
 func (j *runJob) process(ctx context.Context, task store.Task) error {
 	o := j.opts
-	done, err := countDone(ctx, j.data.store, task)
+	done, err := countDone(ctx, j.data.Store, task)
 	if err != nil {
 		return err
 	}
 	progress := newProgress(j.stderr, task.RowsTotal, done, j.stats, o.quiet, o.progressInterval, j.providers.RPM())
 	defer progress.finish()
 
-	workerCtx, stopWorkers := context.WithCancel(ctx)
-	defer stopWorkers()
-	drain := make(chan struct{})
-	workers := pipeline.NewLocalWorkers(j.queue, j.gen, pipeline.LocalWorkersConfig{
-		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), task.Spec.BatchSize), Visibility: 5 * time.Minute, Logger: j.logger,
+	work := embedded.Start(ctx, j.data.Store, j.queue, j.gen, embedded.WorkConfig{
+		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), task.Spec.BatchSize), Visibility: 5 * time.Minute,
+		SweepAfter: o.sweepAfter, TaskID: task.ID, Exports: j.signal, Logger: j.logger,
 	})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = workers.RunUntil(workerCtx, drain)
-	}()
-	stop := func() {
-		stopWorkers()
-		wg.Wait()
-	}
-
-	// The sweeper covers what the workers cannot: a batch whose message was
-	// lost (a failed re-send) or whose lease outlived a stuck worker.
-	sweeper := pipeline.NewSweeper(j.data.store, j.queue, j.signal, pipeline.SweeperConfig{TaskID: task.ID, PendingAfter: o.sweepAfter, Logger: j.logger})
-	sweepTicker := time.NewTicker(max(o.sweepAfter/5, time.Second))
-	defer sweepTicker.Stop()
+	defer work.Stop()
 
 	ticker := time.NewTicker(500 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		t, err := j.data.store.GetTask(ctx, task.ID)
+		t, err := j.data.Store.GetTask(ctx, task.ID)
 		if err != nil && ctx.Err() == nil {
-			stop()
 			return fmt.Errorf("read task %s: %w", task.ID, err)
 		}
 		if err == nil && t.State == store.TaskCancelled {
@@ -534,8 +516,8 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 			if !o.quiet {
 				fmt.Fprintf(j.stderr, "batchgen: task %s was cancelled; finishing the rows in flight\n", task.ID)
 			}
-			close(drain)
-			wg.Wait()
+			work.Drain()
+			work.Wait(-1)
 			progress.update()
 			progress.finish()
 			if _, err := j.exporter.Export(ctx, task.ID); err != nil {
@@ -548,21 +530,15 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 		}
 		select {
 		case <-ctx.Done():
-			stop()
+			work.Stop()
 			progress.finish()
-			return &report.ExitError{Code: report.Interrupted, Err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.dir)}
+			return &report.ExitError{Code: report.Interrupted, Err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.Dir)}
 		case <-j.signal.C():
 		case <-ticker.C:
-		case <-sweepTicker.C:
-			if report, err := sweeper.Sweep(ctx); err != nil {
-				j.logger.Warn("sweep failed", "error", err)
-			} else if report != (pipeline.SweepReport{}) {
-				j.logger.Info("sweep", "requeued", report.Requeued, "leases_reset", report.LeasesReset, "exports_started", report.ExportsStarted)
-			}
 		}
 		progress.update()
 	}
-	stop()
+	work.Stop()
 	progress.complete()
 	if _, err := j.exporter.Export(ctx, task.ID); err != nil {
 		return fmt.Errorf("%w; the rows are saved: fix the problem and run the same command again", err)
@@ -580,7 +556,7 @@ func (j *runJob) rebuildLostResult(ctx context.Context, task store.Task) (store.
 	if !task.CanReexport() {
 		return task, nil
 	}
-	r, err := j.data.blobs.Open(ctx, task.ResultKey)
+	r, err := j.data.Blobs.Open(ctx, task.ResultKey)
 	if err == nil {
 		return task, r.Close()
 	}
@@ -588,10 +564,10 @@ func (j *runJob) rebuildLostResult(ctx context.Context, task store.Task) (store.
 		return task, fmt.Errorf("open result of task %s: %w", task.ID, err)
 	}
 	j.logger.Warn("result file missing; exporting the task again from its stored rows", "task_id", task.ID, "key", task.ResultKey)
-	if _, err := pipeline.Reexport(ctx, j.data.store, j.exporter, task, time.Now()); err != nil {
+	if _, err := pipeline.Reexport(ctx, j.data.Store, j.exporter, task, time.Now()); err != nil {
 		return task, err
 	}
-	task, err = j.data.store.GetTask(ctx, task.ID)
+	task, err = j.data.Store.GetTask(ctx, task.ID)
 	if err != nil {
 		return task, fmt.Errorf("read task %s: %w", task.ID, err)
 	}
@@ -602,13 +578,13 @@ func (j *runJob) writeOutput(ctx context.Context, task store.Task) error {
 	if task.ResultKey == "" {
 		return fmt.Errorf("task %s is %s and has no result file", task.ID, task.State)
 	}
-	src, err := j.data.blobs.Open(ctx, task.ResultKey)
+	src, err := j.data.Blobs.Open(ctx, task.ResultKey)
 	if err != nil {
 		return fmt.Errorf("open result of task %s: %w", task.ID, err)
 	}
 	defer src.Close()
 	if err := writeFileAtomic(j.opts.out, src); err != nil {
-		return fmt.Errorf("write result %s: %w; the task is intact: fix the problem and run the same command again", j.opts.out, unwrapPathError(err))
+		return fmt.Errorf("write result %s: %w; the task is intact: fix the problem and run the same command again", j.opts.out, embedded.UnwrapPathError(err))
 	}
 	return nil
 }
@@ -653,7 +629,7 @@ func writeFileAtomic(path string, r io.Reader) error {
 func fileIdentity(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", unwrapPathError(err)
+		return "", embedded.UnwrapPathError(err)
 	}
 	defer f.Close()
 	h := sha256.New()
@@ -680,14 +656,4 @@ func parseDelays(s string) ([]time.Duration, error) {
 		return nil, errors.New("give at least one delay, e.g. 10s,60s,300s")
 	}
 	return out, nil
-}
-
-// unwrapPathError drops the *PathError's op so messages read "x.xlsx: no such
-// file or directory" rather than "open x.xlsx: ...".
-func unwrapPathError(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

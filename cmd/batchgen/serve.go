@@ -19,6 +19,7 @@ import (
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/blob/fileblob"
 	"github.com/batchgen/batchgen/internal/dropdir"
+	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/metrics/prom"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -120,7 +121,7 @@ func loadTokens(file, env string) (*api.Tokens, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", unwrapPathError(err))
+			return nil, fmt.Errorf("--token-file: %w", embedded.UnwrapPathError(err))
 		}
 		list = append(list, string(b))
 	}
@@ -196,20 +197,20 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	j.metrics = reg
 	spec := j.taskSpec()
 
-	if j.data, err = openDataDir(o.dataDir, "", j.cacheTTL); err != nil {
+	if j.data, err = embedded.Open(o.dataDir, "", j.cacheTTL); err != nil {
 		return err
 	}
 	defer j.close()
 	// The data directory is the local bucket: incoming/, results/,
 	// processed/ and uploads/ lie where they lie in the stack's bucket.
-	bucket, err := fileblob.New(j.data.dir)
+	bucket, err := fileblob.New(j.data.Dir)
 	if err != nil {
-		return fmt.Errorf("open data directory %s: %w", j.data.dir, err)
+		return fmt.Errorf("open data directory %s: %w", j.data.Dir, err)
 	}
 	if err := j.openEngineOn(serveQueue, bucket, nil); err != nil {
 		return err
 	}
-	st := j.data.store
+	st := j.data.Store
 
 	// Whatever was in flight when the server last stopped continues: this
 	// process holds the data directory's lock, so every lease is stale.
@@ -221,9 +222,9 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		logger.Info("resumed unfinished tasks", "tasks", resumed.Tasks, "batches", resumed.Batches, "exports", resumed.Exports)
 	}
 
-	tmp := filepath.Join(j.data.dir, "tmp")
+	tmp := filepath.Join(j.data.Dir, "tmp")
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return fmt.Errorf("data directory %s: %w", j.data.dir, unwrapPathError(err))
+		return fmt.Errorf("data directory %s: %w", j.data.Dir, embedded.UnwrapPathError(err))
 	}
 	intake := pipeline.NewIntake(
 		pipeline.NewSplitter(st, j.queue, pipeline.SplitterConfig{Logger: logger}),
@@ -237,7 +238,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 			TempDir:     tmp,
 			Logger:      logger,
 		})
-	folder, err := dropdir.New(dropdir.Config{Root: j.data.dir, Intake: intake, Interval: o.dropInterval, Logger: logger})
+	folder, err := dropdir.New(dropdir.Config{Root: j.data.Dir, Intake: intake, Interval: o.dropInterval, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -271,7 +272,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	fmt.Fprintf(stdout, "batchgen serve: listening on http://%s (data: %s; drop folder: %s)\n",
-		ln.Addr(), j.data.dir, filepath.Join(j.data.dir, "incoming"))
+		ln.Addr(), j.data.Dir, filepath.Join(j.data.Dir, "incoming"))
 	fmt.Fprintf(stdout, "batchgen serve: %s\n", access)
 
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -283,37 +284,11 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 			serveErr <- err
 		}
 	})
-	workers := pipeline.NewLocalWorkers(j.queue, j.gen, pipeline.LocalWorkersConfig{
-		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), o.batchSize), Logger: logger, Metrics: reg,
+	work := embedded.Start(workCtx, st, j.queue, j.gen, embedded.WorkConfig{
+		Workers:    pipeline.BatchesInFlight(j.providers.Concurrency(), o.batchSize),
+		SweepAfter: o.sweepAfter, Exports: j.exporter, Logger: logger, Metrics: reg,
 	})
-	// Closing drain stops the workers gracefully: no new row starts, calls
-	// in flight finish and are saved (pipeline.Delivery.Stop).
-	drain := make(chan struct{})
-	workersDone := make(chan struct{})
-	go func() {
-		defer close(workersDone)
-		_ = workers.RunUntil(workCtx, drain)
-	}()
 	wg.Go(func() { _ = folder.Run(workCtx) })
-	// The sweeper covers what the workers cannot: a batch whose message was
-	// lost or whose lease outlived a stuck worker, an export never started.
-	sweeper := pipeline.NewSweeper(st, j.queue, j.exporter, pipeline.SweeperConfig{PendingAfter: o.sweepAfter, Logger: logger, Metrics: reg})
-	wg.Go(func() {
-		t := time.NewTicker(max(o.sweepAfter/5, time.Second))
-		defer t.Stop()
-		for {
-			select {
-			case <-workCtx.Done():
-				return
-			case <-t.C:
-			}
-			if rep, err := sweeper.Sweep(workCtx); err != nil && workCtx.Err() == nil {
-				logger.Warn("sweep failed", "error", err)
-			} else if rep != (pipeline.SweepReport{}) {
-				logger.Info("sweep", "requeued", rep.Requeued, "leases_reset", rep.LeasesReset, "exports_started", rep.ExportsStarted)
-			}
-		}
-	})
 
 	var runErr error
 	select {
@@ -328,14 +303,14 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		logger.Warn("HTTP shutdown did not finish", "error", err)
 	}
-	close(drain)
-	select {
-	case <-workersDone:
-	case <-time.After(o.grace):
+	// No new row starts; the calls in flight finish and are saved, for at
+	// most the grace.
+	work.Drain()
+	if !work.Wait(o.grace) {
 		logger.Warn("model calls still in flight after the shutdown grace; cutting them off (their rows run again at the next start)", "grace", o.grace)
 	}
+	work.Stop()
 	stopWork()
-	<-workersDone
 	wg.Wait()
 	return runErr
 }
