@@ -601,6 +601,12 @@ func measureQuota(ctx context.Context, r *run) ([]Figure, error) {
 	defer m.Stop()
 	bound := time.Duration(float64(rows) / (rpm / 60.0) * float64(time.Second))
 	detail := fmt.Sprintf("%d rows, %d rpm (%d per %v sliding window), %v latency; bound rows/rate = %.0f s", rows, rpm, perWindow, window, latency, bound.Seconds())
+	// Figure 1's target is 1.02 of the 150 s job: 3 s for what does not
+	// shrink with the job (process start, split, the first calls' ramp,
+	// the last call's latency, the export). The quick job's 30 s carries
+	// the same 3 s, so its target is 1 + 3/30 = 1.10, not an
+	// unreachable 1.02.
+	knownTarget := 1 + knownFixedCosts.Seconds()/bound.Seconds()
 
 	known, err := r.csv(rows, "known")
 	if err != nil {
@@ -617,7 +623,8 @@ func measureQuota(ctx context.Context, r *run) ([]Figure, error) {
 	knownWall := res.wall
 	figs := []Figure{
 		{ID: "quota-known-ratio", Name: "1 quota efficiency, known quota (wall / bound)", Value: res.wall.Seconds() / bound.Seconds(),
-			Better: AtMost, Bound: 1.02, Detail: detail + fmt.Sprintf("; wall %.1f s", res.wall.Seconds())},
+			Better: AtMost, Bound: math.Round(knownTarget*1000) / 1000,
+			Detail: detail + fmt.Sprintf("; wall %.1f s; target: the bound plus %v of fixed costs", res.wall.Seconds(), knownFixedCosts)},
 		{ID: "quota-known-429", Name: "1 429s, known quota (share of requests)", Value: share(st.RateLimited, st.Requests),
 			Better: AtMost, Bound: 0, Detail: fmt.Sprintf("%d of %d requests", st.RateLimited, st.Requests)},
 	}
@@ -651,6 +658,10 @@ func measureQuota(ctx context.Context, r *run) ([]Figure, error) {
 
 	return r.speedup(ctx, m, figs, rows, baseRows, knownWall, latency, rpm)
 }
+
+// knownFixedCosts is what figure 1 allows beyond its bound: 2% of the full
+// 150 s job, the same seconds for the quick one.
+const knownFixedCosts = 3 * time.Second
 
 // speedup adds figure 8 to figs: the synchronous loop on baseRows rows
 // against the server m, scaled to rows, over the known-quota job's wall.
@@ -701,7 +712,7 @@ func measureOverhead(ctx context.Context, r *run) ([]Figure, error) {
 		return nil, err
 	}
 	return []Figure{{ID: "overhead-5k", Name: "3 overhead outside the model, 5,000 rows (wall)", Value: res.wall.Seconds(), Unit: "s",
-		Better: AtMost, Bound: 1.0, Detail: "xlsx in and out, zero-latency sim provider, process start included"}}, nil
+		Better: AtMost, Bound: 1.0, Detail: "xlsx in and out, zero-latency sim provider, process start included; an absolute time: on " + machine().CPU}}, nil
 }
 
 // Figures 4 and 5: 100,000 rows end to end with a zero-latency provider
