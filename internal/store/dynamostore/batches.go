@@ -306,15 +306,7 @@ func (s *Store) ParkBatch(ctx context.Context, p store.ParkBatchParams) error {
 	u := &update{e: e}
 	u.del(attrOpenPK)
 	u.del(attrOpenSK)
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 key(taskPK(p.TaskID), batchSK(p.BatchNo)),
-		ConditionExpression:                 aws.String(cond),
-		UpdateExpression:                    aws.String(u.String()),
-		ExpressionAttributeNames:            e.attrNames(),
-		ExpressionAttributeValues:           e.attrValues(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, retryConflicts)
+	_, err := s.updateIf(ctx, key(taskPK(p.TaskID), batchSK(p.BatchNo)), cond, u, false)
 	if old, ok := conditionFailed(err); ok {
 		return fmt.Errorf("%s: %s, changed since %s: %w", what, describeBatch(old), encodeTime(p.UpdatedAt), notFoundOrConflict(old))
 	}
@@ -342,23 +334,14 @@ func (s *Store) ClaimBatch(ctx context.Context, p store.ClaimBatchParams) (store
 	u.setOrRemove(attrLease, encodeTime(p.LeaseUntil))
 	u.addI(attrAttempt, 1)
 	s.touchOpen(u, p.TaskID, p.BatchNo, p.Now)
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 key(taskPK(p.TaskID), batchSK(p.BatchNo)),
-		ConditionExpression:                 aws.String(cond),
-		UpdateExpression:                    aws.String(u.String()),
-		ExpressionAttributeNames:            e.attrNames(),
-		ExpressionAttributeValues:           e.attrValues(),
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, retryConflicts)
+	claimed, err := s.updateIf(ctx, key(taskPK(p.TaskID), batchSK(p.BatchNo)), cond, u, true)
 	if old, ok := conditionFailed(err); ok {
 		return store.Batch{}, fmt.Errorf("%s: %s: %w", what, describeBatch(old), notFoundOrConflict(old))
 	}
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("%s: %w", what, err)
 	}
-	b, err := batchFromAV(out.Attributes)
+	b, err := batchFromAV(claimed)
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -434,15 +417,7 @@ func (s *Store) conditionalBatchUpdate(ctx context.Context, what, taskID string,
 		return fmt.Errorf("%s: %w: %w", what, err, store.ErrConflict)
 	}
 	cond := stateCondition(u.e, state, attempt)
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 key(taskPK(taskID), batchSK(no)),
-		ConditionExpression:                 aws.String(cond),
-		UpdateExpression:                    aws.String(u.String()),
-		ExpressionAttributeNames:            u.e.attrNames(),
-		ExpressionAttributeValues:           u.e.attrValues(),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, retryConflicts)
+	_, err := s.updateIf(ctx, key(taskPK(taskID), batchSK(no)), cond, u, false)
 	if old, ok := conditionFailed(err); ok {
 		return fmt.Errorf("%s: %s, not %s under this attempt: %w", what, describeBatch(old), state, store.ErrConflict)
 	}

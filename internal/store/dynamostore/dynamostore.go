@@ -242,6 +242,31 @@ func contentionOnly(err error) bool {
 	return retry
 }
 
+// updateIf is the store's one conditional UpdateItem: u applied to item k
+// if cond (built with u's expression) holds, retried on transaction
+// conflicts. It returns the item as updated when returnNew asks for it;
+// when cond fails, the error is one conditionFailed reads, carrying the
+// item as it was.
+func (s *Store) updateIf(ctx context.Context, k map[string]types.AttributeValue, cond string, u *update, returnNew bool) (map[string]types.AttributeValue, error) {
+	in := &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		ConditionExpression:                 aws.String(cond),
+		UpdateExpression:                    aws.String(u.String()),
+		ExpressionAttributeNames:            u.e.attrNames(),
+		ExpressionAttributeValues:           u.e.attrValues(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	if returnNew {
+		in.ReturnValues = types.ReturnValueAllNew
+	}
+	out, err := s.db.UpdateItem(ctx, in, retryConflicts)
+	if err != nil {
+		return nil, err
+	}
+	return out.Attributes, nil
+}
+
 // conditionFailed reports whether err is a failed condition of a single-item
 // write, and returns the item as it was (nil when it did not exist), which
 // the write asked for with ReturnValuesOnConditionCheckFailure ALL_OLD.

@@ -151,22 +151,14 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	u.del(attrFinishedAt)
 	u.del(attrExpiresAt)
 	cond := fmt.Sprintf("attribute_exists(%s) AND %s = %s", e.n(attrPK), e.n(attrState), e.s(string(task.State)))
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(taskPK(taskID), taskSK),
-		ConditionExpression:       aws.String(cond),
-		UpdateExpression:          aws.String(u.String()),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
-		ReturnValues:              types.ReturnValueAllNew,
-	}, retryConflicts)
+	reopened, err := s.updateIf(ctx, key(taskPK(taskID), taskSK), cond, u, true)
 	if _, ok := conditionFailed(err); ok {
 		return store.Task{}, nil, fmt.Errorf("%s: task changed meanwhile: %w", what, store.ErrConflict)
 	}
 	if err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: reset task: %w", what, err)
 	}
-	t, err := taskFromAV(out.Attributes)
+	t, err := taskFromAV(reopened)
 	if err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -210,14 +202,7 @@ func (s *Store) resetRow(ctx context.Context, taskID string, no int, now time.Ti
 		attrProvider, attrInputTokens, attrOutputTokens, attrCachedInputTokens} {
 		u.del(a)
 	}
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(taskPK(taskID), rowSK(no)),
-		ConditionExpression:       aws.String(fmt.Sprintf("%s = %s", e.n(attrState), e.s(string(store.RowFailed)))),
-		UpdateExpression:          aws.String(u.String()),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
-	}, retryConflicts)
+	_, err := s.updateIf(ctx, key(taskPK(taskID), rowSK(no)), fmt.Sprintf("%s = %s", e.n(attrState), e.s(string(store.RowFailed))), u, false)
 	if _, ok := conditionFailed(err); ok {
 		return nil
 	}
@@ -238,14 +223,7 @@ func (s *Store) reopenBatch(ctx context.Context, b store.Batch, now time.Time) e
 		u.del(attrLease)
 	}
 	s.touchOpen(u, b.TaskID, b.No, now)
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       key(taskPK(b.TaskID), batchSK(b.No)),
-		ConditionExpression:       aws.String(fmt.Sprintf("%s = %s", e.n(attrState), e.s(string(b.State)))),
-		UpdateExpression:          aws.String(u.String()),
-		ExpressionAttributeNames:  e.attrNames(),
-		ExpressionAttributeValues: e.attrValues(),
-	}, retryConflicts)
+	_, err := s.updateIf(ctx, key(taskPK(b.TaskID), batchSK(b.No)), fmt.Sprintf("%s = %s", e.n(attrState), e.s(string(b.State))), u, false)
 	if _, ok := conditionFailed(err); ok {
 		return fmt.Errorf("batch %d changed meanwhile: %w", b.No, store.ErrConflict)
 	}

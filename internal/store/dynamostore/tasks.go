@@ -182,16 +182,7 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 			u.setI(attrExpiresAt, p.Now.Add(s.opts.ResultTTL).Unix())
 		}
 	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
-		Key:                                 key(taskPK(p.ID), taskSK),
-		ConditionExpression:                 aws.String(cond),
-		UpdateExpression:                    aws.String(u.String()),
-		ExpressionAttributeNames:            e.attrNames(),
-		ExpressionAttributeValues:           e.attrValues(),
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, retryConflicts)
+	updated, err := s.updateIf(ctx, key(taskPK(p.ID), taskSK), cond, u, true)
 	if old, ok := conditionFailed(err); ok {
 		if len(old) == 0 {
 			return store.Task{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
@@ -210,7 +201,7 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 	if err != nil {
 		return store.Task{}, fmt.Errorf("%s: %w", what, err)
 	}
-	t, err := taskFromAV(out.Attributes)
+	t, err := taskFromAV(updated)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("%s: %w", what, err)
 	}
