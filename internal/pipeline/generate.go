@@ -425,11 +425,7 @@ func (g *Generator) ensureExport(ctx context.Context, taskID string, batchNo int
 	if err != nil {
 		return fmt.Errorf("task %s: check state: %w", taskID, err)
 	}
-	return g.maybeExport(ctx, task)
-}
-
-func (g *Generator) maybeExport(ctx context.Context, task store.Task) error {
-	_, err := StartExportOnce(ctx, g.store, g.exports, task, g.cfg.Clock.Now())
+	_, err = StartExportOnce(ctx, g.store, g.exports, task, g.cfg.Clock.Now())
 	return err
 }
 
@@ -694,7 +690,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		log.InfoContext(ctx, "batch released for a later attempt", "pending_rows", pending, "delay", delay, "last_error", lastErr)
 		return finish(Outcome{RetryAfter: delay})
 	}
-	t, err := finishBatch(ctx, g.store, g.exports, b, b.Attempt, tally, g.cfg.Clock.Now(), func(write func() error) error {
+	t, err := finishBatch(ctx, g.store, g.exports, b, tally, g.cfg.Clock.Now(), func(write func() error) error {
 		return g.retryStore(ctx, write)
 	})
 	if isConflict(err) {

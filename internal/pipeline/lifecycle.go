@@ -95,7 +95,7 @@ func (t *batchTally) add(r store.RowResult) {
 }
 
 // finishBatch is the one end of a batch, for the generator and the
-// sweeper alike: it marks claimed batch b (claimed under attempt) DONE with
+// sweeper alike: it marks batch b, as its claim returned it, DONE with
 // the counts of tally, every one of its rows being final, and starts the
 // export of its task when that was the last batch. write runs each store
 // write (the generator retries transient failures, the sweeper writes
@@ -103,7 +103,7 @@ func (t *batchTally) add(r store.RowResult) {
 // of an export that did not start (the zero Task when the batch was not
 // finished); ErrConflict means the batch was finished (or taken) by
 // someone else, who counts it.
-func finishBatch(ctx context.Context, st store.Store, ex ExportStarter, b store.Batch, attempt int, tally batchTally, now time.Time,
+func finishBatch(ctx context.Context, st store.Store, ex ExportStarter, b store.Batch, tally batchTally, now time.Time,
 	write func(func() error) error) (store.Task, error) {
 	if tally.pending > 0 {
 		return store.Task{}, fmt.Errorf("finish batch %s/%d: %d rows are not finished", b.TaskID, b.No, tally.pending)
@@ -112,7 +112,7 @@ func finishBatch(ctx context.Context, st store.Store, ex ExportStarter, b store.
 	err := write(func() error {
 		var err error
 		task, err = st.FinishBatch(ctx, store.FinishBatchParams{
-			TaskID: b.TaskID, BatchNo: b.No, Attempt: attempt,
+			TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt,
 			Succeeded: tally.succeeded, Failed: tally.failed, Skipped: tally.skipped,
 			Usage: tally.usage, UsageByProvider: tally.byProvider, Now: now,
 		})

@@ -357,7 +357,7 @@ func (s *Sweeper) failStuck(ctx context.Context, b store.Batch, now time.Time, l
 		writes = writes[n:]
 	}
 	once := func(write func() error) error { return write() }
-	_, err = finishBatch(ctx, s.store, s.exports, claimed, claimed.Attempt, tally, now, once)
+	_, err = finishBatch(ctx, s.store, s.exports, claimed, tally, now, once)
 	if err != nil {
 		return fmt.Errorf("stuck batch: %w", err)
 	}

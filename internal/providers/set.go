@@ -81,8 +81,6 @@ type Config struct {
 // Set is the providers of one file, built for one runtime: the router over
 // them, in file order, and the shared limiters among their limiters.
 type Set struct {
-	// File is the providers file the set was built from.
-	File *providerfile.File
 	// Router routes rows over the providers.
 	Router   *pipeline.Router
 	limiters map[string]pipeline.Limiter
@@ -98,7 +96,7 @@ func Build(f *providerfile.File, cfg Config) (*Set, error) {
 	rc := cfg.Router
 	rc.Mode = pipeline.RoutingMode(f.Routing)
 	rc.Routes = nil
-	set := &Set{File: f, limiters: map[string]pipeline.Limiter{}}
+	set := &Set{limiters: map[string]pipeline.Limiter{}}
 	for _, p := range f.Providers {
 		lp, err := cfg.Builder.Build(p)
 		if err != nil {
