@@ -152,6 +152,7 @@ func TestRunBedrockFlags(t *testing.T) {
 		{"no model", []string{"--provider", "bedrock", "--region", "us-east-1"}, "--provider bedrock needs --model"},
 		{"region for openai", []string{"--provider", "openai", "--base-url", "http://127.0.0.1:1/v1", "--region", "us-east-1"}, "--region is for --provider bedrock"},
 		{"unknown provider", []string{"--provider", "vertex"}, `--provider "vertex": use openai, bedrock, sim or mock`},
+		{"mock without its server", []string{"--provider", "mock"}, "--provider mock needs --base-url"},
 	}
 	for _, tc := range tests {
 		r := runWithAWSEnv(t, append([]string{"run", "--in", in, "--prompt", "{{sku}}"}, tc.args...)...)

@@ -109,6 +109,9 @@ func (p *providerOptions) validate() error {
 		// As the OpenAI SDKs and tools read it.
 		p.baseURL = os.Getenv("OPENAI_BASE_URL")
 	}
+	if kind == providerfile.KindMock && p.baseURL == "" {
+		return errors.New("--provider mock needs --base-url: the batchgen mock-llm server's http://HOST:PORT/v1")
+	}
 	if kind == providerfile.KindOpenAI && p.baseURL == "" && os.Getenv("OPENAI_API_KEY") == "" {
 		return errors.New("--provider openai needs OPENAI_API_KEY in the environment (or --base-url for a local OpenAI-compatible server)")
 	}
