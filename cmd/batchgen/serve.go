@@ -227,7 +227,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		return fmt.Errorf("data directory %s: %w", j.data.Dir, embedded.UnwrapPathError(err))
 	}
 	intake := pipeline.NewIntake(
-		pipeline.NewSplitter(st, j.queue, pipeline.SplitterConfig{Logger: logger}),
+		pipeline.NewSplitter(st, j.queue, pipeline.SplitterConfig{Logger: logger, Inputs: bucket}),
 		bucket, j.exporter,
 		pipeline.IntakeConfig{
 			DefaultSpec: spec,

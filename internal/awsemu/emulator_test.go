@@ -261,6 +261,7 @@ func TestProvisionMatchesTemplate(t *testing.T) {
 			"rules": []string{
 				"abort-incomplete-multipart-uploads Enabled abort=1",
 				"expire-incoming Enabled prefix=incoming/ expire=7",
+				"expire-inputs Enabled prefix=inputs/ expire=30",
 				"expire-overflow Enabled prefix=overflow/ expire=30",
 				"expire-processed Enabled prefix=processed/ expire=7",
 				"expire-results Enabled prefix=results/ expire=30",

@@ -343,7 +343,8 @@ type Deps struct {
 	// ExportStarter, when non-nil, replaces the state machine starter:
 	// the emulator harness (awsemu/localrun) runs exports itself.
 	ExportStarter pipeline.ExportStarter
-	// TempDir receives the splitter's downloads. Defaults to os.TempDir().
+	// TempDir receives the splitter's downloads and the exporter's copy of
+	// the input workbook. Defaults to os.TempDir().
 	TempDir string
 	// TuneGenerator, when non-nil, adjusts the generator's store and
 	// configuration before it is built (tests: faster retries, injected

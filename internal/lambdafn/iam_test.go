@@ -49,11 +49,14 @@ var roles = map[string]string{
 // entry here is a grant no test proves necessary.
 var unobserved = map[string]map[string]string{
 	"SplitterFunction": {
-		"states:StartExecution": "starts the export of a task that split into no batches; a sheet with no data rows is rejected before that",
+		"states:StartExecution":   "starts the export of a task that split into no batches; a sheet with no data rows is rejected before that",
+		"s3:AbortMultipartUpload": "aborts a multipart upload (a workbook input over 5 MiB kept under inputs/) that failed part-way",
 	},
 	"ExporterFunction": {
-		"s3:GetObject":            "reads the cells of rows over 300 KB from overflow/; the test sheets have no such rows",
+		// s3:GetObject is used on inputs/; overflow/ (cells of rows over
+		// 300 KB) has no test of its own here.
 		"s3:AbortMultipartUpload": "aborts a multipart upload (results over 5 MiB) that failed part-way",
+		"s3:ListBucket":           "makes S3 answer a missing kept input (a task split before inputs were kept) with 404, not 403; every test task keeps its input",
 	},
 	"GeneratorFunction": {
 		"ssm:GetParameter": "reads the model API keys at cold start, only when ModelApiKeyParam or ProviderApiKeyParams is set (the emulator runs use a keyless mock)",

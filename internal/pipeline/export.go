@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/batchgen/batchgen/internal/blob"
@@ -46,6 +46,9 @@ type ExporterConfig struct {
 	// Metrics receives the use case's metrics. Defaults to recording
 	// nothing.
 	Metrics metrics.Recorder
+	// TempDir holds the copy of the input workbook an export reads.
+	// Defaults to os.TempDir.
+	TempDir string
 }
 
 func (c ExporterConfig) withDefaults() ExporterConfig {
@@ -135,54 +138,196 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 
 type exportCounts struct{ rows, failed int }
 
-// WriteResult streams the result workbook of task to w: every input column
-// in input order, then ResultColumns, one row per input row in row order.
+// WriteResult streams the result workbook of task to w. For a workbook input
+// kept at InputKey it is the user's own workbook (sheet.AddColumns): every
+// sheet, style, type and formula as sent, with ResultColumns added to the
+// right of the input sheet. Otherwise (a CSV input, a task split before
+// inputs were kept, a macro-enabled workbook) it is a new workbook with one
+// sheet: every input column as text, then ResultColumns. Either way there is
+// one row per input row, in row order.
 func (e *Exporter) WriteResult(ctx context.Context, task store.Task, w io.Writer) (exportCounts, error) {
+	if task.Sheet != "" {
+		counts, err := e.writeOwnWorkbook(ctx, task, w)
+		if !errors.Is(err, errNoOwnWorkbook) {
+			return counts, err
+		}
+		e.cfg.Logger.InfoContext(ctx, "the result is a new workbook", logging.TaskID, task.ID, "why", err.Error())
+	}
+	return e.writeNewWorkbook(ctx, task, w)
+}
+
+// errNoOwnWorkbook says why a workbook input gets a new workbook as its
+// result.
+var errNoOwnWorkbook = errors.New("no own workbook")
+
+// writeOwnWorkbook adds the result columns to the kept input workbook.
+func (e *Exporter) writeOwnWorkbook(ctx context.Context, task store.Task, w io.Writer) (exportCounts, error) {
 	var counts exportCounts
+	input, err := e.keptInput(ctx, task)
+	if err != nil {
+		return counts, err
+	}
+	defer os.Remove(input.Name())
+	defer input.Close()
+	fi, err := input.Stat()
+	if err != nil {
+		return counts, fmt.Errorf("read the kept input: %w", err)
+	}
+	rows := newRowReader(e.store, task)
+	first, err := rows.peek(ctx)
+	if err != nil {
+		return counts, err
+	}
+	err = sheet.AddColumns(input, fi.Size(), w, sheet.AddColumnsParams{
+		Sheet: task.Sheet,
+		// The reader takes the first row below the header as row 1, blank
+		// or not.
+		HeaderRow: first.SheetRow - 1,
+		Header:    resultColumnNames(task.Header),
+		Rows: func() (sheet.AddedRow, error) {
+			r, err := rows.next(ctx)
+			if err != nil {
+				return sheet.AddedRow{}, err
+			}
+			return sheet.AddedRow{SheetRow: r.SheetRow, Values: resultValues(r)}, nil
+		},
+	})
+	if errors.Is(err, sheet.ErrMacroWorkbook) {
+		return counts, fmt.Errorf("%w: %w", errNoOwnWorkbook, err)
+	}
+	if err != nil {
+		return rows.counts, err
+	}
+	return rows.counts, rows.complete()
+}
+
+// keptInput copies the task's kept input workbook to a temporary file: the
+// zip's directory is at its end, so the workbook is read from a file, never
+// held in memory. errNoOwnWorkbook when there is none.
+func (e *Exporter) keptInput(ctx context.Context, task store.Task) (*os.File, error) {
+	key := InputKey(task.ID)
+	rc, err := e.blobs.Open(ctx, key)
+	if errors.Is(err, blob.ErrNotFound) {
+		return nil, fmt.Errorf("%w: the input was not kept at %s (split before inputs were kept)", errNoOwnWorkbook, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the kept input %s: %w", key, err)
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(e.cfg.TempDir, "batchgen-input-*.xlsx")
+	if err != nil {
+		return nil, fmt.Errorf("copy the kept input: %w", err)
+	}
+	if _, err := io.Copy(f, rc); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("copy the kept input %s: %w", key, err)
+	}
+	return f, nil
+}
+
+// writeNewWorkbook writes a workbook of one sheet: the input columns as
+// text, then ResultColumns.
+func (e *Exporter) writeNewWorkbook(ctx context.Context, task store.Task, w io.Writer) (exportCounts, error) {
 	header := append(slices.Clone(task.Header), resultColumnNames(task.Header)...)
 	sw, err := sheet.NewWriter(resultSheetName(task), header)
 	if err != nil {
-		return counts, fmt.Errorf("start workbook: %w", err)
+		return exportCounts{}, fmt.Errorf("start workbook: %w", err)
 	}
 	defer sw.Close()
-	next := 1
+	rows := newRowReader(e.store, task)
+	cells := make([]sheet.Value, 0, len(header))
 	for {
-		rows, err := e.store.ListRows(ctx, store.ListRowsParams{TaskID: task.ID, FromNo: next, Limit: exportPage})
-		if err != nil {
-			return counts, fmt.Errorf("read rows from %d: %w", next, err)
-		}
-		for _, r := range rows {
-			if r.No != next {
-				return counts, fmt.Errorf("row %d is missing from the store (found %d)", next, r.No)
-			}
-			if err := sw.WriteRow(resultRow(task, r)); err != nil {
-				return counts, fmt.Errorf("write row %d: %w", r.No, err)
-			}
-			counts.rows++
-			if r.State != store.RowSucceeded && r.State != store.RowSkipped {
-				counts.failed++
-			}
-			next++
-		}
-		if len(rows) < exportPage {
+		r, err := rows.next(ctx)
+		if errors.Is(err, io.EOF) {
 			break
 		}
+		if err != nil {
+			return rows.counts, err
+		}
+		cells = cells[:0]
+		for i := range task.Header {
+			v := ""
+			if i < len(r.Values) {
+				v = r.Values[i]
+			}
+			cells = append(cells, sheet.Text(v))
+		}
+		if err := sw.WriteCells(append(cells, resultValues(r)...)); err != nil {
+			return rows.counts, fmt.Errorf("write row %d: %w", r.No, err)
+		}
 	}
-	if counts.rows != task.RowsTotal {
-		return counts, fmt.Errorf("found %d rows, the task has %d", counts.rows, task.RowsTotal)
+	if err := rows.complete(); err != nil {
+		return rows.counts, err
 	}
 	if _, err := sw.WriteTo(w); err != nil {
-		return counts, fmt.Errorf("write workbook: %w", err)
+		return rows.counts, fmt.Errorf("write workbook: %w", err)
 	}
-	return counts, nil
+	return rows.counts, nil
 }
 
-func resultRow(task store.Task, r store.Row) []string {
-	values := make([]string, 0, len(task.Header)+len(ResultColumns))
-	values = append(values, r.Values...)
-	for len(values) < len(task.Header) {
-		values = append(values, "")
+// rowReader reads a task's rows in row order, a page at a time, checking
+// that none is missing and counting them.
+type rowReader struct {
+	store  store.Store
+	task   store.Task
+	page   []store.Row
+	want   int // the row number expected next
+	done   bool
+	counts exportCounts
+}
+
+func newRowReader(st store.Store, task store.Task) *rowReader {
+	return &rowReader{store: st, task: task, want: 1}
+}
+
+// peek returns the next row without taking it; io.EOF after the last.
+func (r *rowReader) peek(ctx context.Context) (store.Row, error) {
+	if len(r.page) == 0 {
+		if r.done {
+			return store.Row{}, io.EOF
+		}
+		rows, err := r.store.ListRows(ctx, store.ListRowsParams{TaskID: r.task.ID, FromNo: r.want, Limit: exportPage})
+		if err != nil {
+			return store.Row{}, fmt.Errorf("read rows from %d: %w", r.want, err)
+		}
+		r.page, r.done = rows, len(rows) < exportPage
+		if len(rows) == 0 {
+			return store.Row{}, io.EOF
+		}
 	}
+	if got := r.page[0].No; got != r.want {
+		return store.Row{}, fmt.Errorf("row %d is missing from the store (found %d)", r.want, got)
+	}
+	return r.page[0], nil
+}
+
+// next takes the next row; io.EOF after the last.
+func (r *rowReader) next(ctx context.Context) (store.Row, error) {
+	row, err := r.peek(ctx)
+	if err != nil {
+		return row, err
+	}
+	r.page = r.page[1:]
+	r.want++
+	r.counts.rows++
+	if row.State != store.RowSucceeded && row.State != store.RowSkipped {
+		r.counts.failed++
+	}
+	return row, nil
+}
+
+// complete checks that every row of the task was read.
+func (r *rowReader) complete() error {
+	if r.counts.rows != r.task.RowsTotal {
+		return fmt.Errorf("found %d rows, the task has %d", r.counts.rows, r.task.RowsTotal)
+	}
+	return nil
+}
+
+// resultValues are the cells a row gets in ResultColumns: text for what is
+// text, numbers for the bookkeeping, a boolean for cached.
+func resultValues(r store.Row) []sheet.Value {
 	status, errText, class := "failed", r.Error, r.ErrorClass
 	switch r.State {
 	case store.RowSucceeded:
@@ -193,24 +338,23 @@ func resultRow(task store.Task, r store.Row) []string {
 		// Only reachable for a cancelled task: the row never ran.
 		status = "not_started"
 	}
-	cached := ""
+	var cached, latency sheet.Value
 	if r.State == store.RowSucceeded {
-		cached = strconv.FormatBool(r.Cached)
+		cached = sheet.Bool(r.Cached)
 	}
-	latency := ""
 	if r.LatencyMS > 0 {
-		latency = strconv.FormatInt(r.LatencyMS, 10)
+		latency = sheet.Int(r.LatencyMS)
 	}
 	// A succeeded row shows its tokens, 0 for a cached one (it cost
 	// nothing); other rows only when a provider billed them.
-	tokens := func(n int64) string {
+	tokens := func(n int64) sheet.Value {
 		if r.State == store.RowSucceeded || n > 0 {
-			return strconv.FormatInt(n, 10)
+			return sheet.Int(n)
 		}
-		return ""
+		return sheet.Value{}
 	}
-	return append(values, r.Output, status, errText, class, cached, strconv.Itoa(r.Attempts), latency,
-		r.Provider, tokens(r.InputTokens), tokens(r.OutputTokens))
+	return []sheet.Value{sheet.Text(r.Output), sheet.Text(status), sheet.Text(errText), sheet.Text(class), cached,
+		sheet.Int(int64(r.Attempts)), latency, sheet.Text(r.Provider), tokens(r.InputTokens), tokens(r.OutputTokens)}
 }
 
 // resultColumnNames returns ResultColumns, prefixed with "batchgen_" where

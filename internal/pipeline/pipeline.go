@@ -124,6 +124,11 @@ func TaskResultKey(t store.Task) string {
 	return ResultKey(t.ID)
 }
 
+// InputKey is where the splitter keeps a copy of a workbook input (the
+// whole file the user sent), which the export returns with the answers
+// added beside the rows. A CSV input has none: its result is a new workbook.
+func InputKey(taskID string) string { return "inputs/" + taskID + ".xlsx" }
+
 // Event is a progress notification from the generator, for progress bars and
 // metrics. It is informational; nothing depends on receiving it.
 type Event struct {

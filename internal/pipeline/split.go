@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
+	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/prompt"
@@ -41,6 +43,11 @@ type SplitterConfig struct {
 	Clock clock.Clock
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// Inputs keeps a copy of each workbook input at InputKey, for the
+	// export to return the user's own workbook with the answers added.
+	// Without it the result is a new workbook holding the input sheet's
+	// values as text.
+	Inputs blob.Store
 }
 
 func (c SplitterConfig) withDefaults() SplitterConfig {
@@ -123,6 +130,10 @@ func Validate(p SplitParams) (Validated, error) {
 	if _, err := tpl.Bind(summary.Header); err != nil {
 		return Validated{}, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
 	}
+	if n := len(summary.Header) + len(ResultColumns); summary.Sheet != "" && n > sheet.DefaultMaxColumns {
+		return Validated{}, &RejectedError{Err: fmt.Errorf("%s: sheet %q has %d columns and the result adds %d beside them, past Excel's last column %s; move the data to a narrower sheet",
+			p.Source, summary.Sheet, len(summary.Header), len(ResultColumns), sheet.ColumnName(sheet.DefaultMaxColumns))}
+	}
 	if spec.BatchSize <= 0 {
 		spec.BatchSize = DefaultBatchSize
 	}
@@ -154,6 +165,10 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		v = &checked
 	}
 	summary, spec := v.Summary, v.Spec
+
+	if err := s.keepInput(ctx, p, summary); err != nil {
+		return store.Task{}, err
+	}
 
 	now := s.cfg.Clock.Now()
 	batches := (summary.Rows + spec.BatchSize - 1) / spec.BatchSize
@@ -197,6 +212,24 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	}
 	s.cfg.Logger.InfoContext(ctx, "task split", logging.TaskID, t.ID, "source", t.Source, "encoding", t.Encoding, "rows", t.RowsTotal, "batches", t.BatchesTotal)
 	return t, nil
+}
+
+// keepInput copies a workbook input to InputKey before the task exists, so
+// that every export of the task finds it. A resumed split copies it again
+// (the same bytes).
+func (s *Splitter) keepInput(ctx context.Context, p SplitParams, summary sheet.Summary) error {
+	if s.cfg.Inputs == nil || summary.Sheet == "" {
+		return nil
+	}
+	f, err := os.Open(p.Path)
+	if err != nil {
+		return fmt.Errorf("split %s: keep the input: %w", p.TaskID, err)
+	}
+	defer f.Close()
+	if err := s.cfg.Inputs.Put(ctx, InputKey(p.TaskID), f); err != nil {
+		return fmt.Errorf("split %s: keep the input at %s: %w", p.TaskID, InputKey(p.TaskID), err)
+	}
+	return nil
 }
 
 func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Options, task store.Task) error {

@@ -41,7 +41,7 @@ type Writer struct {
 	sw      *excelize.StreamWriter
 	header  []string
 	bold    int
-	pending [][]string // first rows, held until widths are known
+	pending [][]Value // first rows, held until widths are known
 	started bool
 	row     int // last sheet row written
 	done    bool
@@ -86,18 +86,31 @@ func NewWriter(sheetName string, header []string) (*Writer, error) {
 	return w, nil
 }
 
-// WriteRow appends one row. Rows are written in call order; values may be fewer than the header (the rest stay
-// empty) but not more.
+// WriteRow appends one row of text cells. Rows are written in call order; values may be fewer than the header (the
+// rest stay empty) but not more.
 func (w *Writer) WriteRow(values []string) error {
+	cells := make([]Value, len(values))
+	for i, v := range values {
+		cells[i] = Text(v)
+	}
+	return w.WriteCells(cells)
+}
+
+// WriteCells appends one row whose cells may be numbers and booleans as well as text, under the same rules as
+// WriteRow.
+func (w *Writer) WriteCells(values []Value) error {
 	if w.done {
 		return ErrWriterDone
 	}
 	if len(values) > len(w.header) {
 		return fmt.Errorf("write result row %d: %d values for %d columns", w.row+len(w.pending)+1, len(values), len(w.header))
 	}
-	clean := make([]string, len(values))
+	clean := make([]Value, len(values))
 	for i, v := range values {
-		clean[i] = cleanText(v)
+		if v.kind == textValue {
+			v.text = cleanText(v.text)
+		}
+		clean[i] = v
 	}
 	if !w.started {
 		w.pending = append(w.pending, clean)
@@ -118,7 +131,7 @@ func (w *Writer) start() error {
 	}
 	for _, row := range w.pending {
 		for i, v := range row[:min(len(row), len(widths))] {
-			widths[i] = max(widths[i], displayWidth(v))
+			widths[i] = max(widths[i], displayWidth(v.String()))
 		}
 	}
 	for i, wd := range widths {
@@ -133,7 +146,11 @@ func (w *Writer) start() error {
 	}); err != nil {
 		return fmt.Errorf("write result header: freeze: %w", err)
 	}
-	if err := w.writeRow(w.header, &w.bold); err != nil {
+	header := make([]Value, len(w.header))
+	for i, h := range w.header {
+		header[i] = Text(h)
+	}
+	if err := w.writeRow(header, &w.bold); err != nil {
 		return err
 	}
 	for _, row := range w.pending {
@@ -146,20 +163,28 @@ func (w *Writer) start() error {
 }
 
 // writeRow writes the next sheet row; empty values get no cell at all, which keeps the file small.
-func (w *Writer) writeRow(values []string, style *int) error {
+func (w *Writer) writeRow(values []Value, style *int) error {
 	if w.row >= excelize.TotalRows {
 		return fmt.Errorf("write result row %d: Excel's limit is %d rows", w.row+1, excelize.TotalRows)
 	}
 	w.row++
 	cells := make([]any, len(values))
 	for i, v := range values {
-		switch {
-		case v == "":
-		case style != nil:
-			cells[i] = excelize.Cell{StyleID: *style, Value: v}
+		var value any
+		switch v.kind {
+		case emptyValue:
+			continue
+		case numberValue:
+			value = v.num
+		case boolValue:
+			value = v.num != 0
 		default:
-			cells[i] = v
+			value = v.text
 		}
+		if style != nil {
+			value = excelize.Cell{StyleID: *style, Value: value}
+		}
+		cells[i] = value
 	}
 	cell, err := excelize.CoordinatesToCellName(1, w.row)
 	if err != nil {

@@ -19,7 +19,7 @@ func New(d *awswire.Deps) (*exporterfn.Handler, error) {
 	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
 	counter := metrics.NewCounter(metrics.TasksExported)
 	return &exporterfn.Handler{
-		Exporter: pipeline.NewExporter(d.Store(blobs), blobs, pipeline.ExporterConfig{Clock: d.Clock, Logger: d.Logger, Metrics: counter}),
+		Exporter: pipeline.NewExporter(d.Store(blobs), blobs, pipeline.ExporterConfig{Clock: d.Clock, Logger: d.Logger, Metrics: counter, TempDir: d.TempDir}),
 		Counter:  counter,
 		Metrics:  d.Metrics,
 		Logger:   d.Logger,

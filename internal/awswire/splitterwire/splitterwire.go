@@ -33,7 +33,7 @@ func New(d *awswire.Deps) (*splitterfn.Handler, error) {
 	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
 	intake := pipeline.NewIntake(
-		pipeline.NewSplitter(d.Store(blobs), queue, pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger}),
+		pipeline.NewSplitter(d.Store(blobs), queue, pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger, Inputs: blobs}),
 		blobs, d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
 		pipeline.IntakeConfig{
 			DefaultSpec: spec,
