@@ -27,6 +27,10 @@ test: ## the whole test suite: vet, gofmt, unit + race, fuzz smoke, emulator and
 test-chaos: ## the kill loop: SIGKILL batchgen run at 20 points (split, mid-batch, export) and resume
 	$(GO) test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' -v ./cmd/batchgen
 
+.PHONY: test-office
+test-office: ## openpyxl and LibreOffice read the round-tripped public workbooks (installs LibreOffice and the venv when missing)
+	SOFFICE=$$(scripts/ensure-libreoffice.sh) && . infra/venv.sh && batchgen_venv && BATCHGEN_SOFFICE=$$SOFFICE BATCHGEN_PYTHON=$$VENV/bin/python $(GO) test -count=1 -tags office -run '^TestOffice' -v ./internal/sheet
+
 .PHONY: test-browser
 test-browser: ## the web page in headless Chromium against batchgen serve (installs Debian's chromium when missing)
 	BATCHGEN_CHROMIUM=$$(scripts/ensure-chromium.sh) && export BATCHGEN_CHROMIUM && $(GO) test -count=1 -tags browser -run '^TestBrowser' -v ./internal/web

@@ -31,10 +31,14 @@ command -v apt-get >/dev/null || { echo "ensure-chromium: ${missing[*]} missing 
 
 echo "ensure-chromium: installing ${missing[*]} (Debian packages)" >&2
 export DEBIAN_FRONTEND=noninteractive
+# The office stage may be installing LibreOffice at the same time: apt takes one at a time.
+exec 9>/tmp/batchgen-apt.lock
+flock 9
 # An outdated package index is the usual reason an install fails on a
 # fresh machine, so refresh it first.
 $sudo apt-get update -qq >&2
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+exec 9>&-
 
 [ -x "$bin" ] || { echo "ensure-chromium: apt-get finished but $bin is still missing" >&2; exit 1; }
 "$bin" --version >&2

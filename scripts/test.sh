@@ -73,12 +73,14 @@ go vet ./...
 go vet -tags emulator ./...
 go vet -tags chaos ./...
 go vet -tags browser ./internal/web
+go vet -tags office ./internal/sheet
 
 step "staticcheck (pinned in go.mod as a tool)"
 go tool staticcheck ./...
 go tool staticcheck -tags emulator ./...
 go tool staticcheck -tags chaos ./...
 go tool staticcheck -tags browser ./internal/web
+go tool staticcheck -tags office ./internal/sheet
 
 step "unit and embedded integration tests (-race)"
 go test -race -count=1 -timeout 20m ./...
@@ -91,6 +93,18 @@ browser_tests() {
   BATCHGEN_CHROMIUM=$chromium go test -count=1 -timeout 10m -tags browser -run '^TestBrowser' ./internal/web
 }
 background browser browser_tests
+
+# Other spreadsheet programs read the round-tripped public workbooks: openpyxl (from the
+# virtualenv) and LibreOffice (installed when missing), beside chaos and fuzz as well.
+office_tests() {
+  local soffice
+  soffice=$(scripts/ensure-libreoffice.sh)
+  # shellcheck source=../infra/venv.sh
+  . infra/venv.sh
+  batchgen_venv
+  BATCHGEN_SOFFICE=$soffice BATCHGEN_PYTHON=$VENV/bin/python go test -count=1 -timeout 10m -tags office -run '^TestOffice' ./internal/sheet
+}
+background office office_tests
 
 step "chaos: SIGKILL loop (make test-chaos)"
 go test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' ./cmd/batchgen
@@ -106,6 +120,7 @@ go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 5000x -fuzzm
 go test ./internal/providerfile -run '^$' -fuzz '^FuzzParse$' -fuzztime 20000x -fuzzminimizetime 20x
 
 await browser
+await office
 await venvs
 
 step "AWS emulator (moto server) tests"

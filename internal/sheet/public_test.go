@@ -1,0 +1,195 @@
+package sheet
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/xuri/excelize/v2"
+)
+
+// publicModules are Go modules whose test documents are workbooks other programs wrote: Excel for Windows and for
+// Mac, LibreOffice, Google Sheets, Numbers, WPS and Tencent Office (testdata/public/README.md lists them). They come
+// from the Go module proxy, checked against the hashes pinned here, so the tests read exactly these files without
+// the repository carrying them.
+var publicModules = []struct{ path, version, sum, dir string }{
+	{"github.com/tealeg/xlsx/v3", "v3.3.13", "h1:Zk1Stj11MGRnOYI1st6av/Z2lIXp/jFZomrSWSeJLmY=", "testdocs"},
+	{"github.com/thedatashed/xlsxreader", "v1.2.8", "h1:8aGbkXIPEThQbA8KzUZqIa4v4oqFrJFKLQ36vWePI5U=", "test"},
+	{"github.com/xuri/excelize/v2", "v2.11.1", "h1:tm/FVufArvfUiJXJtGv8jna/zZS1t9Uji2ImsnS9iBo=", "test"},
+}
+
+var (
+	publicOnce  sync.Once
+	publicFiles []string
+	publicErr   error
+)
+
+// publicWorkbooks returns the .xlsx files of publicModules, downloading the modules into the module cache the first
+// time (go mod download, which checks the proxy's copy against the checksum database).
+func publicWorkbooks(t testing.TB) []string {
+	t.Helper()
+	publicOnce.Do(func() {
+		for _, m := range publicModules {
+			cmd := exec.Command("go", "mod", "download", "-json", m.path+"@"+m.version)
+			cmd.Dir = os.TempDir() // outside this module: go.mod and go.sum stay as they are
+			out, err := cmd.Output()
+			var info struct{ Dir, Sum, Error string }
+			if jerr := json.Unmarshal(out, &info); err != nil || jerr != nil || info.Error != "" {
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					err = errors.New(string(ee.Stderr))
+				}
+				publicErr = errors.Join(publicErr, errors.New("go mod download "+m.path+"@"+m.version+": "+info.Error), err, jerr)
+				continue
+			}
+			if m.sum != "" && info.Sum != m.sum {
+				publicErr = errors.Join(publicErr, errors.New(m.path+"@"+m.version+" has hash "+info.Sum+", pinned "+m.sum))
+				continue
+			}
+			files, _ := filepath.Glob(filepath.Join(info.Dir, m.dir, "*.xlsx"))
+			for _, f := range files {
+				// The two sheets of 7 and 11 MB stand for size, which the bench measures; here they would only
+				// take half a minute.
+				if fi, err := os.Stat(f); err == nil && fi.Size() < 2<<20 {
+					publicFiles = append(publicFiles, f)
+				}
+			}
+		}
+	})
+	if publicErr != nil {
+		t.Fatalf("public workbooks: %v", publicErr)
+	}
+	if dir := os.Getenv("BATCHGEN_MORE_WORKBOOKS"); dir != "" {
+		// Workbooks of one's own (a user's file that came back wrong) checked the same way.
+		more, _ := filepath.Glob(filepath.Join(dir, "*.xlsx"))
+		return append(slices.Clone(publicFiles), more...)
+	}
+	if len(publicFiles) < 35 {
+		t.Fatalf("only %d public workbooks", len(publicFiles))
+	}
+	return publicFiles
+}
+
+// roundTripCase is one public workbook the pipeline accepts, with the result AddColumns made of it.
+type roundTripCase struct {
+	name      string
+	in, out   []byte
+	sheet     string
+	headerRow int
+	header    []string
+}
+
+// resultColumns stand for the pipeline's added columns: text, a number and a boolean.
+var resultColumns = []string{"output", "status", "attempts", "cached"}
+
+// publicRoundTrips runs AddColumns over every public workbook the reader accepts, as an export would.
+func publicRoundTrips(t *testing.T) []roundTripCase {
+	t.Helper()
+	var cases []roundTripCase
+	rejected := 0
+	for _, file := range publicWorkbooks(t) {
+		rows, sheetName, err := readAdded(file)
+		if err != nil {
+			rejected++ // the split refuses it; no export ever reads it
+			if testing.Verbose() {
+				t.Logf("rejected: %v", err)
+			}
+			continue
+		}
+		in, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		header := rows[0].SheetRow - 1
+		err = AddColumns(bytes.NewReader(in), int64(len(in)), &out, AddColumnsParams{
+			Sheet: sheetName, HeaderRow: header, Header: resultColumns, Rows: rowsOf(rows)})
+		if errors.Is(err, ErrMacroWorkbook) {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", filepath.Base(file), err)
+			continue
+		}
+		cases = append(cases, roundTripCase{name: filepath.Base(file), in: in, out: out.Bytes(), sheet: sheetName, headerRow: header, header: resultColumns})
+	}
+	t.Logf("%d public workbooks round-tripped, %d rejected by the reader", len(cases), rejected)
+	if len(cases) < 12 {
+		t.Fatalf("only %d public workbooks are accepted; the corpus shrank?", len(cases))
+	}
+	return cases
+}
+
+// readAdded reads a workbook as the splitter does and makes each data row's added cells: the answer quotes the
+// row's first cell, so a misplaced cell shows.
+func readAdded(file string) ([]AddedRow, string, error) {
+	r, err := Open(file, Options{})
+	if err != nil {
+		return nil, "", err
+	}
+	defer r.Close()
+	var rows []AddedRow
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return rows, r.Sheet(), nil
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		rows = append(rows, AddedRow{SheetRow: rec.SheetRow, Values: []Value{
+			Text("answer to " + rec.Values[0]), Text("succeeded"), Int(int64(rec.SheetRow)), Bool(rec.SheetRow%2 == 0)}})
+	}
+}
+
+// TestAddColumnsOnPublicWorkbooks checks the result of every public workbook against its input with excelize: the
+// same sheets, every other zip part byte for byte, every original cell with its value, formula, type and style, and
+// the added header where it belongs.
+func TestAddColumnsOnPublicWorkbooks(t *testing.T) {
+	for _, c := range publicRoundTrips(t) {
+		t.Run(c.name, func(t *testing.T) {
+			before, after := openBook(t, c.in), openBook(t, c.out)
+			if got, want := after.GetSheetList(), before.GetSheetList(); !slices.Equal(got, want) {
+				t.Errorf("sheets = %v, want %v", got, want)
+			}
+			inParts, outParts := zipParts(t, c.in), zipParts(t, c.out)
+			changed := 0
+			for name, raw := range inParts {
+				if !bytes.Equal(raw, outParts[name]) {
+					changed++
+				}
+			}
+			if changed != 1 || len(inParts) != len(outParts) {
+				t.Errorf("%d of %d parts changed (want only the input sheet), %d parts after", changed, len(inParts), len(outParts))
+			}
+			for _, sh := range before.GetSheetList() {
+				rows, err := before.GetRows(sh)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for r, row := range rows[:min(len(rows), 300)] {
+					for col := range row {
+						ref, _ := excelize.CoordinatesToCellName(col+1, r+1)
+						sameCell(t, before, after, sh, ref)
+					}
+				}
+			}
+			// The added header sits on the header row, right of every used column.
+			header, err := after.GetRows(c.sheet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := header[c.headerRow-1]
+			if len(got) < len(c.header) || !slices.Equal(got[len(got)-len(c.header):], c.header) {
+				t.Errorf("header row %d = %q, want it to end with %q", c.headerRow, got, c.header)
+			}
+		})
+	}
+}
