@@ -301,6 +301,11 @@ func (e *e2e) resultRows(key string) [][]string {
 		e.t.Fatalf("the result is not a workbook: %v", err)
 	}
 	defer f.Close()
+	// The result is the dropped workbook itself: its prompt sheet comes
+	// back too, beside the input sheet with the answers.
+	if sheets := f.GetSheetList(); !slices.Equal(sheets, []string{"商品", "prompt"}) {
+		e.t.Errorf("result sheets = %q, want the input's 商品 and prompt", sheets)
+	}
 	rows, err := f.GetRows(f.GetSheetList()[0])
 	if err != nil {
 		e.t.Fatal(err)

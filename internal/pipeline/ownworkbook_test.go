@@ -1,0 +1,144 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xuri/excelize/v2"
+
+	"github.com/batchgen/batchgen/internal/llm/sim"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// writeWorkbook saves a workbook as a user sends one: a styled sheet of products with prices, dates and a formula,
+// the prompt sheet, and a sheet of notes.
+func (e *env) writeWorkbook(name string, rows int) string {
+	e.t.Helper()
+	f := excelize.NewFile()
+	defer f.Close()
+	must := func(err error) {
+		e.t.Helper()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	must(f.SetSheetName("Sheet1", "商品"))
+	price, err := f.NewStyle(&excelize.Style{NumFmt: 4})
+	must(err)
+	date, err := f.NewStyle(&excelize.Style{NumFmt: 14})
+	must(err)
+	must(f.SetSheetRow("商品", "A1", &[]any{"名称", "价格", "上架", "小计"}))
+	for i := 2; i <= rows+1; i++ {
+		must(f.SetSheetRow("商品", fmt.Sprintf("A%d", i), &[]any{fmt.Sprintf("积木%d", i), float64(i) + 0.5, time.Date(2024, 1, i%28+1, 0, 0, 0, 0, time.UTC)}))
+		must(f.SetCellFormula("商品", fmt.Sprintf("D%d", i), fmt.Sprintf("B%d*2", i)))
+		must(f.SetCellValue("商品", fmt.Sprintf("D%d", i), (float64(i)+0.5)*2))
+		must(f.SetCellStyle("商品", fmt.Sprintf("B%d", i), fmt.Sprintf("B%d", i), price))
+		must(f.SetCellStyle("商品", fmt.Sprintf("C%d", i), fmt.Sprintf("C%d", i), date))
+	}
+	_, err = f.NewSheet("prompt")
+	must(err)
+	must(f.SetCellValue("prompt", "A1", "为{{名称}}写一句文案"))
+	_, err = f.NewSheet("备注")
+	must(err)
+	must(f.SetCellValue("备注", "A1", "内部使用"))
+	path := filepath.Join(e.dir, name)
+	must(f.SaveAs(path))
+	return path
+}
+
+func TestExportReturnsTheUserWorkbook(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{Concurrency: 4})
+	path := e.writeWorkbook("商品.xlsx", 5)
+	spec := store.TaskSpec{Provider: "sim", Model: "sim-1", BatchSize: 2} // the prompt sheet's template
+	id := pipeline.DeriveTaskID("own", spec)
+	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "商品.xlsx", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	done := e.runToCompletion(ctx, id)
+	if done.State != store.TaskSucceeded {
+		t.Fatalf("state = %s", done.State)
+	}
+	got, err := excelize.OpenReader(bytes.NewReader(resultBytes(t, e, done)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	want, err := excelize.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer want.Close()
+
+	if s := got.GetSheetList(); !slices.Equal(s, []string{"商品", "prompt", "备注"}) {
+		t.Errorf("sheets = %v, want the input's three", s)
+	}
+	if v, _ := got.GetCellValue("prompt", "A1"); v != "为{{名称}}写一句文案" {
+		t.Errorf("prompt!A1 = %q", v)
+	}
+	for _, ref := range []string{"B2", "C2", "D2", "D6"} {
+		for _, read := range []func(*excelize.File) (string, error){
+			func(f *excelize.File) (string, error) { return f.GetCellValue("商品", ref) },
+			func(f *excelize.File) (string, error) { return f.GetCellFormula("商品", ref) },
+			func(f *excelize.File) (string, error) { s, err := f.GetCellStyle("商品", ref); return fmt.Sprint(s), err },
+		} {
+			a, _ := read(want)
+			b, _ := read(got)
+			if a != b {
+				t.Errorf("商品!%s: %q became %q", ref, a, b)
+			}
+		}
+	}
+	rows, err := got.GetRows("商品")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := rows[0]; len(h) != 4+len(pipeline.ResultColumns) || h[4] != "output" || h[5] != "status" {
+		t.Fatalf("header = %q", h)
+	}
+	for i, r := range rows[1:] {
+		if !strings.Contains(r[4], r[0]) || r[5] != "succeeded" {
+			t.Errorf("row %d: output %q status %q, want the answer to %q", i+2, r[4], r[5], r[0])
+		}
+	}
+	if typ, _ := got.GetCellType("商品", "J2"); typ != excelize.CellTypeUnset { // attempts: a number
+		t.Errorf("attempts cell type = %v, want a number", typ)
+	}
+}
+
+// TestExportWithoutTheKeptInput: a task whose input copy is gone (split before inputs were kept) still exports, as
+// a new workbook of the input sheet's values.
+func TestExportWithoutTheKeptInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{Concurrency: 4})
+	path := e.writeWorkbook("old.xlsx", 3)
+	spec := store.TaskSpec{Provider: "sim", Model: "sim-1", BatchSize: 10}
+	id := pipeline.DeriveTaskID("old", spec)
+	if _, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: path, Source: "old.xlsx", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.blobs.Delete(ctx, pipeline.InputKey(id)); err != nil {
+		t.Fatal(err)
+	}
+	done := e.runToCompletion(ctx, id)
+	got, err := excelize.OpenReader(bytes.NewReader(resultBytes(t, e, done)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if s := got.GetSheetList(); !slices.Equal(s, []string{"商品"}) {
+		t.Errorf("sheets = %v, want the one input sheet", s)
+	}
+	if v, _ := got.GetCellValue("商品", "E2"); !strings.Contains(v, "积木2") {
+		t.Errorf("E2 = %q, want the answer to 积木2", v)
+	}
+}
