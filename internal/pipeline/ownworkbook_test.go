@@ -88,7 +88,10 @@ func TestExportReturnsTheUserWorkbook(t *testing.T) {
 		for _, read := range []func(*excelize.File) (string, error){
 			func(f *excelize.File) (string, error) { return f.GetCellValue("商品", ref) },
 			func(f *excelize.File) (string, error) { return f.GetCellFormula("商品", ref) },
-			func(f *excelize.File) (string, error) { s, err := f.GetCellStyle("商品", ref); return fmt.Sprint(s), err },
+			func(f *excelize.File) (string, error) {
+				s, err := f.GetCellStyle("商品", ref)
+				return fmt.Sprint(s), err
+			},
 		} {
 			a, _ := read(want)
 			b, _ := read(got)
