@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -143,5 +144,41 @@ func TestExportWithoutTheKeptInput(t *testing.T) {
 	}
 	if v, _ := got.GetCellValue("商品", "E2"); !strings.Contains(v, "积木2") {
 		t.Errorf("E2 = %q, want the answer to 积木2", v)
+	}
+}
+
+// TestSplitRefusesASheetTheResultCannotWiden: a workbook whose header already reaches so far right that the result
+// columns would pass Excel's last column is refused before any model call, naming the numbers.
+func TestSplitRefusesASheetTheResultCannotWiden(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, pipeline.GeneratorConfig{})
+	f := excelize.NewFile()
+	defer f.Close()
+	sw, err := f.NewStreamWriter("Sheet1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := 16_384 - len(pipeline.ResultColumns) + 1 // one column too many for the result columns
+	header, data := make([]any, cols), make([]any, cols)
+	for i := range header {
+		header[i], data[i] = fmt.Sprintf("c%d", i+1), "x"
+	}
+	if err := sw.SetRow("A1", header); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.SetRow("A2", data); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(e.dir, "wide.xlsx")
+	if err := f.SaveAs(path); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pipeline.Validate(pipeline.SplitParams{TaskID: "wide", Path: path, Source: "wide.xlsx", Spec: store.TaskSpec{Prompt: "{{c1}}"}})
+	var rejected *pipeline.RejectedError
+	if !errors.As(err, &rejected) || !strings.Contains(err.Error(), `sheet "Sheet1" has 16375 columns and the result adds 10`) || !strings.Contains(err.Error(), "XFD") {
+		t.Fatalf("Validate = %v, want a rejection naming the columns", err)
 	}
 }
