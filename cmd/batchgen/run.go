@@ -335,6 +335,11 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		return fmt.Errorf("read %s: %w", o.in, err)
 	}
 	params.Validated = &validated
+	if !o.quiet {
+		for _, note := range validated.Notes {
+			fmt.Fprintf(j.stderr, "batchgen: note: %s: %s\n", filepath.Base(o.in), note)
+		}
+	}
 
 	j.data, err = embedded.Open(o.dataDir, o.in, j.cacheTTL)
 	if err != nil {

@@ -182,3 +182,44 @@ func TestSplitRefusesASheetTheResultCannotWiden(t *testing.T) {
 		t.Fatalf("Validate = %v, want a rejection naming the columns", err)
 	}
 }
+
+// TestValidateJudgesFormulasWithoutResults: a generated workbook's formulas without a saved result are computed
+// and said in a note, and one the prompt needs but batchgen cannot compute refuses the input, naming the column.
+func TestValidateJudgesFormulasWithoutResults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, pipeline.GeneratorConfig{})
+	f := excelize.NewFile()
+	defer f.Close()
+	for ref, v := range map[string]string{"A1": "名称", "B1": "单价", "C1": "含税价", "D1": "备注"} {
+		if err := f.SetCellStr("Sheet1", ref, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r := 2; r <= 4; r++ {
+		_ = f.SetCellStr("Sheet1", fmt.Sprintf("A%d", r), fmt.Sprintf("积木%d", r))
+		_ = f.SetCellInt("Sheet1", fmt.Sprintf("B%d", r), int64(r*10))
+		// excelize saves formulas without a result, as openpyxl does.
+		_ = f.SetCellFormula("Sheet1", fmt.Sprintf("C%d", r), fmt.Sprintf("B%d*1.13", r))
+		_ = f.SetCellFormula("Sheet1", fmt.Sprintf("D%d", r), fmt.Sprintf("NOSUCHFUNCTION(A%d)", r))
+	}
+	path := filepath.Join(e.dir, "generated.xlsx")
+	if err := f.SaveAs(path); err != nil {
+		t.Fatal(err)
+	}
+	v, err := pipeline.Validate(pipeline.SplitParams{TaskID: "g", Path: path, Source: "generated.xlsx", Spec: store.TaskSpec{Prompt: "{{名称}} {{含税价}}"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`column "含税价" (C): 3 formulas with no saved result were computed by batchgen`,
+		`column "备注" (D): 3 formulas with no saved result read as blank (batchgen cannot compute them; the prompt does not use the column)`,
+	}
+	if !slices.Equal(v.Notes, want) {
+		t.Errorf("notes = %q, want %q", v.Notes, want)
+	}
+	_, err = pipeline.Validate(pipeline.SplitParams{TaskID: "g", Path: path, Source: "generated.xlsx", Spec: store.TaskSpec{Prompt: "{{名称}} {{备注}}"}})
+	var rejected *pipeline.RejectedError
+	if !errors.As(err, &rejected) || !strings.Contains(err.Error(), `column "备注" (D) has 3 formulas with no saved result, first in row 2, that batchgen cannot compute`) {
+		t.Errorf("Validate with {{备注}} = %v, want a rejection naming column D", err)
+	}
+}

@@ -100,6 +100,9 @@ type Validated struct {
 	// Spec is the request's spec completed with defaults and, when the
 	// request had no prompt, the workbook's prompt sheet.
 	Spec store.TaskSpec
+	// Notes are what a person should hear about the input before any model
+	// call, though it is accepted (formulas batchgen computed).
+	Notes []string
 }
 
 // Validate reads the whole input once and checks everything Split would
@@ -127,8 +130,13 @@ func Validate(p SplitParams) (Validated, error) {
 	if err != nil {
 		return Validated{}, &RejectedError{Err: err}
 	}
-	if _, err := tpl.Bind(summary.Header); err != nil {
+	bound, err := tpl.Bind(summary.Header)
+	if err != nil {
 		return Validated{}, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
+	}
+	notes, err := uncachedFormulas(p.Source, summary, bound)
+	if err != nil {
+		return Validated{}, err
 	}
 	if n := len(summary.Header) + len(ResultColumns); summary.Sheet != "" && n > sheet.DefaultMaxColumns {
 		return Validated{}, &RejectedError{Err: fmt.Errorf("%s: sheet %q has %d columns and the result adds %d beside them, past Excel's last column %s; move the data to a narrower sheet",
@@ -140,7 +148,33 @@ func Validate(p SplitParams) (Validated, error) {
 	if spec.BatchSize > maxBatchSize {
 		spec.BatchSize = maxBatchSize
 	}
-	return Validated{Summary: summary, Spec: spec}, nil
+	return Validated{Summary: summary, Spec: spec, Notes: notes}, nil
+}
+
+// uncachedFormulas judges the formulas the input holds no result for (a
+// workbook a program wrote and no spreadsheet saved): one a placeholder
+// needs and the reader could not compute would send a blank in its place,
+// so the input is refused, naming the column; the others are said in notes.
+func uncachedFormulas(source string, summary sheet.Summary, bound *prompt.Bound) ([]string, error) {
+	var notes []string
+	for _, c := range summary.Uncached {
+		name := sheet.ColumnName(c.Column)
+		if c.Column <= len(summary.Header) {
+			name = fmt.Sprintf("%q (%s)", summary.Header[c.Column-1], name)
+		}
+		used := c.Column <= len(summary.Header) && bound.Uses(c.Column-1)
+		if c.NotComputed > 0 && used {
+			return nil, &RejectedError{Err: fmt.Errorf("%s: sheet %q column %s has %d formulas with no saved result, first in row %d, that batchgen cannot compute, and the prompt uses the column: "+
+				"the file was written by a program and never saved by a spreadsheet; open and save it in Excel or LibreOffice, or paste the values", source, summary.Sheet, name, c.NotComputed, c.FirstNotComputed)}
+		}
+		switch {
+		case c.NotComputed > 0:
+			notes = append(notes, fmt.Sprintf("column %s: %d formulas with no saved result read as blank (batchgen cannot compute them; the prompt does not use the column)", name, c.NotComputed))
+		case c.Computed > 0:
+			notes = append(notes, fmt.Sprintf("column %s: %d formulas with no saved result were computed by batchgen", name, c.Computed))
+		}
+	}
+	return notes, nil
 }
 
 // Split validates the input completely, then creates the task and writes
@@ -165,6 +199,9 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		v = &checked
 	}
 	summary, spec := v.Summary, v.Spec
+	for _, note := range v.Notes {
+		s.cfg.Logger.InfoContext(ctx, "input note", logging.TaskID, p.TaskID, "source", p.Source, "note", note)
+	}
 
 	if err := s.keepInput(ctx, p, summary); err != nil {
 		return store.Task{}, err

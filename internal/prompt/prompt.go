@@ -171,6 +171,17 @@ func (t *Template) Bind(header []string) (*Bound, error) {
 	return b, nil
 }
 
+// Uses reports whether a placeholder of the template names the header
+// column at index col (0-based).
+func (b *Bound) Uses(col int) bool {
+	for i, p := range b.parts {
+		if p.isVar && b.columns[i] == col {
+			return true
+		}
+	}
+	return false
+}
+
 // Render fills the placeholders with the row's values (one per header
 // column; missing values render as empty).
 func (b *Bound) Render(values []string) string {

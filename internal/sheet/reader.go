@@ -5,8 +5,9 @@
 // column and limit, because those messages go straight back to the person who uploaded the file.
 //
 // Unusual input reads as follows (testdata/odd pins each case down, testdata/bad each rejection):
-//   - A formula gives its cached value; nothing is evaluated or fetched, references to other workbooks ([1]Sheet1!A1)
-//     included. A formula without a cached value reads as "".
+//   - A formula gives its cached value; nothing is fetched, references to other workbooks ([1]Sheet1!A1) included. A
+//     formula without a cached value (a workbook a program wrote) is computed with excelize's calculator when it
+//     can be, and reads as "" when not; Summary.Uncached counts both by column.
 //   - A merged region has its value in the top-left cell only; its other cells read as "". That is what the file
 //     stores, and copying the value would invent data the sheet shows once. A header merged across columns
 //     therefore leaves blank header cells, which are rejected.
@@ -35,6 +36,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -128,6 +130,25 @@ type Summary struct {
 	Prompt string
 	// HasPrompt reports whether the workbook has a non-blank prompt sheet cell A1.
 	HasPrompt bool
+	// Uncached counts, by column, the data rows' formulas the file holds no result for (it was written by a
+	// program and never saved by a spreadsheet, which would have stored one), computed or not.
+	Uncached []UncachedColumn
+}
+
+// FormulaCell is a formula cell the file holds no cached result for.
+type FormulaCell struct {
+	Row, Column int // sheet row, 1-based column
+	// Computed is true when the reader computed its value (excelize's calculator); otherwise it reads as "".
+	Computed bool
+}
+
+// UncachedColumn counts the formulas without a cached result of one column's data rows.
+type UncachedColumn struct {
+	Column int // 1-based
+	// Computed and NotComputed count the cells the reader computed and could not compute; FirstNotComputed is the
+	// sheet row of the first of the latter.
+	Computed, NotComputed int
+	FirstNotComputed      int
 }
 
 // rowSource yields the physical rows of one sheet or CSV file. Row numbers strictly increase; rows it skips are
@@ -148,6 +169,7 @@ type Reader struct {
 	prompt    string
 	hasPrompt bool
 	encoding  string // CSV/TSV text encoding; "" for xlsx
+	formulas  []FormulaCell
 
 	lastRow   int     // sheet row of the last non-blank row read from src (header or data)
 	blankNext int     // next blank row to return before held, when blankNext < held.SheetRow
@@ -462,6 +484,31 @@ func (r *Reader) Close() error {
 	return nil
 }
 
+// uncached summarises the data rows' formulas without a cached result by column, in column order.
+func (r *Reader) uncached() []UncachedColumn {
+	by := map[int]int{} // column -> index in out
+	var out []UncachedColumn
+	for _, f := range r.formulas {
+		if f.Row <= r.headerRow {
+			continue
+		}
+		i, ok := by[f.Column]
+		if !ok {
+			i = len(out)
+			by[f.Column] = i
+			out = append(out, UncachedColumn{Column: f.Column})
+		}
+		c := &out[i]
+		if f.Computed {
+			c.Computed++
+		} else if c.NotComputed++; c.FirstNotComputed == 0 || f.Row < c.FirstNotComputed {
+			c.FirstNotComputed = f.Row
+		}
+	}
+	slices.SortFunc(out, func(a, b UncachedColumn) int { return a.Column - b.Column })
+	return out
+}
+
 // Validate reads the whole input once (streaming) and returns its summary or the first *InputError, so that a bad
 // file is rejected before anything is written.
 func Validate(path string, opts Options) (Summary, error) {
@@ -469,7 +516,7 @@ func Validate(path string, opts Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	sum := Summary{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding()}
+	sum := Summary{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding(), Uncached: r.uncached()}
 	sum.Prompt, sum.HasPrompt = r.Prompt()
 	for {
 		_, err := r.Next()

@@ -3,6 +3,7 @@ package sheet
 import (
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -333,5 +334,38 @@ func TestFormatBytes(t *testing.T) {
 		if got := formatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestFormulasWithoutCachedResults: a workbook a program wrote (openpyxl, a report generator) holds formulas but no
+// results for them. The reader computes what excelize's calculator can and says, by column, what it computed and
+// what it could not; a cell it could not compute reads as "".
+func TestFormulasWithoutCachedResults(t *testing.T) {
+	t.Parallel()
+	rows := `<row r="1"><c r="A1" t="inlineStr"><is><t>数量</t></is></c><c r="B1" t="inlineStr"><is><t>两倍</t></is></c>` +
+		`<c r="C1" t="inlineStr"><is><t>未知</t></is></c><c r="D1" t="inlineStr"><is><t>合计</t></is></c></row>` +
+		`<row r="2"><c r="A2"><v>2</v></c><c r="B2"><f>A2*2</f></c><c r="C2"><f>NOSUCHFUNCTION(A2)</f></c><c r="D2"><f>SUM(A2:B2)</f></c></row>` +
+		`<row r="3"><c r="A3"><v>5</v></c><c r="B3"><f>A3*2</f></c><c r="C3"><f>NOSUCHFUNCTION(A3)</f></c></row>`
+	path := filepath.Join(t.TempDir(), "generated.xlsx")
+	if err := os.WriteFile(path, buildXLSX(t, testSheet{name: "Sheet1", rows: rows}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Validate(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []UncachedColumn{{Column: 2, Computed: 2}, {Column: 3, NotComputed: 2, FirstNotComputed: 2}, {Column: 4, Computed: 1}}
+	if diff := cmp.Diff(want, sum.Uncached); diff != "" {
+		t.Errorf("Uncached (-want +got):\n%s", diff)
+	}
+	r, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := readAll(t, r)
+	wantRows := []Record{rec(2, "2", "4", "", "6"), rec(3, "5", "10", "", "")}
+	if diff := cmp.Diff(wantRows, got); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
 	}
 }

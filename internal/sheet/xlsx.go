@@ -80,7 +80,7 @@ func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error
 	}
 	parts := sheetParts(zr)
 	nf := newNumFormatter(xf)
-	escapes, err := checkXMLParts(zr, parts, nf, xf.CharsetReader)
+	escapes, uncached, err := checkXMLParts(zr, parts, nf, xf.CharsetReader)
 	nf.close()
 	if err != nil {
 		_ = xf.Close()
@@ -92,7 +92,39 @@ func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error
 		_ = xf.Close()
 		return nil, err
 	}
+	r.computeFormulas(xf, src, uncached[strings.ToLower(parts[r.sheet])])
 	return src, nil
+}
+
+// maxComputedFormulas bounds how many formulas without a cached result are computed: excelize's calculator is
+// made for a cell, not a column of a hundred thousand, and the rest are reported as not computed.
+const maxComputedFormulas = 20_000
+
+// computeFormulas computes the formulas of the sheet that have no cached result with excelize's calculator
+// (arithmetic, references, SUM and the other common functions), so they read as Excel would show them once it
+// recalculated, instead of as blanks. Each is recorded with whether it could be computed, for Summary.
+func (r *Reader) computeFormulas(xf *excelize.File, src *xlsxSource, cells []cellPos) {
+	for i, c := range cells {
+		f := FormulaCell{Row: c.row, Column: c.col}
+		if i < maxComputedFormulas {
+			ref, err := excelize.CoordinatesToCellName(c.col, c.row)
+			if err == nil {
+				var v string
+				v, err = xf.CalcCellValue(r.sheet, ref)
+				if err == nil && !strings.HasPrefix(v, "#") {
+					f.Computed = true
+					if src.escapes == nil {
+						src.escapes = cellEscapes{}
+					}
+					if src.escapes[c.row] == nil {
+						src.escapes[c.row] = map[int]string{}
+					}
+					src.escapes[c.row][c.col] = v
+				}
+			}
+		}
+		r.formulas = append(r.formulas, f)
+	}
 }
 
 // shortDatePattern is how the locale-dependent built-in date formats (14 "short date", and 22 "short date and
@@ -171,7 +203,7 @@ func verifyEntries(zr *zip.Reader) error {
 // formulas (t="str") that hold _xHHHH_ escapes (excelize decodes the escapes in shared and inline strings but
 // returns formula results as stored), and numbers whose format excelize renders wrongly (see numFormatter). The
 // result is keyed by the part's lower-case name.
-func checkXMLParts(zr *zip.Reader, sheets map[string]string, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error)) (map[string]cellEscapes, error) {
+func checkXMLParts(zr *zip.Reader, sheets map[string]string, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error)) (map[string]cellEscapes, map[string][]cellPos, error) {
 	files := make(map[string]*zip.File, len(zr.File))
 	for _, zf := range zr.File {
 		files[strings.ToLower(zf.Name)] = zf
@@ -191,32 +223,39 @@ func checkXMLParts(zr *zip.Reader, sheets map[string]string, nf *numFormatter, c
 	for _, sheet := range names {
 		part := strings.ToLower(sheets[sheet])
 		if files[part] == nil {
-			return nil, fmt.Errorf("sheet %q: its part %s is missing from the file", sheet, sheets[sheet])
+			return nil, nil, fmt.Errorf("sheet %q: its part %s is missing from the file", sheet, sheets[sheet])
 		}
 		check[part] = true
 	}
-	escapes := map[string]cellEscapes{}
+	escapes, uncached := map[string]cellEscapes{}, map[string][]cellPos{}
 	for _, zf := range zr.File {
 		name := strings.ToLower(zf.Name)
 		if !check[name] && name != "xl/sharedstrings.xml" {
 			continue
 		}
-		esc, err := checkXMLPart(zf, check[name], nf, charsetReader)
+		esc, formulas, err := checkXMLPart(zf, check[name], nf, charsetReader)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", zf.Name, err)
+			return nil, nil, fmt.Errorf("%s: %w", zf.Name, err)
 		}
 		if len(esc) > 0 {
 			escapes[name] = esc
 		}
+		if len(formulas) > 0 {
+			uncached[name] = formulas
+		}
 	}
-	return escapes, nil
+	return escapes, uncached, nil
 }
 
-// checkXMLPart reads every token of one part; for a worksheet it also collects the escaped formula results.
-func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error)) (cellEscapes, error) {
+// cellPos is a cell's sheet row and 1-based column.
+type cellPos struct{ row, col int }
+
+// checkXMLPart reads every token of one part; for a worksheet it also collects the escaped formula results and the
+// formula cells that have no cached result (a workbook a program wrote and no spreadsheet ever saved).
+func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error)) (cellEscapes, []cellPos, error) {
 	rc, err := zf.Open()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rc.Close()
 	d := xml.NewDecoder(bufio.NewReaderSize(rc, 64<<10))
@@ -227,6 +266,8 @@ func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader 
 		rowNo, colNo int
 		inStr, inV   bool
 		inNum        bool // a number cell whose style has a format fix
+		hasF, hasV   bool // the cell has a formula, a cached value
+		uncached     []cellPos
 		style        int
 		v            strings.Builder
 	)
@@ -243,12 +284,12 @@ func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader 
 		tok, err := d.Token()
 		if errors.Is(err, io.EOF) {
 			if !root {
-				return nil, errors.New("the part has no XML root element (it is empty or cut short)")
+				return nil, nil, errors.New("the part has no XML root element (it is empty or cut short)")
 			}
-			return esc, nil
+			return esc, uncached, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !worksheet {
 			if _, ok := tok.(xml.StartElement); ok {
@@ -276,8 +317,12 @@ func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader 
 				inStr = typ == "str"
 				style, _ = strconv.Atoi(attr(t, "s"))
 				inNum = (typ == "" || typ == "n") && nf != nil && nf.fixes[style] != nil
+				hasF, hasV = false, false
+			case "f":
+				hasF = true
 			case "v":
 				inV = inStr || inNum
+				hasV = true
 				v.Reset()
 			}
 		case xml.CharData:
@@ -298,6 +343,9 @@ func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader 
 				}
 				inV = false
 			case "c":
+				if hasF && !hasV {
+					uncached = append(uncached, cellPos{rowNo, colNo})
+				}
 				inStr, inNum, inV = false, false, false
 			}
 		}
@@ -422,7 +470,7 @@ func mimetypeOf(zr *zip.Reader) string {
 }
 
 // pickSheet chooses the sheet to read, reads the prompt sheet's A1 and starts the row iterator.
-func (r *Reader) pickSheet(xf *excelize.File, want string, escapes func(sheet string) cellEscapes) (rowSource, error) {
+func (r *Reader) pickSheet(xf *excelize.File, want string, escapes func(sheet string) cellEscapes) (*xlsxSource, error) {
 	list := xf.GetSheetList()
 	var sheet string
 	if want != "" {
@@ -501,7 +549,7 @@ func (r *Reader) readPrompt(xf *excelize.File, name string, escapes cellEscapes)
 	if err != nil {
 		return fail(fmt.Sprintf("the prompt sheet is damaged and cannot be read (%v)", err))
 	}
-	escapes.apply(1, cells)
+	escapes.apply(1, &cells)
 	if len(cells) == 0 {
 		return nil
 	}
@@ -534,15 +582,19 @@ func (s *xlsxSource) next() (int, []string, error) {
 	if err != nil {
 		return 0, nil, &InputError{Row: s.row, Reason: fmt.Sprintf("the row is damaged and cannot be read (%v)", err)}
 	}
-	s.escapes.apply(s.row, cells)
+	s.escapes.apply(s.row, &cells)
 	return s.row, cells, nil
 }
 
-// apply puts the decoded values of row's escaped cells into cells.
-func (e cellEscapes) apply(row int, cells []string) {
+// apply puts the decoded values of row's escaped cells into cells, growing it for a computed value past its end
+// (excelize leaves out the empty cells at a row's end, an uncached formula among them).
+func (e cellEscapes) apply(row int, cells *[]string) {
 	for col, v := range e[row] {
-		if col >= 1 && col <= len(cells) {
-			cells[col-1] = v
+		if col >= 1 && col > len(*cells) && v != "" && col <= DefaultMaxColumns {
+			*cells = append(*cells, make([]string, col-len(*cells))...)
+		}
+		if col >= 1 && col <= len(*cells) {
+			(*cells)[col-1] = v
 		}
 	}
 }
