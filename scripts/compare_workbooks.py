@@ -3,7 +3,8 @@
 
     compare_workbooks.py PAIRS.json
 
-PAIRS.json lists {"name", "input", "result", "sheet", "added": [header names]}. For each pair, every sheet of the
+PAIRS.json lists {"name", "input", "result", "sheet", "header_row", "added": [header names], "overflow": [{"row",
+"column", "text"}] (optional: answers the result holds in its batchgen_overflow sheet)}. For each pair, every sheet of the
 input must be in the result, in the same order, and every cell of every input sheet must have the same value, data
 type and number format in the result; merged ranges, data validations, frozen panes and the widths of the input's
 columns must be the same too. On the input sheet, the header row must end with the added names. Prints one line
@@ -33,8 +34,16 @@ def plain(v):
 def compare(pair):
     problems = []
     a, b = load(pair["input"]), load(pair["result"])
-    if a.sheetnames != b.sheetnames:
-        return [f"sheets {a.sheetnames} became {b.sheetnames}"]
+    overflow = pair.get("overflow") or []
+    want_sheets = a.sheetnames + (["batchgen_overflow"] if overflow else [])
+    if b.sheetnames != want_sheets:
+        return [f"sheets {a.sheetnames} became {b.sheetnames}, want {want_sheets}"]
+    for o in overflow:
+        # An answer too long for a cell is whole in the overflow sheet, in parts.
+        parts = [r for r in b["batchgen_overflow"].iter_rows(min_row=2, values_only=True) if r[0] == o["row"] and r[1] == o["column"]]
+        text = "".join(r[3] for r in parts)
+        if text != o["text"]:
+            problems.append(f"overflow of row {o['row']} {o['column']}: {len(text)} characters, want {len(o['text'])}")
     sheet = b[pair["sheet"]]
     header = [c.value for c in sheet[pair["header_row"]]]
     while header and header[-1] is None:

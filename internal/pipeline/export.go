@@ -46,7 +46,8 @@ type ExporterConfig struct {
 	// Metrics receives the use case's metrics. Defaults to recording
 	// nothing.
 	Metrics metrics.Recorder
-	// TempDir holds the copy of the input workbook an export reads.
+	// TempDir holds the copy of the input workbook an export reads, and
+	// the answers too long for a cell on their way to the overflow sheet.
 	// Defaults to os.TempDir.
 	TempDir string
 }
@@ -184,6 +185,7 @@ func (e *Exporter) writeOwnWorkbook(ctx context.Context, task store.Task, w io.W
 		// or not.
 		HeaderRow: first.SheetRow - 1,
 		Header:    resultColumnNames(task.Header),
+		TempDir:   e.cfg.TempDir,
 		Rows: func() (sheet.AddedRow, error) {
 			r, err := rows.next(ctx)
 			if err != nil {

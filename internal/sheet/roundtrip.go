@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,9 @@ type AddColumnsParams struct {
 	// Rows returns the added cells of the next data row, in strictly increasing SheetRow order, and io.EOF after
 	// the last. Rows below HeaderRow only; a row with no cells in the sheet (a blank row) gets one.
 	Rows func() (AddedRow, error)
+	// TempDir holds the answers too long for a cell until they are written to OverflowSheet. Defaults to
+	// os.TempDir.
+	TempDir string
 }
 
 // AddedRow holds the cells one sheet row gets in the added columns, left to right.
@@ -88,24 +92,92 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 		return err
 	}
 
+	names := sheetParts(zr)
+	rw.overflow = &overflow{tempDir: p.TempDir, sheet: freeName(OverflowSheet, func(n string) bool {
+		for sheet := range names {
+			if strings.EqualFold(sheet, n) {
+				return true
+			}
+		}
+		return false
+	})}
+	defer rw.overflow.close()
+
+	// The three parts that declare the sheets go last: they change only when an answer overflowed, which is
+	// known once the input sheet is written.
+	pkg := findPackageParts(zr)
+	var deferred []*zip.File
 	zw := zip.NewWriter(out)
 	for _, f := range zr.File {
-		if f != part {
+		switch {
+		case strings.EqualFold(f.Name, pkg.contentTypes), strings.EqualFold(f.Name, pkg.workbook), strings.EqualFold(f.Name, pkg.workbookRels):
+			deferred = append(deferred, f)
+		case f != part:
 			if err := zw.Copy(f); err != nil {
 				return fmt.Errorf("copy %s: %w", f.Name, err)
 			}
-			continue
+		default:
+			w, err := zw.CreateHeader(&zip.FileHeader{Name: f.Name, Method: zip.Deflate, Modified: f.Modified})
+			if err != nil {
+				return fmt.Errorf("write %s: %w", f.Name, err)
+			}
+			if err := rw.rewrite(f, w); err != nil {
+				return fmt.Errorf("sheet %q: %w", p.Sheet, err)
+			}
 		}
+	}
+	if err := rw.finishOverflow(zr, zw, pkg, deferred); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("finish the result workbook: %w", err)
+	}
+	return nil
+}
+
+// finishOverflow writes the overflow sheet, when an answer overflowed, and the package parts that declare it (as
+// they were when none did).
+func (rw *sheetRewrite) finishOverflow(zr *zip.Reader, zw *zip.Writer, pkg packageEdit, deferred []*zip.File) error {
+	if rw.overflow.rows == 0 {
+		for _, f := range deferred {
+			if err := zw.Copy(f); err != nil {
+				return fmt.Errorf("copy %s: %w", f.Name, err)
+			}
+		}
+		return nil
+	}
+	if err := rw.overflow.w.Flush(); err != nil {
+		return fmt.Errorf("overflow sheet: %w", err)
+	}
+	taken := map[string]bool{}
+	for _, f := range zr.File {
+		taken[strings.ToLower(f.Name)] = true
+	}
+	base := strings.TrimPrefix(path.Dir(pkg.workbook)+"/worksheets/"+strings.ToLower(rw.overflow.sheet), "./")
+	partName := freeName(base, func(n string) bool { return taken[strings.ToLower(n)+".xml"] }) + ".xml"
+	edited, err := declareSheet(zr, pkg, rw.overflow.sheet, partName)
+	if err != nil {
+		return fmt.Errorf("add sheet %s: %w", rw.overflow.sheet, err)
+	}
+	if err := rw.overflow.writePart(zw, partName); err != nil {
+		return err
+	}
+	for _, f := range deferred {
 		w, err := zw.CreateHeader(&zip.FileHeader{Name: f.Name, Method: zip.Deflate, Modified: f.Modified})
 		if err != nil {
 			return fmt.Errorf("write %s: %w", f.Name, err)
 		}
-		if err := rw.rewrite(f, w); err != nil {
-			return fmt.Errorf("sheet %q: %w", p.Sheet, err)
+		b := edited[f.Name]
+		if b == nil {
+			for name, e := range edited {
+				if strings.EqualFold(name, f.Name) {
+					b = e
+				}
+			}
 		}
-	}
-	if err := zw.Close(); err != nil {
-		return fmt.Errorf("finish the result workbook: %w", err)
+		if _, err := w.Write(b); err != nil {
+			return fmt.Errorf("write %s: %w", f.Name, err)
+		}
 	}
 	return nil
 }
@@ -213,6 +285,8 @@ type sheetRewrite struct {
 	headerDone  bool
 	colsDone    bool
 	w           *bufio.Writer
+	overflow    *overflow
+	err         error // the first failure to spool an overflowing answer
 }
 
 // widthSample is how many rows the added columns' widths are measured on, as for a new workbook.
@@ -405,6 +479,9 @@ func (rw *sheetRewrite) rewrite(f *zip.File, out io.Writer) error {
 		}
 		rw.w.Write(raw)
 	}
+	if rw.err != nil {
+		return rw.err
+	}
 	if !rw.headerDone {
 		return fmt.Errorf("the header row %d is not in the sheet", rw.p.HeaderRow)
 	}
@@ -449,10 +526,25 @@ func (rw *sheetRewrite) writeCells(row int, r *AddedRow) {
 }
 
 func (rw *sheetRewrite) writeCell(row, col int, v Value, style string) {
+	if v.kind == textValue {
+		text := cleanText(v.text)
+		if _, fits := truncateCell(text); !fits {
+			var err error
+			if text, err = rw.overflow.add(row, rw.p.Header[col-rw.first], text); err != nil && rw.err == nil {
+				rw.err = err
+			}
+		}
+		v.text = text
+	}
+	writeCellXML(rw.w, rw.prefix, row, col, v, style)
+}
+
+// writeCellXML writes one cell element: text as an inline string (never a formula), numbers and booleans as such.
+// Text must be clean (cleanText) and fit a cell.
+func writeCellXML(w *bufio.Writer, x string, row, col int, v Value, style string) {
 	if v.IsEmpty() {
 		return
 	}
-	w, x := rw.w, rw.prefix
 	fmt.Fprintf(w, `<%sc r="%s%d"`, x, ColumnName(col), row)
 	if style != "" {
 		fmt.Fprintf(w, ` s="%s"`, style)
@@ -463,7 +555,7 @@ func (rw *sheetRewrite) writeCell(row, col int, v Value, style string) {
 	case boolValue:
 		fmt.Fprintf(w, ` t="b"><%sv>%d</%sv></%sc>`, x, int(v.num), x, x)
 	default:
-		text, _ := truncateCell(cleanText(v.text))
+		text := v.text
 		space := ""
 		if text != strings.TrimSpace(text) || strings.ContainsAny(text, "\n\r\t") {
 			space = ` xml:space="preserve"`

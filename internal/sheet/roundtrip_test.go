@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf16"
 
 	"github.com/xuri/excelize/v2"
 )
@@ -372,5 +374,80 @@ func TestAddColumnsOnTheCorpus(t *testing.T) {
 				t.Errorf("result header = %q", h)
 			}
 		})
+	}
+}
+
+// longAnswer is an answer longer than a cell holds, with characters of one, two and (an emoji) four bytes, two
+// UTF-16 units, so that every cut is checked at a character boundary.
+func longAnswer(n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "第%d段 answer 😀 ", i)
+	}
+	return b.String()
+}
+
+// overflowText joins the parts of sheet row's answer in column from the overflow sheet.
+func overflowText(t *testing.T, f *excelize.File, sheetRow int, column string) string {
+	t.Helper()
+	rows, err := f.GetRows(OverflowSheet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) == 0 || !slices.Equal(rows[0], []string{"row", "column", "part", "text"}) {
+		t.Fatalf("overflow header = %q", rows[:min(len(rows), 1)])
+	}
+	var b strings.Builder
+	part := 0
+	for _, r := range rows[1:] {
+		if r[0] == fmt.Sprint(sheetRow) && r[1] == column {
+			part++
+			if r[2] != fmt.Sprint(part) {
+				t.Errorf("part %s, want %d", r[2], part)
+			}
+			b.WriteString(r[3])
+		}
+	}
+	return b.String()
+}
+
+func TestAddColumnsOverflow(t *testing.T) {
+	in := richWorkbook(t)
+	long := longAnswer(150_000) // 110,580 UTF-16 units: four overflow rows
+	out, err := addColumns(t, in, AddColumnsParams{
+		Sheet: "商品", HeaderRow: 1, Header: []string{"output", "status"}, TempDir: t.TempDir(),
+		Rows: rowsOf([]AddedRow{
+			{SheetRow: 2, Values: []Value{Text("short"), Text("succeeded")}},
+			{SheetRow: 3, Values: []Value{Text(long), Text("succeeded")}},
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := openBook(t, out)
+	if got := f.GetSheetList(); !slices.Equal(got, []string{"商品", "prompt", "汇总", OverflowSheet}) {
+		t.Fatalf("sheets = %q, want the input's and %s", got, OverflowSheet)
+	}
+	if got := overflowText(t, f, 3, "output"); got != long {
+		t.Errorf("the overflow sheet holds %d bytes of the answer, want all %d", len(got), len(long))
+	}
+	cell, _ := f.GetCellValue("商品", "F3")
+	if n := len(utf16.Encode([]rune(cell))); n > MaxCellChars || !strings.HasPrefix(long, strings.SplitN(cell, " … [", 2)[0]) ||
+		!strings.Contains(cell, "the whole answer is in sheet batchgen_overflow, rows 2 to 5]") {
+		t.Errorf("F3 (%d units) = …%q, want the answer's beginning and where the rest is", n, cell[max(0, len(cell)-120):])
+	}
+	if v, _ := f.GetCellValue("商品", "F2"); v != "short" {
+		t.Errorf("F2 = %q", v)
+	}
+	// Sent back in (a rerun of the result), the workbook already has the sheet: the next is numbered.
+	again, err := addColumns(t, out, AddColumnsParams{
+		Sheet: "商品", HeaderRow: 1, Header: []string{"output2"}, TempDir: t.TempDir(),
+		Rows: rowsOf([]AddedRow{{SheetRow: 2, Values: []Value{Text(long)}}}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := openBook(t, again).GetSheetList(); !slices.Equal(got, []string{"商品", "prompt", "汇总", OverflowSheet, OverflowSheet + "2"}) {
+		t.Errorf("sheets = %q", got)
 	}
 }

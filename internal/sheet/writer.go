@@ -34,8 +34,8 @@ const (
 //
 // Text is stored as inline strings, never as formulas or numbers: "=SUM(A1)", "+1", "-2" and "@x" read back as
 // exactly that text. Characters XML 1.0 cannot hold (control characters other than tab, newline and carriage
-// return; U+FFFE; U+FFFF) are stripped, invalid UTF-8 becomes U+FFFD, and excelize truncates a value beyond Excel's
-// 32,767-character cell limit. A Writer is not safe for concurrent use.
+// return; U+FFFE; U+FFFF) are stripped, invalid UTF-8 becomes U+FFFD, and a value beyond Excel's 32,767-character
+// cell limit is cut, with a marker that says so and how long it was. A Writer is not safe for concurrent use.
 type Writer struct {
 	f       *excelize.File
 	sw      *excelize.StreamWriter
@@ -108,7 +108,7 @@ func (w *Writer) WriteCells(values []Value) error {
 	clean := make([]Value, len(values))
 	for i, v := range values {
 		if v.kind == textValue {
-			v.text = cleanText(v.text)
+			v.text = fitCell(cleanText(v.text))
 		}
 		clean[i] = v
 	}
@@ -454,4 +454,15 @@ func displayWidth(s string) int {
 		}
 	}
 	return max(widest, cur)
+}
+
+// fitCell cuts text too long for a cell, ending it with a marker that says so.
+func fitCell(text string) string {
+	if _, fits := truncateCell(text); fits {
+		return text
+	}
+	n := len(utf16.Encode([]rune(text)))
+	marker := fmt.Sprintf(" … [cut at Excel's limit of %d characters a cell; the answer had %d]", MaxCellChars, n)
+	head, _ := truncateUnits(text, MaxCellChars-len(marker))
+	return head + marker
 }

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf16"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/xuri/excelize/v2"
@@ -405,5 +406,21 @@ func TestWriterDeclaresItsRangeWhenStreaming(t *testing.T) {
 	}
 	if got, want := dimensionRef(t, buf.Bytes()), fmt.Sprintf("A1:C%d", n+1); got != want {
 		t.Errorf("dimension = %q, want %q", got, want)
+	}
+}
+
+// TestWriterMarksACutAnswer: the new workbook has no overflow sheet, so an answer past the cell limit is cut, and
+// the cell says so.
+func TestWriterMarksACutAnswer(t *testing.T) {
+	long := longAnswer(150_000)
+	data := writeWorkbook(t, "result", []string{"output"}, [][]string{{long}})
+	f := openBook(t, data)
+	v, err := f.GetCellValue("result", "A2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(utf16.Encode([]rune(v))); n > MaxCellChars || !strings.HasSuffix(v, "… [cut at Excel's limit of 32767 characters a cell; the answer had 110580]") ||
+		!strings.HasPrefix(long, strings.TrimSuffix(v, " … [cut at Excel's limit of 32767 characters a cell; the answer had 110580]")) {
+		t.Errorf("A2 (%d units) ends %q", n, v[max(0, len(v)-100):])
 	}
 }

@@ -399,15 +399,7 @@ func sheetParts(zr *zip.Reader) map[string]string {
 		}
 		return false
 	}
-	wbPath := "xl/workbook.xml"
-	var root rels
-	if load("_rels/.rels", &root) {
-		for _, r := range root.Rels {
-			if strings.HasSuffix(r.Type, "/officeDocument") {
-				wbPath = strings.TrimPrefix(r.Target, "/")
-			}
-		}
-	}
+	wbPath := workbookPath(zr)
 	var wb workbook
 	var wbRels rels
 	relsPath := strings.TrimPrefix(path.Dir(wbPath)+"/_rels/"+path.Base(wbPath)+".rels", "./")
@@ -429,6 +421,36 @@ func sheetParts(zr *zip.Reader) map[string]string {
 		}
 	}
 	return out
+}
+
+// workbookPath is the workbook part, found through _rels/.rels as excelize finds it; xl/workbook.xml by default.
+func workbookPath(zr *zip.Reader) string {
+	var root struct {
+		Rels []struct {
+			Type   string `xml:"Type,attr"`
+			Target string `xml:"Target,attr"`
+		} `xml:"Relationship"`
+	}
+	wbPath := "xl/workbook.xml"
+	for _, f := range zr.File {
+		if !strings.EqualFold(f.Name, "_rels/.rels") {
+			continue
+		}
+		rc, err := f.Open()
+		if err != nil {
+			return wbPath
+		}
+		defer rc.Close()
+		if xml.NewDecoder(rc).Decode(&root) != nil {
+			return wbPath
+		}
+		for _, r := range root.Rels {
+			if strings.HasSuffix(r.Type, "/officeDocument") {
+				wbPath = strings.TrimPrefix(r.Target, "/")
+			}
+		}
+	}
+	return wbPath
 }
 
 // zipKindReason names what a zip that is not an xlsx appears to be.
