@@ -146,7 +146,7 @@ func TestRunWritesResultInInputOrder(t *testing.T) {
 	if len(rows) != 151 {
 		t.Fatalf("%d rows, want 151", len(rows))
 	}
-	if got := strings.Join(rows[0], ","); got != "sku,商品名称,output,status,error,error_class,cached,attempts,latency_ms,provider,input_tokens,output_tokens" {
+	if got := strings.Join(rows[0], ","); got != "sku,商品名称,output,status,error,error_class,cached,attempts,latency_ms,provider,input_tokens,output_tokens,rerun,batchgen_key" {
 		t.Errorf("header = %s", got)
 	}
 	for i, row := range rows[1:] {

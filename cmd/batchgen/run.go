@@ -336,6 +336,9 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	}
 	params.Validated = &validated
 	if !o.quiet {
+		if validated.Rerun != nil {
+			fmt.Fprintf(j.stderr, "batchgen: %s is a result sent back in: %s\n", filepath.Base(o.in), validated.Rerun)
+		}
 		for _, note := range validated.Notes {
 			fmt.Fprintf(j.stderr, "batchgen: note: %s: %s\n", filepath.Base(o.in), note)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/metrics"
+	"github.com/batchgen/batchgen/internal/prompt"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -22,8 +23,12 @@ import (
 var ErrNotReady = errors.New("task is not ready for export")
 
 // ResultColumns are the columns the export adds after the input columns.
+//
+// rerun is left empty for the user: anything typed there asks for a new
+// answer when the result is sent back in. batchgen_key (hidden) is the row's
+// RowKey, by which a result sent back in knows the rows it answered.
 var ResultColumns = []string{"output", "status", "error", "error_class", "cached", "attempts", "latency_ms",
-	"provider", "input_tokens", "output_tokens"}
+	"provider", "input_tokens", "output_tokens", "rerun", "batchgen_key"}
 
 // exportPage is how many rows are read from the store at a time; the
 // export's memory is bounded by one page plus the writer's buffer.
@@ -179,21 +184,32 @@ func (e *Exporter) writeOwnWorkbook(ctx context.Context, task store.Task, w io.W
 	if err != nil {
 		return counts, err
 	}
-	err = sheet.AddColumns(input, fi.Size(), w, sheet.AddColumnsParams{
+	keys, err := newRowKeys(task)
+	if err != nil {
+		return counts, err
+	}
+	params := sheet.AddColumnsParams{
 		Sheet: task.Sheet,
 		// The reader takes the first row below the header as row 1, blank
 		// or not.
 		HeaderRow: first.SheetRow - 1,
 		Header:    resultColumnNames(task.Header),
+		Hidden:    hiddenColumns(),
 		TempDir:   e.cfg.TempDir,
 		Rows: func() (sheet.AddedRow, error) {
 			r, err := rows.next(ctx)
 			if err != nil {
 				return sheet.AddedRow{}, err
 			}
-			return sheet.AddedRow{SheetRow: r.SheetRow, Values: resultValues(r)}, nil
+			return sheet.AddedRow{SheetRow: r.SheetRow, Values: resultValues(r, keys.of(r))}, nil
 		},
-	})
+	}
+	if block, ok := resultBlock(task.Header); ok {
+		// A result sent back in: the answers go in its own result columns,
+		// replacing what they held (the reader's header starts in column A).
+		params.Header, params.At = task.Header[block:], block+1
+	}
+	err = sheet.AddColumns(input, fi.Size(), w, params)
 	if errors.Is(err, sheet.ErrMacroWorkbook) {
 		return counts, fmt.Errorf("%w: %w", errNoOwnWorkbook, err)
 	}
@@ -231,7 +247,12 @@ func (e *Exporter) keptInput(ctx context.Context, task store.Task) (*os.File, er
 // writeNewWorkbook writes a workbook of one sheet: the input columns as
 // text, then ResultColumns.
 func (e *Exporter) writeNewWorkbook(ctx context.Context, task store.Task, w io.Writer) (exportCounts, error) {
-	header := append(slices.Clone(task.Header), resultColumnNames(task.Header)...)
+	input := inputColumns(task.Header)
+	header := append(slices.Clone(input), resultColumnNames(input)...)
+	keys, err := newRowKeys(task)
+	if err != nil {
+		return exportCounts{}, err
+	}
 	sw, err := sheet.NewWriter(resultSheetName(task), header)
 	if err != nil {
 		return exportCounts{}, fmt.Errorf("start workbook: %w", err)
@@ -248,14 +269,14 @@ func (e *Exporter) writeNewWorkbook(ctx context.Context, task store.Task, w io.W
 			return rows.counts, err
 		}
 		cells = cells[:0]
-		for i := range task.Header {
+		for i := range input {
 			v := ""
 			if i < len(r.Values) {
 				v = r.Values[i]
 			}
 			cells = append(cells, sheet.Text(v))
 		}
-		if err := sw.WriteCells(append(cells, resultValues(r)...)); err != nil {
+		if err := sw.WriteCells(append(cells, resultValues(r, keys.of(r))...)); err != nil {
 			return rows.counts, fmt.Errorf("write row %d: %w", r.No, err)
 		}
 	}
@@ -327,9 +348,46 @@ func (r *rowReader) complete() error {
 	return nil
 }
 
+// rowKeys computes the RowKey each result row records.
+type rowKeys struct {
+	spec  store.TaskSpec
+	bound *prompt.Bound
+	input int // how many of a row's values are input
+}
+
+func newRowKeys(task store.Task) (rowKeys, error) {
+	tpl, err := prompt.Parse(task.Spec.Prompt)
+	if err != nil {
+		return rowKeys{}, fmt.Errorf("the task's template: %w", err)
+	}
+	input := inputColumns(task.Header)
+	bound, err := tpl.Bind(input)
+	if err != nil {
+		return rowKeys{}, fmt.Errorf("the task's template: %w", err)
+	}
+	return rowKeys{spec: task.Spec, bound: bound, input: len(input)}, nil
+}
+
+// of is the key of r; a blank row, never sent to the model, has none.
+func (k rowKeys) of(r store.Row) string {
+	if r.State == store.RowSkipped {
+		return ""
+	}
+	return RowKey(k.spec, k.bound.Render(r.Values[:min(k.input, len(r.Values))]))
+}
+
+// hiddenColumns marks batchgen_key hidden among ResultColumns: it is for
+// batchgen, not for reading.
+func hiddenColumns() []bool {
+	hidden := make([]bool, len(ResultColumns))
+	hidden[slices.Index(ResultColumns, "batchgen_key")] = true
+	return hidden
+}
+
 // resultValues are the cells a row gets in ResultColumns: text for what is
-// text, numbers for the bookkeeping, a boolean for cached.
-func resultValues(r store.Row) []sheet.Value {
+// text, numbers for the bookkeeping, a boolean for cached; rerun empty for
+// the user, and the row's key.
+func resultValues(r store.Row, key string) []sheet.Value {
 	status, errText, class := "failed", r.Error, r.ErrorClass
 	switch r.State {
 	case store.RowSucceeded:
@@ -356,7 +414,8 @@ func resultValues(r store.Row) []sheet.Value {
 		return sheet.Value{}
 	}
 	return []sheet.Value{sheet.Text(r.Output), sheet.Text(status), sheet.Text(errText), sheet.Text(class), cached,
-		sheet.Int(int64(r.Attempts)), latency, sheet.Text(r.Provider), tokens(r.InputTokens), tokens(r.OutputTokens)}
+		sheet.Int(int64(r.Attempts)), latency, sheet.Text(r.Provider), tokens(r.InputTokens), tokens(r.OutputTokens),
+		{}, sheet.Text(key)}
 }
 
 // resultColumnNames returns ResultColumns, prefixed with "batchgen_" where

@@ -160,12 +160,12 @@ func TestExportGolden(t *testing.T) {
 
 	// What the golden files must say, whatever -update wrote: these are the export's promises.
 	wantHeader := append([]string{"商品名称", "编号", "output"}, "batchgen_output", "status", "error", "error_class", "cached", "attempts", "latency_ms",
-		"provider", "input_tokens", "output_tokens")
+		"provider", "input_tokens", "output_tokens", "rerun", "batchgen_key")
 	if diff := cmp.Diff(wantHeader, got.Rows[0]); diff != "" {
 		t.Errorf("column order (-want +got):\n%s", diff)
 	}
-	if got.Dimension != "A1:M8" {
-		t.Errorf("dimension = %q, want A1:M8 (13 columns, header and 7 rows)", got.Dimension)
+	if got.Dimension != "A1:O8" {
+		t.Errorf("dimension = %q, want A1:O8 (15 columns, header and 7 rows)", got.Dimension)
 	}
 	// Text is inline text (never a shared string Excel could re-type, never a formula); the bookkeeping columns
 	// are numbers and cached a boolean, so they sum and sort.

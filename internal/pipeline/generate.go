@@ -555,7 +555,9 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			Temperature: spec.Temperature, TopP: spec.TopP, MaxTokens: spec.MaxTokens,
 		}
 		keys[i] = CacheKey(spec.Provider, reqs[i])
-		open = append(open, keys[i])
+		if !r.Fresh { // a row that asks for a new answer is not looked up
+			open = append(open, keys[i])
+		}
 	}
 	var cached map[string]string
 	if g.cfg.Cache != nil && len(open) > 0 && g.cfg.CacheMode.Reuses(task.Spec) {
@@ -585,7 +587,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 			continue
 		}
-		if out, ok := cached[keys[i]]; ok {
+		if out, ok := cached[keys[i]]; ok && !rows[i].Fresh {
 			outcomes[i] = rowOutcome{
 				result: store.RowResult{State: store.RowSucceeded, Output: out, Cached: true, Attempts: rows[i].Attempts},
 				save:   true,

@@ -220,7 +220,7 @@ func TestEndToEndEmbedded(t *testing.T) {
 	}
 	cells := e.resultCells(done)
 	wantHeader := []string{"sku", "名称", "output", "status", "error", "error_class", "cached", "attempts", "latency_ms",
-		"provider", "input_tokens", "output_tokens"}
+		"provider", "input_tokens", "output_tokens", "rerun", "batchgen_key"}
 	if diff := cmp.Diff(wantHeader, cells[0]); diff != "" {
 		t.Errorf("header (-want +got):\n%s", diff)
 	}

@@ -103,44 +103,60 @@ type Validated struct {
 	// Notes are what a person should hear about the input before any model
 	// call, though it is accepted (formulas batchgen computed).
 	Notes []string
+	// Rerun, for a result sent back in, says what becomes of its rows;
+	// nil for any other input.
+	Rerun *RerunCounts
 }
 
 // Validate reads the whole input once and checks everything Split would
 // reject, writing nothing: the sheet's limits and header, the template's
 // syntax and that every placeholder names a column. Bad input returns
-// *RejectedError.
+// *RejectedError. A result sent back in is recognised by its result columns
+// (see RowKey): the template reads the columns before them, and Rerun says
+// what will become of its rows.
 func Validate(p SplitParams) (Validated, error) {
 	opts := sheet.Options{Sheet: p.Sheet, Limits: p.Limits, DisplayName: p.Source, Encoding: p.Encoding}
-	summary, err := sheet.Validate(p.Path, opts)
+	r, err := sheet.Open(p.Path, opts)
 	if err != nil {
 		return Validated{}, rejectIfInput(err)
 	}
-	spec := p.Spec
-	if strings.TrimSpace(spec.Prompt) == "" {
-		switch {
-		case summary.HasPrompt:
-			spec.Prompt = summary.Prompt
-		case strings.TrimSpace(p.DefaultPrompt) != "":
-			spec.Prompt = p.DefaultPrompt
-		default:
-			return Validated{}, &RejectedError{Err: fmt.Errorf("%s: no prompt: pass --prompt or --prompt-file, or add a sheet named \"prompt\" with the template in cell A1", p.Source)}
+	defer r.Close()
+	header := r.Header()
+	spec, bound, specErr := bindTemplate(p, r)
+	block, rerun := resultBlock(header)
+	if n := len(inputColumns(header)) + len(ResultColumns); specErr == nil && r.Sheet() != "" && n > sheet.DefaultMaxColumns {
+		specErr = &RejectedError{Err: fmt.Errorf("%s: sheet %q has %d columns and the result adds %d beside them, past Excel's last column %s; move the data to a narrower sheet",
+			p.Source, r.Sheet(), len(inputColumns(header)), len(ResultColumns), sheet.ColumnName(sheet.DefaultMaxColumns))}
+	}
+	var counts *RerunCounts
+	if rerun && specErr == nil {
+		counts = &RerunCounts{}
+	}
+	// The whole sheet is read before the template's error is told: a bad
+	// cell is what the file's author must fix first.
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Validated{}, rejectIfInput(err)
+		}
+		if counts != nil {
+			row := store.Row{Values: rec.Values}
+			if rec.Blank {
+				row.State = store.RowSkipped
+			}
+			rerunRow(row, block, spec, bound, counts)
 		}
 	}
-	tpl, err := prompt.Parse(spec.Prompt)
-	if err != nil {
-		return Validated{}, &RejectedError{Err: err}
+	if specErr != nil {
+		return Validated{}, specErr
 	}
-	bound, err := tpl.Bind(summary.Header)
-	if err != nil {
-		return Validated{}, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
-	}
+	summary := r.Summary()
 	notes, err := uncachedFormulas(p.Source, summary, bound)
 	if err != nil {
 		return Validated{}, err
-	}
-	if n := len(summary.Header) + len(ResultColumns); summary.Sheet != "" && n > sheet.DefaultMaxColumns {
-		return Validated{}, &RejectedError{Err: fmt.Errorf("%s: sheet %q has %d columns and the result adds %d beside them, past Excel's last column %s; move the data to a narrower sheet",
-			p.Source, summary.Sheet, len(summary.Header), len(ResultColumns), sheet.ColumnName(sheet.DefaultMaxColumns))}
 	}
 	if spec.BatchSize <= 0 {
 		spec.BatchSize = DefaultBatchSize
@@ -148,7 +164,35 @@ func Validate(p SplitParams) (Validated, error) {
 	if spec.BatchSize > maxBatchSize {
 		spec.BatchSize = maxBatchSize
 	}
-	return Validated{Summary: summary, Spec: spec, Notes: notes}, nil
+	return Validated{Summary: summary, Spec: spec, Notes: notes, Rerun: counts}, nil
+}
+
+// bindTemplate completes the spec's template (the request's, else the
+// workbook's prompt sheet, else the deployment's default) and binds it to
+// the input's columns: for a result sent back in, the columns before the
+// result's own, so that a placeholder never names an answer.
+func bindTemplate(p SplitParams, r *sheet.Reader) (store.TaskSpec, *prompt.Bound, error) {
+	spec := p.Spec
+	if strings.TrimSpace(spec.Prompt) == "" {
+		text, has := r.Prompt()
+		switch {
+		case has:
+			spec.Prompt = text
+		case strings.TrimSpace(p.DefaultPrompt) != "":
+			spec.Prompt = p.DefaultPrompt
+		default:
+			return spec, nil, &RejectedError{Err: fmt.Errorf("%s: no prompt: pass --prompt or --prompt-file, or add a sheet named \"prompt\" with the template in cell A1", p.Source)}
+		}
+	}
+	tpl, err := prompt.Parse(spec.Prompt)
+	if err != nil {
+		return spec, nil, &RejectedError{Err: err}
+	}
+	bound, err := tpl.Bind(inputColumns(r.Header()))
+	if err != nil {
+		return spec, nil, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
+	}
+	return spec, bound, nil
 }
 
 // uncachedFormulas judges the formulas the input holds no result for (a
@@ -275,6 +319,20 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 		return rejectIfInput(err)
 	}
 	defer r.Close()
+	block, rerun := resultBlock(task.Header)
+	var (
+		bound  *prompt.Bound
+		counts RerunCounts
+	)
+	if rerun {
+		tpl, err := prompt.Parse(task.Spec.Prompt)
+		if err == nil {
+			bound, err = tpl.Bind(inputColumns(task.Header))
+		}
+		if err != nil {
+			return &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
+		}
+	}
 
 	size := task.Spec.BatchSize
 	rows := make([]store.Row, 0, rowChunk)
@@ -302,6 +360,9 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 		row := store.Row{TaskID: task.ID, No: no, SheetRow: rec.SheetRow, Values: rec.Values}
 		if rec.Blank {
 			row.State = store.RowSkipped
+		}
+		if rerun {
+			row = rerunRow(row, block, task.Spec, bound, &counts)
 		}
 		rows = append(rows, row)
 		if len(rows) == cap(rows) {
@@ -332,6 +393,10 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 		if err := s.store.PutBatches(ctx, batches[start:end]); err != nil {
 			return fmt.Errorf("split %s: write batches %d-%d: %w", task.ID, start+1, end, err)
 		}
+	}
+	if rerun {
+		s.cfg.Logger.InfoContext(ctx, "a result sent back in: "+counts.String(), logging.TaskID, task.ID, "kept", counts.Kept,
+			"changed", counts.Changed, "new", counts.New, "cleared", counts.Cleared, "flagged", counts.Flagged, "failed", counts.Failed)
 	}
 	return nil
 }

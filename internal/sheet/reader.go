@@ -516,8 +516,6 @@ func Validate(path string, opts Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	sum := Summary{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding(), Uncached: r.uncached()}
-	sum.Prompt, sum.HasPrompt = r.Prompt()
 	for {
 		_, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -527,12 +525,20 @@ func Validate(path string, opts Options) (Summary, error) {
 			_ = r.Close()
 			return Summary{}, err
 		}
-		sum.Rows++
 	}
+	sum := r.Summary()
 	if err := r.Close(); err != nil {
 		return Summary{}, err
 	}
 	return sum, nil
+}
+
+// Summary describes what was read: the whole input once Next has returned io.EOF (Rows counts the records Next
+// returned).
+func (r *Reader) Summary() Summary {
+	sum := Summary{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding(), Rows: r.returned, Uncached: r.uncached()}
+	sum.Prompt, sum.HasPrompt = r.Prompt()
+	return sum
 }
 
 // sheetExtensions are the file name extensions of the formats Open reads, lower-case.

@@ -28,6 +28,12 @@ type AddColumnsParams struct {
 	// TempDir holds the answers too long for a cell until they are written to OverflowSheet. Defaults to
 	// os.TempDir.
 	TempDir string
+	// At, when positive, is the 1-based column the added columns start at, replacing every cell the rows that
+	// get added cells hold there (a result sent back in, whose own result columns are rewritten). The input's
+	// column widths are then left as they are. Zero puts them right of the used columns.
+	At int
+	// Hidden marks added columns hidden, by position; shorter than Header leaves the rest shown.
+	Hidden []bool
 }
 
 // AddedRow holds the cells one sheet row gets in the added columns, left to right.
@@ -42,17 +48,19 @@ var ErrMacroWorkbook = errors.New("the workbook is macro-enabled (.xlsm)")
 
 // AddColumns writes to out a copy of the workbook in src with the added columns to the right of the input sheet's
 // used columns: the rightmost column holding a value or a formula, or covered by a merged range (one that reaches
-// the last column, a title merged across the whole row, excepted). Every other zip
-// part (other sheets, styles, shared strings, defined names, comments, charts, pivot caches) is copied byte for
-// byte, compressed data included; the input sheet's XML is rewritten as a stream, row by row, so memory does not
-// grow with the sheet. In that sheet only three things change:
+// the last column, a title merged across the whole row, excepted). Every other zip part (other sheets, styles,
+// shared strings, defined names, comments, charts, pivot caches) is copied byte for byte, compressed data included;
+// the input sheet's XML is rewritten as a stream, row by row, so memory does not grow with the sheet. In that sheet
+// only three things change:
 //   - the rows get the added cells (inline strings, numbers and booleans; a header cell takes the style of the
 //     header row's last cell), and a row the sheet has no element for (a blank row) gets one;
 //   - <cols> gets a width for each added column (a range an existing <col> spans is split around them);
 //   - <dimension> grows to cover them.
 //
 // Cells the input already has are copied as they are: formulas with their cached values, types, styles. An empty
-// cell (one that only carries a style) where an added cell goes is replaced by it.
+// cell (one that only carries a style) where an added cell goes is replaced by it. A text longer than a cell holds
+// goes whole to OverflowSheet, which is then added to the workbook (its declaring parts rewritten, the only other
+// parts that change).
 func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) error {
 	zr, err := zip.NewReader(src, size)
 	if err != nil {
@@ -63,7 +71,8 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 	} else if macro {
 		return ErrMacroWorkbook
 	}
-	partName, ok := sheetParts(zr)[p.Sheet]
+	names := sheetParts(zr)
+	partName, ok := names[p.Sheet]
 	if !ok {
 		return fmt.Errorf("the input workbook has no sheet named %q", p.Sheet)
 	}
@@ -82,6 +91,9 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 		return fmt.Errorf("sheet %q: %w", p.Sheet, err)
 	}
 	first := scan.maxCol + 1
+	if p.At > 0 {
+		first = p.At
+	}
 	last := first + len(p.Header) - 1
 	if last > DefaultMaxColumns {
 		return fmt.Errorf("sheet %q uses columns up to %s; %d more columns would pass Excel's last column, %s",
@@ -92,7 +104,6 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 		return err
 	}
 
-	names := sheetParts(zr)
 	rw.overflow = &overflow{tempDir: p.TempDir, sheet: freeName(OverflowSheet, func(n string) bool {
 		for sheet := range names {
 			if strings.EqualFold(sheet, n) {
@@ -467,7 +478,7 @@ func (rw *sheetRewrite) rewrite(f *zip.File, out io.Writer) error {
 				rw.writeCells(row, adds)
 				cellsDone = true
 			}
-			if col <= rw.last {
+			if col <= rw.last { // an empty cell, or with At one of the columns rewritten
 				skipCell = !m.empty
 				continue
 			}
@@ -569,6 +580,16 @@ func writeCellXML(w *bufio.Writer, x string, row, col int, v Value, style string
 // writeCols writes <cols> with the input's columns and a width for each added one.
 func (rw *sheetRewrite) writeCols(input [][]byte) {
 	rw.colsDone = true
+	if rw.p.At > 0 { // the columns are the input's own: their widths stay as the user left them
+		if len(input) > 0 {
+			fmt.Fprintf(rw.w, "<%scols>", rw.prefix)
+			for _, c := range input {
+				rw.w.Write(c)
+			}
+			fmt.Fprintf(rw.w, "</%scols>", rw.prefix)
+		}
+		return
+	}
 	type col struct {
 		min int
 		raw []byte
@@ -593,7 +614,11 @@ func (rw *sheetRewrite) writeCols(input [][]byte) {
 	}
 	for i, w := range rw.widths {
 		c := rw.first + i
-		out = append(out, col{c, fmt.Appendf(nil, `<%scol min="%d" max="%d" width="%d" customWidth="1"/>`, rw.prefix, c, c, w)})
+		hidden := ""
+		if i < len(rw.p.Hidden) && rw.p.Hidden[i] {
+			hidden = ` hidden="1"`
+		}
+		out = append(out, col{c, fmt.Appendf(nil, `<%scol min="%d" max="%d" width="%d" customWidth="1"%s/>`, rw.prefix, c, c, w, hidden)})
 	}
 	slices.SortStableFunc(out, func(a, b col) int { return a.min - b.min })
 	fmt.Fprintf(rw.w, "<%scols>", rw.prefix)

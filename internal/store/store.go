@@ -174,6 +174,9 @@ type Row struct {
 	SheetRow int
 	// Values are the input cells, one per header column.
 	Values []string
+	// Fresh asks for a new answer: the result cache is not read for the
+	// row (a row the user flagged or cleared in a result sent back in).
+	Fresh bool
 	RowResult
 }
 

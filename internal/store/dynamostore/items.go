@@ -156,6 +156,7 @@ type rowItem struct {
 	Attempts   int      `dynamodbav:"attempts,omitempty"`
 	LatencyMS  int64    `dynamodbav:"latency_ms,omitempty"`
 	Cached     bool     `dynamodbav:"cached,omitempty"`
+	Fresh      bool     `dynamodbav:"fresh,omitempty"`
 	Provider   string   `dynamodbav:"provider,omitempty"`
 	// The tokens of the call that produced the result.
 	InputTokens       int64  `dynamodbav:"input_tokens,omitempty"`
@@ -412,6 +413,7 @@ func rowToItem(r store.Row) rowItem {
 		Attempts:          r.Attempts,
 		LatencyMS:         r.LatencyMS,
 		Cached:            r.Cached,
+		Fresh:             r.Fresh,
 		Provider:          r.Provider,
 		InputTokens:       r.InputTokens,
 		OutputTokens:      r.OutputTokens,
@@ -435,6 +437,7 @@ func rowFromAV(av map[string]types.AttributeValue) (r store.Row, ref string, err
 		No:       it.No,
 		SheetRow: it.SheetRow,
 		Values:   it.Cells,
+		Fresh:    it.Fresh,
 		RowResult: store.RowResult{
 			State:      store.RowState(it.State),
 			Output:     it.Output,

@@ -16,9 +16,9 @@ import (
 const (
 	// rowColumns are bound per row by PutRows.
 	rowColumns = `task_id, no, sheet_row, cells, state, output, error, error_class, attempts, latency_ms, cached,
-		provider, input_tokens, output_tokens, cached_input_tokens`
+		provider, input_tokens, output_tokens, cached_input_tokens, fresh`
 	// rowColumnCount is the number of columns in rowColumns.
-	rowColumnCount = 15
+	rowColumnCount = 16
 	// rowsPerStatement keeps one multi-row INSERT well under SQLite's
 	// 32,766 bound variables.
 	rowsPerStatement = 500
@@ -68,7 +68,7 @@ func (s *Store) putRowsTx(ctx context.Context, rows []store.Row, args []any) err
 				return fmt.Errorf("row %d: encode values: %w", r.No, err)
 			}
 			args = append(args, r.TaskID, r.No, r.SheetRow, string(cells), r.State, r.Output, r.Error,
-				r.ErrorClass, r.Attempts, r.LatencyMS, r.Cached, r.Provider, r.InputTokens, r.OutputTokens, r.CachedInputTokens)
+				r.ErrorClass, r.Attempts, r.LatencyMS, r.Cached, r.Provider, r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.Fresh)
 		}
 		query := `INSERT INTO rows (` + rowColumns + `) VALUES ` + placeholders(len(part), rowColumnCount) +
 			` ON CONFLICT (task_id, no) DO NOTHING`
@@ -127,7 +127,7 @@ func (s *Store) ListRows(ctx context.Context, p store.ListRowsParams) ([]store.R
 		)
 		if err := rows.Scan(&r.TaskID, &r.No, &r.SheetRow, &cells, &r.State, &r.Output, &r.Error,
 			&r.ErrorClass, &r.Attempts, &r.LatencyMS, &r.Cached,
-			&r.Provider, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens); err != nil {
+			&r.Provider, &r.InputTokens, &r.OutputTokens, &r.CachedInputTokens, &r.Fresh); err != nil {
 			return nil, fmt.Errorf("list rows of %s: %w", p.TaskID, err)
 		}
 		if err := json.Unmarshal([]byte(cells), &r.Values); err != nil {
@@ -143,7 +143,7 @@ func (s *Store) ListRows(ctx context.Context, p store.ListRowsParams) ([]store.R
 
 // listRowsSQL reads rows ?2..?3 of task ?1, at most ?4 (-1: all).
 const listRowsSQL = `SELECT task_id, no, sheet_row, cells, state, output, error,
-		error_class, attempts, latency_ms, cached, provider, input_tokens, output_tokens, cached_input_tokens
+		error_class, attempts, latency_ms, cached, provider, input_tokens, output_tokens, cached_input_tokens, fresh
 	FROM rows
 	WHERE task_id = ? AND no BETWEEN ? AND ?
 	ORDER BY no LIMIT ?`

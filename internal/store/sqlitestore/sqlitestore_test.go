@@ -230,9 +230,10 @@ func TestMigrationSplitsUsageByProvider(t *testing.T) {
 			}
 		}
 	}
-	// Back to schema 7: no split column.
+	// Back to schema 7: no split column (and none of the later ones).
 	for _, q := range []string{
 		`ALTER TABLE tasks DROP COLUMN usage_by_provider`,
+		`ALTER TABLE rows DROP COLUMN fresh`,
 		`UPDATE schema_version SET version = 7 WHERE component = 'sqlitestore'`,
 	} {
 		if _, err := s.DB().Exec(q); err != nil {

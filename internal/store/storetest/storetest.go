@@ -553,12 +553,17 @@ func testPutRowsRoundTrip(t *testing.T, s store.Store) {
 		{TaskID: task.ID, No: 2, SheetRow: 4, Values: []string{"", ""}, RowResult: store.RowResult{State: store.RowSkipped}},
 		{TaskID: task.ID, No: 3, SheetRow: 5, Values: []string{"kite", ""}, RowResult: store.RowResult{State: store.RowPending}},
 		{TaskID: task.ID, No: 4, SheetRow: 6, Values: []string{"a \"quoted\"\nline", "x,y"}},
+		// A row of a result sent back in: one kept with its answer, one
+		// that asks for a new answer.
+		{TaskID: task.ID, No: 5, SheetRow: 7, Values: []string{"kept", ""}, RowResult: store.RowResult{State: store.RowSucceeded, Output: "the answer", Cached: true}},
+		{TaskID: task.ID, No: 6, SheetRow: 8, Values: []string{"flagged", ""}, Fresh: true},
 	}
 	noErr(t, s.PutRows(ctx, rows), "put rows")
 	want := append([]store.Row(nil), rows...)
 	// A row put without a state is stored as PENDING.
 	want[0].State = store.RowPending
 	want[3].State = store.RowPending
+	want[5].State = store.RowPending
 	diff(t, "rows", want, listRows(t, s, task.ID))
 	noErr(t, s.PutRows(ctx, nil), "put no rows")
 }
