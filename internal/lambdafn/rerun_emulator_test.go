@@ -1,0 +1,82 @@
+//go:build emulator
+
+package lambdafn_test
+
+import (
+	"bytes"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/xuri/excelize/v2"
+
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// TestResultSentBackInOnAWS: on the stack, a result edited and dropped back into incoming/ continues as a task: the
+// splitter recognises it, only the cleared and the flagged rows go to the model, and the exporter writes the
+// answers into the result's own columns.
+func TestResultSentBackInOnAWS(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t, e2eOptions{rows: 30})
+	up := e.upload("商品.xlsx", nil)
+	if err := e.stack.Splitter.Handle(t.Context(), up); err != nil {
+		t.Fatalf("splitter: %v", err)
+	}
+	first := e.pump(e.taskID(up), 90*time.Second)
+	if first.State != store.TaskSucceeded {
+		t.Fatalf("first task = %s", first.State)
+	}
+	out, err := e.stack.S3.GetObject(t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(first.ResultKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(out.Body)
+	out.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := excelize.OpenReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := f.GetRows("商品")
+	col := func(name string) string {
+		n, _ := excelize.ColumnNumberToName(slices.Index(rows[0], name) + 1)
+		return n
+	}
+	_ = f.SetCellStr("商品", col("output")+"3", "")  // cleared
+	_ = f.SetCellStr("商品", col("rerun")+"7", "再写一次") // flagged
+	var edited bytes.Buffer
+	if err := f.Write(&edited); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	calls := e.mock.Stats().Requests
+	ev, err := e.stack.Upload(t.Context(), "商品.result.xlsx", edited.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.stack.Splitter.Handle(t.Context(), ev); err != nil {
+		t.Fatalf("splitter: %v", err)
+	}
+	second := e.pump(e.taskID(ev), 90*time.Second)
+	if second.State != store.TaskSucceeded || second.RowsTotal != 30 {
+		t.Fatalf("second task = %s with %d rows", second.State, second.RowsTotal)
+	}
+	if got := e.mock.Stats().Requests - calls; got != 2 {
+		t.Errorf("%d model calls for the result sent back in, want 2 (the cleared and the flagged row)", got)
+	}
+	result := e.resultRows(second.ResultKey)
+	if !slices.Equal(result[0], rows[0]) {
+		t.Errorf("header = %q, want the result's own %q", result[0], rows[0])
+	}
+	out3 := result[2][slices.Index(result[0], "output")]
+	if out3 == "" || result[6][slices.Index(result[0], "rerun")] != "" {
+		t.Errorf("row 3 output %q, row 7 rerun %q: want an answer and the flag cleared", out3, result[6][slices.Index(result[0], "rerun")])
+	}
+}
