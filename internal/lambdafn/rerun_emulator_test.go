@@ -48,7 +48,7 @@ func TestResultSentBackInOnAWS(t *testing.T) {
 		n, _ := excelize.ColumnNumberToName(slices.Index(rows[0], name) + 1)
 		return n
 	}
-	_ = f.SetCellStr("商品", col("output")+"3", "")  // cleared
+	_ = f.SetCellStr("商品", col("output")+"3", "")    // cleared
 	_ = f.SetCellStr("商品", col("rerun")+"7", "再写一次") // flagged
 	var edited bytes.Buffer
 	if err := f.Write(&edited); err != nil {
