@@ -139,46 +139,41 @@ func findPackageParts(zr *zip.Reader) packageEdit {
 
 // editPart returns the content of part with insert placed before its last closing tag named closing.
 func editPart(zr *zip.Reader, part, closing string, insert func(prefix string) string) ([]byte, error) {
-	for _, f := range zr.File {
-		if !strings.EqualFold(f.Name, part) {
-			continue
-		}
-		rc, err := f.Open()
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", part, err)
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(io.LimitReader(rc, 64<<20))
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", part, err)
-		}
-		// The closing tag, with whatever namespace prefix the part uses.
-		i := bytes.LastIndex(b, []byte(":"+closing+">"))
-		j := bytes.LastIndex(b, []byte("</"+closing+">"))
-		prefix := ""
-		if i > j {
-			k := bytes.LastIndex(b[:i], []byte("</"))
-			if k < 0 {
-				return nil, fmt.Errorf("%s: no </%s>", part, closing)
-			}
-			prefix, j = string(b[k+2:i+1]), k
-		}
-		if j < 0 {
+	rc, err := openPart(zr, part)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", part, err)
+	}
+	// The closing tag, with whatever namespace prefix the part uses.
+	i := bytes.LastIndex(b, []byte(":"+closing+">"))
+	j := bytes.LastIndex(b, []byte("</"+closing+">"))
+	prefix := ""
+	if i > j {
+		k := bytes.LastIndex(b[:i], []byte("</"))
+		if k < 0 {
 			return nil, fmt.Errorf("%s: no </%s>", part, closing)
 		}
-		out := make([]byte, 0, len(b)+256)
-		out = append(out, b[:j]...)
-		out = append(out, insert(prefix)...)
-		return append(out, b[j:]...), nil
+		prefix, j = string(b[k+2:i+1]), k
 	}
-	return nil, fmt.Errorf("the workbook has no part %s", part)
+	if j < 0 {
+		return nil, fmt.Errorf("%s: no </%s>", part, closing)
+	}
+	out := make([]byte, 0, len(b)+256)
+	out = append(out, b[:j]...)
+	out = append(out, insert(prefix)...)
+	return append(out, b[j:]...), nil
 }
 
 // declareSheet returns the three edited package parts that declare a worksheet named name at partName.
 func declareSheet(zr *zip.Reader, pkg packageEdit, name, partName string) (map[string][]byte, error) {
 	const relsNS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
 	relID := "rIdBatchgen1"
-	sheetID := maxSheetID(zr, pkg.workbook) + 1
+	rel, maxID := scanWorkbook(zr, pkg.workbook, relsNS)
+	sheetID := maxID + 1
 	target := partName
 	if dir := path.Dir(pkg.workbook); dir != "." && strings.HasPrefix(partName, dir+"/") {
 		target = strings.TrimPrefix(partName, dir+"/")
@@ -199,7 +194,6 @@ func declareSheet(zr *zip.Reader, pkg packageEdit, name, partName string) (map[s
 	if err != nil {
 		return nil, err
 	}
-	rel := relsPrefix(zr, pkg.workbook, relsNS)
 	out[pkg.workbook], err = editPart(zr, pkg.workbook, "sheets", func(prefix string) string {
 		decl := ""
 		if rel == "" { // the workbook binds no prefix to it: bind one on the element itself
@@ -213,64 +207,47 @@ func declareSheet(zr *zip.Reader, pkg packageEdit, name, partName string) (map[s
 	return out, nil
 }
 
-// relsPrefix is the prefix the workbook's root element binds to ns (usually "r"), or "".
-func relsPrefix(zr *zip.Reader, workbook, ns string) string {
-	for _, f := range zr.File {
-		if !strings.EqualFold(f.Name, workbook) {
-			continue
-		}
-		rc, err := f.Open()
+// scanWorkbook reads what adding a sheet needs from the workbook part: the prefix its root element binds to ns
+// (usually "r"; "" when none), and the highest sheetId it uses.
+func scanWorkbook(zr *zip.Reader, workbook, ns string) (prefix string, maxID int) {
+	rc, err := openPart(zr, workbook)
+	if err != nil {
+		return "", 0
+	}
+	defer rc.Close()
+	sc := newXMLScanner(rc)
+	root := true
+	for {
+		raw, err := sc.next(nil)
 		if err != nil {
-			return ""
+			return prefix, maxID
 		}
-		defer rc.Close()
-		sc := newXMLScanner(rc)
-		for {
-			raw, err := sc.next(nil)
-			if err != nil {
-				return ""
-			}
-			m := parseMarkup(raw)
-			if m.local == "" || m.end {
-				continue
-			}
+		m := parseMarkup(raw)
+		switch {
+		case m.local == "" || m.end:
+		case root:
+			root = false
 			for _, a := range m.attrs() {
 				if strings.HasPrefix(a.name, "xmlns:") && a.value == ns {
-					return strings.TrimPrefix(a.name, "xmlns:")
+					prefix = strings.TrimPrefix(a.name, "xmlns:")
 				}
 			}
-			return "" // only the root element is looked at
+		case m.is("sheet"):
+			if n, err := strconv.Atoi(attrOr(m, "sheetId")); err == nil {
+				maxID = max(maxID, n)
+			}
 		}
 	}
-	return ""
 }
 
-// maxSheetID is the highest sheetId the workbook uses.
-func maxSheetID(zr *zip.Reader, workbook string) int {
-	high := 0
+// openPart opens the zip part named name, in any letter case.
+func openPart(zr *zip.Reader, name string) (io.ReadCloser, error) {
 	for _, f := range zr.File {
-		if !strings.EqualFold(f.Name, workbook) {
-			continue
-		}
-		rc, err := f.Open()
-		if err != nil {
-			return high
-		}
-		defer rc.Close()
-		sc := newXMLScanner(rc)
-		for {
-			raw, err := sc.next(nil)
-			if err != nil {
-				return high
-			}
-			if m := parseMarkup(raw); m.is("sheet") {
-				if n, err := strconv.Atoi(attrOr(m, "sheetId")); err == nil {
-					high = max(high, n)
-				}
-			}
+		if strings.EqualFold(f.Name, name) {
+			return f.Open()
 		}
 	}
-	return high
+	return nil, fmt.Errorf("the workbook has no part %s", name)
 }
 
 // freeName returns base, or base with the smallest number from 2 that makes it unused.

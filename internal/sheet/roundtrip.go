@@ -194,22 +194,16 @@ func (rw *sheetRewrite) finishOverflow(zr *zip.Reader, zw *zip.Writer, pkg packa
 
 // macroEnabled reports whether the package declares a macro-enabled workbook.
 func macroEnabled(zr *zip.Reader) (bool, error) {
-	for _, f := range zr.File {
-		if !strings.EqualFold(f.Name, "[Content_Types].xml") {
-			continue
-		}
-		rc, err := f.Open()
-		if err != nil {
-			return false, fmt.Errorf("read [Content_Types].xml: %w", err)
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(io.LimitReader(rc, 16<<20))
-		if err != nil {
-			return false, fmt.Errorf("read [Content_Types].xml: %w", err)
-		}
-		return bytes.Contains(b, []byte("sheet.macroEnabled.main+xml")), nil
+	rc, err := openPart(zr, "[Content_Types].xml")
+	if err != nil {
+		return false, nil // no declared types: not a macro workbook; the reader judged the rest
 	}
-	return false, nil
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, 16<<20))
+	if err != nil {
+		return false, fmt.Errorf("read [Content_Types].xml: %w", err)
+	}
+	return bytes.Contains(b, []byte("sheet.macroEnabled.main+xml")), nil
 }
 
 // sheetScan is what the first pass over the sheet learns.

@@ -432,22 +432,17 @@ func workbookPath(zr *zip.Reader) string {
 		} `xml:"Relationship"`
 	}
 	wbPath := "xl/workbook.xml"
-	for _, f := range zr.File {
-		if !strings.EqualFold(f.Name, "_rels/.rels") {
-			continue
-		}
-		rc, err := f.Open()
-		if err != nil {
-			return wbPath
-		}
-		defer rc.Close()
-		if xml.NewDecoder(rc).Decode(&root) != nil {
-			return wbPath
-		}
-		for _, r := range root.Rels {
-			if strings.HasSuffix(r.Type, "/officeDocument") {
-				wbPath = strings.TrimPrefix(r.Target, "/")
-			}
+	rc, err := openPart(zr, "_rels/.rels")
+	if err != nil {
+		return wbPath
+	}
+	defer rc.Close()
+	if xml.NewDecoder(rc).Decode(&root) != nil {
+		return wbPath
+	}
+	for _, r := range root.Rels {
+		if strings.HasSuffix(r.Type, "/officeDocument") {
+			wbPath = strings.TrimPrefix(r.Target, "/")
 		}
 	}
 	return wbPath
