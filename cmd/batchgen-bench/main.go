@@ -55,6 +55,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -482,17 +483,69 @@ func (r *run) timed(ctx context.Context, name string, args ...string) (result, e
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
-	err := cmd.Run()
-	res := result{wall: time.Since(start), stdout: out.String()}
-	if cmd.ProcessState != nil {
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			res.rssMiB = float64(ru.Maxrss) / 1024 // KiB on Linux
-		}
+	if err := cmd.Start(); err != nil {
+		return result{}, fmt.Errorf("%s: %w", filepath.Base(name), err)
 	}
+	peak := watchPeakRSS(cmd.Process.Pid)
+	err := cmd.Wait()
+	res := result{wall: time.Since(start), stdout: out.String(), rssMiB: peak()}
 	if err != nil {
 		return res, fmt.Errorf("%s %s: %w\n%s%s", filepath.Base(name), strings.Join(args, " "), err, tail(out.String()), tail(errb.String()))
 	}
 	return res, nil
+}
+
+// watchPeakRSS follows the peak resident set size of process pid (its
+// VmHWM, a high-water mark of its own memory) until it exits, and returns
+// a function that stops following and gives it in MiB. The rusage of the
+// wait is no use for this: os/exec starts a child with vfork, so the kernel
+// counts the parent's resident memory at the exec into the child's maxrss
+// (a child exec'd by a process holding 100 MiB reports 100 MiB, even
+// /bin/true), and every peak the bench reported was at least its own
+// driver's. Polled every 5 ms, the high-water mark misses at most what the
+// process grew in its last 5 ms.
+func watchPeakRSS(pid int) func() float64 {
+	var (
+		mu   sync.Mutex
+		peak float64
+	)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	read := func() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+				if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
+					mu.Lock()
+					peak = max(peak, kb/1024)
+					mu.Unlock()
+				}
+			}
+		}
+	}
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			read()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() float64 {
+		close(done)
+		<-stopped
+		mu.Lock()
+		defer mu.Unlock()
+		return peak
+	}
 }
 
 func tail(s string) string {
