@@ -132,6 +132,7 @@ var measures = []measure{
 	{"ceiling", false, measureCeiling},                 // 4, 5
 	{"aws-calls", false, measureAWSCalls},              // 6
 	{"kill-loop", false, measureKillLoop},              // 7
+	{"rerun", false, measureRerun},                     // issue 18: a result sent back in
 }
 
 func main() {
