@@ -369,3 +369,31 @@ func TestFormulasWithoutCachedResults(t *testing.T) {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}
 }
+
+// TestChartSheetIsNeverTheDefault: a workbook whose first sheet is a chart sheet (Excel's "Move chart to a new
+// sheet") is read from its first worksheet, not refused as a sheet without a header.
+func TestChartSheetIsNeverTheDefault(t *testing.T) {
+	t.Parallel()
+	const main = `http://schemas.openxmlformats.org/spreadsheetml/2006/main`
+	const rels = `http://schemas.openxmlformats.org/officeDocument/2006/relationships`
+	data := buildZip(t,
+		zipEntry{name: "[Content_Types].xml", data: []byte(`<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override PartName="/xl/chartsheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.chartsheet+xml"/><Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/></Types>`)},
+		zipEntry{name: "_rels/.rels", data: []byte(`<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="` + rels + `/officeDocument" Target="xl/workbook.xml"/></Relationships>`)},
+		zipEntry{name: "xl/workbook.xml", data: []byte(`<?xml version="1.0" encoding="UTF-8"?><workbook xmlns="` + main + `" xmlns:r="` + rels + `"><sheets><sheet name="Chart1" sheetId="2" r:id="rId2"/><sheet name="数据" sheetId="1" r:id="rId1"/></sheets></workbook>`)},
+		zipEntry{name: "xl/_rels/workbook.xml.rels", data: []byte(`<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId2" Type="` + rels + `/chartsheet" Target="chartsheets/sheet1.xml"/><Relationship Id="rId1" Type="` + rels + `/worksheet" Target="worksheets/sheet1.xml"/></Relationships>`)},
+		zipEntry{name: "xl/chartsheets/sheet1.xml", data: []byte(`<?xml version="1.0" encoding="UTF-8"?><chartsheet xmlns="` + main + `"><sheetViews><sheetView workbookViewId="0"/></sheetViews></chartsheet>`)},
+		zipEntry{name: "xl/worksheets/sheet1.xml", data: []byte(`<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="` + main + `"><sheetData>` +
+			`<row r="1"><c r="A1" t="inlineStr"><is><t>名称</t></is></c></row><row r="2"><c r="A2" t="inlineStr"><is><t>积木</t></is></c></row></sheetData></worksheet>`)},
+	)
+	path := filepath.Join(t.TempDir(), "chart_first.xlsx")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Validate(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Sheet != "数据" || sum.Rows != 1 {
+		t.Errorf("read sheet %q with %d rows, want 数据 with 1", sum.Sheet, sum.Rows)
+	}
+}

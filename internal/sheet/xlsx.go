@@ -87,7 +87,9 @@ func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error
 		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
 	}
 	readGeneralInFull(xf)
-	src, err := r.pickSheet(xf, want, func(sheet string) cellEscapes { return escapes[strings.ToLower(parts[sheet])] })
+	// A chart sheet has no cells: it is never the default sheet. (With no part map, excelize judges alone.)
+	worksheet := func(sheet string) bool { _, ok := parts[sheet]; return ok || len(parts) == 0 }
+	src, err := r.pickSheet(xf, want, worksheet, func(sheet string) cellEscapes { return escapes[strings.ToLower(parts[sheet])] })
 	if err != nil {
 		_ = xf.Close()
 		return nil, err
@@ -487,7 +489,7 @@ func mimetypeOf(zr *zip.Reader) string {
 }
 
 // pickSheet chooses the sheet to read, reads the prompt sheet's A1 and starts the row iterator.
-func (r *Reader) pickSheet(xf *excelize.File, want string, escapes func(sheet string) cellEscapes) (*xlsxSource, error) {
+func (r *Reader) pickSheet(xf *excelize.File, want string, worksheet func(string) bool, escapes func(sheet string) cellEscapes) (*xlsxSource, error) {
 	list := xf.GetSheetList()
 	var sheet string
 	if want != "" {
@@ -516,7 +518,7 @@ func (r *Reader) pickSheet(xf *excelize.File, want string, escapes func(sheet st
 		}
 	} else {
 		for _, name := range list {
-			if strings.EqualFold(name, promptSheet) {
+			if strings.EqualFold(name, promptSheet) || !worksheet(name) {
 				continue
 			}
 			if visible, err := xf.GetSheetVisible(name); err == nil && visible {
