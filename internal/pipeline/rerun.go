@@ -37,8 +37,11 @@ func resultBlock(header []string) (int, bool) {
 	return i, slices.Equal(header[i:], resultColumnNames(header[:i]))
 }
 
-// inputColumns is the part of a task's header the template reads: all of it, or for a result sent back in, the
+// InputColumns is the part of a sheet's header a template may name: all of it, or for a result sent back in, the
 // columns before the result's own.
+func InputColumns(header []string) []string { return inputColumns(header) }
+
+// inputColumns is InputColumns.
 func inputColumns(header []string) []string {
 	if i, ok := resultBlock(header); ok {
 		return header[:i]
@@ -49,16 +52,18 @@ func inputColumns(header []string) []string {
 // RerunCounts says what became of the rows of a result sent back in.
 type RerunCounts struct {
 	// Kept rows answered before, with the same input and template, keep their answer: no model call.
-	Kept int
+	Kept int `json:"kept"`
 	// Changed rows had their input or the template changed; New rows were added by the user (no key).
-	Changed, New int
+	Changed int `json:"changed"`
+	New     int `json:"new"`
 	// Cleared rows had their answer deleted by the user, Flagged ones something in the rerun column: both get a
 	// new answer, never the cached one.
-	Cleared, Flagged int
+	Cleared int `json:"cleared"`
+	Flagged int `json:"flagged"`
 	// Failed rows had not succeeded (failed, not_started).
-	Failed int
+	Failed int `json:"failed"`
 	// Blank rows have no input; they stay skipped.
-	Blank int
+	Blank int `json:"blank"`
 }
 
 // ToRun is the number of rows that go to the model.

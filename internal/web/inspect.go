@@ -13,7 +13,9 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/store"
 )
 
 // Inspection is the 200 body of POST /ui/inspect: what the page needs to
@@ -35,6 +37,11 @@ type Inspection struct {
 	// Prompt is the workbook's own template (cell A1 of its "prompt"
 	// sheet), when it has one.
 	Prompt string `json:"prompt,omitempty"`
+	// Rerun, for a result sent back in (recognised by the result columns
+	// it ends with; Columns then lists only the input's), says what its
+	// rows would become with the workbook's own template: kept, or run
+	// again. Absent for any other sheet, and for a partial one.
+	Rerun *pipeline.RerunCounts `json:"rerun,omitempty"`
 	// Partial is set when the request sent only the head of a sheet
 	// (the form field "partial" set to "head"): Rows then counts only
 	// the rows read for the samples, and the whole sheet is checked when
@@ -199,7 +206,7 @@ func inspect(file string, opts sheet.Options, samples int, partial bool) (Inspec
 	for !partial || len(ins.Sample) < samples {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			return ins, nil
+			return ins, rerun(file, opts, &ins)
 		}
 		if err != nil {
 			return Inspection{}, err
@@ -210,6 +217,29 @@ func inspect(file string, opts sheet.Options, samples int, partial bool) (Inspec
 		}
 	}
 	return ins, nil
+}
+
+// rerun fills in what a result sent back in would do, with its own
+// template, and narrows its columns to the input's: a placeholder never
+// names an answer. The full sheet was read already; this reads it again,
+// for results only.
+func rerun(file string, opts sheet.Options, ins *Inspection) error {
+	input := pipeline.InputColumns(ins.Columns)
+	if len(input) == len(ins.Columns) || ins.Prompt == "" {
+		ins.Columns = input
+		return nil
+	}
+	ins.Columns = input
+	for i, row := range ins.Sample {
+		ins.Sample[i] = row[:min(len(row), len(input))]
+	}
+	v, err := pipeline.Validate(pipeline.SplitParams{Path: file, Source: opts.DisplayName, Sheet: opts.Sheet, Encoding: opts.Encoding,
+		Limits: opts.Limits, Spec: store.TaskSpec{Prompt: ins.Prompt}})
+	if err != nil {
+		return nil // the template is the user's to fix on the page; the upload says what is wrong
+	}
+	ins.Rerun = v.Rerun
+	return nil
 }
 
 // trimToLastLine cuts f after its last line feed, found by reading back

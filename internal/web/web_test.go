@@ -15,7 +15,9 @@ import (
 	"github.com/xuri/excelize/v2"
 
 	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/web"
 )
 
@@ -124,6 +126,40 @@ func TestInspect(t *testing.T) {
 			want: web.Inspection{Filename: "data.csv", Encoding: "utf-8", Columns: []string{"a"}, Rows: 1, Sample: [][]string{{"1"}}},
 		},
 	}
+	// A result sent back in: its columns are the input's, and the page hears what starting it would do.
+	key := func(name string) string { return pipeline.RowKey(store.TaskSpec{Prompt: "写{{名称}}"}, "写"+name) }
+	header := append([]any{"名称"}, anySlice(pipeline.ResultColumns)...)
+	resultRow := func(name, output, rerun, key string) []any {
+		r := make([]any, len(header))
+		r[0] = name
+		for i, c := range pipeline.ResultColumns {
+			switch c {
+			case "output":
+				r[1+i] = output
+			case "status":
+				r[1+i] = "succeeded"
+			case "rerun":
+				r[1+i] = rerun
+			case "batchgen_key":
+				r[1+i] = key
+			}
+		}
+		return r
+	}
+	result := workbook(t, [][]any{header, resultRow("绿茶", "答", "", key("绿茶")), resultRow("咖啡", "答", "再来", key("咖啡")),
+		resultRow("红茶", "", "", key("红茶")), {"新茶"}}, "写{{名称}}")
+	tests = append(tests, struct {
+		name   string
+		file   string
+		body   []byte
+		fields map[string]string
+		want   web.Inspection
+	}{
+		name: "a result sent back in", file: "商品.result.xlsx", body: result,
+		want: web.Inspection{Filename: "商品.result.xlsx", Sheet: "商品", Columns: []string{"名称"}, Rows: 4,
+			Sample: [][]string{{"绿茶"}, {"咖啡"}, {"红茶"}}, Prompt: "写{{名称}}",
+			Rerun: &pipeline.RerunCounts{Kept: 1, Flagged: 1, Cleared: 1, New: 1}},
+	})
 	h := web.New(web.Config{})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,6 +181,14 @@ func TestInspect(t *testing.T) {
 			}
 		})
 	}
+}
+
+func anySlice(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
 }
 
 // TestInspectRejects checks that a bad upload gets the API's error shape with

@@ -207,6 +207,12 @@
       state.inspection = ins;
       const meta = ins.partial ? t("file.meta_head", { size: fmtSize(file.size), cols: ins.columns.length }) : t("file.meta", { rows: ins.rows, cols: ins.columns.length });
       $("file-meta").textContent = meta + (ins.sheet ? " · " + ins.sheet : "") + (ins.encoding ? " · " + ins.encoding : "");
+      if (ins.rerun) {
+        // A result sent back in: say what starting it would do, before it starts.
+        const r = ins.rerun;
+        $("file-meta").textContent += " · " + t("file.rerun", { run: r.changed + r.new + r.cleared + r.flagged + r.failed, kept: r.kept,
+          changed: r.changed + r.new, cleared: r.cleared, flagged: r.flagged, failed: r.failed });
+      }
       renderColumns(ins.columns);
       $("template").value = ins.prompt || t("template.default", { first: "{{" + ins.columns[0] + "}}" });
       $("task-form").hidden = false;
