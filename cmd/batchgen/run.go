@@ -322,10 +322,11 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 
 	params := pipeline.SplitParams{
 		TaskID: taskID, Path: o.in, Source: filepath.Base(o.in), Owner: pipeline.LocalOwner, Spec: j.spec, Sheet: o.sheetName,
-		Encoding: o.encoding, Limits: sheet.Limits{MaxRows: o.maxRows},
+		Encoding: o.encoding, Limits: sheet.Limits{MaxRows: o.maxRows}, Spool: true,
 	}
 	// Validate before touching the data directory: rejected input writes
-	// nothing but the error.
+	// nothing but the error. The rows it reads are spooled for the split,
+	// which then does not decode the sheet again.
 	validated, err := pipeline.Validate(params)
 	var rejected *pipeline.RejectedError
 	if errors.As(err, &rejected) {
@@ -334,6 +335,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", o.in, err)
 	}
+	defer validated.Close()
 	params.Validated = &validated
 	if !o.quiet {
 		if validated.Rerun != nil {

@@ -314,7 +314,8 @@ func (in *Intake) accept(ctx context.Context, key, version string) (IntakeResult
 	}
 	defer os.Remove(file)
 
-	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Owner: src.owner, Spec: src.spec, Encoding: src.encoding, Limits: limits}
+	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Owner: src.owner, Spec: src.spec, Encoding: src.encoding, Limits: limits,
+		Spool: true, TempDir: in.cfg.TempDir}
 	params.Spec.Prompt = in.prompt(file, params, src.sidecar)
 	// The display name, not the temporary file's, must appear in messages.
 	params.Source = src.display
@@ -327,6 +328,7 @@ func (in *Intake) accept(ctx context.Context, key, version string) (IntakeResult
 	if err != nil {
 		return res, fmt.Errorf("split %s: validate: %w", key, err)
 	}
+	defer v.Close()
 	params.Validated = &v
 	task, err := in.split.Split(ctx, params)
 	if errors.As(err, &rejected) {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -221,5 +223,49 @@ func TestValidateJudgesFormulasWithoutResults(t *testing.T) {
 	var rejected *pipeline.RejectedError
 	if !errors.As(err, &rejected) || !strings.Contains(err.Error(), `column "备注" (D) has 3 formulas with no saved result, first in row 2, that batchgen cannot compute`) {
 		t.Errorf("Validate with {{备注}} = %v, want a rejection naming column D", err)
+	}
+}
+
+// TestSplitFromTheSpool: with Spool, Validate keeps the records it read and Split writes the rows from them, the
+// sheet decoded once; the rows are the same as a split that reads the sheet again, and Close removes the spool.
+func TestSplitFromTheSpool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, nil, pipeline.GeneratorConfig{})
+	path := e.writeWorkbook("spool.xlsx", 40)
+	spec := store.TaskSpec{Prompt: "{{名称}} {{价格}} {{上架}}", BatchSize: 7}
+	var rows [2][]store.Row
+	for i, spool := range []bool{false, true} {
+		tmp := t.TempDir()
+		p := pipeline.SplitParams{TaskID: fmt.Sprintf("spool-%v", spool), Path: path, Source: "spool.xlsx", Spec: spec, Spool: spool, TempDir: tmp}
+		v, err := pipeline.Validate(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spooled, _ := os.ReadDir(tmp); len(spooled) != map[bool]int{false: 0, true: 1}[spool] {
+			t.Errorf("spool %v: %d files in the temporary directory", spool, len(spooled))
+		}
+		p.Validated = &v
+		task, err := e.splitter.Split(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if left, _ := os.ReadDir(tmp); len(left) != 0 {
+			t.Errorf("spool %v: %d files left after Close", spool, len(left))
+		}
+		got, err := e.store.ListRows(ctx, store.ListRowsParams{TaskID: task.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			got[i].TaskID = ""
+		}
+		rows[i] = got
+	}
+	if len(rows[0]) != 40 || !reflect.DeepEqual(rows[0], rows[1]) {
+		t.Errorf("rows split from the spool differ from the sheet's (%d and %d rows)", len(rows[0]), len(rows[1]))
 	}
 }

@@ -92,6 +92,11 @@ type SplitParams struct {
 	// Validated, when non-nil, is the result of Validate(p) run just
 	// before, so Split does not read the input an extra time.
 	Validated *Validated
+	// Spool asks Validate to keep the records it reads in a temporary file
+	// (in TempDir, default os.TempDir) for Split, so that the sheet is
+	// opened and decoded once. The caller must Close the Validated.
+	Spool   bool
+	TempDir string
 }
 
 // Validated is an input that passed Validate.
@@ -106,6 +111,19 @@ type Validated struct {
 	// Rerun, for a result sent back in, says what becomes of its rows;
 	// nil for any other input.
 	Rerun *RerunCounts
+	// spool holds the records read, when SplitParams.Spool asked for it.
+	spool string
+}
+
+// Close removes the records Validate spooled, if it spooled any. It is
+// safe to call more than once and on a zero Validated.
+func (v *Validated) Close() error {
+	if v == nil || v.spool == "" {
+		return nil
+	}
+	err := os.Remove(v.spool)
+	v.spool = ""
+	return err
 }
 
 // Validate reads the whole input once and checks everything Split would
@@ -132,6 +150,17 @@ func Validate(p SplitParams) (Validated, error) {
 	if rerun && specErr == nil {
 		counts = &RerunCounts{}
 	}
+	var spool *spoolWriter
+	if p.Spool && specErr == nil {
+		if spool, err = newSpool(p.TempDir); err != nil {
+			return Validated{}, err
+		}
+		defer func() {
+			if spool != nil { // not handed over
+				spool.discard()
+			}
+		}()
+	}
 	// The whole sheet is read before the template's error is told: a bad
 	// cell is what the file's author must fix first.
 	for {
@@ -141,6 +170,11 @@ func Validate(p SplitParams) (Validated, error) {
 		}
 		if err != nil {
 			return Validated{}, rejectIfInput(err)
+		}
+		if spool != nil {
+			if err := spool.write(rec); err != nil {
+				return Validated{}, fmt.Errorf("%s: spool the rows: %w", p.Source, err)
+			}
 		}
 		if counts != nil {
 			row := store.Row{Values: rec.Values}
@@ -164,7 +198,15 @@ func Validate(p SplitParams) (Validated, error) {
 	if spec.BatchSize > maxBatchSize {
 		spec.BatchSize = maxBatchSize
 	}
-	return Validated{Summary: summary, Spec: spec, Notes: notes, Rerun: counts}, nil
+	v := Validated{Summary: summary, Spec: spec, Notes: notes, Rerun: counts}
+	if spool != nil {
+		w := spool
+		spool = nil
+		if v.spool, err = w.finish(); err != nil {
+			return Validated{}, err
+		}
+	}
+	return v, nil
 }
 
 // bindTemplate completes the spec's template (the request's, else the
@@ -313,10 +355,27 @@ func (s *Splitter) keepInput(ctx context.Context, p SplitParams, summary sheet.S
 	return nil
 }
 
+// records is what writeRows reads rows from: the sheet itself, or the
+// records Validate spooled.
+type records interface {
+	Next() (sheet.Record, error)
+	Close() error
+}
+
 func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Options, task store.Task) error {
-	r, err := sheet.Open(p.Path, opts)
-	if err != nil {
-		return rejectIfInput(err)
+	var r records
+	if p.Validated != nil && p.Validated.spool != "" {
+		sp, err := openSpool(p.Validated.spool)
+		if err != nil {
+			return err
+		}
+		r = sp
+	} else {
+		sr, err := sheet.Open(p.Path, opts)
+		if err != nil {
+			return rejectIfInput(err)
+		}
+		r = sr
 	}
 	defer r.Close()
 	block, rerun := resultBlock(task.Header)
