@@ -117,6 +117,7 @@ step "fuzz smoke (a fixed number of executions per target)"
 go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 300000x
 go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 3000x -fuzzminimizetime 20x
 go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 5000x -fuzzminimizetime 20x
+go test ./internal/sheet -run '^$' -fuzz '^FuzzAddColumns$' -fuzztime 10000x -fuzzminimizetime 20x
 go test ./internal/providerfile -run '^$' -fuzz '^FuzzParse$' -fuzztime 20000x -fuzzminimizetime 20x
 
 await browser

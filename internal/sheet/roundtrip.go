@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bufio"
 	"bytes"
+	"compress/flate"
 	"errors"
 	"fmt"
 	"io"
@@ -118,6 +119,9 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 	pkg := findPackageParts(zr)
 	var deferred []*zip.File
 	zw := zip.NewWriter(out)
+	// The rewritten sheet is compressed at flate's best speed: it is the one part compressed again, and deflating
+	// it at the default level was a third of the export's time, for a file a few percent smaller.
+	zw.RegisterCompressor(zip.Deflate, func(w io.Writer) (io.WriteCloser, error) { return flate.NewWriter(w, flate.BestSpeed) })
 	for _, f := range zr.File {
 		switch {
 		case strings.EqualFold(f.Name, pkg.contentTypes), strings.EqualFold(f.Name, pkg.workbook), strings.EqualFold(f.Name, pkg.workbookRels):

@@ -3,6 +3,7 @@ package sheet
 import (
 	"archive/zip"
 	"bytes"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -449,5 +450,48 @@ func TestAddColumnsOverflow(t *testing.T) {
 	}
 	if got := openBook(t, again).GetSheetList(); !slices.Equal(got, []string{"商品", "prompt", "汇总", OverflowSheet, OverflowSheet + "2"}) {
 		t.Errorf("sheets = %q", got)
+	}
+}
+
+// FuzzAddColumns feeds AddColumns arbitrary worksheet XML: it must never panic, and when the input sheet is
+// well-formed XML its output sheet must be too, holding every added header cell.
+func FuzzAddColumns(f *testing.F) {
+	const ns = `xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"`
+	for _, seed := range []string{
+		`<worksheet ` + ns + `><sheetData><row r="1"><c r="A1"><v>1</v></c></row><row r="2"><c r="A2"><v>2</v></c></row></sheetData></worksheet>`,
+		`<x:worksheet xmlns:x="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><x:cols><x:col min="1" max="1024" width="9"/></x:cols><x:sheetData><x:row r="1"><x:c r="A1" t="inlineStr"><x:is><x:t>a&gt;b</x:t></x:is></x:c></x:row><x:row r="3"/></x:sheetData></x:worksheet>`,
+		`<?xml version="1.0"?><!-- a > b --><worksheet ` + ns + `><dimension ref="A1"/><sheetData><row><c t="s"><v>0</v></c><c r="C1" s="2"/></row><row><c><f>A1*2</f></c></row></sheetData><mergeCells><mergeCell ref="A1:B1"/></mergeCells></worksheet>`,
+		`<worksheet ` + ns + `><sheetData/></worksheet>`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, worksheet string) {
+		in := oneSheetBook(t, worksheet)
+		rows := []AddedRow{{SheetRow: 2, Values: []Value{Text("answer <&>"), Int(3)}}, {SheetRow: 4, Values: []Value{Bool(true)}}}
+		out, err := addColumns(t, in, AddColumnsParams{Sheet: "S", HeaderRow: 1, Header: []string{"output", "n"}, Rows: rowsOf(rows), TempDir: t.TempDir()})
+		if err != nil || !wellFormed(worksheet) {
+			return
+		}
+		got := sheetXML(t, out)
+		if !wellFormed(got) {
+			t.Fatalf("well-formed sheet in, malformed out:\n in %s\nout %s", worksheet, got)
+		}
+		if strings.Count(got, ">output<") != 1 {
+			t.Fatalf("the added header is not in the sheet once:\n%s", got)
+		}
+	})
+}
+
+// wellFormed reports whether s parses as XML to its end.
+func wellFormed(s string) bool {
+	d := xml.NewDecoder(strings.NewReader(s))
+	for {
+		_, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
 	}
 }

@@ -59,25 +59,32 @@ func (s *xmlScanner) next(text io.Writer) ([]byte, error) {
 			quoted = false // <!DOCTYPE ...>, which no workbook part has
 		}
 	}
+	// Read up to each '>' at once; the markup ends at the first one outside a quoted value that completes end.
 	var quote byte
 	for {
-		c, err := s.r.ReadByte()
-		if err != nil {
+		chunk, err := s.r.ReadSlice('>')
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			if errors.Is(err, io.EOF) {
 				return nil, fmt.Errorf("markup at byte %d is not closed", s.off)
 			}
 			return nil, err
 		}
-		s.off++
-		s.tag = append(s.tag, c)
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
+		from := len(s.tag)
+		s.tag = append(s.tag, chunk...)
+		s.off += int64(len(chunk))
+		if quoted {
+			for _, c := range s.tag[from:] {
+				switch {
+				case quote != 0:
+					if c == quote {
+						quote = 0
+					}
+				case c == '"' || c == '\'':
+					quote = c
+				}
 			}
-		case quoted && (c == '"' || c == '\''):
-			quote = c
-		case c == '>' && bytes.HasSuffix(s.tag, end) && len(s.tag) > len(end):
+		}
+		if err == nil && quote == 0 && bytes.HasSuffix(s.tag, end) && len(s.tag) > len(end) {
 			return s.tag, nil
 		}
 	}
@@ -120,14 +127,19 @@ func (m markup) is(local string) bool { return !m.end && m.local == local }
 // closes reports whether m is the end tag of local.
 func (m markup) closes(local string) bool { return m.end && m.local == local }
 
-// attr returns the raw (still escaped) value of the attribute named name (without prefix), and whether it is there.
+// attr returns the raw (still escaped) value of the attribute named name (as written, prefix included), and whether
+// it is there. It allocates only the value it returns: it runs for every row and cell of a sheet.
 func (m markup) attr(name string) (string, bool) {
-	for _, a := range m.attrs() {
-		if a.name == name {
-			return a.value, true
+	var value string
+	found := false
+	m.eachAttr(func(n, v []byte, _ byte) bool {
+		if string(n) == name { // no allocation: the compiler compares in place
+			value, found = string(v), true
+			return false
 		}
-	}
-	return "", false
+		return true
+	})
+	return value, found
 }
 
 type xmlAttr struct {
@@ -138,36 +150,47 @@ type xmlAttr struct {
 
 // attrs lists the tag's attributes in order.
 func (m markup) attrs() []xmlAttr {
+	var out []xmlAttr
+	m.eachAttr(func(n, v []byte, q byte) bool {
+		out = append(out, xmlAttr{name: string(n), value: string(v), quote: q})
+		return true
+	})
+	return out
+}
+
+// eachAttr calls f with each attribute's name, raw value and quote, in order, until f returns false.
+func (m markup) eachAttr(f func(name, value []byte, quote byte) bool) {
 	raw := m.raw
 	i := 1
 	for i < len(raw) && !isXMLSpace(raw[i]) && raw[i] != '/' && raw[i] != '>' {
 		i++
 	}
-	var out []xmlAttr
 	for {
 		for i < len(raw) && isXMLSpace(raw[i]) {
 			i++
 		}
 		if i >= len(raw) || raw[i] == '/' || raw[i] == '>' {
-			return out
+			return
 		}
 		j := i
 		for j < len(raw) && raw[j] != '=' && !isXMLSpace(raw[j]) {
 			j++
 		}
-		name := string(raw[i:j])
+		name := raw[i:j]
 		for j < len(raw) && (raw[j] == '=' || isXMLSpace(raw[j])) {
 			j++
 		}
 		if j >= len(raw) || (raw[j] != '"' && raw[j] != '\'') {
-			return out // not well-formed; the reader would have refused the part
+			return // not well-formed; the reader would have refused the part
 		}
 		q := raw[j]
 		k := bytes.IndexByte(raw[j+1:], q)
 		if k < 0 {
-			return out
+			return
 		}
-		out = append(out, xmlAttr{name: name, value: string(raw[j+1 : j+1+k]), quote: q})
+		if !f(name, raw[j+1:j+1+k], q) {
+			return
+		}
 		i = j + 1 + k + 1
 	}
 }
