@@ -34,7 +34,9 @@ func measureRerun(ctx context.Context, r *run) ([]Figure, error) {
 	if err := editResult(first, back, edited, flagged, cleared); err != nil {
 		return nil, err
 	}
-	again, err := r.timed(ctx, r.bin, append([]string{"run", "--in", back, "--data", data, "--out", filepath.Join(r.dir("out"), "again.xlsx"), "--quiet"}, simFlags...)...)
+	// The same template: a changed one would change every row's key.
+	again, err := r.timed(ctx, r.bin, append([]string{"run", "--in", back, "--data", data, "--out", filepath.Join(r.dir("out"), "again.xlsx"),
+		"--prompt", "{{sku}} {{name}}", "--quiet"}, simFlags...)...)
 	if err != nil {
 		return nil, err
 	}
