@@ -79,8 +79,8 @@ func (c RerunCounts) String() string {
 }
 
 // rerunRow decides what a row of a result sent back in becomes: its place in counts, and the row to store
-// (values from the sheet; a kept row with its answer as a SUCCEEDED result, a row that wants a new answer
-// Fresh). block is where the result columns start.
+// (its input values; a kept row with its answer as a SUCCEEDED result, a row that wants a new answer Fresh).
+// block is where the result columns start.
 func rerunRow(row store.Row, block int, spec store.TaskSpec, bound *prompt.Bound, counts *RerunCounts) store.Row {
 	cell := func(name string) string {
 		i := slices.Index(ResultColumns, name)
@@ -111,6 +111,8 @@ func rerunRow(row store.Row, block int, spec store.TaskSpec, bound *prompt.Bound
 		// Answered before: no call, no cost now (cached), the provider that answered then.
 		row.RowResult = store.RowResult{State: store.RowSucceeded, Output: cell("output"), Cached: true, Provider: cell("provider")}
 	}
+	// Only the input is stored: the export rewrites the result's own columns from the row's result.
+	row.Values = input
 	return row
 }
 
