@@ -87,7 +87,8 @@ type IntakeConfig struct {
 	// it; the local drop folder (dropdir) renames its files itself after
 	// Accept returns, by the same rule.
 	MoveTaken bool
-	// TempDir receives the downloaded input. Defaults to os.TempDir().
+	// TempDir receives the downloaded input and the rows Validate spools
+	// for the split. Defaults to os.TempDir().
 	TempDir string
 	// Clock stamps rejected tasks. Defaults to the wall clock.
 	Clock clock.Clock
