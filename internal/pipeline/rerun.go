@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/batchgen/batchgen/internal/prompt"
+	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -91,7 +92,7 @@ func rerunRow(row store.Row, block int, spec store.TaskSpec, bound *prompt.Bound
 	}
 	input := row.Values[:min(block, len(row.Values))]
 	switch {
-	case row.State == store.RowSkipped || blankCells(input):
+	case row.State == store.RowSkipped || sheet.IsBlank(input):
 		counts.Blank++
 		row.State = store.RowSkipped
 	case strings.TrimSpace(cell("rerun")) != "":
@@ -114,14 +115,4 @@ func rerunRow(row store.Row, block int, spec store.TaskSpec, bound *prompt.Bound
 	// Only the input is stored: the export rewrites the result's own columns from the row's result.
 	row.Values = input
 	return row
-}
-
-// blankCells reports whether every cell is empty or white space, as the reader judges a blank row.
-func blankCells(cells []string) bool {
-	for _, c := range cells {
-		if strings.TrimSpace(c) != "" {
-			return false
-		}
-	}
-	return true
 }

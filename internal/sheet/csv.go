@@ -213,7 +213,7 @@ func delimiterScore(sample []byte, d byte, atEOF bool) (float64, int) {
 		if err != nil {
 			break
 		}
-		if isBlank(rec) {
+		if IsBlank(rec) {
 			continue
 		}
 		n := len(rec)

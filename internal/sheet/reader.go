@@ -263,7 +263,7 @@ func (r *Reader) readHeader() error {
 		if err != nil {
 			return r.fixErr(err)
 		}
-		if isBlank(cells) {
+		if IsBlank(cells) {
 			continue
 		}
 		r.headerRow, r.lastRow = row, row
@@ -425,8 +425,9 @@ func (r *Reader) checkCell(row, col int, v string) error {
 	return nil
 }
 
-// isBlank reports whether every cell is empty or white space.
-func isBlank(cells []string) bool {
+// IsBlank reports whether every cell is empty or white space: a blank row, which the pipeline keeps in place
+// without calling the model.
+func IsBlank(cells []string) bool {
 	for _, c := range cells {
 		if strings.TrimSpace(c) != "" {
 			return false
