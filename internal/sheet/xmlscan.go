@@ -242,14 +242,27 @@ next:
 
 func isXMLSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// cellColumn returns the 1-based column of a cell reference such as "AB12" ("$AB$12" too), or 0.
+// cellColumn returns the 1-based column of a cell reference such as "AB12" ("$AB$12" too), or 0. It runs for
+// every cell of a rewritten sheet, so it reads the letters in place.
 func cellColumn(ref string) int {
-	i := 0
-	for i < len(ref) && (ref[i] == '$' || ('A' <= ref[i] && ref[i] <= 'Z') || ('a' <= ref[i] && ref[i] <= 'z')) {
-		i++
+	n, letters := 0, 0
+	for i := 0; i < len(ref); i++ {
+		c := ref[i]
+		switch {
+		case c == '$':
+			continue
+		case 'A' <= c && c <= 'Z':
+			n = n*26 + int(c-'A') + 1
+		case 'a' <= c && c <= 'z':
+			n = n*26 + int(c-'a') + 1
+		default:
+			return n
+		}
+		if letters++; letters > 7 { // not a column: as columnIndex says of longer names
+			return 0
+		}
 	}
-	letters := bytes.ToUpper(bytes.ReplaceAll([]byte(ref[:i]), []byte("$"), nil))
-	return columnIndex(string(letters)) + 1
+	return n
 }
 
 // cellRow returns the row of a cell reference such as "AB12", or 0.
