@@ -196,7 +196,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{"unclosed placeholder", "", []string{"--prompt", "写{{商品名称"}, "never closed"},
 		{"bad batch size", "", []string{"--batch-size", "0"}, "--batch-size"},
 		{"missing input", "/nonexistent/x.xlsx", nil, "no such file"},
-		{"csv output", "", []string{"--out", "x.csv"}, ".xlsx"},
+		{"ods output", "", []string{"--out", "x.ods"}, ".csv"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

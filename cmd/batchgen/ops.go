@@ -274,7 +274,7 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 		defer data.Close()
 		exports = pipeline.NewExporter(data.Store, data.Blobs, pipeline.ExporterConfig{})
 	}
-	_, err = pipeline.Cancel(ctx, st, pipeline.CancelParams{TaskID: id, Reason: "cancelled by operator", Now: time.Now(), Exports: exports})
+	task, err := pipeline.Cancel(ctx, st, pipeline.CancelParams{TaskID: id, Reason: "cancelled by operator", Now: time.Now(), Exports: exports})
 	var state *pipeline.StateError
 	var export *pipeline.ExportNotStartedError
 	switch {
@@ -291,7 +291,7 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "task %s cancelled; the running batchgen finishes the rows in flight and writes the partial result\n", id)
 		return nil
 	}
-	path, _ := data.Blobs.Path(pipeline.ResultKey(id))
+	path, _ := data.Blobs.Path(pipeline.TaskResultKey(task))
 	fmt.Fprintf(stdout, "task %s cancelled; partial result: %s\n", id, path)
 	return nil
 }
@@ -345,9 +345,6 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	if _, err := os.Stat(filepath.Join(dir, "batchgen.db")); err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
 	}
-	if j.opts.out != "" && !strings.EqualFold(filepath.Ext(j.opts.out), ".xlsx") {
-		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--out %s: use a name ending in .xlsx", j.opts.out)}
-	}
 	j.opts.dataDir = dir
 	if j.data, err = embedded.Open(dir, "", j.cacheTTL); err != nil {
 		return err
@@ -355,6 +352,13 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	defer j.close()
 	if err := j.openEngine(id); err != nil {
 		return err
+	}
+	// The result is written again in the format the task asked for, so
+	// --out must name a file of that kind.
+	if t, err := j.data.Store.GetTask(ctx, id); err == nil && j.opts.out != "" {
+		if f, ok := resultFormatOf(j.opts.out); !ok || f != t.Spec.ResultFormat {
+			return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--out %s: task %s writes its result as %s; use a name ending in %s", j.opts.out, id, t.Spec.ResultFormat.Ext(), t.Spec.ResultFormat.Ext())}
+		}
 	}
 	spec := j.providers.Spec(store.TaskSpec{})
 	// This process holds the data directory's lock: the task's only
@@ -377,7 +381,7 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	}
 	task := outcome.Task
 	if j.opts.out == "" {
-		j.opts.out = filepath.Join(filepath.Dir(filepath.Clean(dir)), strings.TrimSuffix(task.Source, filepath.Ext(task.Source))+".result.xlsx")
+		j.opts.out = filepath.Join(filepath.Dir(filepath.Clean(dir)), strings.TrimSuffix(task.Source, filepath.Ext(task.Source))+".result"+task.Spec.ResultFormat.Ext())
 	}
 	switch {
 	case outcome.Resumed:

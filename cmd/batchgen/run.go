@@ -68,7 +68,7 @@ type retryOptions struct {
 
 func (o *runOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.in, "in", "", "input spreadsheet (.xlsx or .csv); required")
-	fs.StringVar(&o.out, "out", "", "result workbook (.xlsx); default <in>.result.xlsx beside the input")
+	fs.StringVar(&o.out, "out", "", "result file: .xlsx (your workbook with the answers beside the rows) or .csv (the input's fields, then the answers); default <in>.result.xlsx beside the input")
 	fs.StringVar(&o.sheetName, "sheet", "", "input sheet name; default the first visible sheet not named \"prompt\"")
 	fs.StringVar(&o.encoding, "encoding", "", "text encoding of a CSV input: utf-8, windows-1252 (latin1), gb18030 (gbk), big5, shift_jis, ...; default: detected")
 	fs.StringVar(&o.dataDir, "data", "", "state directory (SQLite database, result blobs); default .batchgen beside the input")
@@ -154,7 +154,8 @@ func newRunCmd(stdout, stderr io.Writer) *cobra.Command {
 per row and writes the result workbook. Running the same command again continues the
 same task: rows that already have a result are never sent to the model again.`,
 		Example: `  batchgen run --in skus.xlsx --prompt '为商品{{商品名称}}写一段营销文案'
-  batchgen run skus.csv --out copy.xlsx --prompt-file prompt.txt --provider openai --rpm 2000`,
+  batchgen run skus.csv --out copy.xlsx --prompt-file prompt.txt --provider openai --rpm 2000
+  batchgen run export.csv --out export.result.csv --prompt-file prompt.txt`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 || (len(args) == 1 && o.in != "") {
 				return fmt.Errorf("unexpected arguments %q: give the input once, as --in FILE or FILE", args)
@@ -175,7 +176,7 @@ same task: rows that already have a result are never sent to the model again.`,
 	}
 	o.register(cmd.Flags())
 	_ = cmd.MarkFlagFilename("in", "xlsx", "csv")
-	_ = cmd.MarkFlagFilename("out", "xlsx")
+	_ = cmd.MarkFlagFilename("out", "xlsx", "csv")
 	_ = cmd.MarkFlagFilename("prompt-file")
 	_ = cmd.MarkFlagDirname("data")
 	return cmd
@@ -223,8 +224,9 @@ func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
 		base := strings.TrimSuffix(o.in, filepath.Ext(o.in))
 		o.out = base + ".result.xlsx"
 	}
-	if !strings.EqualFold(filepath.Ext(o.out), ".xlsx") {
-		return nil, reject("--out %s: the result is an Excel workbook; use a name ending in .xlsx", o.out)
+	format, ok := resultFormatOf(o.out)
+	if !ok {
+		return nil, reject("--out %s: name the result .xlsx (a workbook: your own, for a workbook input) or .csv (a CSV file)", o.out)
 	}
 	if err := o.checkSpec(); err != nil {
 		return nil, err
@@ -234,7 +236,14 @@ func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
 		return nil, err
 	}
 	j.spec = j.taskSpec()
+	j.spec.ResultFormat = format
 	return j, nil
+}
+
+// resultFormatOf is the result format --out asks for by its extension.
+func resultFormatOf(out string) (store.ResultFormat, bool) {
+	f, err := store.ParseResultFormat(strings.TrimPrefix(filepath.Ext(out), "."))
+	return f, err == nil && filepath.Ext(out) != ""
 }
 
 // newEngineJob checks the flags shared by the commands that call the model

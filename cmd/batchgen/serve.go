@@ -25,6 +25,7 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/sheet"
+	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/web"
 )
 
@@ -33,11 +34,14 @@ import (
 // server's own.
 type serveOptions struct {
 	runOptions
-	addr         string
-	tokenFile    string
-	dropOwner    string
-	dropInterval time.Duration
-	grace        time.Duration
+	addr      string
+	tokenFile string
+	dropOwner string
+	// dropResultFormat is --drop-result-format: the result file of
+	// drop-folder inputs.
+	dropResultFormat string
+	dropInterval     time.Duration
+	grace            time.Duration
 	// limits are the API's per-deployment limits (api.Limits).
 	allowModels    []string
 	maxTokensLimit int
@@ -81,6 +85,7 @@ loopback interface only, and every caller is --drop-owner.`,
 	fs.StringVar(&o.tokenFile, "token-file", "", "API bearer tokens, one NAME:SECRET a line, each NAME its own principal (or set BATCHGEN_API_TOKENS, comma-separated); without tokens the server listens on loopback only")
 	// The same default as the AWS stack's DropFolderOwner and the tasks of
 	// `batchgen run`: without tokens, the page shows all of them.
+	fs.StringVar(&o.dropResultFormat, "drop-result-format", "xlsx", "the result file of drop-folder inputs: xlsx (the sender's own workbook; a new one for a CSV) or csv (the input's fields, then the answers); API uploads name their own")
 	fs.StringVar(&o.dropOwner, "drop-owner", pipeline.LocalOwner, "the principal that owns tasks made from the drop folder, and every caller's when there are no tokens")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on Ctrl-C or SIGTERM, how long model calls in flight may take to finish and be saved before they are cut off")
 	fs.DurationVar(&o.dropInterval, "drop-interval", time.Second, "time between looks at the drop folder; a file is taken once it is unchanged across two looks")
@@ -161,6 +166,10 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	if o.dropOwner == "" {
 		return &report.ExitError{Code: report.Rejected, Err: errors.New("--drop-owner must not be empty")}
 	}
+	dropFormat, err := store.ParseResultFormat(o.dropResultFormat)
+	if err != nil {
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--drop-result-format: %w", err)}
+	}
 	if o.maxTokensLimit < 1 || o.maxBatchSize < 1 || o.maxFileBytes < 1 {
 		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-tokens-limit, --max-batch-size and --max-file-bytes must be at least 1")}
 	}
@@ -226,11 +235,13 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return fmt.Errorf("data directory %s: %w", j.data.Dir, embedded.UnwrapPathError(err))
 	}
+	dropSpec := spec
+	dropSpec.ResultFormat = dropFormat
 	intake := pipeline.NewIntake(
 		pipeline.NewSplitter(st, j.queue, pipeline.SplitterConfig{Logger: logger, Inputs: bucket}),
 		bucket, j.exporter,
 		pipeline.IntakeConfig{
-			DefaultSpec: spec,
+			DefaultSpec: dropSpec,
 			Limits:      sheet.Limits{MaxRows: o.maxRows, MaxFileBytes: o.maxFileBytes},
 			Uploads:     api.Uploads{Blobs: bucket},
 			Owner:       o.dropOwner,

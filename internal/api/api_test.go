@@ -196,7 +196,7 @@ func TestCreateTask(t *testing.T) {
 	}
 	const id = "0123456789abcdef0123456789abcdef"
 	want := map[string]any{
-		"id": id, "status": "AWAITING_UPLOAD", "source": "商品 list.XLSX", "provider": "openai", "model": "gpt-4o-mini",
+		"id": id, "status": "AWAITING_UPLOAD", "source": "商品 list.XLSX", "provider": "openai", "model": "gpt-4o-mini", "result_format": "xlsx",
 		"created_at": "2025-06-01T12:00:00Z", "rows_total": 0.0, "rows_succeeded": 0.0, "rows_failed": 0.0, "rows_skipped": 0.0,
 		"batches_done": 0.0, "batches_total": 0.0, "links": linksOf(id, true),
 		"input_tokens": 0.0, "cached_input_tokens": 0.0, "output_tokens": 0.0,
@@ -242,7 +242,7 @@ func TestCreateTask(t *testing.T) {
 
 	got := do(t, h, "GET", "/api/tasks/0123456789abcdef0123456789abcdef", "")
 	wantView := map[string]any{
-		"id": id, "status": "AWAITING_UPLOAD", "source": "商品 list.XLSX",
+		"id": id, "status": "AWAITING_UPLOAD", "source": "商品 list.XLSX", "result_format": "xlsx",
 		"provider": "openai", "model": "gpt-4o-mini", "created_at": "2025-06-01T12:00:00Z",
 		"rows_total": 0.0, "rows_succeeded": 0.0, "rows_failed": 0.0, "rows_skipped": 0.0,
 		"batches_done": 0.0, "batches_total": 0.0, "links": linksOf(id, true),
@@ -286,6 +286,7 @@ func TestCreateTaskRejects(t *testing.T) {
 		{"model not allowed", `{"filename": "a.csv", "model": "o1-pro"}`, 400, "limit_exceeded", `model "o1-pro" is not allowed here; allowed: gpt-4o`},
 		{"model of a routed deployment", `{"filename": "a.csv", "size": 3, "model": "gpt-4o"}`, 400, "limit_exceeded", `model "gpt-4o": routed here; leave model out`},
 		{"bad encoding name", `{"filename": "a.csv", "size": 3, "encoding": "utf 8; drop"}`, 400, "invalid_request", "encoding"},
+		{"unknown result format", `{"filename": "a.csv", "size": 3, "result_format": "ods"}`, 400, "invalid_request", "result_format: result format \"ods\": use xlsx or csv"},
 		{"missing size", `{"filename": "a.csv"}`, 400, "invalid_request", "size is required"},
 		{"zero size", `{"filename": "a.csv", "size": 0}`, 400, "invalid_request", "at least 1"},
 		{"negative size", `{"filename": "a.csv", "size": -5}`, 400, "invalid_request", "at least 1"},
@@ -409,17 +410,18 @@ func TestGetTask(t *testing.T) {
 			name: "partial task links its result",
 			task: store.Task{
 				ID: "t-partial", Owner: "alice", State: store.TaskPartial, Source: "a.csv", Encoding: "windows-1252",
-				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 10},
+				Spec:      store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 10, ResultFormat: store.ResultCSV},
 				RowsTotal: 2, BatchesTotal: 1, BatchesDone: 1, RowsSucceeded: 1, RowsFailed: 1,
-				ResultKey: "results/t-partial.xlsx", CreatedAt: created, UpdatedAt: finished, FinishedAt: finished,
+				ResultKey: "results/t-partial.csv", CreatedAt: created, UpdatedAt: finished, FinishedAt: finished,
 			},
 			presigner: fakePresigner{},
 			want: map[string]any{
 				"id": "t-partial", "status": "PARTIAL", "links": linksOf("t-partial", false), "rows_per_second": 2.0 / 3540, "source": "a.csv", "encoding": "windows-1252", "provider": "sim",
-				"rows_total": 2.0, "rows_succeeded": 1.0, "rows_failed": 1.0, "rows_skipped": 0.0,
+				"result_format": "csv",
+				"rows_total":    2.0, "rows_succeeded": 1.0, "rows_failed": 1.0, "rows_skipped": 0.0,
 				"batches_done": 1.0, "batches_total": 1.0,
 				"input_tokens": 0.0, "cached_input_tokens": 0.0, "output_tokens": 0.0,
-				"result_url":        "https://bucket.test/results/t-partial.xlsx?method=GET&ttl=1h0m0s",
+				"result_url":        "https://bucket.test/results/t-partial.csv?method=GET&ttl=1h0m0s",
 				"result_expires_at": "2025-06-01T13:00:00Z",
 				"created_at":        "2025-06-01T11:00:00Z", "updated_at": "2025-06-01T11:59:00Z", "finished_at": "2025-06-01T11:59:00Z",
 			},
@@ -469,6 +471,9 @@ func TestGetTask(t *testing.T) {
 			res := do(t, api.New(f.config), "GET", "/api/tasks/"+tc.task.ID, "")
 			if res.status != http.StatusOK {
 				t.Fatalf("status = %d; body %v", res.status, res.body)
+			}
+			if _, ok := tc.want["result_format"]; !ok {
+				tc.want["result_format"] = "xlsx"
 			}
 			if diff := cmp.Diff(tc.want, res.body); diff != "" {
 				t.Errorf("view mismatch (-want +got):\n%s", diff)

@@ -367,7 +367,11 @@ func (e *embedded) finish(t *testing.T, id string) {
 			t.Fatal(err)
 		}
 	}
-	key := "results/" + id + ".xlsx"
+	task, err := e.store.GetTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := pipeline.TaskResultKey(task)
 	if err := e.blobs.Put(ctx, key, strings.NewReader("PK-result-of-"+id)); err != nil {
 		t.Fatal(err)
 	}
@@ -375,6 +379,30 @@ func (e *embedded) finish(t *testing.T, id string) {
 		if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: id, From: []store.TaskState{step[0]}, To: step[1], ResultKey: key, Now: now}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestUploadAsksForCSV: an upload that asks for a CSV result gets a task
+// whose result is a CSV file, served as one and named after the input.
+func TestUploadAsksForCSV(t *testing.T) {
+	t.Parallel()
+	e := newEmbedded(t)
+	res := e.upload(t, "alice", "商品.csv", goodCSV, map[string]string{"prompt": "{{name}}", "result_format": "CSV"})
+	if res.status != http.StatusCreated || res.json(t)["result_format"] != "csv" {
+		t.Fatalf("POST = %d %s, want 201 with result_format csv", res.status, res.body)
+	}
+	const id = "0123456789abcdef0123456789abcdef"
+	e.finish(t, id)
+	task, err := e.store.GetTask(t.Context(), id)
+	if err != nil || task.Spec.ResultFormat != store.ResultCSV || task.ResultKey != "results/"+id+".csv" {
+		t.Fatalf("task = %+v (%v), want a CSV result", task, err)
+	}
+	r := send(t, e.handler, "alice", "GET", "/api/tasks/"+id+"/result", "", nil)
+	if ct, cd := r.header.Get("Content-Type"), r.header.Get("Content-Disposition"); r.status != http.StatusOK || ct != "text/csv; charset=utf-8" || !strings.Contains(cd, ".result.csv") {
+		t.Errorf("result = %d, Content-Type %q, Content-Disposition %q", r.status, ct, cd)
+	}
+	if res := e.upload(t, "alice", "b.csv", goodCSV, map[string]string{"prompt": "{{name}}", "result_format": "ods"}); res.status != http.StatusBadRequest || !strings.Contains(res.message(t), "use xlsx or csv") {
+		t.Errorf("result_format ods = %d %s, want 400 naming the formats", res.status, res.body)
 	}
 }
 

@@ -183,11 +183,12 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 }
 
 // formFields are the multipart fields besides "file".
-var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding"}
+var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format"}
 
 // formRequest fills req from the form's text fields.
 func formRequest(fields map[string]string, req *CreateTaskRequest) error {
 	req.Prompt, req.System, req.Model, req.Encoding = fields["prompt"], fields["system"], fields["model"], strings.TrimSpace(fields["encoding"])
+	req.ResultFormat = fields["result_format"]
 	if v, ok := fields["temperature"]; ok && strings.TrimSpace(v) != "" {
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil {
@@ -590,6 +591,11 @@ func (s *server) specFor(req CreateTaskRequest) (store.TaskSpec, error) {
 	if req.Encoding != "" && !encodingPattern.MatchString(req.Encoding) {
 		return spec, fmt.Errorf("encoding %.40q is not an encoding name (e.g. utf-8, gb18030, windows-1252)", req.Encoding)
 	}
+	format, err := store.ParseResultFormat(req.ResultFormat)
+	if err != nil {
+		return spec, fmt.Errorf("result_format: %.60s", err.Error())
+	}
+	spec.ResultFormat = format
 	return spec, nil
 }
 
@@ -775,8 +781,10 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, view)
 }
 
-// resultContentType is the media type of result workbooks.
-const resultContentType = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+// resultFormatName names a spec's result format as requests do.
+func resultFormatName(spec store.TaskSpec) string {
+	return strings.TrimPrefix(spec.ResultFormat.Ext(), ".")
+}
 
 // getResult is GET /api/tasks/{id}/result: the result workbook, streamed
 // (embedded) or by a redirect to a presigned URL (AWS); 409 while there is
@@ -818,7 +826,7 @@ func (s *server) getResult(w http.ResponseWriter, r *http.Request) {
 	}
 	defer rc.Close()
 	h := w.Header()
-	h.Set("Content-Type", resultContentType)
+	h.Set("Content-Type", task.Spec.ResultFormat.ContentType())
 	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": resultFilename(task)}))
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -837,7 +845,7 @@ func resultFilename(t store.Task) string {
 	if base == "" {
 		base = t.ID
 	}
-	return base + ".result.xlsx"
+	return base + ".result" + t.Spec.ResultFormat.Ext()
 }
 
 // previewTask is GET /api/tasks/{id}/preview: the first rows (?limit=,
@@ -945,7 +953,7 @@ func (s *server) recordView(rec UploadRecord) TaskView {
 		status = StateUploaded
 	}
 	v := TaskView{
-		ID: rec.TaskID, Status: status, Source: rec.Filename, Encoding: rec.Encoding,
+		ID: rec.TaskID, Status: status, Source: rec.Filename, Encoding: rec.Encoding, ResultFormat: resultFormatName(rec.Spec),
 		Provider: rec.Spec.Provider, Model: rec.Spec.Model, CreatedAt: rec.CreatedAt.UTC(), Links: s.linksOf(rec.TaskID),
 	}
 	if !rec.Uploaded {
@@ -956,7 +964,7 @@ func (s *server) recordView(rec UploadRecord) TaskView {
 
 func (s *server) viewOf(t store.Task) TaskView {
 	v := TaskView{
-		ID: t.ID, Status: string(t.State), Source: t.Source, Sheet: t.Sheet, Encoding: t.Encoding,
+		ID: t.ID, Status: string(t.State), Source: t.Source, Sheet: t.Sheet, Encoding: t.Encoding, ResultFormat: resultFormatName(t.Spec),
 		Provider: t.Spec.Provider, Model: t.Spec.Model,
 		RowsTotal: t.RowsTotal, RowsSucceeded: t.RowsSucceeded, RowsFailed: t.RowsFailed, RowsSkipped: t.RowsSkipped,
 		BatchesDone: t.BatchesDone, BatchesTotal: t.BatchesTotal, Error: t.Error,

@@ -59,6 +59,11 @@ type CreateTaskRequest struct {
 	BatchSize int `json:"batch_size,omitempty"`
 	// Encoding names the text encoding of a CSV input; empty detects it.
 	Encoding string `json:"encoding,omitempty"`
+	// ResultFormat is the result's file: "xlsx" (the default: the user's
+	// own workbook for a workbook input) or "csv" (the input's fields, then
+	// the result columns, UTF-8 with a byte-order mark, in the input's
+	// delimiter).
+	ResultFormat string `json:"result_format,omitempty"`
 	// Size is the sheet's length in bytes; required. The upload URL is
 	// signed for exactly this length, and a size over the deployment's
 	// input limit is refused with 413.
@@ -102,10 +107,12 @@ type TaskView struct {
 	ID string `json:"id"`
 	// Status is the task's state (store.TaskState), or StateAwaitingUpload
 	// or StateUploaded before the task exists.
-	Status        string `json:"status"`
-	Source        string `json:"source,omitempty"`
-	Sheet         string `json:"sheet,omitempty"`
-	Encoding      string `json:"encoding,omitempty"`
+	Status   string `json:"status"`
+	Source   string `json:"source,omitempty"`
+	Sheet    string `json:"sheet,omitempty"`
+	Encoding string `json:"encoding,omitempty"`
+	// ResultFormat is the result's file: "xlsx" or "csv".
+	ResultFormat  string `json:"result_format"`
 	Provider      string `json:"provider,omitempty"`
 	Model         string `json:"model,omitempty"`
 	RowsTotal     int    `json:"rows_total"`

@@ -100,6 +100,10 @@ type Env struct {
 	// DefaultPrompt is the deployment's prompt template for inputs with
 	// none of their own (DEFAULT_PROMPT, optional).
 	DefaultPrompt string
+	// DropResultFormat is the result file of drop-folder inputs
+	// (DROP_RESULT_FORMAT, optional: xlsx, the default, or csv); API
+	// uploads name their own.
+	DropResultFormat store.ResultFormat
 	// AllowedModels is the API's allow-list of models a request may name
 	// (ALLOWED_MODELS, optional, comma-separated); empty allows any.
 	AllowedModels []string
@@ -193,8 +197,14 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		}
 		e.SimLatency = d
 	}
+	format, err := store.ParseResultFormat(getenv("DROP_RESULT_FORMAT"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("DROP_RESULT_FORMAT: %w", err))
+	}
+	e.DropResultFormat = format
 	// The same readers as run's --cache and --cache-ttl.
-	mode, err := pipeline.ParseCacheMode(cmp.Or(getenv("CACHE_MODE"), string(pipeline.CacheAuto)))
+	var mode pipeline.CacheMode
+	mode, err = pipeline.ParseCacheMode(cmp.Or(getenv("CACHE_MODE"), string(pipeline.CacheAuto)))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("CACHE_MODE: %w", err))
 	}
@@ -294,6 +304,15 @@ func (e Env) DefaultSpec() (store.TaskSpec, error) {
 		return store.TaskSpec{}, err
 	}
 	return f.Spec(store.TaskSpec{Prompt: e.DefaultPrompt, BatchSize: e.BatchSize}), nil
+}
+
+// DropSpec is the spec of drop-folder inputs: DefaultSpec with the
+// deployment's DropResultFormat. The splitter and whatever derives a
+// dropped file's task id (DropTaskID) ask this, so the two agree.
+func (e Env) DropSpec() (store.TaskSpec, error) {
+	spec, err := e.DefaultSpec()
+	spec.ResultFormat = e.DropResultFormat
+	return spec, err
 }
 
 // Providers returns the deployment's providers file: PROVIDERS_FILE (the

@@ -137,6 +137,7 @@ func TestLoadEnvRejects(t *testing.T) {
 		{"cache mode", "CACHE_MODE", "sometimes", "CACHE_MODE"},
 		{"cache ttl", "CACHE_TTL", "0d", "CACHE_TTL"},
 		{"cache ttl unit", "CACHE_TTL", "30", "CACHE_TTL"},
+		{"drop result format", "DROP_RESULT_FORMAT", "ods", "DROP_RESULT_FORMAT"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

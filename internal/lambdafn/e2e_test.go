@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -105,7 +106,10 @@ type e2eOptions struct {
 	// CallTimeout.
 	latency                  time.Duration
 	quotaRPM, maxConcurrency int
-	callTimeout              time.Duration
+	// env adds to the functions' environment (a template parameter's
+	// variable, say).
+	env         map[string]string
+	callTimeout time.Duration
 	// providers, when set, returns PROVIDERS_FILE given the mock model's
 	// base URL (http://HOST:PORT/v1).
 	providers func(mockURL string) string
@@ -161,6 +165,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 	if opts.maxConcurrency > 0 {
 		vars["MAX_CONCURRENCY"] = strconv.Itoa(opts.maxConcurrency)
 	}
+	maps.Copy(vars, opts.env)
 	env, err := awswire.LoadEnv(func(k string) string { return vars[k] })
 	if err != nil {
 		t.Fatalf("LoadEnv: %v", err)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,39 @@ func TestResultSentBackInOnAWS(t *testing.T) {
 	out3 := result[2][slices.Index(result[0], "output")]
 	if out3 == "" || result[6][slices.Index(result[0], "rerun")] != "" {
 		t.Errorf("row 3 output %q, row 7 rerun %q: want an answer and the flag cleared", out3, result[6][slices.Index(result[0], "rerun")])
+	}
+}
+
+// TestCSVResultOnAWS: with the DropResultFormat parameter at csv, a sheet dropped into incoming/ gets a CSV result
+// named after it: UTF-8 with a byte-order mark, the input's cells as read, then the result columns.
+func TestCSVResultOnAWS(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t, e2eOptions{rows: 12, env: map[string]string{"DROP_RESULT_FORMAT": "csv"}})
+	up := e.upload("商品.xlsx", nil)
+	if err := e.stack.Splitter.Handle(t.Context(), up); err != nil {
+		t.Fatalf("splitter: %v", err)
+	}
+	task := e.pump(e.taskID(up), 90*time.Second)
+	if task.State != store.TaskSucceeded || task.ResultKey != "results/商品.result.csv" {
+		t.Fatalf("task = %s, result %s", task.State, task.ResultKey)
+	}
+	out, err := e.stack.S3.GetObject(t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(task.ResultKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(out.Body)
+	out.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, ok := strings.CutPrefix(string(b), "\uFEFF")
+	lines := strings.Split(strings.TrimSuffix(text, "\r\n"), "\r\n")
+	if !ok || len(lines) != 13 || !strings.HasPrefix(lines[0], strings.Join(header, ",")+",output,status,") {
+		t.Fatalf("result (%d lines):\n%s", len(lines), text)
+	}
+	for i, l := range lines[1:] {
+		if !strings.HasPrefix(l, strings.Join(e2eRow(i+1, nil), ",")+",") || !strings.Contains(l, ",succeeded,") {
+			t.Errorf("line %d = %s", i+2, l)
+		}
 	}
 }

@@ -149,9 +149,13 @@ type exportCounts struct{ rows, failed int }
 // sheet, style, type and formula as sent, with ResultColumns added to the
 // right of the input sheet. Otherwise (a CSV input, a task split before
 // inputs were kept, a macro-enabled workbook) it is a new workbook with one
-// sheet: every input column as text, then ResultColumns. Either way there is
-// one row per input row, in row order.
+// sheet: every input column as text, then ResultColumns. A task that asked
+// for a CSV result (store.ResultCSV) gets one (writeCSV). Either way there
+// is one row per input row, in row order.
 func (e *Exporter) WriteResult(ctx context.Context, task store.Task, w io.Writer) (exportCounts, error) {
+	if task.Spec.ResultFormat == store.ResultCSV {
+		return e.writeCSV(ctx, task, w)
+	}
 	if task.Sheet != "" {
 		counts, err := e.writeOwnWorkbook(ctx, task, w)
 		if !errors.Is(err, errNoOwnWorkbook) {
@@ -247,19 +251,63 @@ func (e *Exporter) keptInput(ctx context.Context, task store.Task) (*os.File, er
 // writeNewWorkbook writes a workbook of one sheet: the input columns as
 // text, then ResultColumns.
 func (e *Exporter) writeNewWorkbook(ctx context.Context, task store.Task, w io.Writer) (exportCounts, error) {
-	input := inputColumns(task.Header)
-	header := append(slices.Clone(input), resultColumnNames(input)...)
-	keys, err := newRowKeys(task)
-	if err != nil {
-		return exportCounts{}, err
-	}
-	sw, err := sheet.NewWriter(resultSheetName(task), header)
+	sw, err := sheet.NewWriter(resultSheetName(task), newResultHeader(task))
 	if err != nil {
 		return exportCounts{}, fmt.Errorf("start workbook: %w", err)
 	}
 	defer sw.Close()
-	rows := newRowReader(e.store, task)
-	cells := make([]sheet.Value, 0, len(header))
+	var cells []sheet.Value
+	counts, err := eachResultRow(ctx, e.store, task, func(input []string, added []sheet.Value) error {
+		cells = cells[:0]
+		for _, v := range input {
+			cells = append(cells, sheet.Text(v))
+		}
+		return sw.WriteCells(append(cells, added...))
+	})
+	if err != nil {
+		return counts, err
+	}
+	if _, err := sw.WriteTo(w); err != nil {
+		return counts, fmt.Errorf("write workbook: %w", err)
+	}
+	return counts, nil
+}
+
+// writeCSV writes a CSV file (store.ResultCSV): the input's fields as they
+// were read, then ResultColumns, in the input's delimiter (a comma for a
+// workbook input).
+func (e *Exporter) writeCSV(ctx context.Context, task store.Task, w io.Writer) (exportCounts, error) {
+	cw, err := sheet.NewCSVWriter(w, task.Delimiter)
+	if err != nil {
+		return exportCounts{}, err
+	}
+	if err := cw.WriteRow(newResultHeader(task), nil); err != nil {
+		return exportCounts{}, err
+	}
+	counts, err := eachResultRow(ctx, e.store, task, cw.WriteRow)
+	if err != nil {
+		return counts, err
+	}
+	return counts, cw.Flush()
+}
+
+// newResultHeader is the header of a result written anew (not into the
+// user's workbook): the input columns, then ResultColumns. A result sent
+// back in keeps its input columns and gets its result columns anew.
+func newResultHeader(task store.Task) []string {
+	input := inputColumns(task.Header)
+	return append(slices.Clone(input), resultColumnNames(input)...)
+}
+
+// eachResultRow calls write with every row of task in row order: its input
+// values (one per input column) and its ResultColumns cells.
+func eachResultRow(ctx context.Context, st store.Store, task store.Task, write func(input []string, added []sheet.Value) error) (exportCounts, error) {
+	keys, err := newRowKeys(task)
+	if err != nil {
+		return exportCounts{}, err
+	}
+	rows := newRowReader(st, task)
+	input := make([]string, keys.input)
 	for {
 		r, err := rows.next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -268,25 +316,17 @@ func (e *Exporter) writeNewWorkbook(ctx context.Context, task store.Task, w io.W
 		if err != nil {
 			return rows.counts, err
 		}
-		cells = cells[:0]
 		for i := range input {
-			v := ""
+			input[i] = ""
 			if i < len(r.Values) {
-				v = r.Values[i]
+				input[i] = r.Values[i]
 			}
-			cells = append(cells, sheet.Text(v))
 		}
-		if err := sw.WriteCells(append(cells, resultValues(r, keys.of(r))...)); err != nil {
+		if err := write(input, resultValues(r, keys.of(r))); err != nil {
 			return rows.counts, fmt.Errorf("write row %d: %w", r.No, err)
 		}
 	}
-	if err := rows.complete(); err != nil {
-		return rows.counts, err
-	}
-	if _, err := sw.WriteTo(w); err != nil {
-		return rows.counts, fmt.Errorf("write workbook: %w", err)
-	}
-	return rows.counts, nil
+	return rows.counts, rows.complete()
 }
 
 // rowReader reads a task's rows in row order, a page at a time, checking

@@ -117,11 +117,14 @@ func DropResultKey(key string) (resultKey string, ok bool) {
 // exporter, the local stack and its download command all ask this, so the
 // rule lives once. (API uploads and local runs name their source by a plain
 // file name, never by a key under the drop folder.)
+//
+// A task that asked for a CSV result gets the same name ending in .csv.
 func TaskResultKey(t store.Task) string {
-	if key, ok := DropResultKey(t.Source); ok {
-		return key
+	key, ok := DropResultKey(t.Source)
+	if !ok {
+		key = ResultKey(t.ID)
 	}
-	return ResultKey(t.ID)
+	return strings.TrimSuffix(key, ".xlsx") + t.Spec.ResultFormat.Ext()
 }
 
 // InputKey is where the splitter keeps a copy of a workbook input (the

@@ -303,6 +303,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		Source:       p.Source,
 		Sheet:        summary.Sheet,
 		Encoding:     summary.Encoding,
+		Delimiter:    summary.Delimiter,
 		Header:       summary.Header,
 		RowsTotal:    summary.Rows,
 		BatchesTotal: batches,

@@ -472,7 +472,7 @@ func TestOddInputs(t *testing.T) {
 				t.Fatalf("Open: %v", err)
 			}
 			defer r.Close()
-			got := readResult{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding()}
+			got := readResult{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding(), Delimiter: r.Delimiter()}
 			got.Prompt, got.HasPrompt = r.Prompt()
 			got.Records = readAll(t, r)
 			if diff := cmp.Diff(want, got); diff != "" {

@@ -39,6 +39,7 @@ func (r *Reader) openCSV(f *os.File, head []byte, tsv bool, forced string) (rowS
 		return nil, r.fileErr(err.Error())
 	}
 	lx.comma = comma
+	r.delimiter = string(comma)
 	if sepLine {
 		lx.line = 1
 	}

@@ -11,12 +11,14 @@ import (
 // ";" for the semicolon cases, US "," otherwise) shows for the same bytes, where we read the same; the cases that
 // end in an error say why we differ.
 var dialectCases = []struct {
-	name    string
-	data    string
-	excel   string // what Excel shows, for the reader of the test
-	header  []string
-	records []Record
-	wantErr string
+	name   string
+	data   string
+	excel  string // what Excel shows, for the reader of the test
+	header []string
+	// delimiter is the separator read; "" means ",".
+	delimiter string
+	records   []Record
+	wantErr   string
 }{
 	{name: "bare quote in an unquoted field is text",
 		data:   "Name,Size\nTV 40\" screen,40\"\n5'10\" tall,x\"y\"z\n",
@@ -31,17 +33,17 @@ var dialectCases = []struct {
 		excel:  `A2 shows say "hi"; B2 two lines in one cell; row 3 is next, row`,
 		header: []string{"a", "b"}, records: []Record{rec(2, `say "hi"`, "two\nlines"), rec(3, "next", "row")}},
 	{name: "semicolon separated with decimal commas (French Excel)",
-		data:   "Nom;Prix;Poids\r\nPomme;2,50;0,2\r\nPoire;3,10;0,25\r\n",
-		excel:  "three columns; 2,50 is the number 2.5 in a French locale, the text 2,50 here",
-		header: []string{"Nom", "Prix", "Poids"}, records: []Record{rec(2, "Pomme", "2,50", "0,2"), rec(3, "Poire", "3,10", "0,25")}},
+		data:      "Nom;Prix;Poids\r\nPomme;2,50;0,2\r\nPoire;3,10;0,25\r\n",
+		excel:     "three columns; 2,50 is the number 2.5 in a French locale, the text 2,50 here",
+		delimiter: ";", header: []string{"Nom", "Prix", "Poids"}, records: []Record{rec(2, "Pomme", "2,50", "0,2"), rec(3, "Poire", "3,10", "0,25")}},
 	{name: "semicolon separated with commas in the text",
-		data:   "Nom, prénom;Ville\nDupont, Jean;Paris\nMartin, Zoé;Lyon, France\n",
-		excel:  "two columns",
-		header: []string{"Nom, prénom", "Ville"}, records: []Record{rec(2, "Dupont, Jean", "Paris"), rec(3, "Martin, Zoé", "Lyon, France")}},
+		data:      "Nom, prénom;Ville\nDupont, Jean;Paris\nMartin, Zoé;Lyon, France\n",
+		excel:     "two columns",
+		delimiter: ";", header: []string{"Nom, prénom", "Ville"}, records: []Record{rec(2, "Dupont, Jean", "Paris"), rec(3, "Martin, Zoé", "Lyon, France")}},
 	{name: "tab separated with commas in values",
-		data:   "a\tb\n1,5\t2\n",
-		excel:  "two columns",
-		header: []string{"a", "b"}, records: []Record{rec(2, "1,5", "2")}},
+		data:      "a\tb\n1,5\t2\n",
+		excel:     "two columns",
+		delimiter: "\t", header: []string{"a", "b"}, records: []Record{rec(2, "1,5", "2")}},
 	{name: "a quoted delimiter does not count when sniffing",
 		data:   "\"a;b\",c\n\"1;2\",3\n",
 		excel:  "two columns: a;b and c",
@@ -51,21 +53,21 @@ var dialectCases = []struct {
 		excel:  "one column; row 3 empty",
 		header: []string{"name"}, records: []Record{rec(2, "Alice"), blank(3, 1), rec(4, "Bob")}},
 	{name: "sep= line names the delimiter and is not a row",
-		data:   "sep=;\r\na;b\r\n1;2\r\n",
-		excel:  "the sep= line is hidden; the header is row 1",
-		header: []string{"a", "b"}, records: []Record{rec(2, "1", "2")}},
+		data:      "sep=;\r\na;b\r\n1;2\r\n",
+		excel:     "the sep= line is hidden; the header is row 1",
+		delimiter: ";", header: []string{"a", "b"}, records: []Record{rec(2, "1", "2")}},
 	{name: "sep= line with any delimiter",
-		data:   "SEP=|\na|b\n1|x,y;z\n",
-		excel:  "two columns",
-		header: []string{"a", "b"}, records: []Record{rec(2, "1", "x,y;z")}},
+		data:      "SEP=|\na|b\n1|x,y;z\n",
+		excel:     "two columns",
+		delimiter: "|", header: []string{"a", "b"}, records: []Record{rec(2, "1", "x,y;z")}},
 	{name: "sep= line overrides sniffing",
 		data:   "sep=,\na;b,c\n1;2,3\n",
 		excel:  "two columns: a;b and c",
 		header: []string{"a;b", "c"}, records: []Record{rec(2, "1;2", "3")}},
 	{name: "sep= line after a byte-order mark",
-		data:   "\xEF\xBB\xBFsep=\t\na\tb\n1\t2\n",
-		excel:  "two columns",
-		header: []string{"a", "b"}, records: []Record{rec(2, "1", "2")}},
+		data:      "\xEF\xBB\xBFsep=\t\na\tb\n1\t2\n",
+		excel:     "two columns",
+		delimiter: "\t", header: []string{"a", "b"}, records: []Record{rec(2, "1", "2")}},
 
 	{name: "text after a closing quote",
 		data:    "a,b\n1,\"x\"y\n",
@@ -115,8 +117,8 @@ func TestCSVDialects(t *testing.T) {
 				t.Fatalf("Open: %v", err)
 			}
 			defer r.Close()
-			got := readResult{Header: r.Header(), Encoding: r.Encoding(), Records: readAll(t, r)}
-			want := readResult{Header: c.header, Records: c.records}.withEncoding(true)
+			got := readResult{Header: r.Header(), Encoding: r.Encoding(), Delimiter: r.Delimiter(), Records: readAll(t, r)}
+			want := readResult{Header: c.header, Delimiter: c.delimiter, Records: c.records}.withEncoding(true)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("read (-want +got):\n%s", diff)
 			}

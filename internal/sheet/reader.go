@@ -124,6 +124,8 @@ type Summary struct {
 	Header []string
 	// Encoding is the text encoding a CSV/TSV file was read with ("utf-8", "windows-1252", ...; "" for xlsx).
 	Encoding string
+	// Delimiter is the field separator a CSV/TSV file was read with (",", ";", "\t", ...; "" for xlsx).
+	Delimiter string
 	// Rows counts the data rows Next returns, blank rows in the middle included, trailing blank rows excluded.
 	Rows int
 	// Prompt is cell A1 of the "prompt" sheet; meaningful only when HasPrompt is true.
@@ -169,6 +171,7 @@ type Reader struct {
 	prompt    string
 	hasPrompt bool
 	encoding  string // CSV/TSV text encoding; "" for xlsx
+	delimiter string // CSV/TSV field separator; "" for xlsx
 	formulas  []FormulaCell
 
 	lastRow   int     // sheet row of the last non-blank row read from src (header or data)
@@ -310,6 +313,9 @@ func (r *Reader) Sheet() string { return r.sheet }
 // Encoding returns the canonical name of the text encoding a CSV/TSV file is read with ("utf-8", "windows-1252",
 // "gb18030", ...), detected or as asked for in Options.Encoding; "" for xlsx.
 func (r *Reader) Encoding() string { return r.encoding }
+
+// Delimiter returns the field separator a CSV/TSV file is read with (",", ";", "\t", ...; "" for xlsx).
+func (r *Reader) Delimiter() string { return r.delimiter }
 
 // Header returns the trimmed header texts: none blank, none duplicate. The slice must not be modified.
 func (r *Reader) Header() []string { return r.header }
@@ -537,7 +543,7 @@ func Validate(path string, opts Options) (Summary, error) {
 // Summary describes what was read: the whole input once Next has returned io.EOF (Rows counts the records Next
 // returned).
 func (r *Reader) Summary() Summary {
-	sum := Summary{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding(), Rows: r.returned, Uncached: r.uncached()}
+	sum := Summary{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding(), Delimiter: r.Delimiter(), Rows: r.returned, Uncached: r.uncached()}
 	sum.Prompt, sum.HasPrompt = r.Prompt()
 	return sum
 }

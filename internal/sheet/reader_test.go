@@ -22,7 +22,9 @@ type readResult struct {
 	HasPrompt bool
 	// Encoding is the text encoding of CSV input; "" in a want means "utf-8" for CSV (see withEncoding).
 	Encoding string
-	Records  []Record
+	// Delimiter is the field separator of CSV input; "" in a want means "," for CSV (see withEncoding).
+	Delimiter string
+	Records   []Record
 }
 
 // withEncoding fills in the default encoding of a CSV want: "utf-8" unless the case says otherwise. xlsx input
@@ -31,12 +33,15 @@ func (r readResult) withEncoding(csv bool) readResult {
 	if csv && r.Encoding == "" {
 		r.Encoding = EncodingUTF8
 	}
+	if csv && r.Delimiter == "" {
+		r.Delimiter = ","
+	}
 	return r
 }
 
 // summary is what Validate must return for a file that reads as r.
 func (r readResult) summary() Summary {
-	return Summary{Sheet: r.Sheet, Header: r.Header, Encoding: r.Encoding, Rows: len(r.Records), Prompt: r.Prompt, HasPrompt: r.HasPrompt}
+	return Summary{Sheet: r.Sheet, Header: r.Header, Encoding: r.Encoding, Delimiter: r.Delimiter, Rows: len(r.Records), Prompt: r.Prompt, HasPrompt: r.HasPrompt}
 }
 
 func encode(t *testing.T, enc interface{ Bytes([]byte) ([]byte, error) }, s string) []byte {
@@ -93,7 +98,7 @@ func TestReadGoodInputs(t *testing.T) {
 			data: func(t *testing.T) []byte {
 				return encode(t, unicode.UTF16(unicode.LittleEndian, unicode.UseBOM).NewEncoder(), "名称\t价格\r\n苹果,红\t3\r\n")
 			},
-			want: readResult{Header: []string{"名称", "价格"}, Encoding: EncodingUTF16LE, Records: []Record{rec(2, "苹果,红", "3")}},
+			want: readResult{Header: []string{"名称", "价格"}, Encoding: EncodingUTF16LE, Delimiter: "\t", Records: []Record{rec(2, "苹果,红", "3")}},
 		},
 		{
 			name: "utf16be with bom",
@@ -107,7 +112,7 @@ func TestReadGoodInputs(t *testing.T) {
 			name: "tsv by extension keeps commas in values",
 			file: "data.tsv",
 			data: func(t *testing.T) []byte { return []byte("a,b\tc\nx,y\tz\n") },
-			want: readResult{Header: []string{"a,b", "c"}, Records: []Record{rec(2, "x,y", "z")}},
+			want: readResult{Header: []string{"a,b", "c"}, Delimiter: "\t", Records: []Record{rec(2, "x,y", "z")}},
 		},
 		{
 			name: "header trimmed, trailing blank header cells ignored, short rows padded",
@@ -166,7 +171,7 @@ func TestReadGoodInputs(t *testing.T) {
 			file: "upload-1234",
 			data: func(t *testing.T) []byte { return []byte("a\tb\n1\t2\n") },
 			opts: Options{DisplayName: "x.tsv"},
-			want: readResult{Header: []string{"a", "b"}, Records: []Record{rec(2, "1", "2")}},
+			want: readResult{Header: []string{"a", "b"}, Delimiter: "\t", Records: []Record{rec(2, "1", "2")}},
 		},
 		{
 			name: "csv content in a file named xlsx is read as csv",
@@ -184,7 +189,7 @@ func TestReadGoodInputs(t *testing.T) {
 				t.Fatalf("Open: %v", err)
 			}
 			defer r.Close()
-			got := readResult{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding()}
+			got := readResult{Sheet: r.Sheet(), Header: r.Header(), Encoding: r.Encoding(), Delimiter: r.Delimiter()}
 			got.Prompt, got.HasPrompt = r.Prompt()
 			got.Records = readAll(t, r)
 			want := c.want.withEncoding(r.Sheet() == "")

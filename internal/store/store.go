@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 )
 
@@ -67,6 +68,50 @@ type TaskSpec struct {
 	MaxTokens int `json:"max_tokens,omitempty"`
 	// BatchSize is the number of rows per batch.
 	BatchSize int `json:"batch_size"`
+	// ResultFormat is the file the result is written as: a workbook (the
+	// default) or a CSV file.
+	ResultFormat ResultFormat `json:"result_format,omitempty"`
+}
+
+// ResultFormat is the kind of file a task's result is.
+type ResultFormat string
+
+const (
+	// ResultWorkbook, the default, is an xlsx workbook: the user's own for
+	// a workbook input, a new one for a CSV input.
+	ResultWorkbook ResultFormat = ""
+	// ResultCSV is a CSV file: the input's fields, then the result
+	// columns, in UTF-8 with a byte-order mark (so Excel reads it as
+	// UTF-8) and the input's delimiter.
+	ResultCSV ResultFormat = "csv"
+)
+
+// ParseResultFormat reads a result format as people and requests name it:
+// "xlsx" (or "") for a workbook, "csv" for a CSV file, in any letter case.
+func ParseResultFormat(s string) (ResultFormat, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "xlsx":
+		return ResultWorkbook, nil
+	case "csv":
+		return ResultCSV, nil
+	}
+	return "", fmt.Errorf("result format %q: use xlsx or csv", s)
+}
+
+// Ext is the file name extension of a result in format f.
+func (f ResultFormat) Ext() string {
+	if f == ResultCSV {
+		return ".csv"
+	}
+	return ".xlsx"
+}
+
+// ContentType is the media type of a result in format f.
+func (f ResultFormat) ContentType() string {
+	if f == ResultCSV {
+		return "text/csv; charset=utf-8"
+	}
+	return "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 }
 
 // Task is one spreadsheet job.
@@ -86,6 +131,9 @@ type Task struct {
 	// Encoding is the text encoding a CSV input was read with ("utf-8", "windows-1252", "gb18030", ...), detected
 	// or as asked for; "" for xlsx input.
 	Encoding string
+	// Delimiter is the field separator a CSV input was read with (",",
+	// ";", "\t", ...), which a CSV result keeps; "" for xlsx input.
+	Delimiter string
 	// Header holds the input column names in input order.
 	Header []string
 

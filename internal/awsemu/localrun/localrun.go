@@ -321,7 +321,7 @@ func TaskID(ev events.S3Event, spec store.TaskSpec) (string, error) {
 
 // TaskID is the id the splitter derives for the object in ev.
 func (s *Stack) TaskID(ev events.S3Event) (string, error) {
-	spec, err := s.Env.DefaultSpec()
+	spec, err := s.Env.DropSpec()
 	if err != nil {
 		return "", fmt.Errorf("task id: %w", err)
 	}

@@ -26,7 +26,7 @@ func New(d *awswire.Deps) (*splitterfn.Handler, error) {
 	}
 	// The spec's provider and model come from the providers config, as
 	// the generator's routes do; a bad one fails the cold start.
-	spec, err := d.Env.DefaultSpec()
+	spec, err := d.Env.DropSpec()
 	if err != nil {
 		return nil, err
 	}

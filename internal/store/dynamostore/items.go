@@ -83,6 +83,7 @@ type taskItem struct {
 	Source        string   `dynamodbav:"source,omitempty"`
 	Sheet         string   `dynamodbav:"sheet,omitempty"`
 	Encoding      string   `dynamodbav:"encoding,omitempty"`
+	Delimiter     string   `dynamodbav:"delimiter,omitempty"`
 	Header        []string `dynamodbav:"header,omitempty"`
 	RowsTotal     int      `dynamodbav:"rows_total"`
 	BatchesTotal  int      `dynamodbav:"batches_total"`
@@ -208,6 +209,7 @@ func taskToItem(t store.Task) (taskItem, error) {
 		Source:            t.Source,
 		Sheet:             t.Sheet,
 		Encoding:          t.Encoding,
+		Delimiter:         t.Delimiter,
 		Header:            t.Header,
 		RowsTotal:         t.RowsTotal,
 		BatchesTotal:      t.BatchesTotal,
@@ -315,6 +317,7 @@ func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 		Source:        it.Source,
 		Sheet:         it.Sheet,
 		Encoding:      it.Encoding,
+		Delimiter:     it.Delimiter,
 		Header:        it.Header,
 		RowsTotal:     it.RowsTotal,
 		BatchesTotal:  it.BatchesTotal,

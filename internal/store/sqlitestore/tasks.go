@@ -13,7 +13,7 @@ import (
 
 const taskColumns = `id, state, spec, source, sheet, header, rows_total, batches_total, batches_done,
 	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding, export_gen, owner,
-	input_tokens, output_tokens, cached_input_tokens, usage_by_provider`
+	input_tokens, output_tokens, cached_input_tokens, usage_by_provider, delimiter`
 
 // providerUsage is one provider's sums in the tasks.usage_by_provider JSON
 // object; the names are the ones the SQL that maintains it uses.
@@ -65,7 +65,7 @@ func scanTask(sc scanner) (store.Task, error) {
 	err := sc.Scan(&t.ID, &t.State, &spec, &t.Source, &t.Sheet, &header, &t.RowsTotal, &t.BatchesTotal,
 		&t.BatchesDone, &t.RowsSucceeded, &t.RowsFailed, &t.RowsSkipped, &t.ResultKey, &t.Error,
 		&created, &updated, &finished, &t.Encoding, &t.ExportGen, &t.Owner,
-		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage)
+		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage, &t.Delimiter)
 	if err != nil {
 		return store.Task{}, err
 	}
@@ -104,12 +104,12 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
 	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
 		t.BatchesDone, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped, t.ResultKey, t.Error,
 		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding, t.ExportGen, t.Owner,
-		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage)
+		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage, t.Delimiter)
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}

@@ -306,7 +306,7 @@
     clearError();
     const file = state.file;
     const fields = { prompt: $("template").value };
-    for (const f of ["system", "model", "temperature", "max_tokens"]) {
+    for (const f of ["system", "model", "temperature", "max_tokens", "result_format"]) {
       const v = $(f).value.trim();
       if (v) fields[f] = v;
     }
