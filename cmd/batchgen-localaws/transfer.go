@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -61,9 +62,6 @@ func cmdDownload(ctx context.Context, args []string, stdout, stderr io.Writer, g
 		return err
 	}
 	taskID := t.arg
-	if *out == "" {
-		*out = taskID + ".result.xlsx"
-	}
 	// The task says where its result is: a dropped file's result is named
 	// after the input (pipeline.TaskResultKey), an API upload's after the
 	// task. An unknown task falls back to the id-based key, whose absence
@@ -77,6 +75,9 @@ func cmdDownload(ctx context.Context, args []string, stdout, stderr io.Writer, g
 		key = pipeline.TaskResultKey(task)
 	case !errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("look up task %s: %w", taskID, err)
+	}
+	if *out == "" {
+		*out = taskID + ".result" + path.Ext(key) // .xlsx, or .csv for a task that asked for a CSV result
 	}
 	err = localrun.Download(ctx, t.client, t.bucket, key, *out)
 	var missing *s3types.NoSuchKey

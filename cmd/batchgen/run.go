@@ -438,6 +438,9 @@ func (j *runJob) openEngineOn(queueName string, blobs blob.Store, exports pipeli
 		// write is under way, so a kill costs no more repeated calls than
 		// were in flight.
 		FlushInterval: pipeline.FlushAtOnce,
+		// A transaction costs SQLite far more than a row in it: under load
+		// the group is as large as the store allows.
+		FlushRows: store.MaxSaveRows,
 	}
 	if mode := pipeline.CacheMode(o.cacheMode); !o.noCache && mode != pipeline.CacheOff {
 		cfg.Cache, cfg.CacheMode = j.data.Store, mode

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -193,5 +194,49 @@ func TestLargeResultsSplitIntoBoundedGroups(t *testing.T) {
 	// groups of at most 3 MiB.
 	if len(rs.groups) < 4 {
 		t.Errorf("%d groups %v, want at least 4 for %d MiB of results", len(rs.groups), rs.groups, rows*600>>10)
+	}
+}
+
+// TestFlushAtOnceGroupsCommits: with FlushAtOnce (the embedded runtime's
+// setting) a fast model's results are written by whichever row finds no
+// write under way, together with every result that arrived while the
+// previous write ran, so a slow store sees a few large groups, not one
+// write per row (which cost the 100,000-row run a SQLite transaction per
+// row). A batch answered from the cache is written in full groups.
+func TestFlushAtOnceGroupsCommits(t *testing.T) {
+	t.Parallel()
+	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		return llm.Response{Text: "copy for " + req.Prompt}, nil
+	})
+	const rows = 100
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 8, FlushRows: store.MaxSaveRows, FlushInterval: pipeline.FlushAtOnce})
+	rs := record(e)
+	// Each write takes long enough for the rest of the batch to finish.
+	rs.onSave = func(store.SaveRowResultsParams) { time.Sleep(20 * time.Millisecond) }
+	id := e.splitProducts("at once", "{{id}} {{name}}", rows, rows).TaskID
+	if task := e.runToCompletion(context.Background(), id); task.RowsSucceeded != rows {
+		t.Fatalf("%d rows succeeded, want %d", task.RowsSucceeded, rows)
+	}
+	rs.mu.Lock()
+	groups := rs.groups
+	rs.mu.Unlock()
+	// Rows waiting for the writer, each holding one of the 8 slots, would
+	// make groups of at most 8: 13 writes or more.
+	if len(groups) > 8 {
+		t.Errorf("%d writes for %d rows (groups %v), want a few groups of up to %d", len(groups), rows, groups, store.MaxSaveRows)
+	}
+
+	// The same prompts again: every row a cache hit, written 40 at a time.
+	rs.mu.Lock()
+	rs.groups = nil
+	rs.mu.Unlock()
+	id2 := e.splitProducts("at once again", "{{id}} {{name}}", rows, rows).TaskID
+	if task := e.runToCompletion(context.Background(), id2); task.RowsSucceeded != rows {
+		t.Fatalf("cached task: %d rows succeeded, want %d", task.RowsSucceeded, rows)
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if want := []int{40, 40, 20}; !slices.Equal(rs.groups, want) {
+		t.Errorf("cache hits written in groups %v, want %v", rs.groups, want)
 	}
 }

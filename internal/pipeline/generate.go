@@ -593,7 +593,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 				save:   true,
 				event:  Event{TaskID: task.ID, RowNo: rows[i].No, State: store.RowSucceeded, Cached: true},
 			}
-			f.add(rows[i].No, outcomes[i])
+			f.addCached(rows[i].No, outcomes[i])
 			continue
 		}
 		select {
@@ -624,8 +624,8 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			}()
 			o := g.generateRow(batchCtx, startCtx, mayStart, task, rows[i], reqs[i], keys[i])
 			if o.save {
-				// The row keeps its concurrency slot while a full group is
-				// written, so results never pile up faster than they are
+				// The row keeps its concurrency slot while it writes a
+				// group, so results never pile up faster than they are
 				// saved.
 				f.add(rows[i].No, o)
 			}
@@ -915,7 +915,9 @@ func (g *Generator) backoff(i int, e *llm.Error) time.Duration {
 // came with its rows (river's BatchCompleter is the model). A group is
 // written by the row that fills it to FlushRows (which keeps its
 // concurrency slot meanwhile, so results never pile up faster than they
-// are saved), FlushInterval after its first result, or at the batch's end.
+// are saved), FlushInterval after its first result, or at the batch's end;
+// with FlushAtOnce by whichever row finds no write under way, together with
+// every result that arrives while it writes (see enqueue).
 // A fenced write means the batch has a newer owner (onFenced); a write
 // that reports the task cancelled stops new rows (onCancelled).
 type flusher struct {
@@ -931,6 +933,8 @@ type flusher struct {
 	pending []pendingRow
 	gen     int // counts groups taken, so a timer only flushes its own group
 	failed  map[int]error
+	// writing is true while a row drains the pending results (FlushAtOnce).
+	writing bool
 
 	writeMu   sync.Mutex // one group write at a time, in order
 	fenced    atomic.Bool
@@ -944,13 +948,37 @@ type pendingRow struct {
 	event Event
 }
 
-// add queues a row's result; it writes the group when it is full.
-func (f *flusher) add(rowNo int, o rowOutcome) {
+// add queues a row's result; it writes the group when it is full, or with
+// FlushAtOnce as soon as no write is under way.
+func (f *flusher) add(rowNo int, o rowOutcome) { f.enqueue(rowNo, o, true) }
+
+// addCached queues the result of a row the cache answered, which the batch
+// adds itself before starting the next row: with FlushAtOnce it is written
+// with a full group or at the batch's end, so a batch of cache hits is a
+// few writes instead of one per row (nothing is lost at a kill that the
+// cache does not answer again).
+func (f *flusher) addCached(rowNo int, o rowOutcome) { f.enqueue(rowNo, o, false) }
+
+func (f *flusher) enqueue(rowNo int, o rowOutcome, atOnce bool) {
 	f.mu.Lock()
 	f.pending = append(f.pending, pendingRow{write: store.RowResultWrite{RowNo: rowNo, Result: o.result}, cache: o.cache, event: o.event})
 	n, gen := len(f.pending), f.gen
+	if f.g.cfg.FlushInterval < 0 {
+		// Group commit: the row that finds no write under way writes until
+		// nothing is pending, and rows that finish meanwhile leave their
+		// results to it. With one write per row instead, a fast model's
+		// rows arrive one per write and each pays a transaction of its own.
+		if f.writing || (!atOnce && n < f.g.cfg.FlushRows) {
+			f.mu.Unlock()
+			return
+		}
+		f.writing = true
+		f.mu.Unlock()
+		f.drain()
+		return
+	}
 	f.mu.Unlock()
-	if n >= f.g.cfg.FlushRows || f.g.cfg.FlushInterval < 0 {
+	if n >= f.g.cfg.FlushRows {
 		f.flushIfFull()
 		return
 	}
@@ -984,6 +1012,24 @@ func (f *flusher) flushIfFull() {
 	f.mu.Unlock()
 	if full {
 		f.flushLocked()
+	}
+}
+
+// drain writes the pending results until there are none, then gives up
+// the writer's role (FlushAtOnce).
+func (f *flusher) drain() {
+	for {
+		f.writeMu.Lock()
+		f.mu.Lock()
+		if len(f.pending) == 0 {
+			f.writing = false
+			f.mu.Unlock()
+			f.writeMu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+		f.flushLocked()
+		f.writeMu.Unlock()
 	}
 }
 
