@@ -357,6 +357,14 @@ func (r *Router) route(ctx, start context.Context, mayStart func() bool, req llm
 			return notStarted(nil)
 		}
 		resp, err := r.call(ctx, start, mayStart, x, req)
+		// A refusal for good takes the route out before its slot is
+		// released: a call waiting for the slot must find it out, not make
+		// one more call that the provider would refuse (and might bill).
+		if err != nil && ctx.Err() == nil {
+			if e := llm.Classify(err); e.Class.Fatal() && x.out.CompareAndSwap(nil, e) {
+				r.cfg.Logger.Warn("provider refused for good; no more calls to it", "provider", x.Name, "error_class", string(e.Class), "error", e.Error())
+			}
+		}
 		r.release(x)
 		if errors.Is(err, errNotStarted) {
 			return notStarted(err)
@@ -384,9 +392,6 @@ func (r *Router) route(ctx, start context.Context, mayStart func() bool, req llm
 		e := llm.Classify(err)
 		switch {
 		case e.Class.Fatal():
-			if x.out.CompareAndSwap(nil, e) {
-				r.cfg.Logger.Warn("provider refused for good; no more calls to it", "provider", x.Name, "error_class", string(e.Class), "error", e.Error())
-			}
 			if r.allOut() {
 				return RoutedResponse{Calls: calls, Log: log}, err
 			}

@@ -145,6 +145,11 @@ type Stats struct {
 	Tokens int64 `json:"tokens"`
 	// QuotaExhausted counts 429 insufficient_quota answers.
 	QuotaExhausted int64 `json:"quota_exhausted"`
+	// AfterQuota counts the requests received after the first
+	// insufficient_quota answer was written: a client that stops calling a
+	// provider that refused for good makes none (unless it had calls in
+	// flight at the time).
+	AfterQuota int64 `json:"after_quota"`
 	// ServerErrors counts 5xx answers.
 	ServerErrors int64 `json:"server_errors"`
 	// Filtered counts content filter answers (400 or 200).
@@ -327,6 +332,9 @@ const (
 func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.stats.Requests++
+	if s.stats.QuotaExhausted > 0 {
+		s.stats.AfterQuota++
+	}
 	s.stats.InFlight++
 	s.stats.PeakInFlight = max(s.stats.PeakInFlight, s.stats.InFlight)
 	s.mu.Unlock()
