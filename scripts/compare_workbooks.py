@@ -35,9 +35,13 @@ def compare(pair):
     problems = []
     a, b = load(pair["input"]), load(pair["result"])
     overflow = pair.get("overflow") or []
-    want_sheets = a.sheetnames + (["batchgen_overflow"] if overflow else [])
+    prompt = pair.get("prompt")
+    want_sheets = a.sheetnames + (["batchgen_overflow"] if overflow else []) + (["prompt"] if prompt else [])
     if b.sheetnames != want_sheets:
         return [f"sheets {a.sheetnames} became {b.sheetnames}, want {want_sheets}"]
+    if prompt and b["prompt"]["A1"].value != prompt:
+        # The result carries the template it was made with, read again when it is sent back in.
+        problems.append(f"prompt!A1 is {b['prompt']['A1'].value!r}, want {prompt!r}")
     for o in overflow:
         # An answer too long for a cell is whole in the overflow sheet, in parts.
         parts = [r for r in b["batchgen_overflow"].iter_rows(min_row=2, values_only=True) if r[0] == o["row"] and r[1] == o["column"]]

@@ -200,6 +200,8 @@ func (e *Exporter) writeOwnWorkbook(ctx context.Context, task store.Task, w io.W
 		Header:    resultColumnNames(task.Header),
 		Hidden:    hiddenColumns(),
 		TempDir:   e.cfg.TempDir,
+		// The result carries its template: sent back in, it is read again.
+		Prompt: task.Spec.Prompt,
 		Rows: func() (sheet.AddedRow, error) {
 			r, err := rows.next(ctx)
 			if err != nil {
@@ -256,6 +258,7 @@ func (e *Exporter) writeNewWorkbook(ctx context.Context, task store.Task, w io.W
 		return exportCounts{}, fmt.Errorf("start workbook: %w", err)
 	}
 	defer sw.Close()
+	sw.SetPrompt(task.Spec.Prompt)
 	var cells []sheet.Value
 	counts, err := eachResultRow(ctx, e.store, task, func(input []string, added []sheet.Value) error {
 		cells = cells[:0]

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,6 +111,9 @@ func TestExportGolden(t *testing.T) {
 	if r.Sheet() != task.Sheet {
 		t.Errorf("sheet = %q, want %q", r.Sheet(), task.Sheet)
 	}
+	if p, ok := r.Prompt(); !ok || p != task.Spec.Prompt {
+		t.Errorf("the result's prompt sheet holds %q (%v), want the task's template %q", p, ok, task.Spec.Prompt)
+	}
 	got.Rows = append(got.Rows, r.Header())
 	for {
 		rec, err := r.Next()
@@ -196,6 +200,9 @@ func worksheetXML(t *testing.T, data []byte) string {
 			continue
 		}
 		parts = append(parts, zf.Name)
+		if zf.Name != "xl/worksheets/sheet1.xml" {
+			continue
+		}
 		rc, err := zf.Open()
 		if err != nil {
 			t.Fatal(err)
@@ -207,8 +214,9 @@ func worksheetXML(t *testing.T, data []byte) string {
 		}
 		body = string(b)
 	}
-	if len(parts) != 1 {
-		t.Fatalf("worksheet parts %q, want exactly one", parts)
+	// The result sheet, then the prompt sheet that carries the template.
+	if want := []string{"xl/worksheets/sheet1.xml", "xl/worksheets/sheet2.xml"}; !slices.Equal(parts, want) {
+		t.Fatalf("worksheet parts %q, want %q", parts, want)
 	}
 	return body
 }

@@ -141,8 +141,11 @@ func TestExportWithoutTheKeptInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer got.Close()
-	if s := got.GetSheetList(); !slices.Equal(s, []string{"商品"}) {
-		t.Errorf("sheets = %v, want the one input sheet", s)
+	if s := got.GetSheetList(); !slices.Equal(s, []string{"商品", "prompt"}) {
+		t.Errorf("sheets = %v, want the input sheet and the prompt sheet that carries the template", s)
+	}
+	if v, _ := got.GetCellValue("prompt", "A1"); v != done.Spec.Prompt || v == "" {
+		t.Errorf("prompt!A1 = %q, want the task's template %q", v, done.Spec.Prompt)
 	}
 	if v, _ := got.GetCellValue("商品", "E2"); !strings.Contains(v, "积木2") {
 		t.Errorf("E2 = %q, want the answer to 积木2", v)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -32,6 +34,8 @@ func TestOfficeReadsTheRoundTrip(t *testing.T) {
 		HeaderRow int              `json:"header_row"`
 		Added     []string         `json:"added"`
 		Overflow  []overflowAnswer `json:"overflow,omitempty"`
+		// Prompt is the template an added prompt sheet holds in A1; empty when none is added.
+		Prompt string `json:"prompt,omitempty"`
 	}
 	var pairs []pair
 	for _, sub := range []string{"in", "out", "lo/in", "lo/out"} {
@@ -65,6 +69,9 @@ func TestOfficeReadsTheRoundTrip(t *testing.T) {
 		}
 		if c.name == "rich.xlsx" {
 			p.Overflow = append(p.Overflow, overflowAnswer{richRows[1].SheetRow, "output", long})
+		}
+		if c.prompt != "" && !slices.ContainsFunc(openBook(t, c.in).GetSheetList(), func(s string) bool { return strings.EqualFold(s, "prompt") }) {
+			p.Prompt = c.prompt
 		}
 		pairs = append(pairs, p)
 	}

@@ -168,43 +168,60 @@ func editPart(zr *zip.Reader, part, closing string, insert func(prefix string) s
 	return append(out, b[j:]...), nil
 }
 
-// declareSheet returns the three edited package parts that declare a worksheet named name at partName.
-func declareSheet(zr *zip.Reader, pkg packageEdit, name, partName string) (map[string][]byte, error) {
+// declareSheets returns the three edited package parts that declare the added worksheets, in order, after the
+// workbook's own.
+func declareSheets(zr *zip.Reader, pkg packageEdit, added []addedSheet) (map[string][]byte, error) {
 	const relsNS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
-	relID := "rIdBatchgen1"
 	rel, maxID := scanWorkbook(zr, pkg.workbook, relsNS)
-	sheetID := maxID + 1
-	target := partName
-	if dir := path.Dir(pkg.workbook); dir != "." && strings.HasPrefix(partName, dir+"/") {
-		target = strings.TrimPrefix(partName, dir+"/")
-	} else {
-		target = "/" + partName
+	decl := ""
+	if rel == "" { // the workbook binds no prefix to it: bind one on each element
+		rel, decl = "bgr", ` xmlns:bgr="`+relsNS+`"`
+	}
+	var types, rels, sheets strings.Builder
+	for i, a := range added {
+		relID := "rIdBatchgen" + strconv.Itoa(i+1)
+		target := a.part
+		if dir := path.Dir(pkg.workbook); dir != "." && strings.HasPrefix(a.part, dir+"/") {
+			target = strings.TrimPrefix(a.part, dir+"/")
+		} else {
+			target = "/" + a.part
+		}
+		types.WriteString(`<Override PartName="/` + a.part + `" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>`)
+		rels.WriteString(`<Relationship Id="` + relID + `" Type="` + relsNS + `/worksheet" Target="` + target + `"/>`)
+		sheets.WriteString(`<{prefix}sheet` + decl + ` name="` + a.name + `" sheetId="` + strconv.Itoa(maxID+i+1) + `" ` + rel + `:id="` + relID + `"/>`)
 	}
 	out := map[string][]byte{}
 	var err error
-	out[pkg.contentTypes], err = editPart(zr, pkg.contentTypes, "Types", func(string) string {
-		return `<Override PartName="/` + partName + `" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>`
-	})
-	if err != nil {
+	if out[pkg.contentTypes], err = editPart(zr, pkg.contentTypes, "Types", func(string) string { return types.String() }); err != nil {
 		return nil, err
 	}
-	out[pkg.workbookRels], err = editPart(zr, pkg.workbookRels, "Relationships", func(string) string {
-		return `<Relationship Id="` + relID + `" Type="` + relsNS + `/worksheet" Target="` + target + `"/>`
-	})
-	if err != nil {
+	if out[pkg.workbookRels], err = editPart(zr, pkg.workbookRels, "Relationships", func(string) string { return rels.String() }); err != nil {
 		return nil, err
 	}
-	out[pkg.workbook], err = editPart(zr, pkg.workbook, "sheets", func(prefix string) string {
-		decl := ""
-		if rel == "" { // the workbook binds no prefix to it: bind one on the element itself
-			rel, decl = "bgr", ` xmlns:bgr="`+relsNS+`"`
-		}
-		return `<` + prefix + `sheet` + decl + ` name="` + name + `" sheetId="` + strconv.Itoa(sheetID) + `" ` + rel + `:id="` + relID + `"/>`
-	})
-	if err != nil {
+	if out[pkg.workbook], err = editPart(zr, pkg.workbook, "sheets", func(prefix string) string {
+		return strings.ReplaceAll(sheets.String(), "{prefix}", prefix)
+	}); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// writePromptPart writes the added prompt sheet: the template in A1, in a wide column.
+func writePromptPart(zw *zip.Writer, name, prompt string) error {
+	w, err := zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate})
+	if err != nil {
+		return fmt.Errorf("prompt sheet: %w", err)
+	}
+	bw := bufio.NewWriter(w)
+	bw.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` + "\n" +
+		`<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><dimension ref="A1"/>` +
+		`<cols><col min="1" max="1" width="100" customWidth="1"/></cols><sheetData><row r="1">`)
+	writeCellXML(bw, "", 1, 1, Text(prompt), "")
+	bw.WriteString(`</row></sheetData></worksheet>`)
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("prompt sheet: %w", err)
+	}
+	return nil
 }
 
 // scanWorkbook reads what adding a sheet needs from the workbook part: the prefix its root element binds to ns

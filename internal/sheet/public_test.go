@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -84,7 +85,12 @@ type roundTripCase struct {
 	sheet     string
 	headerRow int
 	header    []string
+	// prompt is the template the result carries in its prompt sheet, one added when the input has none.
+	prompt string
 }
+
+// roundTripPrompt is the template the public workbooks' results carry: several lines, characters XML escapes.
+const roundTripPrompt = "为{{名称}}写一段文案 <b> & \"引号\"\n第二行"
 
 // resultColumns stand for the pipeline's added columns: text, a number and a boolean.
 var resultColumns = []string{"output", "status", "attempts", "cached"}
@@ -110,7 +116,7 @@ func publicRoundTrips(t *testing.T) []roundTripCase {
 		var out bytes.Buffer
 		header := rows[0].SheetRow - 1
 		err = AddColumns(bytes.NewReader(in), int64(len(in)), &out, AddColumnsParams{
-			Sheet: sheetName, HeaderRow: header, Header: resultColumns, Rows: rowsOf(rows)})
+			Sheet: sheetName, HeaderRow: header, Header: resultColumns, Rows: rowsOf(rows), Prompt: roundTripPrompt})
 		if errors.Is(err, ErrMacroWorkbook) {
 			continue
 		}
@@ -118,7 +124,8 @@ func publicRoundTrips(t *testing.T) []roundTripCase {
 			t.Errorf("%s: %v", filepath.Base(file), err)
 			continue
 		}
-		cases = append(cases, roundTripCase{name: filepath.Base(file), in: in, out: out.Bytes(), sheet: sheetName, headerRow: header, header: resultColumns})
+		cases = append(cases, roundTripCase{name: filepath.Base(file), in: in, out: out.Bytes(), sheet: sheetName, headerRow: header, header: resultColumns,
+			prompt: roundTripPrompt})
 	}
 	t.Logf("%d public workbooks round-tripped, %d rejected by the reader", len(cases), rejected)
 	if len(cases) < 12 {
@@ -158,8 +165,17 @@ func TestAddColumnsOnPublicWorkbooks(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			before, after := openBook(t, c.in), openBook(t, c.out)
-			if got, want := after.GetSheetList(), before.GetSheetList(); !slices.Equal(got, want) {
-				t.Errorf("sheets = %v, want %v", got, want)
+			// A workbook without a prompt sheet gets one, last, carrying the template; the parts that declare the
+			// sheets change with it.
+			wantSheets, wantChanged, wantAdded := before.GetSheetList(), 1, 0
+			if !slices.ContainsFunc(wantSheets, func(s string) bool { return strings.EqualFold(s, "prompt") }) {
+				wantSheets, wantChanged, wantAdded = append(slices.Clone(wantSheets), "prompt"), 4, 1
+				if v, _ := after.GetCellValue("prompt", "A1"); v != c.prompt {
+					t.Errorf("prompt!A1 = %q, want %q", v, c.prompt)
+				}
+			}
+			if got := after.GetSheetList(); !slices.Equal(got, wantSheets) {
+				t.Errorf("sheets = %v, want %v", got, wantSheets)
 			}
 			inParts, outParts := zipParts(t, c.in), zipParts(t, c.out)
 			changed := 0
@@ -168,8 +184,8 @@ func TestAddColumnsOnPublicWorkbooks(t *testing.T) {
 					changed++
 				}
 			}
-			if changed != 1 || len(inParts) != len(outParts) {
-				t.Errorf("%d of %d parts changed (want only the input sheet), %d parts after", changed, len(inParts), len(outParts))
+			if changed != wantChanged || len(outParts) != len(inParts)+wantAdded {
+				t.Errorf("%d of %d parts changed (want %d), %d parts after", changed, len(inParts), wantChanged, len(outParts))
 			}
 			// The added header sits on the header row, right of every used column. (Read before any cell is looked
 			// up: excelize then holds the sheet in memory and streams it by encoding it all again.)

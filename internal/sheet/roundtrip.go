@@ -34,6 +34,10 @@ type AddColumnsParams struct {
 	At int
 	// Hidden marks added columns hidden, by position; shorter than Header leaves the rest shown.
 	Hidden []bool
+	// Prompt, when not blank and the workbook has no sheet named "prompt" (in any case), is written to cell A1
+	// of an added sheet of that name: the result then carries the template it was made with, and sent back in
+	// it is read again (Reader.Prompt) instead of being asked for.
+	Prompt string
 }
 
 // AddedRow holds the cells one sheet row gets in the added columns, left to right.
@@ -140,7 +144,21 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 			}
 		}
 	}
-	if err := rw.finishOverflow(zr, zw, pkg, deferred); err != nil {
+	var added []addedSheet
+	if rw.overflow.rows > 0 {
+		if err := rw.overflow.w.Flush(); err != nil {
+			return fmt.Errorf("overflow sheet: %w", err)
+		}
+		added = append(added, addedSheet{name: rw.overflow.sheet, write: rw.overflow.writePart})
+	}
+	hasPrompt := false
+	for name := range names {
+		hasPrompt = hasPrompt || strings.EqualFold(name, promptSheet)
+	}
+	if strings.TrimSpace(p.Prompt) != "" && !hasPrompt {
+		added = append(added, addedSheet{name: promptSheet, write: func(zw *zip.Writer, part string) error { return writePromptPart(zw, part, p.Prompt) }})
+	}
+	if err := addSheets(zr, zw, pkg, deferred, added); err != nil {
 		return err
 	}
 	if err := zw.Close(); err != nil {
@@ -149,10 +167,17 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 	return nil
 }
 
-// finishOverflow writes the overflow sheet, when an answer overflowed, and the package parts that declare it (as
-// they were when none did).
-func (rw *sheetRewrite) finishOverflow(zr *zip.Reader, zw *zip.Writer, pkg packageEdit, deferred []*zip.File) error {
-	if rw.overflow.rows == 0 {
+// addedSheet is a worksheet a result adds to the user's workbook.
+type addedSheet struct {
+	name  string
+	write func(zw *zip.Writer, part string) error
+	part  string // its part name, chosen by addSheets
+}
+
+// addSheets writes the added sheets and the package parts that declare them, or, when there are none, those parts
+// as they were.
+func addSheets(zr *zip.Reader, zw *zip.Writer, pkg packageEdit, deferred []*zip.File, added []addedSheet) error {
+	if len(added) == 0 {
 		for _, f := range deferred {
 			if err := zw.Copy(f); err != nil {
 				return fmt.Errorf("copy %s: %w", f.Name, err)
@@ -160,21 +185,23 @@ func (rw *sheetRewrite) finishOverflow(zr *zip.Reader, zw *zip.Writer, pkg packa
 		}
 		return nil
 	}
-	if err := rw.overflow.w.Flush(); err != nil {
-		return fmt.Errorf("overflow sheet: %w", err)
-	}
 	taken := map[string]bool{}
 	for _, f := range zr.File {
 		taken[strings.ToLower(f.Name)] = true
 	}
-	base := strings.TrimPrefix(path.Dir(pkg.workbook)+"/worksheets/"+strings.ToLower(rw.overflow.sheet), "./")
-	partName := freeName(base, func(n string) bool { return taken[strings.ToLower(n)+".xml"] }) + ".xml"
-	edited, err := declareSheet(zr, pkg, rw.overflow.sheet, partName)
-	if err != nil {
-		return fmt.Errorf("add sheet %s: %w", rw.overflow.sheet, err)
+	for i, a := range added {
+		base := strings.TrimPrefix(path.Dir(pkg.workbook)+"/worksheets/"+strings.ToLower(a.name), "./")
+		added[i].part = freeName(base, func(n string) bool { return taken[strings.ToLower(n)+".xml"] }) + ".xml"
+		taken[strings.ToLower(added[i].part)] = true
 	}
-	if err := rw.overflow.writePart(zw, partName); err != nil {
+	edited, err := declareSheets(zr, pkg, added)
+	if err != nil {
 		return err
+	}
+	for _, a := range added {
+		if err := a.write(zw, a.part); err != nil {
+			return err
+		}
 	}
 	for _, f := range deferred {
 		w, err := zw.CreateHeader(&zip.FileHeader{Name: f.Name, Method: zip.Deflate, Modified: f.Modified})

@@ -483,3 +483,56 @@ func unzipped(t *testing.T, b []byte) uint64 {
 	}
 	return n
 }
+
+// TestAddColumnsCarriesThePrompt: a workbook without a prompt sheet gets one carrying the template, after an
+// overflow sheet added in the same result; both are declared, and the reader reads the template back. A workbook
+// with a prompt sheet of its own keeps it as it is.
+func TestAddColumnsCarriesThePrompt(t *testing.T) {
+	t.Parallel()
+	const ns = `xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"`
+	in := oneSheetBook(t, `<worksheet `+ns+`><sheetData><row r="1"><c r="A1" t="inlineStr"><is><t>名称</t></is></c></row>`+
+		`<row r="2"><c r="A2" t="inlineStr"><is><t>积木</t></is></c></row></sheetData></worksheet>`)
+	const prompt = "为{{名称}}写文案 <&>\n第二行"
+	long := longAnswer(150_000)
+	out, err := addColumns(t, in, AddColumnsParams{Sheet: "S", HeaderRow: 1, Header: []string{"output"}, TempDir: t.TempDir(), Prompt: prompt,
+		Rows: rowsOf([]AddedRow{{SheetRow: 2, Values: []Value{Text(long)}}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := openBook(t, out)
+	if got := f.GetSheetList(); !slices.Equal(got, []string{"S", OverflowSheet, "prompt"}) {
+		t.Fatalf("sheets = %q", got)
+	}
+	if got := overflowText(t, f, 2, "output"); got != long {
+		t.Errorf("the overflow sheet holds %d bytes, want %d", len(got), len(long))
+	}
+	path := filepath.Join(t.TempDir(), "result.xlsx")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got, ok := r.Prompt(); !ok || got != prompt || r.Sheet() != "S" {
+		t.Errorf("read back: sheet %q, prompt %q (%v), want S and %q", r.Sheet(), got, ok, prompt)
+	}
+
+	// The rich workbook has a prompt sheet: it stays the only one, unchanged.
+	rich := richWorkbook(t)
+	out, err = addColumns(t, rich, AddColumnsParams{Sheet: "商品", HeaderRow: 1, Header: []string{"output"}, Prompt: "another {{x}}",
+		Rows: rowsOf([]AddedRow{{SheetRow: 2, Values: []Value{Text("a")}}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := openBook(t, rich), openBook(t, out)
+	if !slices.Equal(after.GetSheetList(), before.GetSheetList()) {
+		t.Errorf("sheets %q became %q", before.GetSheetList(), after.GetSheetList())
+	}
+	a, _ := before.GetCellValue("prompt", "A1")
+	b, _ := after.GetCellValue("prompt", "A1")
+	if a != b {
+		t.Errorf("the workbook's own prompt %q became %q", a, b)
+	}
+}

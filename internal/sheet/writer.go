@@ -45,7 +45,12 @@ type Writer struct {
 	started bool
 	row     int // last sheet row written
 	done    bool
+	prompt  string // the template for an added prompt sheet (SetPrompt)
 }
+
+// SetPrompt makes the workbook carry the template it was made with: a sheet named "prompt" with it in A1, after
+// the result sheet, so the result sent back in is read with it (Reader.Prompt). Blank adds none.
+func (w *Writer) SetPrompt(prompt string) { w.prompt = prompt }
 
 // ErrWriterDone is returned by WriteRow and WriteTo after WriteTo has finished the workbook.
 var ErrWriterDone = errors.New("result workbook already written")
@@ -211,6 +216,18 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	if err := w.sw.Flush(); err != nil {
 		return 0, fmt.Errorf("finish result workbook: %w", err)
 	}
+	if strings.TrimSpace(w.prompt) != "" && !strings.EqualFold(w.f.GetSheetName(0), promptSheet) {
+		// After the result sheet, so its part stays xl/worksheets/sheet1.xml (see dimensionZip).
+		if _, err := w.f.NewSheet(promptSheet); err != nil {
+			return 0, fmt.Errorf("add the prompt sheet: %w", err)
+		}
+		if err := w.f.SetCellStr(promptSheet, "A1", w.prompt); err != nil {
+			return 0, fmt.Errorf("add the prompt sheet: %w", err)
+		}
+		if err := w.f.SetColWidth(promptSheet, "A", "A", 100); err != nil {
+			return 0, fmt.Errorf("add the prompt sheet: %w", err)
+		}
+	}
 	// excelize's WriteTo assembles the whole zip in a bytes.Buffer. Handing
 	// it a zip writer over out instead makes it stream the workbook: the
 	// buffer it is given stays empty, and memory stays flat whatever the row
@@ -236,6 +253,9 @@ func (w *Writer) dimension() string {
 	return "A1:" + last
 }
 
+// resultSheetPart is the part of the result sheet, the workbook's first (an added prompt sheet comes after it).
+const resultSheetPart = "xl/worksheets/sheet1.xml"
+
 // dimensionZip is the zip writer excelize writes the workbook through. excelize's StreamWriter writes the
 // worksheet's <dimension ref="A1"/> before the first row, when the range is not known yet, and never corrects it;
 // readers that trust the element (openpyxl in read-only mode, some BI tools) then see only the header row. It
@@ -254,7 +274,7 @@ func (z *dimensionZip) Create(name string) (io.Writer, error) {
 		return nil, err
 	}
 	zw, err := z.Writer.Create(name)
-	if err != nil || !strings.HasPrefix(name, "xl/worksheets/") || !strings.HasSuffix(name, ".xml") {
+	if err != nil || name != resultSheetPart {
 		return zw, err
 	}
 	z.cur = &dimensionWriter{w: zw, z: z}
