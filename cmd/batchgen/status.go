@@ -115,6 +115,9 @@ func writeStatus(w io.Writer, s pipeline.TaskStatus, prices *pricing.Table) erro
 	line("source", "%s", source)
 	r := s.Rows
 	line("rows", "%d  (succeeded %d, failed %d, skipped %d, pending %d; cached %d)", r.Total, r.Succeeded, r.Failed, r.Skipped, r.Pending, r.Cached)
+	if t.Rerun != nil {
+		line("sent back", "a result sent back in: %s", t.Rerun)
+	}
 	done := r.Succeeded + r.Failed + r.Skipped
 	pct := 100 * float64(done) / float64(max(r.Total, 1))
 	progress := fmt.Sprintf("%.0f%% in %s  (%.1f rows/s)", pct, s.Elapsed.Round(100*time.Millisecond), s.Rate)

@@ -406,6 +406,31 @@ func TestUploadAsksForCSV(t *testing.T) {
 	}
 }
 
+// TestUploadOfAResult: a result sent back in through the API is recognised
+// by its result columns, and its task says what became of its rows.
+func TestUploadOfAResult(t *testing.T) {
+	t.Parallel()
+	e := newEmbedded(t)
+	header := "name,category," + strings.Join(pipeline.ResultColumns, ",")
+	result := header + "\n" +
+		"brick,toys,copy,succeeded,,,FALSE,1,10,sim,1,1,again,0123456789abcdef\n" + // flagged
+		"ball,toys,,failed,boom,server,,3,,,,,,0123456789abcdef\n" + // failed, but its key is not this row's: changed
+		"kite,outdoor,copy,succeeded,,,FALSE,1,10,sim,1,1,,0123456789abcdef\n" + // its key is not this row's: changed
+		"yoyo,toys,,,,,,,,,,,,\n" // added by the user
+	res := e.upload(t, "alice", "商品.result.csv", result, map[string]string{"prompt": "{{name}}"})
+	if res.status != http.StatusCreated {
+		t.Fatalf("POST = %d %s", res.status, res.body)
+	}
+	want := map[string]any{"kept": 0.0, "changed": 2.0, "new": 1.0, "cleared": 0.0, "flagged": 1.0, "failed": 0.0, "blank": 0.0}
+	if diff := cmp.Diff(want, res.json(t)["rerun"]); diff != "" {
+		t.Errorf("rerun counts of the created task (-want +got):\n%s", diff)
+	}
+	got := send(t, e.handler, "alice", "GET", "/api/tasks/"+res.json(t)["id"].(string), "", nil)
+	if diff := cmp.Diff(want, got.json(t)["rerun"]); diff != "" {
+		t.Errorf("rerun counts of GET (-want +got):\n%s", diff)
+	}
+}
+
 // TestResultAndPreview: the preview shows the first rows as they stand,
 // the result is 409 until the task is finished, then streamed as a
 // workbook named after the input.

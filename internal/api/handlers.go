@@ -964,7 +964,7 @@ func (s *server) recordView(rec UploadRecord) TaskView {
 
 func (s *server) viewOf(t store.Task) TaskView {
 	v := TaskView{
-		ID: t.ID, Status: string(t.State), Source: t.Source, Sheet: t.Sheet, Encoding: t.Encoding, ResultFormat: resultFormatName(t.Spec),
+		ID: t.ID, Status: string(t.State), Source: t.Source, Sheet: t.Sheet, Encoding: t.Encoding, ResultFormat: resultFormatName(t.Spec), Rerun: t.Rerun,
 		Provider: t.Spec.Provider, Model: t.Spec.Model,
 		RowsTotal: t.RowsTotal, RowsSucceeded: t.RowsSucceeded, RowsFailed: t.RowsFailed, RowsSkipped: t.RowsSkipped,
 		BatchesDone: t.BatchesDone, BatchesTotal: t.BatchesTotal, Error: t.Error,

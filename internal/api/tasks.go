@@ -112,15 +112,18 @@ type TaskView struct {
 	Sheet    string `json:"sheet,omitempty"`
 	Encoding string `json:"encoding,omitempty"`
 	// ResultFormat is the result's file: "xlsx" or "csv".
-	ResultFormat  string `json:"result_format"`
-	Provider      string `json:"provider,omitempty"`
-	Model         string `json:"model,omitempty"`
-	RowsTotal     int    `json:"rows_total"`
-	RowsSucceeded int    `json:"rows_succeeded"`
-	RowsFailed    int    `json:"rows_failed"`
-	RowsSkipped   int    `json:"rows_skipped"`
-	BatchesDone   int    `json:"batches_done"`
-	BatchesTotal  int    `json:"batches_total"`
+	ResultFormat string `json:"result_format"`
+	// Rerun, for a task made of a result sent back in, says what became
+	// of its rows: kept with their answers, or sent again and why.
+	Rerun         *store.RerunCounts `json:"rerun,omitempty"`
+	Provider      string             `json:"provider,omitempty"`
+	Model         string             `json:"model,omitempty"`
+	RowsTotal     int                `json:"rows_total"`
+	RowsSucceeded int                `json:"rows_succeeded"`
+	RowsFailed    int                `json:"rows_failed"`
+	RowsSkipped   int                `json:"rows_skipped"`
+	BatchesDone   int                `json:"batches_done"`
+	BatchesTotal  int                `json:"batches_total"`
 	// InputTokens, CachedInputTokens and OutputTokens sum the tokens of the
 	// rows of the finished batches.
 	InputTokens       int64 `json:"input_tokens"`

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -50,34 +49,8 @@ func inputColumns(header []string) []string {
 	return header
 }
 
-// RerunCounts says what became of the rows of a result sent back in.
-type RerunCounts struct {
-	// Kept rows answered before, with the same input and template, keep their answer: no model call.
-	Kept int `json:"kept"`
-	// Changed rows had their input or the template changed; New rows were added by the user (no key).
-	Changed int `json:"changed"`
-	New     int `json:"new"`
-	// Cleared rows had their answer deleted by the user, Flagged ones something in the rerun column: both get a
-	// new answer, never the cached one.
-	Cleared int `json:"cleared"`
-	Flagged int `json:"flagged"`
-	// Failed rows had not succeeded (failed, not_started).
-	Failed int `json:"failed"`
-	// Blank rows have no input; they stay skipped.
-	Blank int `json:"blank"`
-}
-
-// ToRun is the number of rows that go to the model.
-func (c RerunCounts) ToRun() int { return c.Changed + c.New + c.Cleared + c.Flagged + c.Failed }
-
-// String is the summary line people read.
-func (c RerunCounts) String() string {
-	s := fmt.Sprintf("%d rows to run: %d kept, %d changed, %d cleared, %d flagged, %d failed", c.ToRun(), c.Kept, c.Changed, c.Cleared, c.Flagged, c.Failed)
-	if c.New > 0 {
-		s += fmt.Sprintf(", %d new", c.New)
-	}
-	return s
-}
+// RerunCounts says what became of the rows of a result sent back in (store.RerunCounts, recorded on its task).
+type RerunCounts = store.RerunCounts
 
 // rerunRow decides what a row of a result sent back in becomes: its place in counts, and the row to store
 // (its input values; a kept row with its answer as a SUCCEEDED result, a row that wants a new answer Fresh).

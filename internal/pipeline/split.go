@@ -305,6 +305,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		Encoding:     summary.Encoding,
 		Delimiter:    summary.Delimiter,
 		Header:       summary.Header,
+		Rerun:        v.Rerun,
 		RowsTotal:    summary.Rows,
 		BatchesTotal: batches,
 		CreatedAt:    now,

@@ -114,6 +114,36 @@ func (f ResultFormat) ContentType() string {
 	return "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 }
 
+// RerunCounts says what became of the rows of a result sent back in (a result batchgen wrote, edited and sent
+// again): the task made of it records them, and the API and `batchgen status` show them.
+type RerunCounts struct {
+	// Kept rows answered before, with the same input and template, keep their answer: no model call.
+	Kept int `json:"kept"`
+	// Changed rows had their input or the template changed; New rows were added by the user (no key).
+	Changed int `json:"changed"`
+	New     int `json:"new"`
+	// Cleared rows had their answer deleted by the user, Flagged ones something in the rerun column: both get a
+	// new answer, never the cached one.
+	Cleared int `json:"cleared"`
+	Flagged int `json:"flagged"`
+	// Failed rows had not succeeded (failed, not_started).
+	Failed int `json:"failed"`
+	// Blank rows have no input; they stay skipped.
+	Blank int `json:"blank"`
+}
+
+// ToRun is the number of rows that go to the model.
+func (c RerunCounts) ToRun() int { return c.Changed + c.New + c.Cleared + c.Flagged + c.Failed }
+
+// String is the summary line people read.
+func (c RerunCounts) String() string {
+	s := fmt.Sprintf("%d rows to run: %d kept, %d changed, %d cleared, %d flagged, %d failed", c.ToRun(), c.Kept, c.Changed, c.Cleared, c.Flagged, c.Failed)
+	if c.New > 0 {
+		s += fmt.Sprintf(", %d new", c.New)
+	}
+	return s
+}
+
 // Task is one spreadsheet job.
 type Task struct {
 	ID    string
@@ -136,6 +166,8 @@ type Task struct {
 	Delimiter string
 	// Header holds the input column names in input order.
 	Header []string
+	// Rerun, for a task made of a result sent back in, says what became of its rows; nil for any other.
+	Rerun *RerunCounts
 
 	RowsTotal     int
 	BatchesTotal  int

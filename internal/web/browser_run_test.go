@@ -3,8 +3,12 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
@@ -479,4 +483,104 @@ func TestBrowserRerunsFailedRows(t *testing.T) {
 	if got := text(t, ctx, "#stat-failed"); got != strconv.Itoa(len(refused)) {
 		t.Errorf("failed rows after the rerun %q, want %d", got, len(refused))
 	}
+}
+
+// TestBrowserResultSentBackIn: the result of a page upload, edited (two rows
+// flagged in its rerun column, one answer cleared) and chosen again, is
+// recognised before it starts (the template it carries in its prompt sheet
+// fills the editor), only those three rows go to the model, and the task
+// says what became of its rows.
+func TestBrowserResultSentBackIn(t *testing.T) {
+	mock := mockserver.New(mockserver.Config{Latency: 5 * time.Millisecond})
+	model := httptest.NewServer(mock)
+	defer model.Close()
+	base := serveOwn(t, []string{"OPENAI_API_KEY=test-key"}, "--provider", "openai", "--base-url", model.URL+"/v1")
+	ctx := newBrowser(t, "en-US")
+	dir := t.TempDir()
+
+	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	chooseSheet(t, ctx, writeSheet(t, dir, "teas.xlsx", 12))
+	do(t, ctx, "start",
+		chromedp.WaitVisible(chromedp.ID("task-form")),
+		clearTemplate,
+		chromedp.SendKeys(chromedp.ID("template"), "Copy for {{商品名称}}"),
+		chromedp.Click(chromedp.ID("start")),
+		chromedp.WaitVisible(chromedp.ID("current")),
+	)
+	if _, last := watchProgress(t, ctx, ""); last.State != "SUCCEEDED" {
+		t.Fatalf("task ended %+v", last)
+	}
+
+	// The user's edits to the downloaded result.
+	result := downloadLatest(t, base)
+	f, err := excelize.OpenReader(bytes.NewReader(result))
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, _ := f.GetRows("Sheet1")
+	col := func(name string) string {
+		c, _ := excelize.ColumnNumberToName(slices.Index(header[0], name) + 1)
+		return c
+	}
+	for _, edit := range [][2]string{{col("rerun") + "3", "again"}, {col("rerun") + "8", "shorter"}, {col("output") + "5", ""}} {
+		if err := f.SetCellStr("Sheet1", edit[0], edit[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edited := filepath.Join(dir, "teas.result.xlsx")
+	if err := f.SaveAs(edited); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	calls := mock.Stats().Requests
+	do(t, ctx, "start over", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	chooseSheet(t, ctx, edited)
+	do(t, ctx, "inspect", chromedp.WaitVisible(chromedp.ID("task-form")))
+	if meta := text(t, ctx, "#file-meta"); !strings.Contains(meta, "a result sent back in: 3 rows to run (9 kept, 0 changed, 1 cleared, 2 flagged, 0 failed)") {
+		t.Errorf("file line %q, want the result recognised before it starts", meta)
+	}
+	if tpl, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("template").value`)); err != nil || tpl != "Copy for {{商品名称}}" {
+		t.Errorf("template %q (%v), want the one the result carries", tpl, err)
+	}
+	screenshot(t, ctx, "result-sent-back-in")
+	do(t, ctx, "start the rerun", chromedp.Click(chromedp.ID("start")), chromedp.WaitVisible(chromedp.ID("current")))
+	if _, last := watchProgress(t, ctx, ""); last.State != "SUCCEEDED" {
+		t.Fatalf("rerun ended %+v", last)
+	}
+	if got := mock.Stats().Requests - calls; got != 3 {
+		t.Errorf("%d model calls for the result sent back in, want 3", got)
+	}
+	if got := text(t, ctx, "#current-rerun"); !strings.Contains(got, "3 rows sent again") || !strings.Contains(got, "9 kept") {
+		t.Errorf("task line %q, want what became of the rows", got)
+	}
+}
+
+// downloadLatest fetches the result of the newest task through the API.
+func downloadLatest(t *testing.T, base string) []byte {
+	t.Helper()
+	var list struct {
+		Tasks []struct {
+			ID string `json:"id"`
+		} `json:"tasks"`
+	}
+	res, err := http.Get(base + "/api/tasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(res.Body).Decode(&list)
+	res.Body.Close()
+	if err != nil || len(list.Tasks) == 0 {
+		t.Fatalf("list tasks: %v (%d)", err, len(list.Tasks))
+	}
+	res, err = http.Get(base + "/api/tasks/" + list.Tasks[0].ID + "/result")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("result: %d %v", res.StatusCode, err)
+	}
+	return b
 }

@@ -75,15 +75,18 @@ const (
 // pointers round-trip exactly, a zero top_p included); times are
 // timeLayout strings.
 type taskItem struct {
-	PK            string   `dynamodbav:"PK"`
-	SK            string   `dynamodbav:"SK"`
-	ID            string   `dynamodbav:"id"`
-	State         string   `dynamodbav:"state"`
-	Spec          string   `dynamodbav:"spec"`
-	Source        string   `dynamodbav:"source,omitempty"`
-	Sheet         string   `dynamodbav:"sheet,omitempty"`
-	Encoding      string   `dynamodbav:"encoding,omitempty"`
-	Delimiter     string   `dynamodbav:"delimiter,omitempty"`
+	PK        string `dynamodbav:"PK"`
+	SK        string `dynamodbav:"SK"`
+	ID        string `dynamodbav:"id"`
+	State     string `dynamodbav:"state"`
+	Spec      string `dynamodbav:"spec"`
+	Source    string `dynamodbav:"source,omitempty"`
+	Sheet     string `dynamodbav:"sheet,omitempty"`
+	Encoding  string `dynamodbav:"encoding,omitempty"`
+	Delimiter string `dynamodbav:"delimiter,omitempty"`
+	// Rerun is store.RerunCounts as JSON; absent for a task not made of a
+	// result sent back in.
+	Rerun         string   `dynamodbav:"rerun,omitempty"`
 	Header        []string `dynamodbav:"header,omitempty"`
 	RowsTotal     int      `dynamodbav:"rows_total"`
 	BatchesTotal  int      `dynamodbav:"batches_total"`
@@ -200,7 +203,14 @@ func taskToItem(t store.Task) (taskItem, error) {
 	if err != nil {
 		return taskItem{}, fmt.Errorf("encode spec: %w", err)
 	}
+	var rerun []byte
+	if t.Rerun != nil {
+		if rerun, err = json.Marshal(t.Rerun); err != nil {
+			return taskItem{}, fmt.Errorf("encode rerun counts: %w", err)
+		}
+	}
 	return taskItem{
+		Rerun:             string(rerun),
 		PK:                taskPK(t.ID),
 		SK:                taskSK,
 		ID:                t.ID,
@@ -333,6 +343,11 @@ func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 	}
 	if err := json.Unmarshal([]byte(it.Spec), &t.Spec); err != nil {
 		return store.Task{}, fmt.Errorf("decode spec of task %s: %w", it.ID, err)
+	}
+	if it.Rerun != "" {
+		if err := json.Unmarshal([]byte(it.Rerun), &t.Rerun); err != nil {
+			return store.Task{}, fmt.Errorf("decode rerun counts of task %s: %w", it.ID, err)
+		}
 	}
 	var err error
 	if t.UsageByProvider, err = usageFromAV(av); err != nil {

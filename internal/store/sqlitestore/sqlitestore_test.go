@@ -235,6 +235,7 @@ func TestMigrationSplitsUsageByProvider(t *testing.T) {
 		`ALTER TABLE tasks DROP COLUMN usage_by_provider`,
 		`ALTER TABLE rows DROP COLUMN fresh`,
 		`ALTER TABLE tasks DROP COLUMN delimiter`,
+		`ALTER TABLE tasks DROP COLUMN rerun`,
 		`UPDATE schema_version SET version = 7 WHERE component = 'sqlitestore'`,
 	} {
 		if _, err := s.DB().Exec(q); err != nil {

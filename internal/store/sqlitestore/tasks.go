@@ -13,7 +13,7 @@ import (
 
 const taskColumns = `id, state, spec, source, sheet, header, rows_total, batches_total, batches_done,
 	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding, export_gen, owner,
-	input_tokens, output_tokens, cached_input_tokens, usage_by_provider, delimiter`
+	input_tokens, output_tokens, cached_input_tokens, usage_by_provider, delimiter, rerun`
 
 // providerUsage is one provider's sums in the tasks.usage_by_provider JSON
 // object; the names are the ones the SQL that maintains it uses.
@@ -59,13 +59,13 @@ func decodeUsage(s string) (map[string]store.Usage, error) {
 func scanTask(sc scanner) (store.Task, error) {
 	var (
 		t                          store.Task
-		spec, header, usage        string
+		spec, header, usage, rerun string
 		created, updated, finished sql.NullInt64
 	)
 	err := sc.Scan(&t.ID, &t.State, &spec, &t.Source, &t.Sheet, &header, &t.RowsTotal, &t.BatchesTotal,
 		&t.BatchesDone, &t.RowsSucceeded, &t.RowsFailed, &t.RowsSkipped, &t.ResultKey, &t.Error,
 		&created, &updated, &finished, &t.Encoding, &t.ExportGen, &t.Owner,
-		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage, &t.Delimiter)
+		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage, &t.Delimiter, &rerun)
 	if err != nil {
 		return store.Task{}, err
 	}
@@ -77,6 +77,11 @@ func scanTask(sc scanner) (store.Task, error) {
 	}
 	if err := json.Unmarshal([]byte(header), &t.Header); err != nil {
 		return store.Task{}, fmt.Errorf("decode header of task %s: %w", t.ID, err)
+	}
+	if rerun != "" {
+		if err := json.Unmarshal([]byte(rerun), &t.Rerun); err != nil {
+			return store.Task{}, fmt.Errorf("decode rerun counts of task %s: %w", t.ID, err)
+		}
 	}
 	t.CreatedAt, t.UpdatedAt, t.FinishedAt = fromMillis(created), fromMillis(updated), fromMillis(finished)
 	return t, nil
@@ -103,13 +108,21 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
+	rerun := ""
+	if t.Rerun != nil {
+		b, err := json.Marshal(t.Rerun)
+		if err != nil {
+			return fmt.Errorf("create task %s: encode rerun counts: %w", t.ID, err)
+		}
+		rerun = string(b)
+	}
 	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
 		t.BatchesDone, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped, t.ResultKey, t.Error,
 		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding, t.ExportGen, t.Owner,
-		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage, t.Delimiter)
+		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage, t.Delimiter, rerun)
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}

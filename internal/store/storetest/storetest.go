@@ -269,6 +269,7 @@ func testTaskRoundTrip(t *testing.T, s store.Store) {
 				Sheet:         "Products",
 				Encoding:      "windows-1252",
 				Delimiter:     ";",
+				Rerun:         &store.RerunCounts{Kept: 4900, Changed: 30, New: 2, Cleared: 10, Flagged: 20, Failed: 28, Blank: 10},
 				Header:        []string{"name", "category", "价格", ""},
 				RowsTotal:     5000,
 				BatchesTotal:  100,

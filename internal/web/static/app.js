@@ -209,9 +209,7 @@
       $("file-meta").textContent = meta + (ins.sheet ? " · " + ins.sheet : "") + (ins.encoding ? " · " + ins.encoding : "");
       if (ins.rerun) {
         // A result sent back in: say what starting it would do, before it starts.
-        const r = ins.rerun;
-        $("file-meta").textContent += " · " + t("file.rerun", { run: r.changed + r.new + r.cleared + r.flagged + r.failed, kept: r.kept,
-          changed: r.changed + r.new, cleared: r.cleared, flagged: r.flagged, failed: r.failed });
+        $("file-meta").textContent += " · " + t("file.rerun", rerunVars(ins.rerun));
       }
       renderColumns(ins.columns);
       $("template").value = ins.prompt || t("template.default", { first: "{{" + ins.columns[0] + "}}" });
@@ -389,6 +387,11 @@
   }
 
   // ---- the task on show ------------------------------------------------
+  // rerunVars are the counts of a result sent back in as the strings name them.
+  function rerunVars(r) {
+    return { run: r.changed + r.new + r.cleared + r.flagged + r.failed, kept: r.kept, changed: r.changed + r.new,
+      cleared: r.cleared, flagged: r.flagged, failed: r.failed };
+  }
   function show(view) {
     if (state.follow) state.follow.stop();
     state.rate = null;
@@ -444,6 +447,10 @@
     $("stat-failed").textContent = String(num(v.rows_failed));
     $("stat-rate").textContent = r.perSec > 0 && !FINISHED.has(st) ? t("rate.value", { n: r.perSec >= 10 ? Math.round(r.perSec) : r.perSec.toFixed(1) }) : "–";
     $("stat-eta").textContent = FINISHED.has(st) ? t("eta.done") : typeof r.eta === "number" && isFinite(r.eta) ? fmtDuration(r.eta) : "–";
+    // A result sent back in: what became of its rows.
+    const rr = $("current-rerun");
+    rr.hidden = !v.rerun;
+    rr.textContent = v.rerun ? t("current.rerun", rerunVars(v.rerun)) : "";
     const reason = $("current-reason");
     const why = v.error || v.reason;
     reason.hidden = !why;
