@@ -29,6 +29,7 @@ func TestRunWritesCSV(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
 	}
+	first := taskIDFrom(t, r.stdout)
 	b, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
@@ -55,13 +56,13 @@ func TestRunWritesCSV(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "is a result sent back in: 1 rows to run: 1 kept, 0 changed, 0 cleared, 1 flagged") ||
+	if !strings.Contains(r.stderr, "is a result sent back in: continues task "+first+": 1 rows to run: 1 kept, 0 changed, 0 cleared, 1 flagged") ||
 		!strings.Contains(r.stdout, "requests  1 this run") {
 		t.Errorf("sent back in: stdout\n%s\nstderr\n%s", r.stdout, r.stderr)
 	}
 	// The task says what became of the rows.
 	st := runBinary(t, context.Background(), "status", taskIDFrom(t, r.stdout), "--data", filepath.Join(dir, ".batchgen"))
-	if !strings.Contains(st.stdout, "a result sent back in: 1 rows to run: 1 kept, 0 changed, 0 cleared, 1 flagged, 0 failed") {
+	if !strings.Contains(st.stdout, "a result sent back in: continues task "+first+": 1 rows to run: 1 kept, 0 changed, 0 cleared, 1 flagged, 0 failed") {
 		t.Errorf("status of the task sent back in:\n%s%s", st.stdout, st.stderr)
 	}
 	b, err = os.ReadFile(again)

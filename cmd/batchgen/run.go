@@ -371,7 +371,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		return fmt.Errorf("read task %s: %w", taskID, err)
 	}
 
-	splitter := pipeline.NewSplitter(j.data.Store, j.queue, pipeline.SplitterConfig{Logger: j.logger, Inputs: j.data.Blobs})
+	splitter := pipeline.NewSplitter(j.data.Store, j.queue, pipeline.SplitterConfig{Logger: j.logger, Inputs: j.data.Blobs, Exports: j.signal})
 	task, err := splitter.Split(ctx, params)
 	if errors.As(err, &rejected) {
 		return &report.ExitError{Code: report.Rejected, Err: rejected}

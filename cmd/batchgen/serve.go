@@ -238,7 +238,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	dropSpec := spec
 	dropSpec.ResultFormat = dropFormat
 	intake := pipeline.NewIntake(
-		pipeline.NewSplitter(st, j.queue, pipeline.SplitterConfig{Logger: logger, Inputs: bucket}),
+		pipeline.NewSplitter(st, j.queue, pipeline.SplitterConfig{Logger: logger, Inputs: bucket, Exports: j.exporter}),
 		bucket, j.exporter,
 		pipeline.IntakeConfig{
 			DefaultSpec: dropSpec,

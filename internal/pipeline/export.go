@@ -391,8 +391,10 @@ func (r *rowReader) complete() error {
 	return nil
 }
 
-// rowKeys computes the RowKey each result row records.
+// rowKeys computes the batchgen_key cell each result row records: the
+// task's id and the row's RowKey (resultKeyCell).
 type rowKeys struct {
+	task  string
 	spec  store.TaskSpec
 	bound *prompt.Bound
 	input int // how many of a row's values are input
@@ -408,7 +410,7 @@ func newRowKeys(task store.Task) (rowKeys, error) {
 	if err != nil {
 		return rowKeys{}, fmt.Errorf("the task's template: %w", err)
 	}
-	return rowKeys{spec: task.Spec, bound: bound, input: len(input)}, nil
+	return rowKeys{task: task.ID, spec: task.Spec, bound: bound, input: len(input)}, nil
 }
 
 // of is the key of r; a blank row, never sent to the model, has none.
@@ -416,7 +418,7 @@ func (k rowKeys) of(r store.Row) string {
 	if r.State == store.RowSkipped {
 		return ""
 	}
-	return RowKey(k.spec, k.bound.Render(r.Values[:min(k.input, len(r.Values))]))
+	return resultKeyCell(k.task, RowKey(k.spec, k.bound.Render(r.Values[:min(k.input, len(r.Values))])))
 }
 
 // hiddenColumns marks batchgen_key hidden among ResultColumns: it is for

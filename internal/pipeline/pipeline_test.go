@@ -74,7 +74,7 @@ func newEnv(t testing.TB, provider llm.Provider, cfg pipeline.GeneratorConfig) *
 	e.provider, e.cfg = provider, cfg
 	e.gen = pipeline.NewGenerator(st, provider, e.signal, cfg)
 	e.exporter = pipeline.NewExporter(st, blobs, pipeline.ExporterConfig{})
-	e.splitter = pipeline.NewSplitter(st, q, pipeline.SplitterConfig{Inputs: blobs})
+	e.splitter = pipeline.NewSplitter(st, q, pipeline.SplitterConfig{Inputs: blobs, Exports: e.signal})
 	return e
 }
 

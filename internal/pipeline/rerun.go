@@ -19,12 +19,26 @@ import (
 
 // RowKey is what a result row records of the question it answered: a hash of the system prompt and the prompt
 // rendered from the row's input cells. A row whose key no longer matches had its input or the template changed.
+// The batchgen_key cell holds it after the id of the task that wrote it (resultKeyCell), so a result sent back in
+// says which task it continues.
 func RowKey(spec store.TaskSpec, renderedPrompt string) string {
 	h := sha256.New()
 	h.Write([]byte(spec.System))
 	h.Write([]byte{0})
 	h.Write([]byte(renderedPrompt))
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// resultKeyCell is what a result row's batchgen_key cell holds: the task's id and the row's key.
+func resultKeyCell(taskID, rowKey string) string { return taskID + ":" + rowKey }
+
+// parseKeyCell splits a batchgen_key cell into the task that wrote it (empty for a key written before cells named
+// their task) and the row's key.
+func parseKeyCell(cell string) (taskID, rowKey string) {
+	if i := strings.LastIndexByte(cell, ':'); i >= 0 {
+		return cell[:i], cell[i+1:]
+	}
+	return "", cell
 }
 
 // resultBlock finds the result columns a header ends with: the index of the first, and whether the header is a
@@ -64,16 +78,22 @@ func rerunRow(row store.Row, block int, spec store.TaskSpec, bound *prompt.Bound
 		return ""
 	}
 	input := row.Values[:min(block, len(row.Values))]
-	switch {
-	case row.State == store.RowSkipped || sheet.IsBlank(input):
+	if row.State == store.RowSkipped || sheet.IsBlank(input) {
 		counts.Blank++
 		row.State = store.RowSkipped
+	}
+	from, key := parseKeyCell(strings.TrimSpace(cell("batchgen_key")))
+	if counts.From == "" && from != "" && row.State != store.RowSkipped {
+		counts.From = from
+	}
+	switch {
+	case row.State == store.RowSkipped:
 	case strings.TrimSpace(cell("rerun")) != "":
 		counts.Flagged++
 		row.Fresh = true
-	case cell("batchgen_key") == "":
+	case key == "":
 		counts.New++
-	case cell("batchgen_key") != RowKey(spec, bound.Render(input)):
+	case key != RowKey(spec, bound.Render(input)):
 		counts.Changed++
 	case cell("status") == "succeeded" && cell("output") == "":
 		counts.Cleared++

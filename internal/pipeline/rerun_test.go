@@ -69,7 +69,7 @@ func TestResultSentBackIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := pipeline.RerunCounts{Kept: 7, Changed: 1, New: 1, Cleared: 1, Flagged: 1, Failed: 1}
+	want := pipeline.RerunCounts{Kept: 7, Changed: 1, New: 1, Cleared: 1, Flagged: 1, Failed: 1, From: first.ID}
 	if v.Rerun == nil || *v.Rerun != want {
 		t.Fatalf("rerun counts = %+v, want %+v", v.Rerun, want)
 	}
@@ -137,4 +137,69 @@ func excelizeColumn(n int) string {
 		panic(fmt.Sprint(n, err))
 	}
 	return name
+}
+
+// TestResultSentBackInFinishesKeptBatchesAtSplit: the batches of a result
+// sent back in whose rows are all kept are finished by the splitter itself,
+// never sent to a generator (on AWS a message, a Lambda invocation and a
+// claim each, only to count the rows); only the batch with an edit goes to
+// the model.
+func TestResultSentBackInFinishesKeptBatchesAtSplit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	provider := sim.New(sim.Config{})
+	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 4})
+	path := e.writeWorkbook("商品.xlsx", 30)
+	spec := store.TaskSpec{Provider: "sim", Model: "sim-1", BatchSize: 10}
+	first := e.runWorkbook(ctx, path, "first", spec)
+
+	f, err := excelize.OpenReader(bytes.NewReader(resultBytes(t, e, first)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, _ := f.GetRows("商品")
+	if err := f.SetCellStr("商品", excelizeColumn(slices.Index(header[0], "rerun")+1)+"15", "again"); err != nil { // data row 14: batch 2
+		t.Fatal(err)
+	}
+	edited := filepath.Join(e.dir, "edited.xlsx")
+	if err := f.SaveAs(edited); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	id := pipeline.DeriveTaskID("second", spec)
+	split, err := e.splitter.Split(ctx, pipeline.SplitParams{TaskID: id, Path: edited, Source: "edited.xlsx", Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if split.BatchesDone != 2 || split.RowsSucceeded != 20 || split.Rerun == nil || split.Rerun.Flagged != 1 || split.Rerun.From != first.ID {
+		t.Fatalf("after the split: %d of %d batches done, %d rows succeeded, rerun %+v; want batches 1 and 3 done by the splitter",
+			split.BatchesDone, split.BatchesTotal, split.RowsSucceeded, split.Rerun)
+	}
+	batches, err := e.store.ListBatches(ctx, store.ListBatchesParams{TaskID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range batches {
+		if wantDone := b.No != 2; (b.State == store.BatchDone) != wantDone {
+			t.Errorf("batch %d is %s after the split", b.No, b.State)
+		}
+	}
+	before := provider.Calls()
+	done := e.runToCompletion(ctx, id)
+	if calls := provider.Calls() - before; calls != 1 || done.State != store.TaskSucceeded || done.RowsSucceeded != 30 {
+		t.Errorf("%d calls, task %s with %d rows succeeded; want 1 call and all 30", calls, done.State, done.RowsSucceeded)
+	}
+
+	// Sent back untouched, every batch is finished at the split, which
+	// starts the export itself: nothing else would.
+	unchanged := filepath.Join(e.dir, "unchanged.xlsx")
+	if err := os.WriteFile(unchanged, resultBytes(t, e, done), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before = provider.Calls()
+	again := e.runWorkbook(ctx, unchanged, "third", spec)
+	if calls := provider.Calls() - before; calls != 0 || again.State != store.TaskSucceeded || again.RowsSucceeded != 30 || again.Rerun.Kept != 30 {
+		t.Errorf("unchanged: %d calls, task %s with %d rows succeeded, rerun %+v", calls, again.State, again.RowsSucceeded, again.Rerun)
+	}
 }

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
@@ -48,6 +50,12 @@ type SplitterConfig struct {
 	// Without it the result is a new workbook holding the input sheet's
 	// values as text.
 	Inputs blob.Store
+	// Exports, when set, lets the splitter finish itself the batches whose
+	// rows are all final when split (the kept rows of a result sent back
+	// in), instead of sending each to a generator that would only count
+	// them: it starts the task's export when that leaves nothing to do.
+	// Without it every batch goes through the queue.
+	Exports ExportStarter
 }
 
 func (c SplitterConfig) withDefaults() SplitterConfig {
@@ -318,12 +326,23 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		return store.Task{}, fmt.Errorf("split %s: create task: %w", p.TaskID, err)
 	}
 
-	if err := s.writeRows(ctx, p, opts, task); err != nil {
+	tallies, err := s.writeRows(ctx, p, opts, task)
+	if err != nil {
 		return store.Task{}, err
 	}
 	toSend, err := s.unsent(ctx, task.ID, batches, resumed)
 	if err != nil {
 		return store.Task{}, err
+	}
+	var settled []int // batches whose rows are all final: the splitter finishes them
+	if s.cfg.Exports != nil {
+		toSend = slices.DeleteFunc(toSend, func(no int) bool {
+			if tallies[no-1].pending == 0 {
+				settled = append(settled, no)
+				return true
+			}
+			return false
+		})
 	}
 	if err := s.enqueue(ctx, task.ID, toSend); err != nil {
 		return store.Task{}, err
@@ -335,7 +354,44 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("split %s: start task: %w", task.ID, err)
 	}
-	s.cfg.Logger.InfoContext(ctx, "task split", logging.TaskID, t.ID, "source", t.Source, "encoding", t.Encoding, "rows", t.RowsTotal, "batches", t.BatchesTotal)
+	if len(settled) > 0 {
+		if t, err = s.finishSettled(ctx, t, settled, tallies); err != nil {
+			return store.Task{}, err
+		}
+	}
+	s.cfg.Logger.InfoContext(ctx, "task split", logging.TaskID, t.ID, "source", t.Source, "encoding", t.Encoding, "rows", t.RowsTotal, "batches", t.BatchesTotal,
+		"finished_at_split", len(settled))
+	return t, nil
+}
+
+// finishSettled finishes the batches whose rows were all final when split,
+// through the one end of a batch (finishBatch), which starts the export
+// when it was the last. A batch someone else claimed meanwhile (a sweeper
+// that found it waiting) is theirs to finish. A failure leaves the rest
+// PENDING and never sent: the sweeper sends them, as any batch whose
+// message was lost.
+func (s *Splitter) finishSettled(ctx context.Context, t store.Task, settled []int, tallies []batchTally) (store.Task, error) {
+	once := func(f func() error) error { return f() }
+	for _, no := range settled {
+		now := s.cfg.Clock.Now()
+		b, err := s.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: t.ID, BatchNo: no, Owner: "splitter", Now: now, LeaseUntil: now.Add(time.Minute)})
+		if isConflict(err) {
+			continue
+		}
+		if err != nil {
+			return t, fmt.Errorf("split %s: claim batch %d to finish it: %w", t.ID, no, err)
+		}
+		done, err := finishBatch(ctx, s.store, s.cfg.Exports, b, tallies[no-1], now, once)
+		if isConflict(err) {
+			continue
+		}
+		if done.ID != "" {
+			t = done
+		}
+		if err != nil {
+			return t, fmt.Errorf("split %s: %w", t.ID, err)
+		}
+	}
 	return t, nil
 }
 
@@ -364,18 +420,20 @@ type records interface {
 	Close() error
 }
 
-func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Options, task store.Task) error {
+// writeRows writes the task's rows and batches, and returns each batch's
+// tally of its rows as split (index batch number - 1).
+func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Options, task store.Task) ([]batchTally, error) {
 	var r records
 	if p.Validated != nil && p.Validated.spool != "" {
 		sp, err := openSpool(p.Validated.spool)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		r = sp
 	} else {
 		sr, err := sheet.Open(p.Path, opts)
 		if err != nil {
-			return rejectIfInput(err)
+			return nil, rejectIfInput(err)
 		}
 		r = sr
 	}
@@ -391,11 +449,12 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 			bound, err = tpl.Bind(inputColumns(task.Header))
 		}
 		if err != nil {
-			return &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
+			return nil, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
 		}
 	}
 
 	size := task.Spec.BatchSize
+	tallies := make([]batchTally, task.BatchesTotal)
 	rows := make([]store.Row, 0, rowChunk)
 	var batches []store.Batch
 	no := 0
@@ -415,7 +474,7 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 			break
 		}
 		if err != nil {
-			return rejectIfInput(err)
+			return nil, rejectIfInput(err)
 		}
 		no++
 		row := store.Row{TaskID: task.ID, No: no, SheetRow: rec.SheetRow, Values: rec.Values}
@@ -425,18 +484,21 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 		if rerun {
 			row = rerunRow(row, block, task.Spec, bound, &counts)
 		}
+		if b := (no - 1) / size; b < len(tallies) {
+			tallies[b].add(row.RowResult)
+		}
 		rows = append(rows, row)
 		if len(rows) == cap(rows) {
 			if err := flush(); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return err
+		return nil, err
 	}
 	if no != task.RowsTotal {
-		return fmt.Errorf("split %s: input changed while reading: %d rows, validated %d", task.ID, no, task.RowsTotal)
+		return nil, fmt.Errorf("split %s: input changed while reading: %d rows, validated %d", task.ID, no, task.RowsTotal)
 	}
 	now := s.cfg.Clock.Now()
 	for b := 1; b <= task.BatchesTotal; b++ {
@@ -452,14 +514,14 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 	for start := 0; start < len(batches); start += rowChunk {
 		end := min(start+rowChunk, len(batches))
 		if err := s.store.PutBatches(ctx, batches[start:end]); err != nil {
-			return fmt.Errorf("split %s: write batches %d-%d: %w", task.ID, start+1, end, err)
+			return nil, fmt.Errorf("split %s: write batches %d-%d: %w", task.ID, start+1, end, err)
 		}
 	}
 	if rerun {
 		s.cfg.Logger.InfoContext(ctx, "a result sent back in: "+counts.String(), logging.TaskID, task.ID, "kept", counts.Kept,
 			"changed", counts.Changed, "new", counts.New, "cleared", counts.Cleared, "flagged", counts.Flagged, "failed", counts.Failed)
 	}
-	return nil
+	return tallies, nil
 }
 
 // unsent lists the batches that need a message. A fresh split sends one per

@@ -282,16 +282,40 @@ func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader 
 		}
 		esc[rowNo][colNo] = text
 	}
+	// RawToken and a stack of open elements check what Token checks (the
+	// syntax, and that each end tag closes the element open) without
+	// translating namespaces for every token: this pass reads every cell of
+	// the sheet before the reader does, and Token was half its cost.
+	var open []xml.Name
 	for {
-		tok, err := d.Token()
+		tok, err := d.RawToken()
 		if errors.Is(err, io.EOF) {
 			if !root {
 				return nil, nil, errors.New("the part has no XML root element (it is empty or cut short)")
+			}
+			if len(open) > 0 {
+				line, _ := d.InputPos()
+				return nil, nil, &xml.SyntaxError{Msg: "unexpected EOF", Line: line}
 			}
 			return esc, uncached, nil
 		}
 		if err != nil {
 			return nil, nil, err
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			open = append(open, t.Name)
+		case xml.EndElement:
+			if len(open) == 0 || open[len(open)-1] != t.Name {
+				// Token's own words.
+				line, _ := d.InputPos()
+				msg := "unexpected end element </" + qualified(t.Name) + ">"
+				if len(open) > 0 {
+					msg = "element <" + qualified(open[len(open)-1]) + "> closed by </" + qualified(t.Name) + ">"
+				}
+				return nil, nil, &xml.SyntaxError{Msg: msg, Line: line}
+			}
+			open = open[:len(open)-1]
 		}
 		if !worksheet {
 			if _, ok := tok.(xml.StartElement); ok {
@@ -352,6 +376,14 @@ func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader 
 			}
 		}
 	}
+}
+
+// qualified is a raw name as written: prefix:local.
+func qualified(n xml.Name) string {
+	if n.Space == "" {
+		return n.Local
+	}
+	return n.Space + ":" + n.Local
 }
 
 // attr returns the value of the attribute with the given local name, or "".

@@ -130,6 +130,9 @@ type RerunCounts struct {
 	Failed int `json:"failed"`
 	// Blank rows have no input; they stay skipped.
 	Blank int `json:"blank"`
+	// From is the task whose result this is: the one its first row key names (a result's hidden keys name the
+	// task that wrote them). Empty when no key names one (a result written before keys did).
+	From string `json:"from,omitempty"`
 }
 
 // ToRun is the number of rows that go to the model.
@@ -138,6 +141,9 @@ func (c RerunCounts) ToRun() int { return c.Changed + c.New + c.Cleared + c.Flag
 // String is the summary line people read.
 func (c RerunCounts) String() string {
 	s := fmt.Sprintf("%d rows to run: %d kept, %d changed, %d cleared, %d flagged, %d failed", c.ToRun(), c.Kept, c.Changed, c.Cleared, c.Flagged, c.Failed)
+	if c.From != "" {
+		s = "continues task " + c.From + ": " + s
+	}
 	if c.New > 0 {
 		s += fmt.Sprintf(", %d new", c.New)
 	}

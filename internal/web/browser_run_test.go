@@ -512,7 +512,7 @@ func TestBrowserResultSentBackIn(t *testing.T) {
 	}
 
 	// The user's edits to the downloaded result.
-	result := downloadLatest(t, base)
+	firstID, result := downloadLatest(t, base)
 	f, err := excelize.OpenReader(bytes.NewReader(result))
 	if err != nil {
 		t.Fatal(err)
@@ -537,7 +537,7 @@ func TestBrowserResultSentBackIn(t *testing.T) {
 	do(t, ctx, "start over", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
 	chooseSheet(t, ctx, edited)
 	do(t, ctx, "inspect", chromedp.WaitVisible(chromedp.ID("task-form")))
-	if meta := text(t, ctx, "#file-meta"); !strings.Contains(meta, "a result sent back in: 3 rows to run (9 kept, 0 changed, 1 cleared, 2 flagged, 0 failed)") {
+	if meta := text(t, ctx, "#file-meta"); !strings.Contains(meta, "continues task "+firstID+": 3 rows to run (9 kept, 0 changed, 1 cleared, 2 flagged, 0 failed)") {
 		t.Errorf("file line %q, want the result recognised before it starts", meta)
 	}
 	if tpl, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("template").value`)); err != nil || tpl != "Copy for {{商品名称}}" {
@@ -551,13 +551,13 @@ func TestBrowserResultSentBackIn(t *testing.T) {
 	if got := mock.Stats().Requests - calls; got != 3 {
 		t.Errorf("%d model calls for the result sent back in, want 3", got)
 	}
-	if got := text(t, ctx, "#current-rerun"); !strings.Contains(got, "3 rows sent again") || !strings.Contains(got, "9 kept") {
+	if got := text(t, ctx, "#current-rerun"); !strings.Contains(got, "Continues task "+firstID+": 3 rows sent again") || !strings.Contains(got, "9 kept") {
 		t.Errorf("task line %q, want what became of the rows", got)
 	}
 }
 
-// downloadLatest fetches the result of the newest task through the API.
-func downloadLatest(t *testing.T, base string) []byte {
+// downloadLatest fetches the id and the result of the newest task through the API.
+func downloadLatest(t *testing.T, base string) (string, []byte) {
 	t.Helper()
 	var list struct {
 		Tasks []struct {
@@ -582,5 +582,5 @@ func downloadLatest(t *testing.T, base string) []byte {
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("result: %d %v", res.StatusCode, err)
 	}
-	return b
+	return list.Tasks[0].ID, b
 }

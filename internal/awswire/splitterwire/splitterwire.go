@@ -32,9 +32,10 @@ func New(d *awswire.Deps) (*splitterfn.Handler, error) {
 	}
 	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
+	exports := d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN))
 	intake := pipeline.NewIntake(
-		pipeline.NewSplitter(d.Store(blobs), queue, pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger, Inputs: blobs}),
-		blobs, d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
+		pipeline.NewSplitter(d.Store(blobs), queue, pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger, Inputs: blobs, Exports: exports}),
+		blobs, exports,
 		pipeline.IntakeConfig{
 			DefaultSpec: spec,
 			Limits:      sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},

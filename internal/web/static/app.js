@@ -209,7 +209,7 @@
       $("file-meta").textContent = meta + (ins.sheet ? " · " + ins.sheet : "") + (ins.encoding ? " · " + ins.encoding : "");
       if (ins.rerun) {
         // A result sent back in: say what starting it would do, before it starts.
-        $("file-meta").textContent += " · " + t("file.rerun", rerunVars(ins.rerun));
+        $("file-meta").textContent += " · " + t(ins.rerun.from ? "file.rerun_from" : "file.rerun", rerunVars(ins.rerun));
       }
       renderColumns(ins.columns);
       $("template").value = ins.prompt || t("template.default", { first: "{{" + ins.columns[0] + "}}" });
@@ -390,7 +390,7 @@
   // rerunVars are the counts of a result sent back in as the strings name them.
   function rerunVars(r) {
     return { run: r.changed + r.new + r.cleared + r.flagged + r.failed, kept: r.kept, changed: r.changed + r.new,
-      cleared: r.cleared, flagged: r.flagged, failed: r.failed };
+      cleared: r.cleared, flagged: r.flagged, failed: r.failed, from: r.from || "" };
   }
   function show(view) {
     if (state.follow) state.follow.stop();
@@ -450,7 +450,7 @@
     // A result sent back in: what became of its rows.
     const rr = $("current-rerun");
     rr.hidden = !v.rerun;
-    rr.textContent = v.rerun ? t("current.rerun", rerunVars(v.rerun)) : "";
+    rr.textContent = v.rerun ? t(v.rerun.from ? "current.rerun_from" : "current.rerun", rerunVars(v.rerun)) : "";
     const reason = $("current-reason");
     const why = v.error || v.reason;
     reason.hidden = !why;
