@@ -37,6 +37,9 @@ type InputError struct {
 
 	// cause is a typed detail callers may inspect with errors.As (e.g. *AmbiguousEncodingError); nil for most.
 	cause error
+	// whole marks a problem with the file as a whole found while reading rows (damage the XML check found
+	// beside the reader): it names no sheet or row, as when Open finds it.
+	whole bool
 }
 
 // Unwrap returns the typed detail of the rejection, if any.

@@ -469,7 +469,7 @@ func (r *Reader) formatErr(reason string) *InputError {
 // errors pass through.
 func (r *Reader) fixErr(err error) error {
 	var ie *InputError
-	if errors.As(err, &ie) {
+	if errors.As(err, &ie) && !ie.whole {
 		ie.File, ie.Sheet = r.file, r.sheet
 		if col := columnIndex(ie.Column); ie.Header == "" && col >= 0 && col < len(r.header) {
 			ie.Header = r.header[col]

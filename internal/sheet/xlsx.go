@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/xuri/excelize/v2"
@@ -24,7 +27,12 @@ const promptSheet = "prompt"
 // openXLSX checks the zip's central directory (format and zip-bomb guard) before excelize sees the file, opens the
 // workbook, picks the sheet and reads the prompt. It closes f: excelize reopens the file by path.
 func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error) {
-	defer f.Close()
+	keepFile := false // the check of the sheet read, running beside the reader, owns f then
+	defer func() {
+		if !keepFile {
+			f.Close()
+		}
+	}()
 	zr, err := zip.NewReader(f, size)
 	if err != nil {
 		return nil, r.fileErr(fmt.Sprintf("the file is a damaged zip archive and cannot be read as .xlsx (%v)", err))
@@ -80,22 +88,144 @@ func (r *Reader) openXLSX(f *os.File, size int64, want string) (rowSource, error
 	}
 	parts := sheetParts(zr)
 	nf := newNumFormatter(xf)
-	escapes, uncached, err := checkXMLParts(zr, parts, nf, xf.CharsetReader)
-	nf.close()
-	if err != nil {
-		_ = xf.Close()
-		return nil, r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
+	damaged := func(err error) error {
+		ie := r.fileErr(fmt.Sprintf("the workbook is damaged and cannot be read (%v)", err))
+		ie.whole = true
+		return ie
 	}
-	readGeneralInFull(xf)
 	// A chart sheet has no cells: it is never the default sheet. (With no part map, excelize judges alone.)
 	worksheet := func(sheet string) bool { _, ok := parts[sheet]; return ok || len(parts) == 0 }
-	src, err := r.pickSheet(xf, want, worksheet, func(sheet string) cellEscapes { return escapes[strings.ToLower(parts[sheet])] })
+	sheet, chooseErr := r.chooseSheet(xf, want, worksheet)
+	// Every part but the sheet read is checked now. That one is checked while it is read, the two passes over
+	// its XML side by side on two cores (sheetCheck): it is the largest part, and checking it first was a third
+	// of the time it took to read a workbook.
+	readPart := strings.ToLower(parts[sheet])
+	if chooseErr != nil || readPart == "" || strings.EqualFold(sheet, promptSheet) {
+		readPart = ""
+	}
+	escapes, uncached, err := checkXMLParts(zr, parts, nf, xf.CharsetReader, readPart)
+	if err == nil && chooseErr != nil {
+		err = chooseErr
+	}
 	if err != nil {
+		nf.close()
+		_ = xf.Close()
+		var ie *InputError
+		if errors.As(err, &ie) {
+			return nil, err
+		}
+		return nil, damaged(err)
+	}
+	readGeneralInFull(xf)
+	src, err := r.startSheet(xf, sheet, func(sheet string) cellEscapes { return escapes[strings.ToLower(parts[sheet])] })
+	if err != nil {
+		nf.close()
 		_ = xf.Close()
 		return nil, err
 	}
-	r.computeFormulas(xf, src, uncached[strings.ToLower(parts[r.sheet])])
+	if readPart == "" {
+		nf.close()
+		r.computeFormulas(xf, src, uncached[strings.ToLower(parts[sheet])])
+		return src, nil
+	}
+	var zf *zip.File
+	for _, x := range zr.File {
+		if strings.EqualFold(x.Name, readPart) {
+			zf = x
+		}
+	}
+	keepFile = true
+	src.check = startSheetCheck(zf, nf, xf.CharsetReader, f)
+	src.damaged = damaged
+	src.formula = func(row, col int) (string, bool) { return r.computeFormula(xf, row, col) }
 	return src, nil
+}
+
+// sheetCheck checks the XML of the sheet being read (scanXMLPart) in a goroutine of its own while excelize reads
+// it, and hands the reader, row by row, what the check finds: the cells excelize reads differently, the formulas
+// without a cached result, and damage. excelize's iterator ends quietly at an XML error, so the reader waits for
+// the check to pass a row before returning it, and for the end of the check before its own end.
+//
+// Rows are matched by number: a sheet whose rows are out of order (no spreadsheet writes one) may get a cell's
+// correction after its row was returned; damage is still found before the end.
+type sheetCheck struct {
+	mu       sync.Mutex
+	cond     sync.Cond
+	upTo     int // the rows up to this one are checked
+	done     bool
+	err      error
+	esc      cellEscapes
+	uncached map[int][]int // row -> columns
+	stop     atomic.Bool
+	exited   chan struct{}
+}
+
+// startSheetCheck starts checking zf. It owns nf and f (the workbook file zf reads from) and closes them when done.
+func startSheetCheck(zf *zip.File, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error), f *os.File) *sheetCheck {
+	c := &sheetCheck{esc: cellEscapes{}, uncached: map[int][]int{}, exited: make(chan struct{})}
+	c.cond.L = &c.mu
+	go func() {
+		defer close(c.exited)
+		defer f.Close()
+		defer nf.close()
+		err := scanXMLPart(zf, true, nf, charsetReader, c)
+		c.mu.Lock()
+		if err != nil && !errors.Is(err, errStopped) {
+			c.err = fmt.Errorf("%s: %w", zf.Name, err)
+		}
+		c.done = true
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	}()
+	return c
+}
+
+func (c *sheetCheck) escape(row, col int, text string) {
+	c.mu.Lock()
+	if c.esc[row] == nil {
+		c.esc[row] = map[int]string{}
+	}
+	c.esc[row][col] = text
+	c.mu.Unlock()
+}
+
+func (c *sheetCheck) uncachedFormula(row, col int) {
+	c.mu.Lock()
+	c.uncached[row] = append(c.uncached[row], col)
+	c.mu.Unlock()
+}
+
+func (c *sheetCheck) rowDone(row int) bool {
+	c.mu.Lock()
+	if row > c.upTo {
+		c.upTo = row
+		c.cond.Broadcast()
+	}
+	c.mu.Unlock()
+	return !c.stop.Load()
+}
+
+// wait blocks until the rows up to row are checked, or the check has ended, and returns what row needs: its
+// corrected cells and its formula cells without a cached result; or the damage the check found, wherever it is.
+func (c *sheetCheck) wait(row int) (map[int]string, []int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !c.done && c.upTo < row && c.err == nil {
+		c.cond.Wait()
+	}
+	if c.err != nil {
+		return nil, nil, c.err
+	}
+	esc, cols := c.esc[row], c.uncached[row]
+	delete(c.esc, row)
+	delete(c.uncached, row)
+	return esc, cols, nil
+}
+
+// close stops the check and waits for its goroutine, which closes the file.
+func (c *sheetCheck) close() {
+	c.stop.Store(true)
+	<-c.exited
 }
 
 // maxComputedFormulas bounds how many formulas without a cached result are computed: excelize's calculator is
@@ -106,27 +236,33 @@ const maxComputedFormulas = 20_000
 // (arithmetic, references, SUM and the other common functions), so they read as Excel would show them once it
 // recalculated, instead of as blanks. Each is recorded with whether it could be computed, for Summary.
 func (r *Reader) computeFormulas(xf *excelize.File, src *xlsxSource, cells []cellPos) {
-	for i, c := range cells {
-		f := FormulaCell{Row: c.row, Column: c.col}
-		if i < maxComputedFormulas {
-			ref, err := excelize.CoordinatesToCellName(c.col, c.row)
-			if err == nil {
-				var v string
-				v, err = xf.CalcCellValue(r.sheet, ref)
-				if err == nil && !strings.HasPrefix(v, "#") {
-					f.Computed = true
-					if src.escapes == nil {
-						src.escapes = cellEscapes{}
-					}
-					if src.escapes[c.row] == nil {
-						src.escapes[c.row] = map[int]string{}
-					}
-					src.escapes[c.row][c.col] = v
-				}
+	for _, c := range cells {
+		if v, ok := r.computeFormula(xf, c.row, c.col); ok {
+			if src.escapes == nil {
+				src.escapes = cellEscapes{}
 			}
+			if src.escapes[c.row] == nil {
+				src.escapes[c.row] = map[int]string{}
+			}
+			src.escapes[c.row][c.col] = v
 		}
-		r.formulas = append(r.formulas, f)
 	}
+}
+
+// computeFormula computes one formula without a cached result and records it for Summary; ok is false when it
+// could not be computed (or maxComputedFormulas were already).
+func (r *Reader) computeFormula(xf *excelize.File, row, col int) (string, bool) {
+	f := FormulaCell{Row: row, Column: col}
+	var v string
+	if len(r.formulas) < maxComputedFormulas {
+		ref, err := excelize.CoordinatesToCellName(col, row)
+		if err == nil {
+			v, err = xf.CalcCellValue(r.sheet, ref)
+			f.Computed = err == nil && !strings.HasPrefix(v, "#")
+		}
+	}
+	r.formulas = append(r.formulas, f)
+	return v, f.Computed
 }
 
 // shortDatePattern is how the locale-dependent built-in date formats (14 "short date", and 22 "short date and
@@ -205,7 +341,9 @@ func verifyEntries(zr *zip.Reader) error {
 // formulas (t="str") that hold _xHHHH_ escapes (excelize decodes the escapes in shared and inline strings but
 // returns formula results as stored), and numbers whose format excelize renders wrongly (see numFormatter). The
 // result is keyed by the part's lower-case name.
-func checkXMLParts(zr *zip.Reader, sheets map[string]string, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error)) (map[string]cellEscapes, map[string][]cellPos, error) {
+//
+// skip names (in lower case) a part that is checked while it is read instead (sheetCheck); "" checks them all.
+func checkXMLParts(zr *zip.Reader, sheets map[string]string, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error), skip string) (map[string]cellEscapes, map[string][]cellPos, error) {
 	files := make(map[string]*zip.File, len(zr.File))
 	for _, zf := range zr.File {
 		files[strings.ToLower(zf.Name)] = zf
@@ -232,7 +370,7 @@ func checkXMLParts(zr *zip.Reader, sheets map[string]string, nf *numFormatter, c
 	escapes, uncached := map[string]cellEscapes{}, map[string][]cellPos{}
 	for _, zf := range zr.File {
 		name := strings.ToLower(zf.Name)
-		if !check[name] && name != "xl/sharedstrings.xml" {
+		if !check[name] && name != "xl/sharedstrings.xml" || name == skip {
 			continue
 		}
 		esc, formulas, err := checkXMLPart(zf, check[name], nf, charsetReader)
@@ -255,33 +393,66 @@ type cellPos struct{ row, col int }
 // checkXMLPart reads every token of one part; for a worksheet it also collects the escaped formula results and the
 // formula cells that have no cached result (a workbook a program wrote and no spreadsheet ever saved).
 func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error)) (cellEscapes, []cellPos, error) {
-	rc, err := zf.Open()
+	var found collected
+	err := scanXMLPart(zf, worksheet, nf, charsetReader, &found)
 	if err != nil {
 		return nil, nil, err
+	}
+	return found.esc, found.uncached, nil
+}
+
+// checkSink receives what scanXMLPart finds in a worksheet, row by row.
+type checkSink interface {
+	// escape records the value a cell reads as instead of excelize's.
+	escape(row, col int, text string)
+	// uncachedFormula records a formula cell without a cached result.
+	uncachedFormula(row, col int)
+	// rowDone says every cell of rows up to row has been checked; false stops the scan (the reader is closed).
+	rowDone(row int) bool
+}
+
+// collected is the checkSink of a part checked before it is read.
+type collected struct {
+	esc      cellEscapes
+	uncached []cellPos
+}
+
+func (c *collected) escape(row, col int, text string) {
+	if c.esc == nil {
+		c.esc = cellEscapes{}
+	}
+	if c.esc[row] == nil {
+		c.esc[row] = map[int]string{}
+	}
+	c.esc[row][col] = text
+}
+
+func (c *collected) uncachedFormula(row, col int) { c.uncached = append(c.uncached, cellPos{row, col}) }
+
+func (c *collected) rowDone(int) bool { return true }
+
+// errStopped ends a scan whose reader was closed.
+var errStopped = errors.New("stopped")
+
+// scanXMLPart is checkXMLPart's pass, reporting to sink as it goes.
+func scanXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader func(string, io.Reader) (io.Reader, error), sink checkSink) error {
+	rc, err := zf.Open()
+	if err != nil {
+		return err
 	}
 	defer rc.Close()
 	d := xml.NewDecoder(bufio.NewReaderSize(rc, 64<<10))
 	d.CharsetReader = charsetReader
 	var (
-		esc          cellEscapes
 		root         bool
 		rowNo, colNo int
 		inStr, inV   bool
 		inNum        bool // a number cell whose style has a format fix
 		hasF, hasV   bool // the cell has a formula, a cached value
-		uncached     []cellPos
 		style        int
 		v            strings.Builder
 	)
-	put := func(text string) {
-		if esc == nil {
-			esc = cellEscapes{}
-		}
-		if esc[rowNo] == nil {
-			esc[rowNo] = map[int]string{}
-		}
-		esc[rowNo][colNo] = text
-	}
+	put := func(text string) { sink.escape(rowNo, colNo, text) }
 	// RawToken and a stack of open elements check what Token checks (the
 	// syntax, and that each end tag closes the element open) without
 	// translating namespaces for every token: this pass reads every cell of
@@ -291,16 +462,16 @@ func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader 
 		tok, err := d.RawToken()
 		if errors.Is(err, io.EOF) {
 			if !root {
-				return nil, nil, errors.New("the part has no XML root element (it is empty or cut short)")
+				return errors.New("the part has no XML root element (it is empty or cut short)")
 			}
 			if len(open) > 0 {
 				line, _ := d.InputPos()
-				return nil, nil, &xml.SyntaxError{Msg: "unexpected EOF", Line: line}
+				return &xml.SyntaxError{Msg: "unexpected EOF", Line: line}
 			}
-			return esc, uncached, nil
+			return nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
@@ -313,7 +484,7 @@ func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader 
 				if len(open) > 0 {
 					msg = "element <" + qualified(open[len(open)-1]) + "> closed by </" + qualified(t.Name) + ">"
 				}
-				return nil, nil, &xml.SyntaxError{Msg: msg, Line: line}
+				return &xml.SyntaxError{Msg: msg, Line: line}
 			}
 			open = open[:len(open)-1]
 		}
@@ -370,9 +541,13 @@ func checkXMLPart(zf *zip.File, worksheet bool, nf *numFormatter, charsetReader 
 				inV = false
 			case "c":
 				if hasF && !hasV {
-					uncached = append(uncached, cellPos{rowNo, colNo})
+					sink.uncachedFormula(rowNo, colNo)
 				}
 				inStr, inNum, inV = false, false, false
+			case "row":
+				if !sink.rowDone(rowNo) {
+					return errStopped
+				}
 			}
 		}
 	}
@@ -520,8 +695,8 @@ func mimetypeOf(zr *zip.Reader) string {
 	return ""
 }
 
-// pickSheet chooses the sheet to read, reads the prompt sheet's A1 and starts the row iterator.
-func (r *Reader) pickSheet(xf *excelize.File, want string, worksheet func(string) bool, escapes func(sheet string) cellEscapes) (*xlsxSource, error) {
+// chooseSheet chooses the sheet to read and records it in r.sheet.
+func (r *Reader) chooseSheet(xf *excelize.File, want string, worksheet func(string) bool) (string, error) {
 	list := xf.GetSheetList()
 	var sheet string
 	if want != "" {
@@ -546,7 +721,7 @@ func (r *Reader) pickSheet(xf *excelize.File, want string, worksheet func(string
 			for i, name := range list {
 				quoted[i] = strconv.Quote(name)
 			}
-			return nil, r.fileErr(fmt.Sprintf("sheet %q not found; the workbook has sheets %s", want, strings.Join(quoted, ", ")))
+			return "", r.fileErr(fmt.Sprintf("sheet %q not found; the workbook has sheets %s", want, strings.Join(quoted, ", ")))
 		}
 	} else {
 		for _, name := range list {
@@ -559,12 +734,16 @@ func (r *Reader) pickSheet(xf *excelize.File, want string, worksheet func(string
 			}
 		}
 		if sheet == "" {
-			return nil, r.fileErr(`the workbook has no visible sheet to read (other than "prompt")`)
+			return "", r.fileErr(`the workbook has no visible sheet to read (other than "prompt")`)
 		}
 	}
 	r.sheet = sheet
+	return sheet, nil
+}
 
-	for _, name := range list {
+// startSheet reads the prompt sheet's A1 and starts the row iterator of sheet.
+func (r *Reader) startSheet(xf *excelize.File, sheet string, escapes func(sheet string) cellEscapes) (*xlsxSource, error) {
+	for _, name := range xf.GetSheetList() {
 		if strings.EqualFold(name, promptSheet) {
 			if err := r.readPrompt(xf, name, escapes(name)); err != nil {
 				return nil, err
@@ -619,12 +798,23 @@ type xlsxSource struct {
 	rows    *excelize.Rows
 	row     int
 	escapes cellEscapes // decoded formula results, see checkXMLParts
+	// check, when set, is the sheet's XML check running beside the iterator; damaged words its findings and
+	// formula computes a formula cell without a cached result.
+	check   *sheetCheck
+	damaged func(error) error
+	formula func(row, col int) (string, bool)
 }
 
 func (s *xlsxSource) next() (int, []string, error) {
 	if !s.rows.Next() {
 		if err := s.rows.Error(); err != nil {
 			return 0, nil, &InputError{Row: s.row + 1, Reason: fmt.Sprintf("the sheet is damaged and cannot be read (%v)", err)}
+		}
+		if s.check != nil {
+			// The iterator also ends at damage: the end is the check's to confirm.
+			if _, _, err := s.check.wait(math.MaxInt); err != nil {
+				return 0, nil, s.damaged(err)
+			}
 		}
 		return 0, nil, io.EOF
 	}
@@ -634,6 +824,21 @@ func (s *xlsxSource) next() (int, []string, error) {
 		return 0, nil, &InputError{Row: s.row, Reason: fmt.Sprintf("the row is damaged and cannot be read (%v)", err)}
 	}
 	s.escapes.apply(s.row, &cells)
+	if s.check != nil {
+		esc, formulas, err := s.check.wait(s.row)
+		if err != nil {
+			return 0, nil, s.damaged(err)
+		}
+		for _, col := range formulas {
+			if v, ok := s.formula(s.row, col); ok {
+				if esc == nil {
+					esc = map[int]string{}
+				}
+				esc[col] = v
+			}
+		}
+		cellEscapes{s.row: esc}.apply(s.row, &cells)
+	}
 	return s.row, cells, nil
 }
 
@@ -653,6 +858,9 @@ func (e cellEscapes) apply(row int, cells *[]string) {
 // close releases the iterator and excelize's temporary files. The iterator's own error was already reported by
 // next, so only the file's cleanup error matters here.
 func (s *xlsxSource) close() error {
+	if s.check != nil {
+		s.check.close()
+	}
 	_ = s.rows.Close()
 	return s.xf.Close()
 }
