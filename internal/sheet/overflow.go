@@ -180,11 +180,9 @@ func declareSheets(zr *zip.Reader, pkg packageEdit, added []addedSheet) (map[str
 	var types, rels, sheets strings.Builder
 	for i, a := range added {
 		relID := "rIdBatchgen" + strconv.Itoa(i+1)
-		target := a.part
+		target := "/" + a.part
 		if dir := path.Dir(pkg.workbook); dir != "." && strings.HasPrefix(a.part, dir+"/") {
 			target = strings.TrimPrefix(a.part, dir+"/")
-		} else {
-			target = "/" + a.part
 		}
 		types.WriteString(`<Override PartName="/` + a.part + `" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>`)
 		rels.WriteString(`<Relationship Id="` + relID + `" Type="` + relsNS + `/worksheet" Target="` + target + `"/>`)
