@@ -19,12 +19,14 @@ type MemLeaser struct {
 	writes   atomic.Int64
 	lowers   atomic.Int64
 	releases atomic.Int64
+	reads    atomic.Int64
+	released map[int64]int64 // releases by minute (Unix minute)
 }
 
 var _ Leaser = (*MemLeaser)(nil)
 
 // NewMemLeaser returns an empty in-memory lease store.
-func NewMemLeaser() *MemLeaser { return &MemLeaser{used: map[int64]Amount{}} }
+func NewMemLeaser() *MemLeaser { return &MemLeaser{used: map[int64]Amount{}, released: map[int64]int64{}} }
 
 // Lease takes up to want[i] of second from+i out of that second's budget
 // under the newest ceiling (known or the stored one, which it keeps), and
@@ -80,14 +82,49 @@ func (m *MemLeaser) Release(_ context.Context, from int64, give []Amount) error 
 	m.releases.Add(n)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	last := int64(-1)
 	for i, g := range give {
 		u := m.used[from+int64(i)]
 		u.Requests = max(u.Requests-g.Requests, 0)
 		u.Tokens = max(u.Tokens-g.Tokens, 0)
 		m.used[from+int64(i)] = u
+		if minute := (from + int64(i)) / 60; g != (Amount{}) && minute != last {
+			m.released[minute]++ // as dynamoquota counts them in the minute's item
+			last = minute
+		}
 	}
 	return nil
 }
+
+// Room is what is left of the n seconds from on under the stored ceiling,
+// a read (counted by Reads, not Writes).
+func (m *MemLeaser) Room(_ context.Context, from int64, n int, limit Limit) (Room, error) {
+	m.reads.Add(minuteWrites(from, slicesRepeat(Amount{Requests: 1}, n)))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	room := Room{Left: make([]Amount, n)}
+	for i := range room.Left {
+		sec := from + int64(i)
+		b, u := m.ceiling.Budget(limit, sec), m.used[sec]
+		room.Left[i] = Amount{Requests: max(b.Requests-u.Requests, 0), Tokens: max(b.Tokens-u.Tokens, 0)}
+	}
+	for minute := from / 60; minute <= (from+int64(n)-1)/60; minute++ {
+		room.Releases += m.released[minute]
+	}
+	return room, nil
+}
+
+// slicesRepeat is n copies of a.
+func slicesRepeat(a Amount, n int) []Amount {
+	out := make([]Amount, n)
+	for i := range out {
+		out[i] = a
+	}
+	return out
+}
+
+// Reads counts the reads Room made: one per minute item read.
+func (m *MemLeaser) Reads() int64 { return m.reads.Load() }
 
 // minuteWrites is how many writes dynamoquota makes for amounts of the
 // seconds from on: one for each minute whose seconds ask for something.

@@ -44,6 +44,20 @@ type Leaser interface {
 	// Release gives back give[i] of second from+i, leased before and not
 	// used, so that other processes can lease it.
 	Release(ctx context.Context, from int64, give []Amount) error
+	// Room reads, without writing, what is left of the n seconds from on
+	// under the store's ceiling (the whole budget of a second nobody
+	// leased), and how many releases were made into their minutes. A
+	// process whose share was fixed by contention looks with it whether
+	// others gave seconds back (Release) before it leases again.
+	Room(ctx context.Context, from int64, n int, limit Limit) (Room, error)
+}
+
+// Room is what a Leaser's Room read.
+type Room struct {
+	// Left is what is left of each second read.
+	Left []Amount
+	// Releases counts the releases made into the minutes read, so far.
+	Releases int64
 }
 
 // Lease is what a Leaser's Lease got.
@@ -196,6 +210,10 @@ type Shared struct {
 	// contended is set when the last lease got less than it asked for a
 	// second: the fleet uses the rest.
 	contended bool
+	// looked is when the process last read the store's room (lookLocked),
+	// lookReleases the releases that read counted.
+	looked       time.Time
+	lookReleases int64
 	// changed is closed (and replaced) by Penalize, waking goroutines
 	// whose slot or pause it invalidates.
 	changed chan struct{}
@@ -319,6 +337,11 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			// second rather than write for nothing. A refused process
 			// with nothing ahead leases now, where the store said there
 			// was room.
+			if s.lookLocked(now) {
+				// Others gave seconds back: lease them now.
+				s.mu.Unlock()
+				continue
+			}
 			s.mu.Unlock()
 			if err := s.sleep(ctx, time.Unix(sec+1, 0).Sub(now), changed); err != nil {
 				return err
@@ -712,6 +735,79 @@ func (s *Shared) recheckLocked(now time.Time) bool {
 // recheckGap is how far the next second a process holds must be, and how
 // long since it last looked, before it looks again at a spent second.
 const recheckGap = 3 * time.Second
+
+// lookSeconds is how many seconds from now lookLocked reads: the seconds
+// a process is about to need, where a fleet at its quota leaves nothing.
+const lookSeconds = 3
+
+// lookLocked reads the store's room in the next seconds, at most once per
+// recheckGap, when goroutines wait and the process's share was fixed by
+// contention or refused (it asks no more than it drew, or backs off): the
+// fleet that held the seconds may have given them back since (a process
+// whose work ended releases what it leased ahead), which the process
+// cannot know otherwise. Without it the last process still drawing ran
+// the end of a job at the share it had among many, up to a block's length
+// (TestSharedFleetLearnsTheQuota's one-minute job ended at 1.155 of its
+// bound one run in eight, 9 s spent by one process at a quarter of the
+// quota). A read costs no write; room found makes the next lease ask for
+// the process's demand. It unlocks s.mu while it reads and reports whether
+// it found room.
+func (s *Shared) lookLocked(now time.Time) bool {
+	if s.waiting == 0 || !s.contended && s.zeroLeases == 0 || now.Sub(s.looked) < recheckGap {
+		return false
+	}
+	s.looked = now
+	sec := now.Unix()
+	limit := s.limitValue()
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), lowerTimeout)
+	read, err := s.leaser.Room(ctx, sec, lookSeconds, limit)
+	cancel()
+	s.mu.Lock()
+	if err != nil {
+		s.cfg.Logger.Warn("shared quota: could not read the store's room; leasing as before", "error", err)
+		return false
+	}
+	// Room counts only when another process gave some back since the last
+	// look: without a release, what looks free is seconds the fleet's
+	// blocks have not reached yet (a minute's first seconds, say), which
+	// it leases as it gets there.
+	released := read.Releases > 0 && read.Releases != s.lookReleases
+	s.lookReleases = read.Releases
+	if !released {
+		return false
+	}
+	room := read.Left
+	// Room worth a lease: half of this second's budget or more still free,
+	// and nobody else holding any of the seconds after it. A fleet at its
+	// quota has leased the second it is in, and leaves the seconds after
+	// unleased only until its blocks reach them, so either alone is found
+	// at steady state too, and leasing on it would cost a write each for
+	// little (TestSharedFleetLeaseCost); a fleet that stopped drawing
+	// leaves both.
+	found := len(room) == lookSeconds
+	for i, r := range room {
+		k := sec + int64(i)
+		s.room[k] = r
+		b, g := s.budgetLocked(k), s.grants[k]
+		switch {
+		case i == 0 && (2*r.Requests < max(b.Requests, 2) || s.tokLimit > 0 && 2*r.Tokens < b.Tokens):
+			found = false
+		case i > 0 && (r.Requests+g.Requests < b.Requests || s.tokLimit > 0 && r.Tokens+g.Tokens < b.Tokens):
+			found = false
+		}
+	}
+	if found {
+		for i := range room {
+			k := sec + int64(i)
+			s.full[k], s.tokFull[k] = false, false
+		}
+	}
+	if found {
+		s.contended, s.zeroLeases, s.backoffUntil = false, 0, time.Time{}
+	}
+	return found
+}
 
 // holdsAheadLocked reports whether the process holds a lease of a second
 // after sec.

@@ -54,7 +54,9 @@ func New(client *dynamodb.Client, table, name string) *Leaser {
 
 // Attributes of the ceiling in a minute's item.
 const (
-	attrShare = "cs"
+	// attrReleases counts the releases made into the minute (see Room).
+	attrReleases = "rc"
+	attrShare    = "cs"
 	attrAt    = "ca"
 	attrQuiet = "cq"
 	attrFixed = "cf"
@@ -294,6 +296,34 @@ func leftOf(item map[string]types.AttributeValue, minute, from int64, limit quot
 	return left
 }
 
+// Room reads what is left of the n seconds from on: one strongly
+// consistent GetItem for each minute they fall in, under that minute's
+// ceiling (a minute without an item has its whole budget left).
+func (l *Leaser) Room(ctx context.Context, from int64, n int, limit quota.Limit) (quota.Room, error) {
+	var room quota.Room
+	for sec := from; sec < from+int64(n); {
+		minute := sec / 60 * 60
+		out, err := l.client.GetItem(ctx, &dynamodb.GetItemInput{TableName: &l.table, Key: l.key(minute), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return quota.Room{}, fmt.Errorf("read quota %s minute %d: %w", l.name, minute, err)
+		}
+		item := out.Item
+		if item == nil {
+			item = map[string]types.AttributeValue{}
+		}
+		if v, ok := item[attrReleases].(*types.AttributeValueMemberN); ok {
+			if r, err := strconv.ParseInt(v.Value, 10, 64); err == nil {
+				room.Releases += r
+			}
+		}
+		rest := leftOf(item, minute, sec, limit, ceilingOf(item))
+		take := min(len(rest), int(from+int64(n)-sec))
+		room.Left = append(room.Left, rest[:take]...)
+		sec += int64(take)
+	}
+	return room, nil
+}
+
 // Release gives back give[j] of second from+j: one update for each minute
 // the seconds with something to give fall in, subtracting from the
 // counters. An item that is gone (expired, or removed by hand) has nothing
@@ -323,6 +353,11 @@ func (l *Leaser) Release(ctx context.Context, from int64, give []quota.Amount) e
 		if len(adds) == 0 {
 			continue
 		}
+		// The item counts its releases: a process whose share contention
+		// fixed leases again when it reads that others gave some back.
+		names["#"+attrReleases] = attrReleases
+		values[":one"] = &types.AttributeValueMemberN{Value: "1"}
+		adds = append(adds, "#"+attrReleases+" :one")
 		_, err := l.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(l.table),
 			Key:                       l.key(minute),

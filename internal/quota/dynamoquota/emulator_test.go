@@ -346,6 +346,22 @@ func TestReleaseGivesBack(t *testing.T) {
 		if i == 1 && rec.Total() != 2 {
 			t.Errorf("a release across a minute's end made %d calls, want 2 (one per item)", rec.Total())
 		}
+		if i == 1 {
+			// Room reads what is left, and the releases into the minutes
+			// read, as the memory store counts them: one per item read.
+			wantRoom, _ := mem.Room(ctx, minute+57, 4, limit)
+			rec.Reset()
+			gotRoom, err := l.Room(ctx, minute+57, 4, limit)
+			if err != nil {
+				t.Fatalf("room: %v", err)
+			}
+			if diff := cmp.Diff(wantRoom, gotRoom); diff != "" || gotRoom.Releases != 2 {
+				t.Errorf("room (-memory +dynamodb):\n%s\n%d releases, want 2", diff, gotRoom.Releases)
+			}
+			if rec.Total() != 2 || rec.Counts()["dynamodb:GetItem"] != 2 {
+				t.Errorf("room across a minute's end made %v, want 2 reads", rec.Counts())
+			}
+		}
 	}
 	// The last lease got 5 - 0, 5 + 2 and 5 + 3: what was released.
 	// A release to a minute with no item leaves it absent.
