@@ -17,7 +17,7 @@ import (
 )
 
 // publicModules are Go modules whose test documents are workbooks other programs wrote: Excel for Windows and for
-// Mac, LibreOffice, Google Sheets, Numbers, WPS and Tencent Office (testdata/public/README.md lists them). They come
+// Mac, LibreOffice, Google Sheets, Numbers, WPS and Tencent Office (testdata/README.md lists them). They come
 // from the Go module proxy, checked against the hashes pinned here, so the tests read exactly these files without
 // the repository carrying them.
 var publicModules = []struct{ path, version, sum, dir string }{
