@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xuri/excelize/v2"
 
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 )
@@ -99,5 +103,46 @@ func TestServeDropResultCSV(t *testing.T) {
 	if !strings.HasPrefix(string(b), "\uFEFF") || len(lines) != 4 || !strings.HasPrefix(lines[0], "sku;name;output;status;") ||
 		!strings.HasPrefix(lines[2], "2;Straße;") || !strings.Contains(lines[2], ";succeeded;") {
 		t.Errorf("result:\n%s", b)
+	}
+}
+
+// TestServeDropResultBackIn: a result taken from the drop folder's results/, edited (one row flagged in its
+// rerun column) and dropped back into incoming/, continues as a task: the template it carries in its prompt
+// sheet is used (the drop had it from --prompt), and only the flagged row goes to the model.
+func TestServeDropResultBackIn(t *testing.T) {
+	t.Parallel()
+	model := mockserver.New(mockserver.Config{Latency: time.Millisecond})
+	mock := httptest.NewServer(model)
+	t.Cleanup(mock.Close)
+	data := t.TempDir()
+	startServe(t, data, mock, "--prompt", "Copy for {{name}}")
+	dropCSV(t, data, "teas.csv", rowsCSV(6, "tea"))
+	first := filepath.Join(data, "results", "teas.result.xlsx")
+	waitFor(t, "the result of teas.csv", func() bool { return exists(first) })
+
+	f, err := excelize.OpenFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := f.GetRows(f.GetSheetName(0))
+	col, _ := excelize.ColumnNumberToName(slices.Index(rows[0], "rerun") + 1)
+	if err := f.SetCellStr(f.GetSheetName(0), col+"4", "again"); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := f.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	calls := model.Stats().Requests
+	dropCSV(t, data, "teas.edited.xlsx", b.String())
+	again := filepath.Join(data, "results", "teas.edited.result.xlsx")
+	waitFor(t, "the result of the edited result", func() bool { return exists(again) })
+	if got := model.Stats().Requests - calls; got != 1 {
+		t.Errorf("%d model calls for the result dropped back in, want 1 (the flagged row)", got)
+	}
+	back := readResult(t, again)
+	if len(back) != 7 || !slices.Equal(back[0], rows[0]) {
+		t.Fatalf("result of the result: %d rows, header %q", len(back), back[0])
 	}
 }
