@@ -212,8 +212,16 @@ func (e *Exporter) writeOwnWorkbook(ctx context.Context, task store.Task, w io.W
 	}
 	if block, ok := resultBlock(task.Header); ok {
 		// A result sent back in: the answers go in its own result columns,
-		// replacing what they held (the reader's header starts in column A).
+		// replacing what they held (the reader's header starts in column A),
+		// down to its last row.
 		params.Header, params.At = task.Header[block:], block+1
+		last, err := e.store.ListRows(ctx, store.ListRowsParams{TaskID: task.ID, FromNo: task.RowsTotal, Limit: 1})
+		if err != nil {
+			return counts, fmt.Errorf("read the last row: %w", err)
+		}
+		if len(last) == 1 {
+			params.LastRow = last[0].SheetRow
+		}
 	}
 	err = sheet.AddColumns(input, fi.Size(), w, params)
 	if errors.Is(err, sheet.ErrMacroWorkbook) {

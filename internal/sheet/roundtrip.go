@@ -34,6 +34,10 @@ type AddColumnsParams struct {
 	At int
 	// Hidden marks added columns hidden, by position; shorter than Header leaves the rest shown.
 	Hidden []bool
+	// LastRow, with At, is the last sheet row that gets added cells: the sheet's rows with content end there
+	// (the reader read them all), so the first pass over the sheet, which finds where the added columns go and
+	// where the rows end, is not needed. Zero makes that pass.
+	LastRow int
 	// Prompt, when not blank and the workbook has no sheet named "prompt" (in any case), is written to cell A1
 	// of an added sheet of that name: the result then carries the template it was made with, and sent back in
 	// it is read again (Reader.Prompt) instead of being asked for.
@@ -90,8 +94,11 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 	if part == nil {
 		return fmt.Errorf("sheet %q: its part %s is missing from the workbook", p.Sheet, partName)
 	}
-	scan, err := scanSheet(part)
-	if err != nil {
+	var scan sheetScan
+	if p.At > 0 && p.LastRow > 0 {
+		// A result sent back in: its columns are known, and its rows end at the last one read.
+		scan = sheetScan{maxCol: p.At - 1, maxRow: p.LastRow}
+	} else if scan, err = scanSheet(part); err != nil {
 		return fmt.Errorf("sheet %q: %w", p.Sheet, err)
 	}
 	first := scan.maxCol + 1

@@ -536,3 +536,35 @@ func TestAddColumnsCarriesThePrompt(t *testing.T) {
 		t.Errorf("the workbook's own prompt %q became %q", a, b)
 	}
 }
+
+// TestAddColumnsAtLastRowSkipsTheScan: rewriting a result's own columns with the last row given writes the same
+// workbook as finding the rows' end by the first pass.
+func TestAddColumnsAtLastRowSkipsTheScan(t *testing.T) {
+	t.Parallel()
+	in := richWorkbook(t)
+	path := filepath.Join(t.TempDir(), "rich.xlsx")
+	if err := os.WriteFile(path, in, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rows, _, err := readAdded(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := addColumns(t, in, AddColumnsParams{Sheet: "商品", HeaderRow: 1, Header: resultColumns, Rows: rowsOf(rows)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := firstRows(t, openBook(t, result), "商品")[0]
+	at := slices.Index(header, resultColumns[0]) + 1
+	again := func(lastRow int) []byte {
+		out, err := addColumns(t, result, AddColumnsParams{Sheet: "商品", HeaderRow: 1, Header: resultColumns, Rows: rowsOf(rows), At: at, LastRow: lastRow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	scanned, given := again(0), again(rows[len(rows)-1].SheetRow)
+	if sheetXML(t, scanned) != sheetXML(t, given) {
+		t.Errorf("the sheet rewritten with LastRow differs from the one the first pass sized:\n%s\n%s", sheetXML(t, scanned), sheetXML(t, given))
+	}
+}
