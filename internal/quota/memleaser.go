@@ -26,7 +26,9 @@ type MemLeaser struct {
 var _ Leaser = (*MemLeaser)(nil)
 
 // NewMemLeaser returns an empty in-memory lease store.
-func NewMemLeaser() *MemLeaser { return &MemLeaser{used: map[int64]Amount{}, released: map[int64]int64{}} }
+func NewMemLeaser() *MemLeaser {
+	return &MemLeaser{used: map[int64]Amount{}, released: map[int64]int64{}}
+}
 
 // Lease takes up to want[i] of second from+i out of that second's budget
 // under the newest ceiling (known or the stored one, which it keeps), and

@@ -57,9 +57,9 @@ const (
 	// attrReleases counts the releases made into the minute (see Room).
 	attrReleases = "rc"
 	attrShare    = "cs"
-	attrAt    = "ca"
-	attrQuiet = "cq"
-	attrFixed = "cf"
+	attrAt       = "ca"
+	attrQuiet    = "cq"
+	attrFixed    = "cf"
 )
 
 // Lease takes up to want[i] of second from+i's budget under the newest
