@@ -31,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -290,17 +289,19 @@ func (e *e2e) duplicateMessages(batches int, taskID string) {
 }
 
 // resultRows reads the result workbook at key: the header, then the rows.
+// result returns the result object at key, failing the test when there is none.
+func (e *e2e) result(key string) []byte {
+	e.t.Helper()
+	b, ok := e.object(key)
+	if !ok {
+		e.t.Fatalf("the result is not at %s", key)
+	}
+	return b
+}
+
 func (e *e2e) resultRows(key string) [][]string {
 	e.t.Helper()
-	out, err := e.stack.S3.GetObject(e.t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(key)})
-	if err != nil {
-		e.t.Fatalf("the result is not at %s: %v", key, err)
-	}
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	b := e.result(key)
 	f, err := excelize.OpenReader(bytes.NewReader(b))
 	if err != nil {
 		e.t.Fatalf("the result is not a workbook: %v", err)

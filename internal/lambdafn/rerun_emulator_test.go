@@ -4,14 +4,11 @@ package lambdafn_test
 
 import (
 	"bytes"
-	"io"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/xuri/excelize/v2"
 
 	"github.com/batchgen/batchgen/internal/store"
@@ -31,16 +28,7 @@ func TestResultSentBackInOnAWS(t *testing.T) {
 	if first.State != store.TaskSucceeded {
 		t.Fatalf("first task = %s", first.State)
 	}
-	out, err := e.stack.S3.GetObject(t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(first.ResultKey)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(out.Body)
-	out.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := excelize.OpenReader(bytes.NewReader(b))
+	f, err := excelize.OpenReader(bytes.NewReader(e.result(first.ResultKey)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,16 +83,7 @@ func TestCSVResultOnAWS(t *testing.T) {
 	if task.State != store.TaskSucceeded || task.ResultKey != "results/商品.result.csv" {
 		t.Fatalf("task = %s, result %s", task.State, task.ResultKey)
 	}
-	out, err := e.stack.S3.GetObject(t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.res.BucketName), Key: aws.String(task.ResultKey)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(out.Body)
-	out.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, ok := strings.CutPrefix(string(b), "\uFEFF")
+	text, ok := strings.CutPrefix(string(e.result(task.ResultKey)), "\uFEFF")
 	lines := strings.Split(strings.TrimSuffix(text, "\r\n"), "\r\n")
 	if !ok || len(lines) != 13 || !strings.HasPrefix(lines[0], strings.Join(header, ",")+",output,status,") {
 		t.Fatalf("result (%d lines):\n%s", len(lines), text)

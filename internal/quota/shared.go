@@ -337,7 +337,7 @@ func (s *Shared) Wait(ctx context.Context, tokens int) error {
 			// second rather than write for nothing. A refused process
 			// with nothing ahead leases now, where the store said there
 			// was room.
-			if s.lookLocked(now) {
+			if s.lookLocked(ctx, now) {
 				// Others gave seconds back: lease them now.
 				s.mu.Unlock()
 				continue
@@ -752,7 +752,7 @@ const lookSeconds = 3
 // quota). A read costs no write; room found makes the next lease ask for
 // the process's demand. It unlocks s.mu while it reads and reports whether
 // it found room.
-func (s *Shared) lookLocked(now time.Time) bool {
+func (s *Shared) lookLocked(ctx context.Context, now time.Time) bool {
 	if s.waiting == 0 || !s.contended && s.zeroLeases == 0 || now.Sub(s.looked) < recheckGap {
 		return false
 	}
@@ -760,7 +760,7 @@ func (s *Shared) lookLocked(now time.Time) bool {
 	sec := now.Unix()
 	limit := s.limitValue()
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), lowerTimeout)
+	ctx, cancel := context.WithTimeout(ctx, lowerTimeout)
 	read, err := s.leaser.Room(ctx, sec, lookSeconds, limit)
 	cancel()
 	s.mu.Lock()

@@ -837,7 +837,9 @@ func (s *xlsxSource) next() (int, []string, error) {
 				esc[col] = v
 			}
 		}
-		cellEscapes{s.row: esc}.apply(s.row, &cells)
+		if len(esc) > 0 {
+			cellEscapes{s.row: esc}.apply(s.row, &cells)
+		}
 	}
 	return s.row, cells, nil
 }
