@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -522,6 +523,86 @@ func TestServeEvents(t *testing.T) {
 	for i, r := range rows[1:] {
 		if r[3] != "succeeded" {
 			t.Errorf("row %d = %q, want succeeded", i+1, r)
+		}
+	}
+	srv.stop()
+}
+
+// TestServeEventsEveryTwoSeconds: a 400-row, ten-second job in serve moves
+// its event stream at least every 2 s while rows complete, not once per
+// finished batch (four batches of 100 gave a snapshot, two progress events
+// and done): progress counts rows as their groups are saved.
+func TestServeEventsEveryTwoSeconds(t *testing.T) {
+	t.Parallel()
+	// 8 rows in flight at 200 ms each: 40 rows a second, 10 s for 400.
+	model := mockserver.New(mockserver.Config{Latency: 200 * time.Millisecond})
+	mock := httptest.NewServer(model)
+	t.Cleanup(mock.Close)
+	data := t.TempDir()
+	// Batches of the default 100 rows, not the helper's 5.
+	srv := startServeWith(t, data, nil, "--provider", "openai", "--base-url", mock.URL+"/v1", "--concurrency", "8",
+		"--batch-size", strconv.Itoa(pipeline.DefaultBatchSize), "--prompt", "Copy for {{name}}")
+	const n = 400
+	dropCSV(t, data, "steady.csv", rowsCSV(n, "steady"))
+	var id string
+	waitFor(t, "the task", func() bool {
+		if ts := srv.tasks(); len(ts) == 1 {
+			id = ts[0].TaskID
+		}
+		return id != ""
+	})
+	resp, err := http.Get(srv.url + "/api/tasks/" + id + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	type event struct {
+		name     string
+		at       time.Time
+		rowsDone int
+	}
+	var events []event
+	cur := event{}
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		line := lines.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			cur.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			var d struct {
+				RowsDone int `json:"rows_done"`
+			}
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d); err != nil {
+				t.Fatalf("event data: %v", err)
+			}
+			cur.rowsDone = d.RowsDone
+		case line == "" && cur.name != "":
+			cur.at = time.Now()
+			events = append(events, cur)
+			cur = event{}
+		}
+	}
+	if len(events) == 0 || events[len(events)-1].name != "done" || events[len(events)-1].rowsDone != n {
+		t.Fatalf("the stream did not end with all %d rows done: %+v", n, events)
+	}
+	// From the first event showing rows done to the last one before all
+	// were: every gap at most 2 s, and many steps, not one per batch.
+	var moving []event
+	for _, ev := range events {
+		if ev.rowsDone > 0 && ev.rowsDone < n {
+			moving = append(moving, ev)
+		}
+	}
+	if len(moving) < 8 {
+		t.Fatalf("%d events while rows completed, want at least 8 (one a second or so over ~10 s): %+v", len(moving), events)
+	}
+	for i := 1; i < len(moving); i++ {
+		if gap := moving[i].at.Sub(moving[i-1].at); gap > 2*time.Second {
+			t.Errorf("no event for %v while rows completed (%d then %d rows done)", gap.Round(time.Millisecond), moving[i-1].rowsDone, moving[i].rowsDone)
+		}
+		if moving[i].rowsDone < moving[i-1].rowsDone {
+			t.Errorf("rows done went back from %d to %d", moving[i-1].rowsDone, moving[i].rowsDone)
 		}
 	}
 	srv.stop()

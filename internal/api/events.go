@@ -75,7 +75,9 @@ type TaskEvent struct {
 // was the done event of the task as it still is.
 //
 // Where progress comes from: each stream reads the task from the store on
-// a ticker (one GetTask per EventInterval per open stream). A broadcaster
+// a ticker (one GetTask per EventInterval per open stream, and while the
+// task generates one listing of its batches, whose saved counts move with
+// every group of rows: pipeline.LiveCounts). A broadcaster
 // fed by the workers would save those reads in `batchgen serve`, but on AWS
 // the stream is served by its own function (functions/events) that cannot
 // hear the generator Lambdas, so it must read the table anyway; one path
@@ -186,6 +188,9 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 func (s *server) loadForEvents(ctx context.Context, owner, id string) (store.Task, bool, error) {
 	task, err := pipeline.OwnedTask(ctx, s.cfg.Store, owner, id)
 	if !errors.Is(err, store.ErrNotFound) {
+		if err == nil {
+			task = s.live(ctx, task)
+		}
 		return task, false, err
 	}
 	rec, lerr := LoadUpload(ctx, s.cfg.Blobs, id)

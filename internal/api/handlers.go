@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -768,7 +769,7 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "get task", err)
 		return
 	}
-	view := s.viewOf(task)
+	view := s.viewOf(s.live(ctx, task))
 	if s.cfg.Presigner != nil && task.HasResult() {
 		url, err := s.cfg.Presigner.PresignGet(ctx, task.ResultKey, s.cfg.DownloadTTL)
 		if err != nil {
@@ -908,7 +909,7 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	out := TaskList{Tasks: make([]TaskView, 0, len(page.Tasks))}
 	for _, t := range page.Tasks {
-		out.Tasks = append(out.Tasks, s.viewOf(t))
+		out.Tasks = append(out.Tasks, s.viewOf(s.live(r.Context(), t)))
 	}
 	if page.Next.ID != "" {
 		out.NextCursor = encodeCursor(page.Next)
@@ -960,6 +961,17 @@ func (s *server) recordView(rec UploadRecord) TaskView {
 		v.Links.Upload = v.Links.Self + "/upload"
 	}
 	return v
+}
+
+// live is t with the rows done as saved so far (pipeline.LiveCounts), or
+// t as it is when they cannot be read: a status is better a batch behind
+// than not shown.
+func (s *server) live(ctx context.Context, t store.Task) store.Task {
+	lt, err := pipeline.LiveCounts(ctx, s.cfg.Store, t)
+	if err != nil && ctx.Err() == nil {
+		s.cfg.Logger.Warn("task progress: batch counts unread; showing finished batches only", "task_id", t.ID, "error", err)
+	}
+	return lt
 }
 
 func (s *server) viewOf(t store.Task) TaskView {

@@ -150,6 +150,10 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 		t.Fatalf("splitter on the API upload: %v", err)
 	}
 	call("GET", "/api/tasks?limit=10", "", http.StatusOK)
+	// A split task's stream: its rows done are counted from its batches.
+	if got := streamFirstEvent(t, stream, created.ID); !strings.Contains(got, "event: snapshot") || !strings.Contains(got, `"rows_done":0`) {
+		t.Errorf("event stream of a task being generated: %q", got)
+	}
 	call("POST", "/api/tasks/"+created.ID+"/cancel", "", http.StatusAccepted)
 	call("GET", "/api/tasks/"+dropped, "", http.StatusOK) // finished: presigns the result
 	// A finished task's stream: the task and its presigned result link.
@@ -161,8 +165,8 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	// 4. The sweeper: a split task nobody works on, with one batch claimed
 	// by a worker that died. The first pass re-enqueues the waiting batches
 	// and resets the expired lease; after every batch was claimed once
-	// more, the second pass fails them as stuck (a transaction with a
-	// condition check), which finishes the task and starts its export. The
+	// more, the second pass fails them as stuck (a transaction fenced by
+	// an update of the batch), which finishes the task and starts its export. The
 	// cancelled API task's export is started by the sweeper too.
 	stuckEv := e.upload("stuck.xlsx", nil)
 	stuck := e.taskID(stuckEv)

@@ -702,7 +702,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	if err != nil && t.ID == "" {
 		return finish(Outcome{Err: err})
 	}
-	log.InfoContext(ctx, "batch done", "succeeded", tally.succeeded, "failed", tally.failed, "skipped", tally.skipped, "batches_done", t.BatchesDone, "batches_total", t.BatchesTotal)
+	log.InfoContext(ctx, "batch done", "succeeded", tally.Succeeded, "failed", tally.Failed, "skipped", tally.Skipped, "batches_done", t.BatchesDone, "batches_total", t.BatchesTotal)
 	if err != nil {
 		// The batch is done but its export did not start; a redelivery of
 		// this message finds it DONE and starts it (see ensureExport).

@@ -66,7 +66,7 @@ func Reexport(ctx context.Context, st store.Store, ex ExportStarter, task store.
 // records so that a task routed over providers of different prices is
 // priced at each one's own.
 type batchTally struct {
-	succeeded, failed, skipped int
+	store.RowCounts
 	// pending counts rows still to be generated (not final).
 	pending    int
 	usage      store.Usage
@@ -82,14 +82,9 @@ func (t *batchTally) add(r store.RowResult) {
 		}
 		t.byProvider[r.Provider] = t.byProvider[r.Provider].Add(r.Usage)
 	}
-	switch r.State {
-	case store.RowSucceeded:
-		t.succeeded++
-	case store.RowFailed:
-		t.failed++
-	case store.RowSkipped:
-		t.skipped++
-	default:
+	if r.State.Final() {
+		t.RowCounts = t.Count(r.State)
+	} else {
 		t.pending++
 	}
 }
@@ -113,7 +108,7 @@ func finishBatch(ctx context.Context, st store.Store, ex ExportStarter, b store.
 		var err error
 		task, err = st.FinishBatch(ctx, store.FinishBatchParams{
 			TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt,
-			Succeeded: tally.succeeded, Failed: tally.failed, Skipped: tally.skipped,
+			Succeeded: tally.Succeeded, Failed: tally.Failed, Skipped: tally.Skipped,
 			Usage: tally.usage, UsageByProvider: tally.byProvider, Now: now,
 		})
 		return err

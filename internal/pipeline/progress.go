@@ -1,10 +1,49 @@
 package pipeline
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/batchgen/batchgen/internal/store"
 )
+
+// BatchLister lists a task's batches; store.Store is one.
+type BatchLister interface {
+	ListBatches(ctx context.Context, p store.ListBatchesParams) ([]store.Batch, error)
+}
+
+// LiveCounts returns t with its row counters as saved so far: the one
+// source of the rows done that status, the event stream, the page and the
+// CLI show. A task's own counters move a batch at a time (FinishBatch adds
+// a whole batch), so while its batches are generated they lag by up to a
+// batch per worker: a 400-row job would show 0% until its first batch
+// finished. Each batch counts its rows as their groups are saved
+// (store.Batch.Saved, kept in the same write as the rows), so the sum
+// over the batches moves with every group. It is read only while the task
+// generates and has unfinished batches (one batch listing: a query of the
+// task's batch items on DynamoDB, no row read); a task that is exporting
+// or finished has every batch in its counters already. Each count is at
+// least the task's own (batches stored before they kept counts count
+// nothing), and since a batch's counts only grow until a retry reopens it,
+// a later reading never shows fewer rows done than an earlier one.
+func LiveCounts(ctx context.Context, st BatchLister, t store.Task) (store.Task, error) {
+	if !t.State.Generating() || t.BatchesDone >= t.BatchesTotal {
+		return t, nil
+	}
+	batches, err := st.ListBatches(ctx, store.ListBatchesParams{TaskID: t.ID})
+	if err != nil {
+		return t, fmt.Errorf("task %s: read progress: %w", t.ID, err)
+	}
+	var sum store.RowCounts
+	for _, b := range batches {
+		sum = sum.Add(b.Saved)
+	}
+	t.RowsSucceeded = max(t.RowsSucceeded, sum.Succeeded)
+	t.RowsFailed = max(t.RowsFailed, sum.Failed)
+	t.RowsSkipped = max(t.RowsSkipped, sum.Skipped)
+	return t, nil
+}
 
 // Progress is how far a task has come and how fast it goes, as the status
 // API reports it.

@@ -16,8 +16,8 @@ import (
 type Reopener interface {
 	// ReopenTask resets the FAILED rows of class errorClass (all failed rows
 	// when empty) to PENDING with a fresh attempt budget, reopens their
-	// batches and the task, and returns the task with the batch numbers to
-	// enqueue; none when there is nothing to run. A task that is not
+	// batches (recounting their Saved) and the task, and returns the task
+	// with the batch numbers to enqueue; none when there is nothing to run. A task that is not
 	// SUCCEEDED, PARTIAL or CANCELLED is store.ErrConflict.
 	ReopenTask(ctx context.Context, taskID, errorClass string, now time.Time) (store.Task, []int, error)
 }

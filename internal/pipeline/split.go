@@ -508,7 +508,8 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 			count = no - first + 1
 		}
 		batches = append(batches, store.Batch{
-			TaskID: task.ID, No: b, FirstRow: first, RowCount: count, State: store.BatchPending, CreatedAt: now, UpdatedAt: now,
+			TaskID: task.ID, No: b, FirstRow: first, RowCount: count, State: store.BatchPending,
+			Saved: tallies[b-1].RowCounts, CreatedAt: now, UpdatedAt: now,
 		})
 	}
 	for start := 0; start < len(batches); start += rowChunk {

@@ -247,8 +247,59 @@ type Batch struct {
 	Owner string
 	// LastError is the last retryable error that made the batch be released.
 	LastError string
+	// Saved counts the batch's rows that hold a final result: those final
+	// when it was put (skipped, or kept from a result sent back in), plus
+	// each row SaveRowResults writes final; FinishBatch sets it to the
+	// batch's counts and ReopenTask recounts it. Progress reads it (the
+	// sum over a task's batches moves with every group saved, where the
+	// task's counters move a batch at a time) without reading rows.
+	Saved     RowCounts
 	CreatedAt time.Time
 	UpdatedAt time.Time
+}
+
+// RowCounts counts rows by final state.
+type RowCounts struct {
+	Succeeded int
+	Failed    int
+	Skipped   int
+}
+
+// Done is the number of rows counted: those with a final result.
+func (c RowCounts) Done() int { return c.Succeeded + c.Failed + c.Skipped }
+
+// Add returns c and o added.
+func (c RowCounts) Add(o RowCounts) RowCounts {
+	return RowCounts{Succeeded: c.Succeeded + o.Succeeded, Failed: c.Failed + o.Failed, Skipped: c.Skipped + o.Skipped}
+}
+
+// Count returns c with one more row in state s; a state that is not final
+// is not counted.
+func (c RowCounts) Count(s RowState) RowCounts {
+	switch s {
+	case RowSucceeded:
+		c.Succeeded++
+	case RowFailed:
+		c.Failed++
+	case RowSkipped:
+		c.Skipped++
+	}
+	return c
+}
+
+// Saved counts the rows p writes with a final result: what p adds to its
+// batch's Saved.
+func (p SaveRowResultsParams) Saved() RowCounts {
+	var c RowCounts
+	for _, w := range p.Rows {
+		c = c.Count(w.Result.State)
+	}
+	return c
+}
+
+// Counts returns the task's row counters as RowCounts.
+func (t Task) Counts() RowCounts {
+	return RowCounts{Succeeded: t.RowsSucceeded, Failed: t.RowsFailed, Skipped: t.RowsSkipped}
 }
 
 // Row is one input row and, once known, its result.
@@ -599,8 +650,9 @@ type Store interface {
 	// ListRows returns rows of a task in row order.
 	ListRows(ctx context.Context, p ListRowsParams) ([]Row, error)
 
-	// PutBatches stores batches in state PENDING. Batches that already exist
-	// are left unchanged (idempotent for a resumed split).
+	// PutBatches stores batches in state PENDING, with the Saved counts
+	// given (the rows final at the split). Batches that already exist are
+	// left unchanged (idempotent for a resumed split).
 	PutBatches(ctx context.Context, batches []Batch) error
 	// GetBatch returns a batch or ErrNotFound.
 	GetBatch(ctx context.Context, taskID string, no int) (Batch, error)
@@ -638,17 +690,18 @@ type Store interface {
 	TouchBatch(ctx context.Context, p TouchBatchParams) error
 	// SaveRowResults records a group of row results, and the cache entries
 	// that came with them, in one all-or-nothing write: if the batch is
-	// RUNNING with Attempt p.Attempt and holds every row, and no row is
-	// already SUCCEEDED or SKIPPED, all are written; otherwise nothing is
-	// and the error is ErrConflict (ErrNotFound for a missing batch or
-	// row). A late write from a fenced-out worker therefore never
-	// overwrites a newer owner's result. The result says whether the task
-	// has been cancelled (see SaveRowResultsResult). An empty group writes
-	// nothing and checks nothing.
+	// RUNNING with Attempt p.Attempt and holds every row, and every row is
+	// still PENDING, all are written and the batch's Saved grows by
+	// p.Saved(); otherwise nothing is and the error is ErrConflict
+	// (ErrNotFound for a missing batch or row). A late write from a
+	// fenced-out worker therefore never overwrites a newer owner's result,
+	// and a row becomes final once, so Saved counts it once. The result
+	// says whether the task has been cancelled (see SaveRowResultsResult).
+	// An empty group writes nothing and checks nothing.
 	SaveRowResults(ctx context.Context, p SaveRowResultsParams) (SaveRowResultsResult, error)
 	// FinishBatch atomically marks a RUNNING batch with Attempt p.Attempt
-	// DONE and adds it and its row counts to the task's counters, returning
-	// the updated task. ErrConflict if the batch is not so (already done or
+	// DONE with Saved set to its row counts, and adds it and those counts
+	// to the task's counters, returning the updated task. ErrConflict if the batch is not so (already done or
 	// fenced): its counts were, or will be, added by someone else.
 	FinishBatch(ctx context.Context, p FinishBatchParams) (Task, error)
 }

@@ -441,7 +441,7 @@ func heldCondition(e *expr, attempt int) string {
 }
 
 // FinishBatch is one TransactWriteItems: the batch, fenced on RUNNING and
-// p.Attempt, becomes DONE and leaves the open index, and the task's counters
+// p.Attempt, becomes DONE with its counts as saved counts and leaves the open index, and the task's counters
 // grow by the batch and its rows, its per-provider token sums included (ADD,
 // so concurrent finishes of one task add up). A transaction returns no values, so the task is then read back,
 // strongly consistent: it may include other batches finished meanwhile,
@@ -461,6 +461,7 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 	bu.del(attrLease)
 	bu.del(attrOpenPK)
 	bu.del(attrOpenSK)
+	setSaved(bu, store.RowCounts{Succeeded: p.Succeeded, Failed: p.Failed, Skipped: p.Skipped})
 	bcond := heldCondition(be, p.Attempt)
 
 	te := newExpr()

@@ -28,11 +28,15 @@ const (
 	attrOpenPK     = "open_pk"
 	attrOpenSK     = "open_sk"
 	attrFirstRow   = "first_row"
-	attrLastRow    = "last_row"
-	attrError      = "error"
-	attrResultKey  = "result_key"
-	attrExpiresAt  = "expires_at"
-	attrListPK     = "list_pk"
+	// A batch's saved counts (store.Batch.Saved).
+	attrSavedSucceeded = "saved_succeeded"
+	attrSavedFailed    = "saved_failed"
+	attrSavedSkipped   = "saved_skipped"
+	attrLastRow        = "last_row"
+	attrError          = "error"
+	attrResultKey      = "result_key"
+	attrExpiresAt      = "expires_at"
+	attrListPK         = "list_pk"
 	// attrTaskOwner and attrOwnerSK put a task in the tasks-by-owner
 	// index. "owner" is taken: a batch's claim holder.
 	attrTaskOwner  = "task_owner"
@@ -136,6 +140,10 @@ type batchItem struct {
 	LastError  string `dynamodbav:"last_error,omitempty"`
 	CreatedAt  string `dynamodbav:"created_at,omitempty"`
 	UpdatedAt  string `dynamodbav:"updated_at,omitempty"`
+	// Saved* are store.Batch.Saved, absent when 0.
+	SavedSucceeded int `dynamodbav:"saved_succeeded,omitempty"`
+	SavedFailed    int `dynamodbav:"saved_failed,omitempty"`
+	SavedSkipped   int `dynamodbav:"saved_skipped,omitempty"`
 	// OpenPK and OpenSK put a batch that is not DONE in the sparse
 	// open-batches index; FinishBatch removes them.
 	OpenPK string `dynamodbav:"open_pk,omitempty"`
@@ -383,6 +391,10 @@ func batchToItem(b store.Batch) batchItem {
 		UpdatedAt: encodeTime(updated),
 		OpenPK:    openShard(b.TaskID, b.No),
 		OpenSK:    openSK(updated, b.TaskID, b.No),
+
+		SavedSucceeded: b.Saved.Succeeded,
+		SavedFailed:    b.Saved.Failed,
+		SavedSkipped:   b.Saved.Skipped,
 	}
 }
 
@@ -401,6 +413,7 @@ func batchFromAV(av map[string]types.AttributeValue) (store.Batch, error) {
 		Attempt:   it.Attempt,
 		Owner:     it.Owner,
 		LastError: it.LastError,
+		Saved:     store.RowCounts{Succeeded: it.SavedSucceeded, Failed: it.SavedFailed, Skipped: it.SavedSkipped},
 	}
 	var errs [3]error
 	b.LeaseUntil, errs[0] = decodeTime(it.LeaseUntil)

@@ -76,6 +76,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 	}
 	var open []int
 	var reopen []store.Batch
+	var saved []store.RowCounts // of each batch in reopen: its rows final after the reset
 	counts := map[string]int{}
 	var tokens store.Usage
 	byProvider := map[string]store.Usage{}
@@ -88,6 +89,11 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 		if pending {
 			open = append(open, b.No)
 			reopen = append(reopen, b)
+			var c store.RowCounts
+			for no := b.FirstRow; no < b.FirstRow+b.RowCount; no++ {
+				c = c.Count(store.RowState(state[no]))
+			}
+			saved = append(saved, c)
 			continue
 		}
 		done++
@@ -110,7 +116,7 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 		return store.Task{}, nil, fmt.Errorf("%s: reset rows: %w", what, err)
 	}
 	err = forEach(ctx, len(reopen), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
-		return s.reopenBatch(ctx, reopen[i], now)
+		return s.reopenBatch(ctx, reopen[i], saved[i], now)
 	})
 	if err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: reopen batches: %w", what, err)
@@ -214,10 +220,11 @@ func (s *Store) resetRow(ctx context.Context, taskID string, no int, now time.Ti
 
 // reopenBatch makes a DONE batch PENDING again, or puts an unfinished one
 // (of a cancelled task, perhaps parked) back in the open index, as changed
-// now.
-func (s *Store) reopenBatch(ctx context.Context, b store.Batch, now time.Time) error {
+// now, with saved as its saved counts.
+func (s *Store) reopenBatch(ctx context.Context, b store.Batch, saved store.RowCounts, now time.Time) error {
 	e := newExpr()
 	u := &update{e: e}
+	setSaved(u, saved)
 	if b.State == store.BatchDone {
 		u.setS(attrState, string(store.BatchPending))
 		u.del(attrLease)

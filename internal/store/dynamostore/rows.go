@@ -209,10 +209,12 @@ func (s *Store) loadOverflow(ctx context.Context, ref string) ([]string, error) 
 	return cells, nil
 }
 
-// SaveRowResults is one TransactWriteItems: a ConditionCheck that the
-// batch is RUNNING under p.Attempt, holds every row and has not been told
-// its task was cancelled; an Update per row, conditional on the row
-// existing and not being SUCCEEDED or SKIPPED; and an Update per new cache
+// SaveRowResults is one TransactWriteItems: an Update of the batch that
+// adds the group's final rows to its saved counts, conditional on the batch
+// being RUNNING under p.Attempt, holding every row and not having been told
+// its task was cancelled (the fence; an Update costs what a ConditionCheck
+// would, and one kind of action keeps the roles' grants to one); an Update per
+// row, conditional on the row existing and still being PENDING; and an Update per new cache
 // entry that sets its output only if it has none (put-if-absent that
 // cannot fail, so a cached key never cancels the group). A batch that
 // fails only the cancelled clause is written again without it, and the
@@ -254,11 +256,11 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 			items = append(items, types.TransactWriteItem{Update: u})
 		}
 	}
-	items[0].ConditionCheck = s.batchCheck(p, lo, hi, true)
+	items[0] = s.batchCheck(p, lo, hi, true)
 	err := s.transact(ctx, items)
 	reasons, ok := cancelReasons(err)
 	if ok && reasonCode(reasons, 0) == reasonCondition && cancelledOnly(reasons[0].Item, p.Attempt, lo, hi) {
-		items[0].ConditionCheck = s.batchCheck(p, lo, hi, false)
+		items[0] = s.batchCheck(p, lo, hi, false)
 		err = s.transact(ctx, items)
 		if err == nil {
 			return store.SaveRowResultsResult{TaskCancelled: true}, nil
@@ -299,8 +301,10 @@ func saveRowsError(what string, rows []store.RowResultWrite, err error) error {
 
 // batchCheck is the fence of a SaveRowResults group: the batch is RUNNING
 // under p.Attempt and holds rows lo..hi (no rows: lo = hi = 0), and, with
-// notCancelled, carries no cancel flag.
-func (s *Store) batchCheck(p store.SaveRowResultsParams, lo, hi int, notCancelled bool) *types.ConditionCheck {
+// notCancelled, carries no cancel flag. The same action adds the group's
+// final rows to the batch's saved counts (zeros included, so that it is an
+// Update whatever the group holds).
+func (s *Store) batchCheck(p store.SaveRowResultsParams, lo, hi int, notCancelled bool) types.TransactWriteItem {
 	e := newExpr()
 	cond := heldCondition(e, p.Attempt)
 	if hi > 0 {
@@ -309,14 +313,38 @@ func (s *Store) batchCheck(p store.SaveRowResultsParams, lo, hi int, notCancelle
 	if notCancelled {
 		cond += fmt.Sprintf(" AND attribute_not_exists(%s)", e.n(attrTaskCancelled))
 	}
-	return &types.ConditionCheck{
+	u := &update{e: e}
+	c := p.Saved()
+	for _, f := range savedFields(c) {
+		u.addI(f.attr, int64(f.n))
+	}
+	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                           aws.String(s.table),
 		Key:                                 key(taskPK(p.TaskID), batchSK(p.BatchNo)),
 		ConditionExpression:                 aws.String(cond),
+		UpdateExpression:                    aws.String(u.String()),
 		ExpressionAttributeNames:            e.attrNames(),
 		ExpressionAttributeValues:           e.attrValues(),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}
+}
+
+// setSaved sets a batch's saved counts to c, removing those that are 0.
+func setSaved(u *update, c store.RowCounts) {
+	for _, f := range savedFields(c) {
+		u.setIOrRemove(f.attr, int64(f.n))
 	}
+}
+
+// savedFields pairs a batch's saved-count attributes with c's counts.
+func savedFields(c store.RowCounts) []struct {
+	attr string
+	n    int
+} {
+	return []struct {
+		attr string
+		n    int
+	}{{attrSavedSucceeded, c.Succeeded}, {attrSavedFailed, c.Failed}, {attrSavedSkipped, c.Skipped}}
 }
 
 // cancelledOnly reports whether a batch that failed the group's check
@@ -335,15 +363,15 @@ func cancelledOnly(old map[string]types.AttributeValue, attempt, lo, hi int) boo
 }
 
 // rowResultUpdate writes one row's result unless the row is missing or
-// already SUCCEEDED or SKIPPED.
+// already final (SUCCEEDED, FAILED or SKIPPED).
 func (s *Store) rowResultUpdate(taskID string, w store.RowResultWrite, now time.Time) *types.Update {
 	r := w.Result
 	if r.State == "" {
 		r.State = store.RowPending
 	}
 	e := newExpr()
-	cond := fmt.Sprintf("attribute_exists(%s) AND (attribute_not_exists(%s) OR NOT %s)",
-		e.n(attrPK), e.n(attrState), e.in(attrState, []string{string(store.RowSucceeded), string(store.RowSkipped)}))
+	cond := fmt.Sprintf("attribute_exists(%s) AND (attribute_not_exists(%s) OR %s = %s)",
+		e.n(attrPK), e.n(attrState), e.n(attrState), e.s(string(store.RowPending)))
 	u := &update{e: e}
 	u.setS(attrState, string(r.State))
 	u.setOrRemove(attrOutput, r.Output)

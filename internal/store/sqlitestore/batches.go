@@ -12,7 +12,8 @@ import (
 )
 
 const (
-	batchColumns = `task_id, no, first_row, row_count, state, attempt, lease_until, owner, last_error, created_at, updated_at`
+	batchColumns = `task_id, no, first_row, row_count, state, attempt, lease_until, owner, last_error, created_at, updated_at,
+		saved_succeeded, saved_failed, saved_skipped`
 	// batchesPerStatement keeps one multi-row INSERT under SQLite's bound-variable limit.
 	batchesPerStatement = 1000
 )
@@ -24,7 +25,7 @@ func scanBatch(sc scanner) (store.Batch, error) {
 		lease, created, updated sql.NullInt64
 	)
 	if err := sc.Scan(&b.TaskID, &b.No, &b.FirstRow, &b.RowCount, &b.State, &b.Attempt, &lease,
-		&b.Owner, &b.LastError, &created, &updated); err != nil {
+		&b.Owner, &b.LastError, &created, &updated, &b.Saved.Succeeded, &b.Saved.Failed, &b.Saved.Skipped); err != nil {
 		return store.Batch{}, err
 	}
 	b.LeaseUntil, b.CreatedAt, b.UpdatedAt = fromMillis(lease), fromMillis(created), fromMillis(updated)
@@ -46,7 +47,7 @@ func (s *Store) PutBatches(ctx context.Context, batches []store.Batch) error {
 	defer tx.Rollback()
 	for start := 0; start < len(batches); start += batchesPerStatement {
 		part := batches[start:min(start+batchesPerStatement, len(batches))]
-		args := make([]any, 0, len(part)*6)
+		args := make([]any, 0, len(part)*9)
 		for _, b := range part {
 			if b.TaskID == "" {
 				return fmt.Errorf("%s: batch %d: empty task ID", what, b.No)
@@ -55,9 +56,10 @@ func (s *Store) PutBatches(ctx context.Context, batches []store.Batch) error {
 			if updated.IsZero() {
 				updated = b.CreatedAt
 			}
-			args = append(args, b.TaskID, b.No, b.FirstRow, b.RowCount, millis(b.CreatedAt), millis(updated))
+			args = append(args, b.TaskID, b.No, b.FirstRow, b.RowCount, millis(b.CreatedAt), millis(updated),
+				b.Saved.Succeeded, b.Saved.Failed, b.Saved.Skipped)
 		}
-		tuple := "(?, ?, ?, ?, 'PENDING', 0, NULL, '', '', ?, ?)"
+		tuple := "(?, ?, ?, ?, 'PENDING', 0, NULL, '', '', ?, ?, ?, ?, ?)"
 		_, err := tx.ExecContext(ctx, `INSERT INTO batches (`+batchColumns+`) VALUES `+
 			strings.TrimSuffix(strings.Repeat(tuple+", ", len(part)), ", ")+
 			` ON CONFLICT (task_id, no) DO NOTHING`, args...)
@@ -272,9 +274,10 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 		return store.Task{}, fmt.Errorf("%s: begin: %w", what, err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE batches SET state = 'DONE', lease_until = NULL, updated_at = ?
+	res, err := tx.ExecContext(ctx, `UPDATE batches SET state = 'DONE', lease_until = NULL, updated_at = ?,
+			saved_succeeded = ?, saved_failed = ?, saved_skipped = ?
 		WHERE task_id = ? AND no = ? AND state = 'RUNNING' AND attempt = ?`,
-		millis(p.Now), p.TaskID, p.BatchNo, p.Attempt)
+		millis(p.Now), p.Succeeded, p.Failed, p.Skipped, p.TaskID, p.BatchNo, p.Attempt)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("%s: %w", what, err)
 	}

@@ -51,6 +51,18 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 				AND r.state = 'PENDING')`, millis(now), taskID); err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: reopen batches: %w", what, err)
 	}
+	// Every batch not DONE now counts its final rows again (the reset ones
+	// left them).
+	if _, err := tx.ExecContext(ctx, `UPDATE batches SET
+			saved_succeeded = (SELECT count(*) FROM rows r WHERE r.task_id = batches.task_id
+				AND r.no BETWEEN batches.first_row AND batches.first_row + batches.row_count - 1 AND r.state = 'SUCCEEDED'),
+			saved_failed = (SELECT count(*) FROM rows r WHERE r.task_id = batches.task_id
+				AND r.no BETWEEN batches.first_row AND batches.first_row + batches.row_count - 1 AND r.state = 'FAILED'),
+			saved_skipped = (SELECT count(*) FROM rows r WHERE r.task_id = batches.task_id
+				AND r.no BETWEEN batches.first_row AND batches.first_row + batches.row_count - 1 AND r.state = 'SKIPPED')
+		WHERE task_id = ? AND state <> 'DONE'`, taskID); err != nil {
+		return store.Task{}, nil, fmt.Errorf("%s: recount batches: %w", what, err)
+	}
 	// A cancelled task's unfinished batches may have been parked by the
 	// sweeper: put them back in its index, as if changed now, so that a lost
 	// message is found again.

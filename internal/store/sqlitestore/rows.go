@@ -149,9 +149,10 @@ const listRowsSQL = `SELECT task_id, no, sheet_row, cells, state, output, error,
 	ORDER BY no LIMIT ?`
 
 // SaveRowResults writes a group in one transaction: it checks the batch's
-// fence and row range, updates each row unless it is already SUCCEEDED or
-// SKIPPED, inserts the cache entries that are new, and reads the task's
-// state for TaskCancelled. Any refused row rolls the whole group back.
+// fence and row range, updates each row that is still PENDING, adds the
+// group's final rows to the batch's saved counts, inserts the cache entries
+// that are new, and reads the task's state for TaskCancelled. Any refused
+// row rolls the whole group back.
 func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams) (store.SaveRowResultsResult, error) {
 	what := fmt.Sprintf("save %d row results of batch %s/%d (attempt %d)", len(p.Rows), p.TaskID, p.BatchNo, p.Attempt)
 	if err := p.Validate(); err != nil {
@@ -205,6 +206,11 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 				return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d is missing or already final: %w", what, w.RowNo, store.ErrConflict)
 			}
 		}
+		if c := p.Saved(); c.Done() > 0 {
+			if _, err := inTx(ctx, tx, st.count).ExecContext(ctx, c.Succeeded, c.Failed, c.Skipped, p.TaskID, p.BatchNo); err != nil {
+				return store.SaveRowResultsResult{}, fmt.Errorf("%s: count saved rows: %w", what, err)
+			}
+		}
 	}
 	if err := s.putCached(ctx, tx, st.cache, p.Cache); err != nil {
 		return store.SaveRowResultsResult{}, fmt.Errorf("%s: %w", what, err)
@@ -217,7 +223,7 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 
 // saveStatements are SaveRowResults' prepared statements; cache is nil
 // when the group caches nothing.
-type saveStatements struct{ fence, update, cache *sql.Stmt }
+type saveStatements struct{ fence, update, count, cache *sql.Stmt }
 
 // saveStmts prepares (once) the statements of a group that caches entries,
 // before its transaction begins (see inTx).
@@ -232,8 +238,13 @@ func (s *Store) saveStmts(ctx context.Context, entries []store.CacheEntry) (save
 	if st.update, err = s.writeStmts.get(ctx, `UPDATE rows SET
 				state = ?, output = ?, error = ?, error_class = ?, attempts = ?, latency_ms = ?, cached = ?,
 				provider = ?, input_tokens = ?, output_tokens = ?, cached_input_tokens = ?, updated_at = ?
-			WHERE task_id = ? AND no = ? AND state NOT IN ('SUCCEEDED', 'SKIPPED')`); err != nil {
+			WHERE task_id = ? AND no = ? AND state = 'PENDING'`); err != nil {
 		return st, fmt.Errorf("update rows: %w", err)
+	}
+	if st.count, err = s.writeStmts.get(ctx, `UPDATE batches SET
+				saved_succeeded = saved_succeeded + ?, saved_failed = saved_failed + ?, saved_skipped = saved_skipped + ?
+			WHERE task_id = ? AND no = ?`); err != nil {
+		return st, fmt.Errorf("count saved rows: %w", err)
 	}
 	if n := len(distinctKeys(entries)); n > 0 {
 		// The text depends only on n, which a group bounds (store.MaxSaveRows).

@@ -236,6 +236,9 @@ func TestMigrationSplitsUsageByProvider(t *testing.T) {
 		`ALTER TABLE rows DROP COLUMN fresh`,
 		`ALTER TABLE tasks DROP COLUMN delimiter`,
 		`ALTER TABLE tasks DROP COLUMN rerun`,
+		`ALTER TABLE batches DROP COLUMN saved_succeeded`,
+		`ALTER TABLE batches DROP COLUMN saved_failed`,
+		`ALTER TABLE batches DROP COLUMN saved_skipped`,
 		`UPDATE schema_version SET version = 7 WHERE component = 'sqlitestore'`,
 	} {
 		if _, err := s.DB().Exec(q); err != nil {
@@ -257,6 +260,19 @@ func TestMigrationSplitsUsageByProvider(t *testing.T) {
 	want := map[string]store.Usage{"cheap": {InputTokens: 400, OutputTokens: 4, CachedInputTokens: 4}, "dear": {InputTokens: 200, OutputTokens: 2, CachedInputTokens: 2}}
 	if d := cmp.Diff(want, got.UsageByProvider); d != "" {
 		t.Errorf("split after the migration (-want +got):\n%s", d)
+	}
+	// The batches count their saved rows from the rows themselves: the
+	// finished one its three, the running one the row saved under it.
+	batches, err := s.ListBatches(ctx, store.ListBatchesParams{TaskID: "routed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved []store.RowCounts
+	for _, b := range batches {
+		saved = append(saved, b.Saved)
+	}
+	if d := cmp.Diff([]store.RowCounts{{Succeeded: 3}, {Succeeded: 1}}, saved); d != "" {
+		t.Errorf("saved counts after the migration (-want +got):\n%s", d)
 	}
 	if d := cmp.Diff(sum, got.Usage); d != "" {
 		t.Errorf("usage after the migration (-want +got):\n%s", d)

@@ -675,7 +675,8 @@ func testPutBatchesIdempotent(t *testing.T, s store.Store) {
 	batches := []store.Batch{
 		{TaskID: task.ID, No: 0, FirstRow: 1, RowCount: 100, CreatedAt: base, UpdatedAt: base},
 		{TaskID: task.ID, No: 1, FirstRow: 101, RowCount: 100, CreatedAt: base, UpdatedAt: base},
-		{TaskID: task.ID, No: 2, FirstRow: 201, RowCount: 7, CreatedAt: base, UpdatedAt: base},
+		// Rows final at the split (skipped, kept) are counted as saved.
+		{TaskID: task.ID, No: 2, FirstRow: 201, RowCount: 7, Saved: store.RowCounts{Succeeded: 4, Skipped: 2}, CreatedAt: base, UpdatedAt: base},
 	}
 	noErr(t, s.PutBatches(ctx, batches), "put batches")
 	want := make([]store.Batch, len(batches))
@@ -1065,6 +1066,11 @@ func testReopenTask(t *testing.T, s store.Store) {
 	if b := getBatch(t, s, task.ID, 2); b.State != store.BatchPending {
 		t.Errorf("batch 2 is %s, want PENDING", b.State)
 	}
+	// The reopened batch counts the rows it still holds final (row 4);
+	// the others keep the counts they finished with.
+	for no, want := range map[int]store.RowCounts{1: {Succeeded: 2}, 2: {Succeeded: 1}, 3: {Succeeded: 1, Failed: 1}} {
+		diff(t, fmt.Sprintf("batch %d saved counts after reopen", no), want, getBatch(t, s, task.ID, no).Saved)
+	}
 	open, _ := openOf(t, s, later.Add(time.Second), 0)
 	diff(t, "open index after reopen", []string{task.ID + "/2"}, batchKeys(open))
 	_, _, err = r.ReopenTask(ctx, task.ID, "", later)
@@ -1258,7 +1264,7 @@ func testSaveRowResults(t *testing.T, s store.Store) {
 		Provider: "bedrock/anthropic.claude-3-haiku", Usage: store.Usage{InputTokens: 1234, OutputTokens: 56, CachedInputTokens: 1000}}
 	failed := store.RowResult{State: store.RowFailed, Error: "request timed out", ErrorClass: "transient", Attempts: 3, LatencyMS: 30000,
 		Provider: "openai/gpt-4o-mini", Usage: store.Usage{InputTokens: 7}}
-	// retried overwrites failed's provider and tokens on row 2 with none.
+	// retried overwrites pending's error on row 5 with none.
 	retried := store.RowResult{State: store.RowSucceeded, Output: "second time lucky", Attempts: 4, LatencyMS: 310, Cached: true}
 	permanent := store.RowResult{State: store.RowFailed, Error: "content filter", ErrorClass: "permanent", Attempts: 1}
 	pending := store.RowResult{State: store.RowPending, Error: "rate limited", ErrorClass: "rate_limited", Attempts: 2}
@@ -1269,12 +1275,15 @@ func testSaveRowResults(t *testing.T, s store.Store) {
 		wantErr error
 	}{
 		{"a group of pending rows", b.Attempt, writes(1, succeeded, 2, failed, 5, pending), nil},
-		{"failed and pending may be overwritten", b.Attempt, writes(2, retried, 3, permanent), nil},
-		// All or nothing: row 5 would be writable, but row 1 is SUCCEEDED.
-		{"a group with a succeeded row is refused whole", b.Attempt, writes(5, failed, 1, failed), store.ErrConflict},
-		{"a group with a skipped row is refused whole", b.Attempt, writes(5, failed, 4, succeeded), store.ErrConflict},
-		{"a group with a row outside the batch is refused whole", b.Attempt, writes(5, failed, 6, succeeded), store.ErrConflict},
-		{"an attempt that never claimed", b.Attempt + 1, writes(5, succeeded), store.ErrConflict},
+		{"a pending row may be written again", b.Attempt, writes(5, pending), nil},
+		// All or nothing: row 3 would be writable, but row 1 is SUCCEEDED.
+		{"a group with a succeeded row is refused whole", b.Attempt, writes(3, failed, 1, failed), store.ErrConflict},
+		// A final row is never written twice, so Saved counts it once.
+		{"a group with a failed row is refused whole", b.Attempt, writes(3, failed, 2, retried), store.ErrConflict},
+		{"a group with a skipped row is refused whole", b.Attempt, writes(3, failed, 4, succeeded), store.ErrConflict},
+		{"a group with a row outside the batch is refused whole", b.Attempt, writes(3, failed, 6, succeeded), store.ErrConflict},
+		{"an attempt that never claimed", b.Attempt + 1, writes(3, succeeded), store.ErrConflict},
+		{"pending rows become final", b.Attempt, writes(5, retried, 3, permanent), nil},
 		{"an empty group", b.Attempt, nil, nil},
 	}
 	for _, st := range steps {
@@ -1290,11 +1299,14 @@ func testSaveRowResults(t *testing.T, s store.Store) {
 	}
 	want := append([]store.Row(nil), rows...)
 	want[0].RowResult = succeeded
-	want[1].RowResult = retried
+	want[1].RowResult = failed
 	want[2].RowResult = permanent
-	want[4].RowResult = pending
+	want[4].RowResult = retried
 	want[5].RowResult = store.RowResult{State: store.RowPending}
 	diff(t, "rows", want, listRows(t, s, task.ID))
+	// Rows 1 and 5 succeeded, 2 and 3 failed, under this batch's claim;
+	// the skipped row 4 was not given as saved when the batch was put.
+	diff(t, "saved counts", store.RowCounts{Succeeded: 2, Failed: 2}, getBatch(t, s, task.ID, 1).Saved)
 }
 
 func testSaveRowResultsFenced(t *testing.T, s store.Store) {
@@ -1450,6 +1462,7 @@ func testFinishBatch(t *testing.T, s store.Store) {
 	if gotBatch.State != store.BatchDone || !gotBatch.UpdatedAt.Equal(t2) {
 		t.Errorf("finished batch = %+v, want DONE updated at %v", gotBatch, t2)
 	}
+	diff(t, "finished batch's saved counts", store.RowCounts{Succeeded: 1, Failed: 1, Skipped: 1}, gotBatch.Saved)
 
 	_, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1,
 		Usage: u1, UsageByProvider: split1, Now: t2})
