@@ -14,7 +14,11 @@ import (
 // A ceiling learned from a 429 rises again by itself: it is probed upward
 // every fleetProbeEvery after At, by 5 % of itself and then doubling steps,
 // as Local probes, computed from At alone so that probing costs the store
-// no writes. A ceiling stated by the provider's rate-limit headers (Fixed)
+// no writes. The first cut after a quiet spell is on trial: one 429 may be
+// a stray (a provider's hiccup, another client's burst) and says nothing
+// of the quota, so the ceiling climbs back to the whole quota within a
+// window of the 429 (trialProbeEvery steps from the end of its quiet
+// time) unless another 429 confirms it; see cutAfter429. A ceiling stated by the provider's rate-limit headers (Fixed)
 // holds for statedHold instead; the answers that follow state it again.
 // The zero Ceiling is none: the configured budgets apply.
 type Ceiling struct {
@@ -30,6 +34,10 @@ type Ceiling struct {
 	// Fixed marks a ceiling the provider stated (headers): it is not
 	// probed, and lapses after statedHold.
 	Fixed bool
+	// Trial marks a first cut on trial: from Quiet on it climbs back to 1
+	// in trialProbeEvery steps, and a 429 that comes meanwhile makes it a
+	// learned ceiling at Share.
+	Trial bool
 }
 
 // Tuning of the fleet's ceiling.
@@ -61,6 +69,14 @@ const (
 	// cutEvery bounds the ceiling writes of one process: at most one a
 	// second.
 	cutEvery = time.Second
+	// trialProbeEvery is how long each step of a ceiling on trial holds,
+	// from the end of its quiet time: the probe steps (5 %, 10 %, 20 %,
+	// 40 %, 80 %) take a halved quota back to the whole in five steps, 25 s,
+	// so that the fleet is back at full rate within a minute of a single
+	// 429 (its quiet time being the 429's pause and maxLeaseSeconds). A
+	// quota that is real answers the climb with a 429 within a few steps,
+	// which confirms the cut.
+	trialProbeEvery = 5 * time.Second
 )
 
 // ShareAt is the share of the configured budgets the ceiling allows at t:
@@ -77,8 +93,22 @@ func (c Ceiling) ShareAt(t time.Time) float64 {
 		}
 		return min(c.Share, 1)
 	}
+	if c.Trial {
+		return c.trialShare(t)
+	}
 	share, _ := c.probed(elapsed)
 	return share
+}
+
+// trialShare is a ceiling on trial's share at t: Share until its quiet
+// time ends, then up by Local's probe steps every trialProbeEvery.
+func (c Ceiling) trialShare(t time.Time) float64 {
+	share, step := c.Share, firstProbeStep
+	for k := time.Duration(t.UnixMilli()-c.Quiet) * time.Millisecond / trialProbeEvery; k > 0 && share < 1; k-- {
+		share *= 1 + step
+		step = min(2*step, maxProbeStep)
+	}
+	return min(share, 1)
 }
 
 // probed is a learned ceiling's share elapsed after it was set, and the
@@ -133,10 +163,12 @@ func (c Ceiling) Newer(o Ceiling) bool { return c.At > o.At }
 // one known, and whether there is one to write: none while the 429 belongs
 // to the event that set c (before c.Quiet), nor under a ceiling the
 // provider stated. The budget that applied is cut to half when no learned
-// ceiling is in force, and less while one is (cut less on repeated cuts:
-// see repeatCutShare). Its quiet time covers the
-// pause the 429 asked for and the blocks other processes leased before
-// they learn of it (they lease again within maxLeaseSeconds).
+// ceiling is in force, on trial (see Ceiling.Trial); a 429 while a trial
+// climbs confirms it: the fleet goes back to the trial's share, learned
+// and probed from then on; and a 429 under a learned ceiling cuts less
+// (see repeatCutShare). Its quiet time covers the pause the 429 asked for
+// and the blocks other processes leased before they learn of it (they
+// lease again within maxLeaseSeconds).
 func cutAfter429(c Ceiling, now time.Time, pause time.Duration) (Ceiling, bool) {
 	ms := now.UnixMilli()
 	if c.At != 0 && ms < c.Quiet {
@@ -147,8 +179,14 @@ func cutAfter429(c Ceiling, now time.Time, pause time.Duration) (Ceiling, bool) 
 		// or a burst, not a sign that the quota is lower (Local's rule).
 		return c, false
 	}
+	quiet := pause + maxLeaseSeconds*time.Second
+	if c.Trial && c.ShareAt(now) < 1 {
+		return Ceiling{Share: c.Share, At: ms, Quiet: ms + quiet.Milliseconds()}, true
+	}
 	share := c.ShareAt(now) * firstCutShare
+	trial := true
 	if c.At != 0 && !c.Fixed && c.ShareAt(now) < 1 {
+		trial = false
 		// A learned ceiling still in force: the quota is near it, and a
 		// probe went a step too far. Back to the step before, which held
 		// for a whole window, or a little under the ceiling before any
@@ -159,11 +197,11 @@ func cutAfter429(c Ceiling, now time.Time, pause time.Duration) (Ceiling, bool) 
 			share = before
 		}
 	}
-	quiet := pause + maxLeaseSeconds*time.Second
 	return Ceiling{
 		Share: max(share, minShare),
 		At:    ms,
 		Quiet: ms + quiet.Milliseconds(),
+		Trial: trial,
 	}, true
 }
 

@@ -15,6 +15,7 @@ func TestCeilingShareAt(t *testing.T) {
 	at := quotatest.Base
 	learned := Ceiling{Share: 0.5, At: at.UnixMilli()}
 	stated := Ceiling{Share: 0.5, At: at.UnixMilli(), Fixed: true}
+	trial := Ceiling{Share: 0.5, At: at.UnixMilli(), Quiet: at.Add(31 * time.Second).UnixMilli(), Trial: true}
 	tests := []struct {
 		name  string
 		c     Ceiling
@@ -29,6 +30,10 @@ func TestCeilingShareAt(t *testing.T) {
 		{name: "learned, long after: back to the configured quota", c: learned, after: time.Hour, want: 1},
 		{name: "stated: not probed", c: stated, after: 4 * time.Minute, want: 0.5},
 		{name: "stated: lapses", c: stated, after: statedHold, want: 1},
+		{name: "on trial: held through its quiet time", c: trial, after: 34 * time.Second, want: 0.5},
+		{name: "on trial: 5 % a step after", c: trial, after: 36 * time.Second, want: 0.525},
+		{name: "on trial: then 10 %, 20 %, 40 %", c: trial, after: 51 * time.Second, want: 0.5 * 1.05 * 1.1 * 1.2 * 1.4},
+		{name: "on trial: whole again within a minute", c: trial, after: 56 * time.Second, want: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,12 +111,15 @@ func TestCutAfter429(t *testing.T) {
 		pause     time.Duration
 		wantCut   bool
 		wantShare float64
+		wantTrial bool
 	}{
-		{name: "first 429: half", c: Ceiling{}, pause: 3 * time.Second, wantCut: true, wantShare: 0.5},
+		{name: "first 429: half, on trial", c: Ceiling{}, pause: 3 * time.Second, wantCut: true, wantShare: 0.5, wantTrial: true},
+		{name: "a 429 while a trial climbs confirms its share", c: Ceiling{Share: 0.5, At: ms(-40 * time.Second), Quiet: ms(-9 * time.Second), Trial: true}, wantCut: true, wantShare: 0.5},
+		{name: "a 429 after a trial climbed back: a new event, on trial", c: Ceiling{Share: 0.5, At: ms(-2 * time.Minute), Quiet: ms(-89 * time.Second), Trial: true}, wantCut: true, wantShare: 0.5, wantTrial: true},
 		{name: "same event (quiet time)", c: Ceiling{Share: 0.5, At: ms(-5 * time.Second), Quiet: ms(time.Second)}, wantCut: false},
 		{name: "learned ceiling in force, no probe yet: 5 % under it", c: Ceiling{Share: 0.5, At: ms(-30 * time.Second), Quiet: ms(-20 * time.Second)}, wantCut: true, wantShare: 0.475},
 		{name: "after a probe: back to the step before", c: Ceiling{Share: 0.5, At: ms(-150 * time.Second), Quiet: ms(-140 * time.Second)}, wantCut: true, wantShare: 0.525},
-		{name: "ceiling probed back to the quota: a new event, half", c: Ceiling{Share: 0.5, At: ms(-time.Hour), Quiet: ms(-time.Hour)}, wantCut: true, wantShare: 0.5},
+		{name: "ceiling probed back to the quota: a new event, half", c: Ceiling{Share: 0.5, At: ms(-time.Hour), Quiet: ms(-time.Hour)}, wantCut: true, wantShare: 0.5, wantTrial: true},
 		{name: "stated by the provider: a 429 is others' use", c: Ceiling{Share: 0.5, At: ms(-time.Minute), Quiet: ms(-time.Minute), Fixed: true}, wantCut: false},
 		{name: "floor", c: Ceiling{Share: minShare, At: ms(-30 * time.Second), Quiet: ms(-20 * time.Second)}, wantCut: true, wantShare: minShare},
 	}
@@ -125,8 +133,8 @@ func TestCutAfter429(t *testing.T) {
 			if !cut {
 				return
 			}
-			if math.Abs(next.Share-tc.wantShare) > 1e-9 || next.At != now.UnixMilli() {
-				t.Errorf("next = %+v, want share %v set now", next, tc.wantShare)
+			if math.Abs(next.Share-tc.wantShare) > 1e-9 || next.At != now.UnixMilli() || next.Trial != tc.wantTrial {
+				t.Errorf("next = %+v, want share %v set now, on trial %v", next, tc.wantShare, tc.wantTrial)
 			}
 			if want := now.Add(tc.pause + maxLeaseSeconds*time.Second).UnixMilli(); next.Quiet != want {
 				t.Errorf("quiet until +%v, want the pause and a lease's reach (+%v)", time.Duration(next.Quiet-now.UnixMilli())*time.Millisecond, tc.pause+maxLeaseSeconds*time.Second)

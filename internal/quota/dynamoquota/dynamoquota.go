@@ -60,6 +60,7 @@ const (
 	attrAt       = "ca"
 	attrQuiet    = "cq"
 	attrFixed    = "cf"
+	attrTrial    = "ct"
 )
 
 // Lease takes up to want[i] of second from+i's budget under the newest
@@ -123,14 +124,15 @@ func (l *Leaser) key(minute int64) map[string]types.AttributeValue {
 
 // ceilingSet adds the SET of ceiling c to an update's names and values.
 func ceilingSet(c quota.Ceiling, names map[string]string, values map[string]types.AttributeValue) string {
-	for _, a := range []string{attrShare, attrAt, attrQuiet, attrFixed} {
+	for _, a := range []string{attrShare, attrAt, attrQuiet, attrFixed, attrTrial} {
 		names["#"+a] = a
 	}
 	values[":cs"] = &types.AttributeValueMemberN{Value: strconv.FormatFloat(c.Share, 'g', -1, 64)}
 	values[":ca"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(c.At, 10)}
 	values[":cq"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(c.Quiet, 10)}
 	values[":cf"] = &types.AttributeValueMemberBOOL{Value: c.Fixed}
-	return "#cs = :cs, #ca = :ca, #cq = :cq, #cf = :cf"
+	values[":ct"] = &types.AttributeValueMemberBOOL{Value: c.Trial}
+	return "#cs = :cs, #ca = :ca, #cq = :cq, #cf = :cf, #ct = :ct"
 }
 
 // ceilingOf reads the ceiling an item holds; the zero Ceiling when none
@@ -155,6 +157,9 @@ func ceilingOf(item map[string]types.AttributeValue) quota.Ceiling {
 	}
 	if f, ok := item[attrFixed].(*types.AttributeValueMemberBOOL); ok {
 		c.Fixed = f.Value
+	}
+	if tr, ok := item[attrTrial].(*types.AttributeValueMemberBOOL); ok {
+		c.Trial = tr.Value
 	}
 	return c
 }

@@ -175,6 +175,14 @@ func TestCeilingTravelsWithLeases(t *testing.T) {
 	if lease.Ceiling != newer || lease.Got[0].Requests != newer.Budget(limit, minute+57).Requests {
 		t.Errorf("lagging lease got %+v under %+v, want %d under %+v", lease.Got, lease.Ceiling, newer.Budget(limit, minute+57).Requests, newer)
 	}
+	// A first cut on trial keeps its mark through the store.
+	trial := quota.Ceiling{Share: 0.15, At: at + 3000, Quiet: at + 33_000, Trial: true}
+	if stored, err := writer.Lower(ctx, newer, trial); err != nil || stored != trial {
+		t.Errorf("Lower to a ceiling on trial = %+v, %v; want %+v stored", stored, err, trial)
+	}
+	if lease, err := fresh.Lease(ctx, minute+58, []quota.Amount{{Requests: 1}}, limit, newer); err != nil || lease.Ceiling != trial {
+		t.Errorf("lease after a trial cut = %+v, %v; want the trial %+v", lease, err, trial)
+	}
 }
 
 // TestSharedConformance runs the limiter suite against quota.Shared over
