@@ -40,7 +40,7 @@ func newMockLLMCmd(stdout io.Writer) *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&addr, "addr", "127.0.0.1:8089", "listen address HOST:PORT (port 0 picks a free one)")
 	fs.DurationVar(&cfg.Latency, "latency", 290*time.Millisecond, "latency of every request")
-	fs.DurationVar(&cfg.Jitter, "jitter", 0, "random extra latency up to this much")
+	fs.DurationVar(&cfg.Jitter, "jitter", 0, "spread each request's latency by up to this much either way")
 	fs.IntVar(&cfg.Quota, "quota", 0, "accepted requests per --quota-window; more get 429 with Retry-After (0: unlimited)")
 	fs.IntVar(&cfg.TokenQuota, "token-quota", 0, "accepted tokens (prompt + max_tokens at admission, corrected to the usage) per --quota-window (0: unlimited)")
 	fs.DurationVar(&cfg.QuotaWindow, "quota-window", time.Minute, "sliding window of --quota and --token-quota")

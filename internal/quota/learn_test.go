@@ -1,6 +1,7 @@
 package quota_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,6 +44,8 @@ type job struct {
 	// before the job held requests at the quota's rate (an earlier job of
 	// the same deployment), so the quota binds from the first second.
 	warm bool
+	// latency of each call (300 ms when 0), spread by ±jitter.
+	latency, jitter time.Duration
 	// stray, when set, answers the first call made at or after that time
 	// into the job with a 429 (Retry-After 1 s) that the provider's
 	// quota did not cause: a hiccup, another client's burst.
@@ -91,7 +94,7 @@ func runJob(t *testing.T, j job) jobResult {
 	scale := func(perMinute int) int { return int(float64(perMinute) * j.window.Minutes()) }
 	mock := mockserver.New(mockserver.Config{
 		Quota: scale(j.rpm), TokenQuota: scale(j.tpm), QuotaWindow: j.window,
-		Latency: 300 * time.Millisecond, NoRateLimitHeaders: j.noHeaders, Clock: clk,
+		Latency: cmp.Or(j.latency, 300*time.Millisecond), Jitter: j.jitter, NoRateLimitHeaders: j.noHeaders, Clock: clk,
 	})
 	if j.warm {
 		warmUp(t, clk, mock, j)
@@ -416,5 +419,38 @@ func TestSharedFleetShrugsOffAStray429(t *testing.T) {
 	}
 	if after < 0.95*before {
 		t.Errorf("%.2f rows a second a minute after the 429, want back at %.2f (at least 95%%)", after, before)
+	}
+}
+
+// TestLearnsTheQuotaOnAnotherShape: the learner is not tuned to the mock's
+// one shape. A provider that enforces 200 requests in a strict 10 s
+// sliding window, states no limit (Retry-After alone) and answers in
+// 290 ms ±50 %: a 1,200-row job whose quota is configured twice too high
+// ends within 1.05x of the bound, and one whose quota is unknown within
+// 1.10x.
+func TestLearnsTheQuotaOnAnotherShape(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		cfgRPM   int
+		maxRatio float64
+	}{
+		{name: "configured twice too high", cfgRPM: 2400, maxRatio: 1.05},
+		{name: "unknown", maxRatio: 1.10},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := runJob(t, job{rows: 1200, workers: 16, rpm: 1200, window: 10 * time.Second, noHeaders: true, cfgRPM: tc.cfgRPM, maxTokens: 50,
+				latency: 290 * time.Millisecond, jitter: 145 * time.Millisecond})
+			ratio := r.wall.Seconds() / r.requestBound.Seconds()
+			t.Logf("another shape [%s]: wall/bound %.4f, %d of %d calls answered 429 (%v)", tc.name, ratio, r.limited, r.calls, r)
+			if ratio > tc.maxRatio {
+				t.Errorf("wall / bound = %.3f, want <= %.2f", ratio, tc.maxRatio)
+			}
+			if share := float64(r.limited) / float64(r.calls); share > 0.02 {
+				t.Errorf("%d of %d calls answered 429 (%.1f%%), want <= 2%%", r.limited, r.calls, 100*share)
+			}
+		})
 	}
 }

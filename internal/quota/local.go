@@ -58,6 +58,14 @@ const (
 	// another client caused) is left quickly.
 	firstProbeStep = 0.05
 	maxProbeStep   = 1.0
+	// maxProbeBackoff bounds how many times a probe's wait doubles: each
+	// probe that draws a 429 within ProbeEvery doubles the wait before the
+	// next, up to 2^maxProbeBackoff x ProbeEvery (about 5 minutes at the
+	// default): a ceiling whose step up was refused is the quota within a
+	// step, and probing it again every ProbeEvery costs a 429 and its pause
+	// each time (the cost of probing on a provider whose quota binds all
+	// job long). A probe that holds resets the wait.
+	maxProbeBackoff = 4
 	// repeatCut scales the window count when a 429 arrives within two
 	// windows of the previous one: the quota is contested (other clients),
 	// and counting alone would sit right at the edge. The first 429 after a
@@ -185,6 +193,9 @@ type Local struct {
 	cutRecent bool
 	probeStep float64
 	lastProbe time.Time
+	// probeFails counts the probes in a row that drew a 429 within
+	// probeEvery: the next probe waits probeEvery << probeFails.
+	probeFails int
 	// changed is closed (and replaced) by every Penalize or new limit, to
 	// wake waiters whose wait it changes.
 	changed chan struct{}
@@ -526,7 +537,12 @@ func (l *Local) Penalize(retryAfter time.Duration) {
 	}
 	if !alreadyPaused {
 		// A new congestion event: the ceilings may drop to half of what
-		// applied at most, 5 % more when the last event was recent.
+		// applied at most, 5 % more when the last event was recent. One
+		// that answers a probe (the last change was a probe, not long ago)
+		// says the step before was the quota: the next probe waits longer.
+		if l.lastProbe.After(l.lastCut) && now.Sub(l.lastProbe) < l.probeEvery {
+			l.probeFails = min(l.probeFails+1, maxProbeBackoff)
+		}
 		l.cutRecent = !l.lastCut.IsZero() && now.Sub(l.lastCut) < 2*l.window
 		l.cutFloor = [2]float64{l.req.limit() / 2, l.tok.limit() / 2}
 		l.lastCut, l.lastProbe, l.probeStep = now, now, firstProbeStep
@@ -564,7 +580,7 @@ func (l *Local) cutLocked(refused float64) {
 		}
 	}
 	cut(&l.req, n, max(l.cutFloor[0], minRPM))
-	if tok > 0 {
+	if tok > 0 && l.tok.limit() > 0 {
 		cut(&l.tok, tok, max(l.cutFloor[1], max(refused, 1)*perMinute))
 	}
 }
@@ -576,11 +592,14 @@ func (l *Local) probeLocked(now time.Time) {
 	if l.req.learned == 0 && l.tok.learned == 0 {
 		return
 	}
-	if now.Sub(l.lastProbe) < l.probeEvery || now.Before(l.pausedUntil) {
+	if now.Sub(l.lastProbe) < l.probeEvery<<l.probeFails || now.Before(l.pausedUntil) {
 		return
 	}
 	if l.held.Before(l.lastProbe) {
 		return // nobody was held back: more would not be used
+	}
+	if l.lastProbe.After(l.lastCut) {
+		l.probeFails = 0 // the last probe held
 	}
 	for _, d := range []*dim{&l.req, &l.tok} {
 		if d.learned == 0 {
