@@ -11,16 +11,15 @@ import (
 	"path/filepath"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awsemu/localrun"
+	"github.com/batchgen/batchgen/internal/awswire/opswire"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
-	"github.com/batchgen/batchgen/internal/store/dynamostore"
 )
 
 // cmdUpload puts a file into the stack's drop folder, where a running
@@ -67,7 +66,7 @@ func cmdDownload(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	// task. An unknown task falls back to the id-based key, whose absence
 	// is reported below.
 	key := pipeline.ResultKey(taskID)
-	task, err := dynamostore.New(dynamodb.NewFromConfig(t.cfg), t.table, dynamostore.Options{}).GetTask(ctx, taskID)
+	task, err := (&opswire.Stack{AWS: t.cfg}).Store(t.table).GetTask(ctx, taskID)
 	switch {
 	case err == nil && task.ResultKey != "":
 		key = task.ResultKey

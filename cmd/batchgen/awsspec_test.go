@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
@@ -49,7 +50,7 @@ func TestRunSpecMatchesAWS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			identity, err := fileIdentity(in)
+			identity, err := embedded.FileIdentity(in)
 			if err != nil {
 				t.Fatal(err)
 			}

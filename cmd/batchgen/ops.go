@@ -12,20 +12,15 @@ import (
 	"text/tabwriter"
 	"time"
 
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/batchgen/batchgen/internal/awswire/opswire"
 	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
-	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
-	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
 	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
-	"github.com/batchgen/batchgen/internal/store/dynamostore"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
 )
 
@@ -146,9 +141,9 @@ func listTasks(ctx context.Context, dir, table, dlqURL string, f taskFilter, pri
 		if err != nil {
 			return err
 		}
-		q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(t.ID), MaxReceive: maxReceive})
+		q, err := embedded.OpenQueue(st, embedded.TaskQueue(t.ID))
 		if err != nil {
-			return fmt.Errorf("open queue of %s: %w", t.ID, err)
+			return err
 		}
 		dead, err := q.ListDead(ctx, 100)
 		if err != nil {
@@ -162,11 +157,11 @@ func listTasks(ctx context.Context, dir, table, dlqURL string, f taskFilter, pri
 // tasksAWS lists a deployed stack's tasks from its table. Row counts are the
 // task's counters (finished batches), which is what the API shows too.
 func tasksAWS(ctx context.Context, table, dlqURL string, f taskFilter, prices *pricing.Table, stdout io.Writer) error {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	stack, err := opswire.Open(ctx)
 	if err != nil {
-		return fmt.Errorf("AWS configuration: %w", err)
+		return err
 	}
-	tasks, err := dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}).ListTasks(ctx, f.fetch())
+	tasks, err := stack.Store(table).ListTasks(ctx, f.fetch())
 	if err != nil {
 		return fmt.Errorf("list tasks in %s: %w", table, err)
 	}
@@ -177,7 +172,7 @@ func tasksAWS(ctx context.Context, table, dlqURL string, f taskFilter, prices *p
 	}
 	dead := map[string]int{}
 	if dlqURL != "" {
-		msgs, err := sqsqueue.New(sqs.NewFromConfig(cfg), "", sqsqueue.Options{DLQURL: dlqURL}).ListDead(ctx, 1000)
+		msgs, err := stack.Queue("", dlqURL).ListDead(ctx, 1000)
 		if err != nil {
 			return fmt.Errorf("list %s: %w", dlqURL, err)
 		}
@@ -363,7 +358,7 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	spec := j.providers.Spec(store.TaskSpec{})
 	// This process holds the data directory's lock: the task's only
 	// workers are its own.
-	retrier := pipeline.Retrier{Store: j.data.Store, Queue: j.queue, OwnsWorkers: true}
+	retrier := pipeline.Retrier{Store: j.data.Store, Queue: j.engine.Queue, OwnsWorkers: true}
 	outcome, err := retrier.Retry(ctx, pipeline.RetryParams{
 		TaskID: id, ErrorClass: errorClass, Provider: spec.Provider, Model: spec.Model, Now: time.Now(),
 	})
@@ -400,14 +395,11 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 // default AWS configuration (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL for an
 // emulator) and enqueues their batches; the stack does the rest.
 func retryAWS(ctx context.Context, table, queueURL, id, errorClass string, stdout io.Writer) error {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	stack, err := opswire.Open(ctx)
 	if err != nil {
-		return fmt.Errorf("AWS configuration: %w", err)
+		return err
 	}
-	r := pipeline.Retrier{
-		Store: dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}),
-		Queue: sqsqueue.New(sqs.NewFromConfig(cfg), queueURL, sqsqueue.Options{}),
-	}
+	r := pipeline.Retrier{Store: stack.Store(table), Queue: stack.Queue(queueURL, "")}
 	out, err := r.Retry(ctx, pipeline.RetryParams{TaskID: id, ErrorClass: errorClass, Now: time.Now()})
 	task, n := out.Task, out.Batches
 	switch {
@@ -480,11 +472,11 @@ func newDLQCmd(stdout io.Writer) *cobra.Command {
 // dlqSQS works the deployed queues through the default AWS configuration
 // (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL for an emulator).
 func dlqSQS(ctx context.Context, verb, queueURL, dlqURL string, stdout io.Writer) error {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	stack, err := opswire.Open(ctx)
 	if err != nil {
-		return fmt.Errorf("AWS configuration: %w", err)
+		return err
 	}
-	q := sqsqueue.New(sqs.NewFromConfig(cfg), queueURL, sqsqueue.Options{DLQURL: dlqURL})
+	q := stack.Queue(queueURL, dlqURL)
 	if verb == "redrive" {
 		n, err := q.Redrive(ctx)
 		if err != nil {
@@ -529,9 +521,9 @@ func dlqLocal(ctx context.Context, verb, dir string, stdout io.Writer) error {
 		fmt.Fprintln(tw, "TASK\tBATCH\tRECEIVES\tMESSAGE\tBODY")
 	}
 	for _, t := range tasks {
-		q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(t.ID), MaxReceive: maxReceive})
+		q, err := embedded.OpenQueue(st, embedded.TaskQueue(t.ID))
 		if err != nil {
-			return fmt.Errorf("open queue of %s: %w", t.ID, err)
+			return err
 		}
 		if verb == "redrive" {
 			n, err := q.Redrive(ctx)

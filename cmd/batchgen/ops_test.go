@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
@@ -163,7 +164,7 @@ func TestDLQListAndRedrive(t *testing.T) {
 	}
 	// The queue's own clock, moved past the visibility timeout by hand.
 	clk := clock.NewFake(time.Now())
-	q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: queueName(id), Visibility: time.Minute, MaxReceive: 1, Clock: clk})
+	q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: embedded.TaskQueue(id), Visibility: time.Minute, MaxReceive: 1, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/logging"
@@ -24,8 +21,6 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/providerfile"
-	"github.com/batchgen/batchgen/internal/queue"
-	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
 	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
@@ -202,12 +197,9 @@ type runJob struct {
 	// providers are the routes of the job's model calls.
 	providers *providerfile.File
 
-	// The engine of one task, built by openEngine.
-	queue    queue.Queue
-	gen      *pipeline.Generator
-	exporter *pipeline.Exporter
-	signal   *pipeline.ExportSignal
-	stats    *runStats
+	// The engine, built by openEngine, and the counts of its calls.
+	engine *embedded.Engine
+	stats  *runStats
 }
 
 func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
@@ -270,7 +262,7 @@ func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if o.retry.lease <= 0 || o.retry.callTimeout <= 0 {
 		return nil, reject("--lease %s and --call-timeout %s: both must be positive", o.retry.lease, o.retry.callTimeout)
 	}
-	delays, err := parseDelays(o.retry.delays)
+	delays, err := pipeline.ParseRetryDelays(o.retry.delays)
 	if err != nil {
 		return nil, reject("--retry-delays: %w", err)
 	}
@@ -319,7 +311,7 @@ func (j *runJob) close() {
 
 func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	o := j.opts
-	identity, err := fileIdentity(o.in)
+	identity, err := embedded.FileIdentity(o.in)
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("input %s: %w", o.in, err)}
 	}
@@ -371,7 +363,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		return fmt.Errorf("read task %s: %w", taskID, err)
 	}
 
-	splitter := pipeline.NewSplitter(j.data.Store, j.queue, pipeline.SplitterConfig{Logger: j.logger, Inputs: j.data.Blobs, Exports: j.signal})
+	splitter := pipeline.NewSplitter(j.data.Store, j.engine.Queue, pipeline.SplitterConfig{Logger: j.logger, Inputs: j.data.Blobs, Exports: j.engine.Exports})
 	task, err := splitter.Split(ctx, params)
 	if errors.As(err, &rejected) {
 		return &report.ExitError{Code: report.Rejected, Err: rejected}
@@ -391,73 +383,43 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		fmt.Fprintf(j.stderr, "batchgen: %s task %s: %d rows in %d batches%s (data: %s)\n", verb, task.ID, task.RowsTotal, task.BatchesTotal, read, j.data.Dir)
 	}
 	if existed && !task.State.Final() {
-		if err := j.recover(ctx, task); err != nil {
+		if err := j.engine.Resume(ctx, task.ID); err != nil {
 			return err
 		}
 	}
 	return j.complete(ctx, task, stdout)
 }
 
-// openEngine builds the queue, generator and exporter of one task over the
-// opened data directory.
+// openEngine builds the engine of one task over the opened data
+// directory: the task's own queue, and exports signalled to this command,
+// which waits for them.
 func (j *runJob) openEngine(taskID string) error {
-	j.signal = &pipeline.ExportSignal{}
-	return j.openEngineOn(queueName(taskID), j.data.Blobs, j.signal)
+	return j.openEngineOn(embedded.EngineConfig{Queue: embedded.TaskQueue(taskID)})
 }
 
-// openEngineOn builds the queue called queueName, the generator and the
-// exporter (writing results to blobs) over the opened data directory. The
-// generator starts exports through exports; nil exports in-process, with
-// the exporter itself.
-func (j *runJob) openEngineOn(queueName string, blobs blob.Store, exports pipeline.ExportStarter) error {
+// openEngineOn builds the engine cfg asks for over the opened data
+// directory, with the providers of the flags and the generator settings
+// the flags ask for.
+func (j *runJob) openEngineOn(cfg embedded.EngineConfig) error {
 	o := j.opts
-	clk := clock.Real{}
-	q, err := sqlitequeue.New(j.data.Store.DB(), sqlitequeue.Config{
-		Name: queueName, Visibility: 5 * time.Minute, MaxReceive: maxReceive, Clock: clk,
-	})
-	if err != nil {
-		return fmt.Errorf("open queue in %s: %w", j.data.Dir, err)
-	}
 	j.stats = newRunStats()
-	set, err := buildProviders(context.Background(), j.providers, clk, j.stats, j.logger, j.metrics)
+	set, err := buildProviders(context.Background(), j.providers, clock.Real{}, j.stats, j.logger, j.metrics)
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: err}
 	}
-	router := set.Router
-	j.queue = q
-	j.exporter = pipeline.NewExporter(j.data.Store, blobs, pipeline.ExporterConfig{Clock: clk, Logger: j.logger, Metrics: j.metrics})
-	if exports == nil {
-		exports = j.exporter
-	}
-	cfg := pipeline.GeneratorConfig{
-		Clock: clk, Logger: j.logger, Metrics: j.metrics, Observer: j.stats.observe, Owner: fmt.Sprintf("batchgen-%d", os.Getpid()),
+	cfg.Logger, cfg.Metrics = j.logger, j.metrics
+	cfg.Generator = pipeline.GeneratorConfig{
+		Observer: j.stats.observe,
 		// Rows in flight: every provider's slots can be busy at once.
-		Concurrency: j.providers.Concurrency(), Lease: o.retry.lease, CallTimeout: router.MaxTimeout(),
+		Concurrency: j.providers.Concurrency(), Lease: o.retry.lease, CallTimeout: set.Router.MaxTimeout(),
 		CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
-		// SQLite writes are local and cheap: group results only while a
-		// write is under way, so a kill costs no more repeated calls than
-		// were in flight.
-		FlushInterval: pipeline.FlushAtOnce,
-		// A transaction costs SQLite far more than a row in it: under load
-		// the group is as large as the store allows.
-		FlushRows: store.MaxSaveRows,
 	}
 	if mode := pipeline.CacheMode(o.cacheMode); !o.noCache && mode != pipeline.CacheOff {
-		cfg.Cache, cfg.CacheMode = j.data.Store, mode
+		cfg.Generator.Cache, cfg.Generator.CacheMode = j.data.Store, mode
 	}
-	j.gen = pipeline.NewGenerator(j.data.Store, router, exports, cfg)
-	return nil
+	j.engine, err = embedded.NewEngine(j.data, set.Router, cfg)
+	return err
 }
-
-// queueName is the embedded queue of one task: each run works only its
-// own task's messages, so an abandoned task in the same data directory is
-// never billed by a run of another sheet.
-func queueName(taskID string) string { return "batches-" + taskID }
-
-// maxReceive is the embedded queue's redrive threshold: above the retry
-// rounds, so only messages that keep failing to be handled at all (poison)
-// are dead-lettered.
-const maxReceive = 10
 
 // complete drives an unfinished task to the end, writes the result to
 // --out, prints the summary and turns the outcome into the exit code.
@@ -473,14 +435,14 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 	}
 	if task.NeedsExport() {
 		// Cancelled: its partial result is this run's to write.
-		if task, err = j.exporter.Export(ctx, task.ID); err != nil {
+		if task, err = j.engine.Exporter.Export(ctx, task.ID); err != nil {
 			return fmt.Errorf("export the partial result: %w", err)
 		}
 	}
-	if task, err = j.rebuildLostResult(ctx, task); err != nil {
+	if task, err = j.engine.RebuildLostResult(ctx, task); err != nil {
 		return err
 	}
-	if err := j.writeOutput(ctx, task); err != nil {
+	if err := j.engine.CopyResult(ctx, task, j.opts.out); err != nil {
 		return err
 	}
 	summary, failed, err := summarize(ctx, j.data.Store, task, j.stats, time.Since(j.started), j.opts.out)
@@ -492,24 +454,9 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 	return report.ForTask(task, failed)
 }
 
-// recover makes a task whose previous run was killed runnable at once: this
-// process holds the data directory's lock, so every RUNNING lease belongs to
-// a dead process (pipeline.Resume).
-func (j *runJob) recover(ctx context.Context, task store.Task) error {
-	n, err := pipeline.Resume(ctx, j.data.Store, j.queue, task.ID, time.Now())
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		j.logger.Info("recovered unfinished batches", "task_id", task.ID, "batches", n)
-	}
-	return nil
-}
-
-// process runs the workers until the task's batches are all done, then
-// exports it. A task cancelled meanwhile stops taking rows, lets the rows in
-// flight finish and exports the partial result. Interrupted runs return
-// exit code 130 and can be continued.
+// process works the task to its end (embedded.Engine.RunTask) with the
+// progress line. Interrupted runs return exit code 130 and can be
+// continued.
 func (j *runJob) process(ctx context.Context, task store.Task) error {
 	o := j.opts
 	done, err := countDone(ctx, j.data.Store, task)
@@ -518,164 +465,20 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 	}
 	progress := newProgress(j.stderr, task.RowsTotal, done, j.stats, o.quiet, o.progressInterval, j.providers.RPM())
 	defer progress.finish()
-
-	work := embedded.Start(ctx, j.data.Store, j.queue, j.gen, embedded.WorkConfig{
-		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), task.Spec.BatchSize), Visibility: 5 * time.Minute,
-		SweepAfter: o.sweepAfter, TaskID: task.ID, Exports: j.signal, Logger: j.logger,
-	})
-	defer work.Stop()
-
-	ticker := time.NewTicker(500 * time.Millisecond)
-	defer ticker.Stop()
-	for {
-		t, err := j.data.Store.GetTask(ctx, task.ID)
-		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("read task %s: %w", task.ID, err)
-		}
-		if err == nil && t.State == store.TaskCancelled {
-			// Let the rows in flight finish: stop taking messages, wait
-			// for the workers, keep their context alive.
+	err = j.engine.RunTask(ctx, task, embedded.TaskRun{
+		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), task.Spec.BatchSize), SweepAfter: o.sweepAfter,
+		Tick: progress.update,
+		Cancelled: func() {
 			if !o.quiet {
 				fmt.Fprintf(j.stderr, "batchgen: task %s was cancelled; finishing the rows in flight\n", task.ID)
 			}
-			work.Drain()
-			work.Wait(-1)
-			progress.update()
-			progress.finish()
-			if _, err := j.exporter.Export(ctx, task.ID); err != nil {
-				return fmt.Errorf("export the partial result: %w", err)
-			}
-			return nil
-		}
-		if err == nil && (!t.State.Generating() || t.BatchesFinished()) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			work.Stop()
-			progress.finish()
-			return &report.ExitError{Code: report.Interrupted, Err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.Dir)}
-		case <-j.signal.C():
-		case <-ticker.C:
-		}
-		progress.update()
+		},
+	})
+	if errors.Is(err, embedded.ErrInterrupted) {
+		return &report.ExitError{Code: report.Interrupted, Err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.Dir)}
 	}
-	work.Stop()
-	progress.complete()
-	if _, err := j.exporter.Export(ctx, task.ID); err != nil {
-		return fmt.Errorf("%w; the rows are saved: fix the problem and run the same command again", err)
-	}
-	return nil
-}
-
-// writeOutput copies the exported result to --out atomically.
-// rebuildLostResult exports a finished task again from its stored rows when
-// its result file is gone from the data directory (deleted by hand, or a
-// data directory restored without its results), so rerunning the job or
-// `batchgen retry` writes the result again without a model call, as a
-// re-dropped file does on AWS (pipeline.Reexport).
-func (j *runJob) rebuildLostResult(ctx context.Context, task store.Task) (store.Task, error) {
-	if !task.CanReexport() {
-		return task, nil
-	}
-	r, err := j.data.Blobs.Open(ctx, task.ResultKey)
 	if err == nil {
-		return task, r.Close()
+		progress.complete()
 	}
-	if !errors.Is(err, blob.ErrNotFound) {
-		return task, fmt.Errorf("open result of task %s: %w", task.ID, err)
-	}
-	j.logger.Warn("result file missing; exporting the task again from its stored rows", "task_id", task.ID, "key", task.ResultKey)
-	if _, err := pipeline.Reexport(ctx, j.data.Store, j.exporter, task, time.Now()); err != nil {
-		return task, err
-	}
-	task, err = j.data.Store.GetTask(ctx, task.ID)
-	if err != nil {
-		return task, fmt.Errorf("read task %s: %w", task.ID, err)
-	}
-	return task, nil
-}
-
-func (j *runJob) writeOutput(ctx context.Context, task store.Task) error {
-	if task.ResultKey == "" {
-		return fmt.Errorf("task %s is %s and has no result file", task.ID, task.State)
-	}
-	src, err := j.data.Blobs.Open(ctx, task.ResultKey)
-	if err != nil {
-		return fmt.Errorf("open result of task %s: %w", task.ID, err)
-	}
-	defer src.Close()
-	if err := writeFileAtomic(j.opts.out, src); err != nil {
-		return fmt.Errorf("write result %s: %w; the task is intact: fix the problem and run the same command again", j.opts.out, embedded.UnwrapPathError(err))
-	}
-	return nil
-}
-
-// writeFileAtomic writes r to path through a temp file in the same directory
-// and a rename, so a failed write never leaves a truncated workbook behind.
-func writeFileAtomic(path string, r io.Reader) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := io.Copy(tmp, r); err != nil {
-		return err
-	}
-	// CreateTemp makes the file 0600; a result is an ordinary document.
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	ok = true
-	return nil
-}
-
-// fileIdentity is the content hash of the input, so the same content run
-// again continues the same task wherever the file lives.
-func fileIdentity(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", embedded.UnwrapPathError(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func parseDelays(s string) ([]time.Duration, error) {
-	var out []time.Duration
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		d, err := time.ParseDuration(part)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("%q is not a duration such as 10s or 5m", part)
-		}
-		out = append(out, d)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("give at least one delay, e.g. 10s,60s,300s")
-	}
-	return out, nil
+	return err
 }

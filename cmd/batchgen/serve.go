@@ -216,14 +216,14 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("open data directory %s: %w", j.data.Dir, err)
 	}
-	if err := j.openEngineOn(serveQueue, bucket, nil); err != nil {
+	if err := j.openEngineOn(embedded.EngineConfig{Queue: serveQueue, Results: bucket, InProcessExports: true}); err != nil {
 		return err
 	}
-	st := j.data.Store
+	st, engine := j.data.Store, j.engine
 
 	// Whatever was in flight when the server last stopped continues: this
 	// process holds the data directory's lock, so every lease is stale.
-	resumed, err := pipeline.ResumeUnfinished(ctx, st, j.queue, j.exporter, time.Now())
+	resumed, err := pipeline.ResumeUnfinished(ctx, st, engine.Queue, engine.Exporter, time.Now())
 	if err != nil {
 		logger.Warn("some unfinished tasks could not be resumed; the sweeper will retry them", "error", err)
 	}
@@ -238,8 +238,8 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	dropSpec := spec
 	dropSpec.ResultFormat = dropFormat
 	intake := pipeline.NewIntake(
-		pipeline.NewSplitter(st, j.queue, pipeline.SplitterConfig{Logger: logger, Inputs: bucket, Exports: j.exporter}),
-		bucket, j.exporter,
+		pipeline.NewSplitter(st, engine.Queue, pipeline.SplitterConfig{Logger: logger, Inputs: bucket, Exports: engine.Exporter}),
+		bucket, engine.Exporter,
 		pipeline.IntakeConfig{
 			DefaultSpec: dropSpec,
 			Limits:      sheet.Limits{MaxRows: o.maxRows, MaxFileBytes: o.maxFileBytes},
@@ -261,7 +261,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		Auth:  auth,
 		Store: st, Blobs: bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: spec,
 		Limits:  limits,
-		Exports: j.exporter, Retrier: pipeline.Retrier{Store: st, Queue: j.queue},
+		Exports: engine.Exporter, Retrier: pipeline.Retrier{Store: st, Queue: engine.Queue},
 		Prices: j.prices,
 	})
 
@@ -295,9 +295,9 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 			serveErr <- err
 		}
 	})
-	work := embedded.Start(workCtx, st, j.queue, j.gen, embedded.WorkConfig{
+	work := embedded.Start(workCtx, st, engine.Queue, engine.Generator, embedded.WorkConfig{
 		Workers:    pipeline.BatchesInFlight(j.providers.Concurrency(), o.batchSize),
-		SweepAfter: o.sweepAfter, Exports: j.exporter, Logger: logger, Metrics: reg,
+		SweepAfter: o.sweepAfter, Exports: engine.Exporter, Logger: logger, Metrics: reg,
 	})
 	wg.Go(func() { _ = folder.Run(workCtx) })
 

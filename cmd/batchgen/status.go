@@ -11,16 +11,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/spf13/cobra"
 
+	"github.com/batchgen/batchgen/internal/awswire/opswire"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
-	"github.com/batchgen/batchgen/internal/store/dynamostore"
 )
 
 // newStatusCmd shows one task: counts, rate, ETA, failures by class with
@@ -87,11 +85,11 @@ func loadPrices(pricesFile, providersFile string) (*pricing.Table, error) {
 // the deployed table.
 func openStatusStore(ctx context.Context, dir, table string) (store.Store, func(), string, error) {
 	if table != "" {
-		cfg, err := awsconfig.LoadDefaultConfig(ctx)
+		stack, err := opswire.Open(ctx)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("AWS configuration: %w", err)
+			return nil, nil, "", err
 		}
-		return dynamostore.New(dynamodb.NewFromConfig(cfg), table, dynamostore.Options{}), func() {}, table, nil
+		return stack.Store(table), func() {}, table, nil
 	}
 	st, err := openStateReadOnly(dir)
 	if err != nil {

@@ -102,6 +102,27 @@ func ParseCacheTTL(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// ParseRetryDelays reads the graded delays before a released batch is tried
+// again: durations separated by commas ("10s,60s,300s"), at least one.
+func ParseRetryDelays(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		d, err := time.ParseDuration(part)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%q is not a duration such as 10s or 5m", part)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("give at least one delay, e.g. 10s,60s,300s")
+	}
+	return out, nil
+}
+
 // Reuses reports whether a task with spec may take its outputs from the
 // cache under mode m.
 func (m CacheMode) Reuses(spec store.TaskSpec) bool {
