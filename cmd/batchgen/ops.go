@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -96,11 +95,11 @@ func newTasksCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			f, err := parseTaskFilter(states, since, time.Now())
+			f, err := pipeline.ParseTaskFilter(states, since, time.Now())
 			if err != nil {
-				return report.Rejectf("%w", err)
+				return report.Rejectf("--%w", err)
 			}
-			f.limit = limit
+			f.Limit = limit
 			return listTasks(cmd.Context(), dir, table, dlqURL, f, prices, stdout)
 		},
 	}
@@ -117,7 +116,7 @@ func newTasksCmd(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-func listTasks(ctx context.Context, dir, table, dlqURL string, f taskFilter, prices *pricing.Table, stdout io.Writer) error {
+func listTasks(ctx context.Context, dir, table, dlqURL string, f pipeline.TaskFilter, prices *pricing.Table, stdout io.Writer) error {
 	if table != "" {
 		return tasksAWS(ctx, table, dlqURL, f, prices, stdout)
 	}
@@ -126,11 +125,11 @@ func listTasks(ctx context.Context, dir, table, dlqURL string, f taskFilter, pri
 		return err
 	}
 	defer st.Close()
-	tasks, err := st.ListTasks(ctx, f.fetch())
+	tasks, err := st.ListTasks(ctx, f.Fetch())
 	if err != nil {
 		return fmt.Errorf("list tasks: %w", err)
 	}
-	tasks = f.apply(tasks)
+	tasks = f.Apply(tasks)
 	if len(tasks) == 0 {
 		fmt.Fprintf(stdout, "no tasks in %s%s\n", dir, f)
 		return nil
@@ -156,16 +155,16 @@ func listTasks(ctx context.Context, dir, table, dlqURL string, f taskFilter, pri
 
 // tasksAWS lists a deployed stack's tasks from its table. Row counts are the
 // task's counters (finished batches), which is what the API shows too.
-func tasksAWS(ctx context.Context, table, dlqURL string, f taskFilter, prices *pricing.Table, stdout io.Writer) error {
+func tasksAWS(ctx context.Context, table, dlqURL string, f pipeline.TaskFilter, prices *pricing.Table, stdout io.Writer) error {
 	stack, err := opswire.Open(ctx)
 	if err != nil {
 		return err
 	}
-	tasks, err := stack.Store(table).ListTasks(ctx, f.fetch())
+	tasks, err := stack.Store(table).ListTasks(ctx, f.Fetch())
 	if err != nil {
 		return fmt.Errorf("list tasks in %s: %w", table, err)
 	}
-	tasks = f.apply(tasks)
+	tasks = f.Apply(tasks)
 	if len(tasks) == 0 {
 		fmt.Fprintf(stdout, "no tasks in %s%s\n", table, f)
 		return nil
@@ -560,88 +559,4 @@ func dlqLocal(ctx context.Context, verb, dir string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", dir)
 	}
 	return nil
-}
-
-// taskFilter selects the tasks `batchgen tasks` shows.
-type taskFilter struct {
-	states []store.TaskState // empty: any
-	since  time.Time         // zero: any
-	limit  int               // 0: all
-}
-
-// parseTaskFilter reads --state and --since as of now.
-func parseTaskFilter(states, since string, now time.Time) (taskFilter, error) {
-	var f taskFilter
-	for _, s := range strings.Split(states, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		st := store.TaskState(strings.ToUpper(s))
-		if !slices.Contains(store.TaskStates, st) {
-			return f, fmt.Errorf("--state %q: not a task state; use pending, running, exporting, succeeded, partial, failed or cancelled", s)
-		}
-		f.states = append(f.states, st)
-	}
-	since = strings.TrimSpace(since)
-	if since == "" {
-		return f, nil
-	}
-	if d, err := time.ParseDuration(since); err == nil && d >= 0 {
-		f.since = now.Add(-d)
-		return f, nil
-	}
-	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
-		if t, err := time.ParseInLocation(layout, since, time.Local); err == nil {
-			f.since = t
-			return f, nil
-		}
-	}
-	return f, fmt.Errorf("--since %q: give a duration back from now (24h, 90m) or a date (2026-01-31, 2026-01-31 08:00, RFC 3339)", since)
-}
-
-// fetch is how many tasks to read before filtering: all of them when a
-// filter may drop some, so that --limit counts shown tasks.
-func (f taskFilter) fetch() int {
-	if len(f.states) > 0 || !f.since.IsZero() {
-		return 0
-	}
-	return f.limit
-}
-
-// apply keeps the tasks f selects, newest first as listed, at most limit.
-func (f taskFilter) apply(tasks []store.Task) []store.Task {
-	out := tasks[:0:0]
-	for _, t := range tasks {
-		if len(f.states) > 0 && !slices.Contains(f.states, t.State) {
-			continue
-		}
-		if !f.since.IsZero() && t.CreatedAt.Before(f.since) {
-			continue
-		}
-		out = append(out, t)
-		if f.limit > 0 && len(out) == f.limit {
-			break
-		}
-	}
-	return out
-}
-
-// String describes the filter for the "no tasks" line.
-func (f taskFilter) String() string {
-	var parts []string
-	if len(f.states) > 0 {
-		names := make([]string, len(f.states))
-		for i, s := range f.states {
-			names[i] = string(s)
-		}
-		parts = append(parts, "in state "+strings.Join(names, " or "))
-	}
-	if !f.since.IsZero() {
-		parts = append(parts, "created since "+f.since.Local().Format("2006-01-02 15:04"))
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " " + strings.Join(parts, ", ")
 }

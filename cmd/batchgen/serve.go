@@ -7,24 +7,19 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/blob/fileblob"
-	"github.com/batchgen/batchgen/internal/dropdir"
 	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/metrics/prom"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/report"
-	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/web"
 )
@@ -51,10 +46,6 @@ type serveOptions struct {
 	// page sends inside one request.
 	maxInlineBytes int64
 }
-
-// serveQueue is the embedded queue of the server: one for every task, as
-// on AWS, where one queue feeds the generators of all tasks.
-const serveQueue = "serve"
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o serveOptions
@@ -210,118 +201,35 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer j.close()
-	// The data directory is the local bucket: incoming/, results/,
-	// processed/ and uploads/ lie where they lie in the stack's bucket.
-	bucket, err := fileblob.New(j.data.Dir)
+	bucket, err := j.data.Bucket()
 	if err != nil {
-		return fmt.Errorf("open data directory %s: %w", j.data.Dir, err)
-	}
-	if err := j.openEngineOn(embedded.EngineConfig{Queue: serveQueue, Results: bucket, InProcessExports: true}); err != nil {
 		return err
 	}
-	st, engine := j.data.Store, j.engine
-
-	// Whatever was in flight when the server last stopped continues: this
-	// process holds the data directory's lock, so every lease is stale.
-	resumed, err := pipeline.ResumeUnfinished(ctx, st, engine.Queue, engine.Exporter, time.Now())
-	if err != nil {
-		logger.Warn("some unfinished tasks could not be resumed; the sweeper will retry them", "error", err)
-	}
-	if resumed != (pipeline.ResumeReport{}) {
-		logger.Info("resumed unfinished tasks", "tasks", resumed.Tasks, "batches", resumed.Batches, "exports", resumed.Exports)
-	}
-
-	tmp := filepath.Join(j.data.Dir, "tmp")
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return fmt.Errorf("data directory %s: %w", j.data.Dir, embedded.UnwrapPathError(err))
+	if err := j.openEngineOn(embedded.EngineConfig{Queue: embedded.ServeQueue, Results: bucket, InProcessExports: true}); err != nil {
+		return err
 	}
 	dropSpec := spec
 	dropSpec.ResultFormat = dropFormat
-	intake := pipeline.NewIntake(
-		pipeline.NewSplitter(st, engine.Queue, pipeline.SplitterConfig{Logger: logger, Inputs: bucket, Exports: engine.Exporter}),
-		bucket, engine.Exporter,
-		pipeline.IntakeConfig{
-			DefaultSpec: dropSpec,
-			Limits:      sheet.Limits{MaxRows: o.maxRows, MaxFileBytes: o.maxFileBytes},
-			Uploads:     api.Uploads{Blobs: bucket},
-			Owner:       o.dropOwner,
-			Sidecars:    true,
-			TempDir:     tmp,
-			Logger:      logger,
-		})
-	folder, err := dropdir.New(dropdir.Config{Root: j.data.Dir, Intake: intake, Interval: o.dropInterval, Logger: logger})
-	if err != nil {
-		return err
+	cfg := embedded.ServeConfig{
+		Engine: j.engine, Bucket: bucket, Auth: auth, Spec: spec, DropSpec: dropSpec,
+		Limits: api.Limits{
+			Models: o.allowModels, ModelFixed: j.providers.FixedModels(), MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
+			MaxFileBytes: o.maxFileBytes, MaxRows: o.maxRows,
+		},
+		MaxInlineBytes: o.maxInlineBytes, DropOwner: o.dropOwner, DropInterval: o.dropInterval,
+		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), o.batchSize), SweepAfter: o.sweepAfter, Grace: o.grace,
+		Prices: j.prices, Metrics: reg, Logger: logger,
 	}
-	limits := api.Limits{
-		Models: o.allowModels, ModelFixed: j.providers.FixedModels(), MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
-		MaxFileBytes: o.maxFileBytes, MaxRows: o.maxRows,
-	}
-	handler := api.New(api.Config{
-		Auth:  auth,
-		Store: st, Blobs: bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: spec,
-		Limits:  limits,
-		Exports: engine.Exporter, Retrier: pipeline.Retrier{Store: st, Queue: engine.Queue},
-		Prices: j.prices,
-	})
-
-	page := web.Config{Limits: limits, MaxInlineBytes: o.maxInlineBytes, TempDir: tmp, Logger: logger}
 	if tokens != nil {
-		page.Authenticate = web.Authenticate(tokens)
+		cfg.PageAuth = web.Authenticate(tokens)
 	}
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
+	if cfg.Listener, err = net.Listen("tcp", o.addr); err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--addr %s: %w", o.addr, err)}
 	}
-	// Long-lived requests (event streams) end when the server stops.
-	reqCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
-	defer endRequests()
-	srv := &http.Server{
-		Handler:           web.Site(handler, reg.Handler(), page),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	cfg.Ready = func() {
+		fmt.Fprintf(stdout, "batchgen serve: listening on http://%s (data: %s; drop folder: %s)\n",
+			cfg.Listener.Addr(), j.data.Dir, filepath.Join(j.data.Dir, "incoming"))
+		fmt.Fprintf(stdout, "batchgen serve: %s\n", access)
 	}
-	fmt.Fprintf(stdout, "batchgen serve: listening on http://%s (data: %s; drop folder: %s)\n",
-		ln.Addr(), j.data.Dir, filepath.Join(j.data.Dir, "incoming"))
-	fmt.Fprintf(stdout, "batchgen serve: %s\n", access)
-
-	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWork()
-	var wg sync.WaitGroup
-	serveErr := make(chan error, 1)
-	wg.Go(func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			serveErr <- err
-		}
-	})
-	work := embedded.Start(workCtx, st, engine.Queue, engine.Generator, embedded.WorkConfig{
-		Workers:    pipeline.BatchesInFlight(j.providers.Concurrency(), o.batchSize),
-		SweepAfter: o.sweepAfter, Exports: engine.Exporter, Logger: logger, Metrics: reg,
-	})
-	wg.Go(func() { _ = folder.Run(workCtx) })
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("stopping: finishing requests; rows answered so far are saved, the rest continue at the next start")
-	case runErr = <-serveErr:
-		runErr = fmt.Errorf("serve %s: %w", o.addr, runErr)
-	}
-	endRequests()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		logger.Warn("HTTP shutdown did not finish", "error", err)
-	}
-	// No new row starts; the calls in flight finish and are saved, for at
-	// most the grace.
-	work.Drain()
-	if !work.Wait(o.grace) {
-		logger.Warn("model calls still in flight after the shutdown grace; cutting them off (their rows run again at the next start)", "grace", o.grace)
-	}
-	work.Stop()
-	stopWork()
-	wg.Wait()
-	return runErr
+	return embedded.Serve(ctx, cfg)
 }

@@ -80,6 +80,7 @@ type Engine struct {
 	// Exports starts exports: the Signal, or the Exporter itself.
 	Exports pipeline.ExportStarter
 	logger  *slog.Logger
+	metrics metrics.Recorder
 }
 
 // NewEngine builds the engine of data directory d that calls the model
@@ -98,7 +99,7 @@ func NewEngine(d *DataDir, router llm.Provider, cfg EngineConfig) (*Engine, erro
 	if results == nil {
 		results = d.Blobs
 	}
-	e := &Engine{Data: d, Queue: q, logger: logger}
+	e := &Engine{Data: d, Queue: q, logger: logger, metrics: cfg.Metrics}
 	e.Exporter = pipeline.NewExporter(d.Store, results, pipeline.ExporterConfig{Clock: clk, Logger: logger, Metrics: cfg.Metrics})
 	e.Exports = e.Exporter
 	if !cfg.InProcessExports {
