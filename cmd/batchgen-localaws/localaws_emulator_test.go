@@ -17,10 +17,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/xuri/excelize/v2"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/store/dynamostore"
 )
 
@@ -107,7 +107,7 @@ func TestOnce(t *testing.T) {
 	in, out := filepath.Join(dir, "skus.xlsx"), filepath.Join(dir, "skus.result.xlsx")
 	writeSheet(t, in, nil)
 	stateDir := filepath.Join(dir, "state")
-	prefix := awsemu.UniquePrefix("lclaws")
+	prefix := samstack.UniquePrefix("lclaws")
 	var stdout, stderr bytes.Buffer
 	code := runMain(t.Context(), []string{
 		"--once", in, "--out", out, "--prefix", prefix, "--template", "../../template.yaml", "--state-dir", stateDir,
@@ -138,11 +138,11 @@ func TestOnce(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(stateDir, "localaws-"+prefix+".json")); !os.IsNotExist(err) {
 		t.Errorf("--cleanup left the stack recorded: %v", err)
 	}
-	cfg, err := awsemu.Config(t.Context())
+	cfg, err := samstack.Config(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stackExists(t.Context(), cfg, &awsemu.Resources{TableName: prefix + "-table", QueueURL: "x", DLQURL: "x", BucketName: prefix + "-bucket", StateMachineArn: "x"}); err == nil {
+	if err := stackExists(t.Context(), cfg, &samstack.Resources{TableName: prefix + "-table", QueueURL: "x", DLQURL: "x", BucketName: prefix + "-bucket", StateMachineArn: "x"}); err == nil {
 		t.Error("--cleanup left the stack on the emulator")
 	}
 }
@@ -153,12 +153,12 @@ func TestOnce(t *testing.T) {
 func TestOnceReuse(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	cfg, err := awsemu.Config(ctx)
+	cfg, err := samstack.Config(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := awsemu.UniquePrefix("lclaws")
-	res, err := awsemu.Provision(ctx, cfg, "../../template.yaml", prefix)
+	prefix := samstack.UniquePrefix("lclaws")
+	res, err := samstack.Provision(ctx, cfg, "../../template.yaml", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestOnceReuse(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	sf := stackFlags{prefix: prefix, stateDir: stateDir}
-	if err := saveState(sf.statePath(), stackState{Endpoint: os.Getenv(awsemu.EndpointEnv), Resources: res}); err != nil {
+	if err := saveState(sf.statePath(), stackState{Endpoint: os.Getenv(samstack.EndpointEnv), Resources: res}); err != nil {
 		t.Fatal(err)
 	}
 

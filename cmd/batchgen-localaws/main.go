@@ -3,7 +3,7 @@
 // at AWS_ENDPOINT_URL and runs the splitter, generator, exporter and
 // sweeper handlers in-process, standing in for what the emulator does not
 // do (S3 notifications, the SQS event source mapping, Step Functions
-// calling a Go Lambda, the sweeper's schedule); see internal/awsemu/localrun.
+// calling a Go Lambda, the sweeper's schedule); see internal/samstack/localrun.
 //
 //	eval "$(infra/emulator/start.sh)"; export AWS_ENDPOINT_URL
 //	go run ./cmd/batchgen-localaws --once examples/skus.xlsx --out /tmp/skus.result.xlsx

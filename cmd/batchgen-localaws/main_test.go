@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -21,7 +21,7 @@ func noenv(string) string { return "" }
 // TestUsage: bad command lines, and a missing emulator, exit 2 with a
 // message that says what to do.
 func TestUsage(t *testing.T) {
-	t.Setenv(awsemu.EndpointEnv, "")
+	t.Setenv(samstack.EndpointEnv, "")
 	tests := []struct {
 		name       string
 		args       []string
@@ -58,7 +58,7 @@ func TestUsage(t *testing.T) {
 // the flags given.
 func TestFunctionEnv(t *testing.T) {
 	t.Parallel()
-	res := &awsemu.Resources{TableName: "tbl", QueueURL: "q", DLQURL: "dlq", BucketName: "bkt", StateMachineArn: "sm"}
+	res := &samstack.Resources{TableName: "tbl", QueueURL: "q", DLQURL: "dlq", BucketName: "bkt", StateMachineArn: "sm"}
 	type got struct {
 		Provider, Model, BaseURL, Prompt string
 		SimLatency                       time.Duration
@@ -128,7 +128,7 @@ func TestState(t *testing.T) {
 	if _, err := loadState(path, "http://a"); !errors.Is(err, errNoState) {
 		t.Fatalf("no file: error = %v, want errNoState", err)
 	}
-	res := &awsemu.Resources{TableName: "p-table", QueueURL: "q", BucketName: "p-bucket", FunctionARNs: map[string]string{"ExporterFunction": "arn:x"}}
+	res := &samstack.Resources{TableName: "p-table", QueueURL: "q", BucketName: "p-bucket", FunctionARNs: map[string]string{"ExporterFunction": "arn:x"}}
 	if err := saveState(path, stackState{Endpoint: "http://a", Resources: res}); err != nil {
 		t.Fatal(err)
 	}

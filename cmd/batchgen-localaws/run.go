@@ -16,11 +16,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
-	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/samstack"
+	"github.com/batchgen/batchgen/internal/samstack/localrun"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -79,7 +79,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)}
 	}
 	// Check the settings before provisioning anything.
-	if _, err := functionEnv(&awsemu.Resources{}, fs, &o.model, getenv); err != nil {
+	if _, err := functionEnv(&samstack.Resources{}, fs, &o.model, getenv); err != nil {
 		return err
 	}
 	var input []byte
@@ -146,7 +146,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 // provision returns the stack's resources: the recorded ones under --reuse
 // if they still exist, else new ones from the template (recorded for
 // --reuse, upload and download). how says which.
-func provision(ctx context.Context, cfg aws.Config, endpoint string, o runOptions) (*awsemu.Resources, string, error) {
+func provision(ctx context.Context, cfg aws.Config, endpoint string, o runOptions) (*samstack.Resources, string, error) {
 	path := o.stack.statePath()
 	res, err := loadState(path, endpoint)
 	if err == nil {
@@ -165,7 +165,7 @@ func provision(ctx context.Context, cfg aws.Config, endpoint string, o runOption
 	if _, err := os.Stat(o.template); err != nil {
 		return nil, "", &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("template: %w (run from the repository root or pass --template)", err)}
 	}
-	res, err = awsemu.Provision(ctx, cfg, o.template, o.stack.prefix)
+	res, err = samstack.Provision(ctx, cfg, o.template, o.stack.prefix)
 	if err != nil {
 		return nil, "", err
 	}
@@ -176,7 +176,7 @@ func provision(ctx context.Context, cfg aws.Config, endpoint string, o runOption
 }
 
 // banner prints where things are and how to use them.
-func banner(w io.Writer, o runOptions, endpoint, how string, res *awsemu.Resources, env awswire.Env) {
+func banner(w io.Writer, o runOptions, endpoint, how string, res *samstack.Resources, env awswire.Env) {
 	p := prefixArg(o.stack.prefix)
 	fmt.Fprintf(w, "stack %q %s on %s\n", o.stack.prefix, how, endpoint)
 	fmt.Fprintf(w, "  bucket         %s\n", res.BucketName)

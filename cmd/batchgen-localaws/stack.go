@@ -17,9 +17,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/samstack"
 )
 
 // stackFlags name the stack on the emulator; every subcommand takes them.
@@ -49,8 +49,8 @@ func (f *stackFlags) statePath() string {
 type stackState struct {
 	// Endpoint is the emulator the stack lives on; another endpoint's
 	// state is ignored.
-	Endpoint  string            `json:"endpoint"`
-	Resources *awsemu.Resources `json:"resources"`
+	Endpoint  string              `json:"endpoint"`
+	Resources *samstack.Resources `json:"resources"`
 }
 
 // errNoState says no stack is recorded for the prefix and endpoint.
@@ -72,7 +72,7 @@ func saveState(path string, st stackState) error {
 
 // loadState reads the stack recorded at path for endpoint; errNoState when
 // there is none, or it was for another endpoint.
-func loadState(path, endpoint string) (*awsemu.Resources, error) {
+func loadState(path, endpoint string) (*samstack.Resources, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, errNoState
@@ -92,7 +92,7 @@ func loadState(path, endpoint string) (*awsemu.Resources, error) {
 
 // stackExists reports whether every resource of res is still on the
 // emulator: moto forgets everything when it restarts.
-func stackExists(ctx context.Context, cfg aws.Config, res *awsemu.Resources) error {
+func stackExists(ctx context.Context, cfg aws.Config, res *samstack.Resources) error {
 	if res.TableName == "" || res.QueueURL == "" || res.DLQURL == "" || res.BucketName == "" || res.StateMachineArn == "" {
 		return errors.New("the recorded stack is incomplete")
 	}
@@ -118,9 +118,9 @@ func stackExists(ctx context.Context, cfg aws.Config, res *awsemu.Resources) err
 // emulator returns the emulator's configuration and endpoint, or a usage
 // error saying how to start it.
 func emulator(ctx context.Context) (aws.Config, string, error) {
-	cfg, err := awsemu.Config(ctx)
-	if errors.Is(err, awsemu.ErrNoEndpoint) {
-		return aws.Config{}, "", &report.ExitError{Code: report.Rejected, Err: errors.New(awsemu.EndpointEnv +
+	cfg, err := samstack.Config(ctx)
+	if errors.Is(err, samstack.ErrNoEndpoint) {
+		return aws.Config{}, "", &report.ExitError{Code: report.Rejected, Err: errors.New(samstack.EndpointEnv +
 			` is not set. Start the emulator and export its endpoint first:
   eval "$(infra/emulator/start.sh)"; export AWS_ENDPOINT_URL`)}
 	}
@@ -132,7 +132,7 @@ func emulator(ctx context.Context) (aws.Config, string, error) {
 
 // recorded returns the stack recorded for the prefix, checking that it
 // still exists, for the upload and download subcommands.
-func recorded(ctx context.Context, cfg aws.Config, endpoint string, f stackFlags) (*awsemu.Resources, error) {
+func recorded(ctx context.Context, cfg aws.Config, endpoint string, f stackFlags) (*samstack.Resources, error) {
 	res, err := loadState(f.statePath(), endpoint)
 	if err == nil {
 		err = stackExists(ctx, cfg, res)
@@ -180,7 +180,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 // functionEnv builds the functions' configuration: the stack's resources;
 // then the flags' defaults; then the Lambda variables set in the
 // environment; then the flags given on the command line.
-func functionEnv(res *awsemu.Resources, fs *flag.FlagSet, m *modelFlags, getenv func(string) string) (awswire.Env, error) {
+func functionEnv(res *samstack.Resources, fs *flag.FlagSet, m *modelFlags, getenv func(string) string) (awswire.Env, error) {
 	vars := res.Env()
 	fromFlag := map[string]string{
 		"provider": "MODEL_PROVIDER", "model": "MODEL_NAME", "base-url": "MODEL_BASE_URL", "sim-latency": "SIM_LATENCY",

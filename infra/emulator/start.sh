@@ -45,7 +45,7 @@ answers() { curl -fsS --max-time 2 -o /dev/null "$1/moto-api/config" 2>/dev/null
 
 # configure URL: Step Functions executions only run the definition when asked to; the tests
 # exercise the export state machine's catch path, so turn it on. (moto's GET config does not
-# echo this setting back; the awsemu tests that execute the state machine prove it took.)
+# echo this setting back; the samstack tests that execute the state machine prove it took.)
 configure() {
   curl -fsS --max-time 5 -o /dev/null -X POST -H 'Content-Type: application/json' \
     -d '{"stepfunctions": {"execute_state_machine": true}}' "$1/moto-api/config" ||

@@ -250,7 +250,7 @@ func list(v string) []string {
 // region the profile routes to; and each of ProviderBedrockModels as a
 // foundation model or inference profile in every region. The generator
 // checks its providers file against it (providerfile.File.CheckGrants);
-// internal/awsemu's TestTemplateProviderGrants holds it to the template.
+// internal/samstack's TestTemplateProviderGrants holds it to the template.
 func (e Env) Grants(region string) providerfile.Grants {
 	g := providerfile.Grants{Region: region}
 	if e.ModelAPIKeyParam != "" {
@@ -360,7 +360,7 @@ type Deps struct {
 	Clock   clock.Clock
 
 	// ExportStarter, when non-nil, replaces the state machine starter:
-	// the emulator harness (awsemu/localrun) runs exports itself.
+	// the emulator harness (samstack/localrun) runs exports itself.
 	ExportStarter pipeline.ExportStarter
 	// TempDir receives the splitter's downloads and the exporter's copy of
 	// the input workbook. Defaults to os.TempDir().

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batchgen/batchgen/internal/awsemu/localrun"
+	"github.com/batchgen/batchgen/internal/samstack/localrun"
 	"github.com/batchgen/batchgen/internal/store"
 )
 

@@ -6,7 +6,7 @@ package lambdafn_test
 // wire them) on moto with resources provisioned from template.yaml, the
 // model behind the mock OpenAI-compatible server over real HTTP.
 //
-// internal/awsemu/localrun drives the stack, as cmd/batchgen-localaws
+// internal/samstack/localrun drives the stack, as cmd/batchgen-localaws
 // does: an S3 ObjectCreated event for the uploaded object goes to the
 // splitter; a loop standing in for the SQS event source mapping feeds the
 // generator (two "instances", up to 10 messages an event, deleting the
@@ -51,13 +51,13 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/xuri/excelize/v2"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
-	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/samstack"
+	"github.com/batchgen/batchgen/internal/samstack/localrun"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/faultstore"
 )
@@ -70,7 +70,7 @@ const (
 // e2e is one provisioned stack with the handlers wired on it.
 type e2e struct {
 	t     *testing.T
-	res   *awsemu.Resources
+	res   *samstack.Resources
 	mock  *mockserver.Server
 	logs  *syncBuffer
 	stack *localrun.Stack
@@ -117,12 +117,12 @@ type e2eOptions struct {
 func newE2E(t *testing.T, opts e2eOptions) *e2e {
 	t.Helper()
 	ctx := t.Context()
-	cfg, err := awsemu.Config(ctx)
+	cfg, err := samstack.Config(ctx)
 	if err != nil {
 		t.Fatalf("emulator: %v", err)
 	}
-	prefix := awsemu.UniquePrefix("e2e")
-	res, err := awsemu.Provision(ctx, cfg, "../../template.yaml", prefix)
+	prefix := samstack.UniquePrefix("e2e")
+	res, err := samstack.Provision(ctx, cfg, "../../template.yaml", prefix)
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}

@@ -22,13 +22,14 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 	"github.com/batchgen/batchgen/internal/awswire/eventswire"
 	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/samstack"
+	"github.com/batchgen/batchgen/internal/samstack/samgrants"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -109,7 +110,7 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	// 3. The API: create a task, upload through the presigned URL, split
 	// it, read it, list tasks, cancel it, read a finished one and an
 	// unknown one.
-	cfg, err := awsemu.Config(ctx)
+	cfg, err := samstack.Config(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 // grants its role.
 func checkGrants(t *testing.T, ops *awsops.Set) {
 	t.Helper()
-	grants, err := awsemu.RoleGrants(t.Context(), "../../template.yaml")
+	grants, err := samgrants.RoleGrants(t.Context(), "../../template.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func checkGrants(t *testing.T, ops *awsops.Set) {
 		granted := grants[id]
 		t.Logf("%s: observed %v", id, observed)
 		for _, a := range observed {
-			if !slices.ContainsFunc(granted, func(g awsemu.Grant) bool { return g.Matches(a) }) {
+			if !slices.ContainsFunc(granted, func(g samgrants.Grant) bool { return g.Matches(a) }) {
 				t.Errorf("%s needs %s (operations %v), which template.yaml does not grant its role", id, a, ops.For(name).Ops())
 			}
 		}
@@ -259,7 +260,7 @@ func checkGrants(t *testing.T, ops *awsops.Set) {
 			}
 		}
 		for a := range unobserved[id] {
-			if !slices.ContainsFunc(granted, func(g awsemu.Grant) bool { return g.Action == a }) {
+			if !slices.ContainsFunc(granted, func(g samgrants.Grant) bool { return g.Action == a }) {
 				t.Errorf("%s: unobserved lists %s, which the role is not granted", id, a)
 			}
 		}

@@ -20,12 +20,12 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 	"github.com/batchgen/batchgen/internal/awswire/eventswire"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -75,7 +75,7 @@ providers:
 		t.Errorf("split task's spec names provider %q model %q, want routed:east,west and mock-1 (the first entry's)", split.Spec.Provider, split.Spec.Model)
 	}
 	// So does a task created through the api function.
-	cfg, err := awsemu.Config(t.Context())
+	cfg, err := samstack.Config(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,18 +11,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/awsemu"
-	"github.com/batchgen/batchgen/internal/awsemu/localrun"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
+	"github.com/batchgen/batchgen/internal/samstack"
+	"github.com/batchgen/batchgen/internal/samstack/localrun"
 )
 
 // apiFunction builds the api function as deployed (apiwire, from the
 // stack's environment) against the emulator.
 func (e *e2e) apiFunction() *apifn.Handler {
 	e.t.Helper()
-	cfg, err := awsemu.Config(e.t.Context())
+	cfg, err := samstack.Config(e.t.Context())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -62,5 +62,5 @@ func (e *e2e) uploadedEvent(key string) events.S3Event {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return localrun.ObjectCreated(awsemu.Region, e.res.BucketName, localrun.Object{Key: key, Size: aws.ToInt64(head.ContentLength), ETag: aws.ToString(head.ETag)}, 1)
+	return localrun.ObjectCreated(samstack.Region, e.res.BucketName, localrun.Object{Key: key, Size: aws.ToInt64(head.ContentLength), ETag: aws.ToString(head.ETag)}, 1)
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn/types"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
+	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/stepfn"
 )
 
@@ -25,11 +25,11 @@ import (
 // task, with the documented input; the second start is a no-op.
 func TestStartExportIdempotent(t *testing.T) {
 	ctx := t.Context()
-	cfg, err := awsemu.Config(ctx)
+	cfg, err := samstack.Config(ctx)
 	if err != nil {
 		t.Fatalf("emulator: %v", err)
 	}
-	res, err := awsemu.Provision(ctx, cfg, "../../template.yaml", awsemu.UniquePrefix("sfn"))
+	res, err := samstack.Provision(ctx, cfg, "../../template.yaml", samstack.UniquePrefix("sfn"))
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}

@@ -19,21 +19,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/blob/blobtest"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/samstack"
 )
 
 // bucket provisions the template's resources once for a test and returns
 // an S3 client and the bucket; subtests get their own prefix in it.
 func bucket(t *testing.T) (*s3.Client, string) {
 	t.Helper()
-	cfg, err := awsemu.Config(t.Context())
+	cfg, err := samstack.Config(t.Context())
 	if err != nil {
 		t.Fatalf("emulator: %v", err)
 	}
-	res, err := awsemu.Provision(t.Context(), cfg, "../../../template.yaml", awsemu.UniquePrefix("s3"))
+	res, err := samstack.Provision(t.Context(), cfg, "../../../template.yaml", samstack.UniquePrefix("s3"))
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}

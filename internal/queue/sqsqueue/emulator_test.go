@@ -16,10 +16,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/queue/queuetest"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
+	"github.com/batchgen/batchgen/internal/samstack"
 )
 
 // templatePath is the deployment template the queues are provisioned from.
@@ -27,13 +27,13 @@ const templatePath = "../../../template.yaml"
 
 // provision creates the template's resources on the emulator under a
 // unique prefix and deletes them when the test ends.
-func provision(t *testing.T) (*sqs.Client, *awsemu.Resources) {
+func provision(t *testing.T) (*sqs.Client, *samstack.Resources) {
 	t.Helper()
-	cfg, err := awsemu.Config(t.Context())
+	cfg, err := samstack.Config(t.Context())
 	if err != nil {
 		t.Fatalf("emulator: %v", err)
 	}
-	res, err := awsemu.Provision(t.Context(), cfg, templatePath, awsemu.UniquePrefix("sqs"))
+	res, err := samstack.Provision(t.Context(), cfg, templatePath, samstack.UniquePrefix("sqs"))
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}

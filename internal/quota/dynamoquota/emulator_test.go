@@ -15,23 +15,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/quota"
 	"github.com/batchgen/batchgen/internal/quota/dynamoquota"
 	"github.com/batchgen/batchgen/internal/quota/quotatest"
+	"github.com/batchgen/batchgen/internal/samstack"
 )
 
 // table provisions the stack's table from template.yaml once per test.
 func table(t *testing.T) (aws.Config, string) {
 	t.Helper()
 	ctx := t.Context()
-	cfg, err := awsemu.Config(ctx)
+	cfg, err := samstack.Config(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := awsemu.Provision(ctx, cfg, "../../../template.yaml", awsemu.UniquePrefix("quota"))
+	res, err := samstack.Provision(ctx, cfg, "../../../template.yaml", samstack.UniquePrefix("quota"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/dynamostore"
 	"github.com/batchgen/batchgen/internal/store/storetest"
@@ -29,13 +29,13 @@ const templatePath = "../../../template.yaml"
 
 // provision creates the template's resources on the emulator under a
 // unique prefix and deletes them when the test ends.
-func provision(t *testing.T) (aws.Config, *awsemu.Resources) {
+func provision(t *testing.T) (aws.Config, *samstack.Resources) {
 	t.Helper()
-	cfg, err := awsemu.Config(t.Context())
+	cfg, err := samstack.Config(t.Context())
 	if err != nil {
 		t.Fatalf("emulator: %v", err)
 	}
-	res, err := awsemu.Provision(t.Context(), cfg, templatePath, awsemu.UniquePrefix("ddb"))
+	res, err := samstack.Provision(t.Context(), cfg, templatePath, samstack.UniquePrefix("ddb"))
 	if err != nil {
 		t.Fatalf("provision: %v", err)
 	}
@@ -48,7 +48,7 @@ func provision(t *testing.T) (aws.Config, *awsemu.Resources) {
 }
 
 // newStore returns a store on a freshly provisioned table.
-func newStore(t *testing.T, opts dynamostore.Options) (*dynamostore.Store, *dynamodb.Client, *awsemu.Resources) {
+func newStore(t *testing.T, opts dynamostore.Options) (*dynamostore.Store, *dynamodb.Client, *samstack.Resources) {
 	t.Helper()
 	cfg, res := provision(t)
 	db := dynamodb.NewFromConfig(cfg)
@@ -56,9 +56,9 @@ func newStore(t *testing.T, opts dynamostore.Options) (*dynamostore.Store, *dyna
 }
 
 // overflowStore returns an S3 blob store in the provisioned bucket.
-func overflowStore(t *testing.T, res *awsemu.Resources) *s3blob.Store {
+func overflowStore(t *testing.T, res *samstack.Resources) *s3blob.Store {
 	t.Helper()
-	cfg, err := awsemu.Config(t.Context())
+	cfg, err := samstack.Config(t.Context())
 	if err != nil {
 		t.Fatalf("emulator: %v", err)
 	}
@@ -113,7 +113,7 @@ func TestOverflowRow(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, _, res := newStore(t, dynamostore.Options{})
-	cfg, err := awsemu.Config(ctx)
+	cfg, err := samstack.Config(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestEveryItemExpires(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	_, _, res := newStore(t, dynamostore.Options{})
-	cfg, err := awsemu.Config(ctx)
+	cfg, err := samstack.Config(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

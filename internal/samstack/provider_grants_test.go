@@ -1,4 +1,4 @@
-package awsemu
+package samstack
 
 import (
 	"fmt"

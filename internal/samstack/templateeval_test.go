@@ -1,4 +1,4 @@
-package awsemu
+package samstack
 
 import (
 	"errors"
@@ -389,7 +389,7 @@ func (e *evaluator) intrinsic(name string, arg any) (any, error) {
 	case "Fn::Equals", "Fn::Not", "Fn::And", "Fn::Or":
 		return e.condExpr(map[string]any{name: arg})
 	default:
-		return nil, fmt.Errorf("%s: intrinsic function not supported by awsemu", name)
+		return nil, fmt.Errorf("%s: intrinsic function not supported by samstack", name)
 	}
 }
 

@@ -1,4 +1,4 @@
-package awsemu
+package samstack
 
 import (
 	"context"
@@ -32,7 +32,7 @@ import (
 // below). The other resources of the translation (roles, functions, APIs,
 // alarms) are left out: moto cannot run a Go Lambda, and an event source
 // mapping or a bucket notification to a function it cannot run would
-// swallow the messages and uploads the tests drive by hand (internal/awsemu/localrun).
+// swallow the messages and uploads the tests drive by hand (internal/samstack/localrun).
 // References to the functions resolve to placeholder names and ARNs.
 const (
 	typeTable           = "AWS::DynamoDB::Table"
@@ -166,7 +166,7 @@ func Provision(ctx context.Context, cfg aws.Config, templatePath, prefix string,
 	for _, opt := range opts {
 		opt(&o)
 	}
-	raw, err := translate(ctx, templatePath)
+	raw, err := Translate(ctx, templatePath)
 	if err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
@@ -497,7 +497,7 @@ func (p *provisioner) standIn(id, typ, attr string) (any, error) {
 	if attr != "" {
 		id += "." + attr
 	}
-	return nil, fmt.Errorf("refers to %s (%s), which awsemu does not provision", id, typ)
+	return nil, fmt.Errorf("refers to %s (%s), which samstack does not provision", id, typ)
 }
 
 // deferIntrinsics returns v with each intrinsic function replaced by an

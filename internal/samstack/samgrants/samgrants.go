@@ -1,4 +1,8 @@
-package awsemu
+// Package samgrants reads the IAM actions template.yaml grants each
+// function's and state machine's role, for the tests that hold what each
+// function does against its policy. Only tests use it: the binaries do not
+// link it.
+package samgrants
 
 import (
 	"context"
@@ -8,6 +12,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/batchgen/batchgen/internal/samstack"
 )
 
 // Grant is one IAM action a template allows a role.
@@ -49,7 +55,7 @@ var samManagedPolicies = []string{
 // A managed policy other than those SAM attaches by itself is an error: its
 // actions could not be checked.
 func RoleGrants(ctx context.Context, templatePath string) (map[string][]Grant, error) {
-	doc, err := translate(ctx, templatePath)
+	doc, err := samstack.Translate(ctx, templatePath)
 	if err != nil {
 		return nil, err
 	}

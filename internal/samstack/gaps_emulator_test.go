@@ -1,6 +1,6 @@
 //go:build emulator
 
-package awsemu
+package samstack
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestMotoCloudFormationGaps(t *testing.T) {
 	t.Parallel()
 	cfg := emulator(t)
 	ctx := t.Context()
-	raw, err := translate(ctx, repoTemplate)
+	raw, err := Translate(ctx, repoTemplate)
 	if err != nil {
 		t.Fatal(err)
 	}

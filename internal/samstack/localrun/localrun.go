@@ -46,7 +46,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/awswire/exporterwire"
 	"github.com/batchgen/batchgen/internal/awswire/generatorwire"
@@ -59,6 +58,7 @@ import (
 	"github.com/batchgen/batchgen/internal/logging/lambdalog"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/stepfn"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -72,10 +72,10 @@ const exporterID = "ExporterFunction"
 
 // Config says which provisioned stack to drive and how.
 type Config struct {
-	// AWS is the emulator's configuration (awsemu.Config).
+	// AWS is the emulator's configuration (samstack.Config).
 	AWS aws.Config
 	// Resources is the stack provisioned from template.yaml.
-	Resources *awsemu.Resources
+	Resources *samstack.Resources
 	// Env is the functions' configuration, as awswire.LoadEnv reads it
 	// over Resources.Env().
 	Env awswire.Env
@@ -106,7 +106,7 @@ type Config struct {
 // Stack is a provisioned stack with the handlers wired on it. Its exported
 // fields may be adjusted after New and before the first Pump.
 type Stack struct {
-	Resources *awsemu.Resources
+	Resources *samstack.Resources
 	Env       awswire.Env
 
 	S3    *s3.Client
@@ -156,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	region := cfg.AWS.Region
 	if region == "" {
-		region = awsemu.Region
+		region = samstack.Region
 	}
 	s := &Stack{
 		Resources: cfg.Resources,

@@ -1,6 +1,6 @@
 //go:build emulator
 
-package awsemu
+package samstack
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func emulator(t *testing.T) aws.Config {
 // when the test ends.
 func provision(t *testing.T, cfg aws.Config, templatePath string, opts ...Option) *Resources {
 	t.Helper()
-	res, err := Provision(t.Context(), cfg, templatePath, UniquePrefix("awsemu"), opts...)
+	res, err := Provision(t.Context(), cfg, templatePath, UniquePrefix("samstack"), opts...)
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
@@ -462,7 +462,7 @@ func TestProvisionFailureLeavesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	prefix := UniquePrefix("awsemu")
+	prefix := UniquePrefix("samstack")
 	res, err := Provision(t.Context(), cfg, path, prefix)
 	if err == nil {
 		_ = res.Cleanup(context.Background())
@@ -509,7 +509,7 @@ func TestCleanupDeletesEverything(t *testing.T) {
 	t.Parallel()
 	cfg := emulator(t)
 	ctx := t.Context()
-	res, err := Provision(ctx, cfg, repoTemplate, UniquePrefix("awsemu"))
+	res, err := Provision(ctx, cfg, repoTemplate, UniquePrefix("samstack"))
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}

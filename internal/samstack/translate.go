@@ -1,4 +1,4 @@
-package awsemu
+package samstack
 
 import (
 	"bytes"
@@ -33,13 +33,13 @@ var translations struct {
 	byKey map[string][]byte
 }
 
-// translate returns the plain CloudFormation that `sam deploy` would submit
+// Translate returns the plain CloudFormation that `sam deploy` would submit
 // for the SAM template at path, as JSON: infra/sam_translate.py run by the
 // project's virtualenv, the real SAM translator rather than a copy of its
 // rules. Importing the translator takes seconds, so results are cached in
 // the process and on disk, keyed by the template, the files it loads and
 // the script.
-func translate(ctx context.Context, path string) ([]byte, error) {
+func Translate(ctx context.Context, path string) ([]byte, error) {
 	tpl, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read template: %w", err)

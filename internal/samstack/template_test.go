@@ -1,4 +1,4 @@
-package awsemu
+package samstack
 
 import (
 	"encoding/json"
@@ -705,7 +705,7 @@ func TestProvisionRejectsBadInput(t *testing.T) {
 
 func TestUniquePrefix(t *testing.T) {
 	t.Parallel()
-	a, b := UniquePrefix("awsemu"), UniquePrefix("awsemu")
+	a, b := UniquePrefix("samstack"), UniquePrefix("samstack")
 	if a == b {
 		t.Errorf("UniquePrefix returned %q twice", a)
 	}

@@ -1,6 +1,8 @@
-package awsemu
+package samgrants
 
 import (
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -66,5 +68,26 @@ func TestRoleGrantsRejectsWhatItCannotCheck(t *testing.T) {
 				t.Errorf("roleGrants accepted %s", doc)
 			}
 		})
+	}
+}
+
+// TestNoBinaryLinksIt: the grants reader is for tests; no command or
+// function links it (nor anything else under samstack but what
+// batchgen-localaws runs).
+func TestNoBinaryLinksIt(t *testing.T) {
+	t.Parallel()
+	const mod = "github.com/batchgen/batchgen/"
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+"cmd/...", mod+"functions/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	for _, d := range deps {
+		if d == mod+"internal/samstack/samgrants" {
+			t.Errorf("a binary links %s, which only tests use", d)
+		}
+	}
+	if len(deps) < 50 {
+		t.Errorf("go list -deps listed %d packages; the binaries link more than that", len(deps))
 	}
 }

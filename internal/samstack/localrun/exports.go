@@ -22,8 +22,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/stepfn"
 )
 
@@ -96,17 +96,17 @@ const callbackResource = "arn:aws:states:::sqs:sendMessage.waitForTaskToken"
 
 // newExports creates the callback queue and the callback variant of the
 // provisioned definition on the emulator; Resources.Cleanup deletes them.
-func newExports(ctx context.Context, s *Stack, res *awsemu.Resources, exporterARN string, exporter handlerFunc, scale float64, real pipeline.ExportStarter, engine aws.Config) (*Exports, error) {
+func newExports(ctx context.Context, s *Stack, res *samstack.Resources, exporterARN string, exporter handlerFunc, scale float64, real pipeline.ExportStarter, engine aws.Config) (*Exports, error) {
 	desc, err := s.SFN.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(res.StateMachineArn)})
 	if err != nil {
 		return nil, fmt.Errorf("describe state machine %s: %w", res.StateMachineArn, err)
 	}
-	suffix := strings.TrimPrefix(awsemu.UniquePrefix("x"), "x-")
+	suffix := strings.TrimPrefix(samstack.UniquePrefix("x"), "x-")
 	q, err := s.SQS.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(res.StackName + "-export-callbacks-" + suffix)})
 	if err != nil {
 		return nil, fmt.Errorf("create the export callback queue: %w", err)
 	}
-	res.Track(awsemu.TypeQueue, aws.ToString(q.QueueUrl))
+	res.Track(samstack.TypeQueue, aws.ToString(q.QueueUrl))
 	def, err := callbackDefinition([]byte(aws.ToString(desc.Definition)), exporterARN, aws.ToString(q.QueueUrl), scale)
 	if err != nil {
 		return nil, fmt.Errorf("the provisioned definition: %w", err)
@@ -115,13 +115,13 @@ func newExports(ctx context.Context, s *Stack, res *awsemu.Resources, exporterAR
 	m, err := s.SFN.CreateStateMachine(ctx, &sfn.CreateStateMachineInput{
 		Name:       aws.String(name),
 		Definition: aws.String(string(def)),
-		RoleArn:    aws.String("arn:aws:iam::" + awsemu.AccountID + ":role/" + name),
+		RoleArn:    aws.String("arn:aws:iam::" + samstack.AccountID + ":role/" + name),
 		Type:       desc.Type,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the local export state machine: %w", err)
 	}
-	res.Track(awsemu.TypeStateMachine, aws.ToString(m.StateMachineArn))
+	res.Track(samstack.TypeStateMachine, aws.ToString(m.StateMachineArn))
 	return &Exports{
 		sfn: s.SFN, sqs: s.SQS, machine: aws.ToString(m.StateMachineArn), queueURL: aws.ToString(q.QueueUrl),
 		exporter: exporter, real: real, engine: engine, runs: map[string]*Execution{},

@@ -9,8 +9,8 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/batchgen/batchgen/internal/awsemu"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -79,7 +79,7 @@ func TestObjectCreated(t *testing.T) {
 // its attributes, and the highest receive count is kept.
 func TestSQSEvent(t *testing.T) {
 	t.Parallel()
-	s := &Stack{Resources: &awsemu.Resources{QueueARN: "arn:aws:sqs:us-east-1:123456789012:work"}, region: "us-east-1"}
+	s := &Stack{Resources: &samstack.Resources{QueueARN: "arn:aws:sqs:us-east-1:123456789012:work"}, region: "us-east-1"}
 	msg := func(id, count string) sqstypes.Message {
 		return sqstypes.Message{
 			MessageId: aws.String(id), ReceiptHandle: aws.String("rh-" + id), Body: aws.String(`{"task_id":"t","batch_no":1}`),

@@ -1,19 +1,23 @@
-// Package awsemu points tests at a local AWS API emulator and provisions on it
-// the resources that template.yaml declares.
+// Package samstack deploys template.yaml onto an AWS API endpoint and
+// points the SDK at it: Provision submits the template itself, SAM-translated
+// as `sam deploy` submits it, through the endpoint's CloudFormation (the
+// moto server that infra/emulator/start.sh starts, which prints
+// AWS_ENDPOINT_URL), and tracks what it made so Cleanup can remove it.
+// localrun runs the stack's functions in process against what was
+// provisioned (batchgen-localaws, the end-to-end tests); samgrants reads the
+// template's roles for the tests that hold each function's operations
+// against its policy. It is not an emulator: the emulator is moto.
 //
 // The AWS adapters (DynamoDB store, SQS queue, S3 blobs, Step Functions
-// export trigger) are tested against moto server started by
-// infra/emulator/start.sh, which prints AWS_ENDPOINT_URL. Provision deploys
-// the deployment template itself, rather than a copy of its settings,
-// through the emulator's CloudFormation (the SAM translation, as
-// `sam deploy` submits it), so a template that disagrees with the code
-// fails the adapters' tests instead of a deployment. Provision needs the
-// project's Python virtualenv (infra/venv.sh) for the SAM translator.
+// export trigger) are tested on a stack it provisioned, so a template that
+// disagrees with the code fails the adapters' tests instead of a
+// deployment. Provision needs the project's Python virtualenv
+// (infra/venv.sh) for the SAM translator.
 //
 // The package is plain Go so that `go vet ./...` sees it; tests that need the
 // emulator carry the build tag `emulator` and fail, never skip, when
 // AWS_ENDPOINT_URL is unset.
-package awsemu
+package samstack
 
 import (
 	"context"
