@@ -20,6 +20,7 @@ import (
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/blob/fileblob"
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
 )
@@ -217,12 +218,12 @@ func TestCreateTask(t *testing.T) {
 		t.Errorf("Location = %q", loc)
 	}
 
-	rec, err := api.LoadUpload(t.Context(), f.blobs, "0123456789abcdef0123456789abcdef")
+	rec, err := pipeline.LoadUpload(t.Context(), f.blobs, "0123456789abcdef0123456789abcdef")
 	if err != nil {
 		t.Fatalf("LoadUpload: %v", err)
 	}
 	temp := 0.2
-	wantRec := api.UploadRecord{
+	wantRec := pipeline.UploadRecord{
 		TaskID:   "0123456789abcdef0123456789abcdef",
 		Filename: "商品 list.XLSX",
 		Spec: store.TaskSpec{
@@ -311,7 +312,7 @@ func TestCreateTaskRejects(t *testing.T) {
 			if !strings.Contains(msg, tc.contains) {
 				t.Errorf("message %q does not contain %q", msg, tc.contains)
 			}
-			if _, err := api.LoadUpload(t.Context(), f.blobs, "0123456789abcdef0123456789abcdef"); err == nil {
+			if _, err := pipeline.LoadUpload(t.Context(), f.blobs, "0123456789abcdef0123456789abcdef"); err == nil {
 				t.Error("a rejected request left an upload record")
 			}
 		})
@@ -596,7 +597,7 @@ func TestLoadUploadRejectsForeignIDs(t *testing.T) {
 		{"missing", "abc"},
 	}
 	for _, tc := range tests {
-		if _, err := api.LoadUpload(t.Context(), f.blobs, tc.id); err == nil {
+		if _, err := pipeline.LoadUpload(t.Context(), f.blobs, tc.id); err == nil {
 			t.Errorf("%s: LoadUpload(%q) succeeded", tc.name, tc.id)
 		}
 	}
@@ -610,7 +611,7 @@ func TestIncomingKey(t *testing.T) {
 		{"abc", "商品 list.XLSX", "incoming/abc/商品 list.xlsx"},
 	}
 	for _, tc := range tests {
-		if got := api.IncomingKey(tc.id, tc.filename); got != tc.want {
+		if got := pipeline.IncomingKey(tc.id, tc.filename); got != tc.want {
 			t.Errorf("IncomingKey(%q, %q) = %q, want %q", tc.id, tc.filename, got, tc.want)
 		}
 	}

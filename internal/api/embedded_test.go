@@ -44,7 +44,7 @@ func newEmbedded(t *testing.T) *embedded {
 	exports := &recordingExports{}
 	intake := pipeline.NewIntake(pipeline.NewSplitter(f.store, q, pipeline.SplitterConfig{Clock: f.config.Clock}), f.blobs, exports,
 		pipeline.IntakeConfig{
-			DefaultSpec: f.config.DefaultSpec, Uploads: api.Uploads{Blobs: f.blobs}, TempDir: t.TempDir(), Clock: f.config.Clock,
+			DefaultSpec: f.config.DefaultSpec, Uploads: pipeline.BlobUploads{Blobs: f.blobs}, TempDir: t.TempDir(), Clock: f.config.Clock,
 			Limits: sheet.Limits{MaxFileBytes: f.config.Limits.MaxFileBytes},
 		})
 	f.config.Presigner = nil
@@ -213,7 +213,7 @@ func TestUploadRejectsLikeTheCLI(t *testing.T) {
 			if tasks, _ := e.store.ListTasks(t.Context(), 0); len(tasks) != 0 {
 				t.Errorf("a rejected upload left %d tasks", len(tasks))
 			}
-			if _, err := api.LoadUpload(t.Context(), e.blobs, "0123456789abcdef0123456789abcdef"); err == nil {
+			if _, err := pipeline.LoadUpload(t.Context(), e.blobs, "0123456789abcdef0123456789abcdef"); err == nil {
 				t.Error("a rejected upload left an upload record")
 			}
 		})

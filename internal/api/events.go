@@ -193,7 +193,7 @@ func (s *server) loadForEvents(ctx context.Context, owner, id string) (store.Tas
 		}
 		return task, false, err
 	}
-	rec, lerr := LoadUpload(ctx, s.cfg.Blobs, id)
+	rec, lerr := pipeline.LoadUpload(ctx, s.cfg.Blobs, id)
 	if errors.Is(lerr, blob.ErrNotFound) || (lerr == nil && rec.Owner != owner) {
 		return store.Task{}, false, err
 	}
@@ -205,7 +205,7 @@ func (s *server) loadForEvents(ctx context.Context, owner, id string) (store.Tas
 
 // awaitingView is the view of a task whose sheet has not arrived.
 func (s *server) awaitingView(id string, placeholder store.Task) TaskView {
-	return s.recordView(UploadRecord{TaskID: id, Filename: placeholder.Source, Spec: placeholder.Spec, CreatedAt: placeholder.CreatedAt})
+	return s.recordView(pipeline.UploadRecord{TaskID: id, Filename: placeholder.Source, Spec: placeholder.Spec, CreatedAt: placeholder.CreatedAt})
 }
 
 func rowsDone(t store.Task) int { return t.RowsSucceeded + t.RowsFailed + t.RowsSkipped }

@@ -64,15 +64,15 @@ func (s *server) ownedTask(w http.ResponseWriter, r *http.Request) (store.Task, 
 
 // ownedUpload loads the caller's upload record of task id, answering 404
 // when there is none (or it is another principal's).
-func (s *server) ownedUpload(w http.ResponseWriter, r *http.Request, id string) (UploadRecord, bool) {
-	rec, err := LoadUpload(r.Context(), s.cfg.Blobs, id)
+func (s *server) ownedUpload(w http.ResponseWriter, r *http.Request, id string) (pipeline.UploadRecord, bool) {
+	rec, err := pipeline.LoadUpload(r.Context(), s.cfg.Blobs, id)
 	if errors.Is(err, blob.ErrNotFound) || (err == nil && rec.Owner != principal(r)) {
 		notFound(w, id)
-		return UploadRecord{}, false
+		return pipeline.UploadRecord{}, false
 	}
 	if err != nil {
 		s.internalError(w, r, "load upload record", err)
-		return UploadRecord{}, false
+		return pipeline.UploadRecord{}, false
 	}
 	return rec, true
 }
@@ -174,7 +174,7 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "create task", fmt.Errorf("NewID returned an invalid task id %q", id))
 		return
 	}
-	rec := UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, CreatedAt: s.cfg.Clock.Now().UTC()}
+	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, CreatedAt: s.cfg.Clock.Now().UTC()}
 	// A sheet sent inside the request creates no task when it is
 	// rejected: the answer is the only record, on both runtimes.
 	if ok, _ := s.check(w, file, rec); !ok {
@@ -265,7 +265,7 @@ func (s *server) receiveError(w http.ResponseWriter, r *http.Request, filename s
 // not its name), 413 for limits of size, 400 for the rest. It reports
 // whether the sheet passed, and whether it was rejected (rather than
 // failed to be read for an internal reason).
-func (s *server) check(w http.ResponseWriter, file string, rec UploadRecord) (ok, rejected bool) {
+func (s *server) check(w http.ResponseWriter, file string, rec pipeline.UploadRecord) (ok, rejected bool) {
 	_, err := pipeline.Validate(pipeline.SplitParams{
 		TaskID: rec.TaskID, Path: file, Source: rec.Filename, Owner: rec.Owner, Spec: rec.Spec, Encoding: rec.Encoding,
 		Limits:        sheet.Limits{MaxRows: s.cfg.Limits.MaxRows, MaxFileBytes: s.cfg.Limits.MaxFileBytes},
@@ -292,7 +292,7 @@ func (s *server) check(w http.ResponseWriter, file string, rec UploadRecord) (ok
 // store puts a checked sheet where the splitter takes it
 // (incoming/<id>/<name>) with its upload record, splits it at once when
 // the runtime has an Intake, and answers with the task.
-func (s *server) store(w http.ResponseWriter, r *http.Request, status int, file string, rec UploadRecord) {
+func (s *server) store(w http.ResponseWriter, r *http.Request, status int, file string, rec pipeline.UploadRecord) {
 	ctx := r.Context()
 	rec.Uploaded, rec.Size = true, 0
 	key, err := s.keep(r, file, rec)
@@ -326,7 +326,7 @@ func (s *server) store(w http.ResponseWriter, r *http.Request, status int, file 
 // keep puts a received sheet where the splitter takes it
 // (incoming/<id>/<name>), after its upload record: the object's arrival
 // starts the splitter, which looks the record up. It returns the key.
-func (s *server) keep(r *http.Request, file string, rec UploadRecord) (string, error) {
+func (s *server) keep(r *http.Request, file string, rec pipeline.UploadRecord) (string, error) {
 	if err := s.putRecord(r, rec); err != nil {
 		return "", fmt.Errorf("write upload record: %w", err)
 	}
@@ -335,7 +335,7 @@ func (s *server) keep(r *http.Request, file string, rec UploadRecord) (string, e
 		return "", fmt.Errorf("open upload: %w", err)
 	}
 	defer f.Close()
-	key := IncomingKey(rec.TaskID, rec.Filename)
+	key := pipeline.IncomingKey(rec.TaskID, rec.Filename)
 	if err := s.cfg.Blobs.Put(r.Context(), key, f); err != nil {
 		return "", fmt.Errorf("put %s: %w", key, err)
 	}
@@ -347,7 +347,7 @@ func (s *server) keep(r *http.Request, file string, rec UploadRecord) (string, e
 // splitter refuses them, so the task is FAILED with the reason (and
 // listed so) rather than waiting for an upload forever. The same intake
 // records it here, after the PUT has been answered with the reason.
-func (s *server) recordRejected(r *http.Request, file string, rec UploadRecord) {
+func (s *server) recordRejected(r *http.Request, file string, rec pipeline.UploadRecord) {
 	if s.cfg.Intake == nil {
 		return
 	}
@@ -361,12 +361,12 @@ func (s *server) recordRejected(r *http.Request, file string, rec UploadRecord) 
 	}
 }
 
-func (s *server) putRecord(r *http.Request, rec UploadRecord) error {
+func (s *server) putRecord(r *http.Request, rec pipeline.UploadRecord) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode upload record: %w", err)
 	}
-	return s.cfg.Blobs.Put(r.Context(), UploadRecordKey(rec.TaskID), bytes.NewReader(b))
+	return s.cfg.Blobs.Put(r.Context(), pipeline.UploadRecordKey(rec.TaskID), bytes.NewReader(b))
 }
 
 // createForUpload is the JSON form of POST /api/tasks: it records the
@@ -403,12 +403,12 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Clock.Now().UTC()
-	rec := UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Size: size, Encoding: req.Encoding, CreatedAt: now}
+	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Size: size, Encoding: req.Encoding, CreatedAt: now}
 	url := absoluteURL(r, "/api/tasks/"+id+"/upload")
 	if s.cfg.Presigner != nil {
 		// Presign before writing the record: signing is local and cheap,
 		// and a failure then leaves nothing behind.
-		url, err = s.cfg.Presigner.PresignPut(ctx, IncomingKey(id, req.Filename), s.cfg.UploadTTL, size, contentType)
+		url, err = s.cfg.Presigner.PresignPut(ctx, pipeline.IncomingKey(id, req.Filename), s.cfg.UploadTTL, size, contentType)
 		if err != nil {
 			s.internalError(w, r, "presign upload", err)
 			return
@@ -948,7 +948,7 @@ func decodeCursor(s string) (store.TaskCursor, error) {
 }
 
 // recordView shows a task that exists only as its upload record.
-func (s *server) recordView(rec UploadRecord) TaskView {
+func (s *server) recordView(rec pipeline.UploadRecord) TaskView {
 	status := StateAwaitingUpload
 	if rec.Uploaded {
 		status = StateUploaded

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
 // TestIsolation proves on the embedded runtime that a task is its owner's
@@ -71,7 +72,7 @@ func TestIsolation(t *testing.T) {
 	if err != nil || task.State != "SUCCEEDED" || task.ExportGen != 0 {
 		t.Errorf("alice's task after bob's attempts: %s gen %d (%v), want SUCCEEDED, never reopened", task.State, task.ExportGen, err)
 	}
-	if rec, err := api.LoadUpload(t.Context(), e.blobs, waiting); err != nil || rec.Uploaded {
+	if rec, err := pipeline.LoadUpload(t.Context(), e.blobs, waiting); err != nil || rec.Uploaded {
 		t.Errorf("alice's pending upload after bob's PUT: %+v (%v), want still awaiting", rec, err)
 	}
 

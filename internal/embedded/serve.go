@@ -107,7 +107,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		pipeline.IntakeConfig{
 			DefaultSpec: cfg.DropSpec,
 			Limits:      sheet.Limits{MaxRows: cfg.Limits.MaxRows, MaxFileBytes: cfg.Limits.MaxFileBytes},
-			Uploads:     api.Uploads{Blobs: cfg.Bucket},
+			Uploads:     pipeline.BlobUploads{Blobs: cfg.Bucket},
 			Owner:       cfg.DropOwner,
 			Sidecars:    true,
 			TempDir:     tmp,

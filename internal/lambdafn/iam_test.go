@@ -146,7 +146,7 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 		t.Errorf("event stream of a task awaiting its sheet: %q", got)
 	}
 	e.putUpload(created, body)
-	key := api.IncomingKey(created.ID, "via-api.xlsx")
+	key := pipeline.IncomingKey(created.ID, "via-api.xlsx")
 	if err := e.stack.Splitter.Handle(ctx, e.uploadedEvent(key)); err != nil {
 		t.Fatalf("splitter on the API upload: %v", err)
 	}

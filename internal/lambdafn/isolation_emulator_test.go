@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
 // TestAPIIsolationOnAWS runs the api function as deployed, through the
@@ -55,7 +56,7 @@ func TestAPIIsolationOnAWS(t *testing.T) {
 			t.Fatalf("splitter: %v", err)
 		}
 	}
-	split(api.IncomingKey(created.ID, "alice.xlsx"))
+	split(pipeline.IncomingKey(created.ID, "alice.xlsx"))
 	e.pump(created.ID, 90*time.Second)
 
 	// 2. The multipart form: the api function checks the sheet and puts
@@ -80,7 +81,7 @@ func TestAPIIsolationOnAWS(t *testing.T) {
 	if err := json.Unmarshal(out, &posted); err != nil || posted.Status != api.StateUploaded {
 		t.Fatalf("multipart POST answered %s (%v), want the task UPLOADED", out, err)
 	}
-	split(api.IncomingKey(posted.ID, "alice-form.xlsx"))
+	split(pipeline.IncomingKey(posted.ID, "alice-form.xlsx"))
 
 	// A bad sheet is refused with the core's message before anything is
 	// stored.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/sheet"
@@ -36,7 +35,7 @@ func TestSplitterRedropAfterResultExpired(t *testing.T) {
 		pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock, Logger: e.log}),
 		e.blobs, starts,
 		pipeline.IntakeConfig{
-			DefaultSpec: defaultSpec, Limits: sheet.Limits{}, Uploads: api.Uploads{Blobs: e.blobs},
+			DefaultSpec: defaultSpec, Limits: sheet.Limits{}, Uploads: pipeline.BlobUploads{Blobs: e.blobs},
 			TempDir: t.TempDir(), Clock: e.clock, Logger: e.log,
 		}), Logger: e.log}
 	key := "incoming/items.csv"

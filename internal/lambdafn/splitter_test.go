@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -39,7 +38,7 @@ func (e *env) splitter(limits sheet.Limits) *splitterfn.Handler {
 		pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock, Logger: e.log}),
 		e.blobs, &pipeline.ExportSignal{},
 		pipeline.IntakeConfig{
-			DefaultSpec: defaultSpec, Limits: limits, Uploads: api.Uploads{Blobs: e.blobs},
+			DefaultSpec: defaultSpec, Limits: limits, Uploads: pipeline.BlobUploads{Blobs: e.blobs},
 			TempDir: e.t.TempDir(), Clock: e.clock, Logger: e.log,
 		})
 	return &splitterfn.Handler{Intake: intake, Metrics: metrics.New(e.logs, e.clock, nil), Logger: e.log}
@@ -114,15 +113,15 @@ func TestSplitterSplits(t *testing.T) {
 		{
 			name: "API upload takes the task id and spec from its record",
 			setup: func(e *env) string {
-				rec, err := json.Marshal(api.UploadRecord{
+				rec, err := json.Marshal(pipeline.UploadRecord{
 					TaskID: uploadID, Filename: "商品 list.XLSX", CreatedAt: epoch,
 					Spec: store.TaskSpec{Prompt: "Upload copy for {{商品名称}}", Provider: "sim", BatchSize: 4},
 				})
 				if err != nil {
 					t.Fatal(err)
 				}
-				e.put(api.UploadRecordKey(uploadID), rec)
-				key := api.IncomingKey(uploadID, "商品 list.XLSX")
+				e.put(pipeline.UploadRecordKey(uploadID), rec)
+				key := pipeline.IncomingKey(uploadID, "商品 list.XLSX")
 				// The workbook's prompt sheet loses to the request's prompt.
 				e.put(key, xlsx(t, header, rows(9), "Sheet copy for {{商品名称}}"))
 				return key
@@ -379,8 +378,8 @@ func TestSplitterBadUploadRecordRetries(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const id = "0123456789abcdef0123456789abcdef"
-	e.put(api.UploadRecordKey(id), []byte("{not json"))
-	key := api.IncomingKey(id, "a.csv")
+	e.put(pipeline.UploadRecordKey(id), []byte("{not json"))
+	key := pipeline.IncomingKey(id, "a.csv")
 	e.put(key, csvBytes(header, rows(1)))
 	if err := e.splitter(sheet.Limits{}).Handle(t.Context(), s3Event(t, key, "etag-1")); err == nil {
 		t.Fatal("Handle succeeded with an unreadable upload record")

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
 // TestUploadURLRejectionOnAWS: a sheet PUT to its presigned upload URL
@@ -35,7 +36,7 @@ func TestUploadURLRejectionOnAWS(t *testing.T) {
 	// S3 takes any bytes of the signed size and type.
 	e.putUpload(created, body)
 
-	key := api.IncomingKey(created.ID, "empty.csv")
+	key := pipeline.IncomingKey(created.ID, "empty.csv")
 	if err := e.stack.Splitter.Handle(ctx, e.uploadedEvent(key)); err != nil {
 		t.Fatalf("splitter on a rejected sheet: %v (a rejection is an outcome, not an error to retry)", err)
 	}

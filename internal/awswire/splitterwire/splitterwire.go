@@ -7,7 +7,6 @@
 package splitterwire
 
 import (
-	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
 	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
@@ -18,7 +17,7 @@ import (
 )
 
 // New builds the splitter function's handler. Uploads made through the API
-// are split with the spec recorded beside them (api.Uploads reads those
+// are split with the spec recorded beside them (pipeline.BlobUploads reads those
 // records).
 func New(d *awswire.Deps) (*splitterfn.Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME", "STATE_MACHINE_ARN"); err != nil {
@@ -39,7 +38,7 @@ func New(d *awswire.Deps) (*splitterfn.Handler, error) {
 		pipeline.IntakeConfig{
 			DefaultSpec: spec,
 			Limits:      sheet.Limits{MaxRows: d.Env.MaxRows, MaxFileBytes: d.Env.MaxInputBytes},
-			Uploads:     api.Uploads{Blobs: blobs},
+			Uploads:     pipeline.BlobUploads{Blobs: blobs},
 			Owner:       d.Env.DropOwner,
 			// The role may list the bucket, so a missing sidecar is a 404.
 			Sidecars: true,
