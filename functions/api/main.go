@@ -8,7 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/apiwire"
+	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 )
 
 func main() {
@@ -16,7 +16,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("api", err)
 	}
-	h, err := apiwire.New(d)
+	h, err := apifn.New(d)
 	if err != nil {
 		awswire.Fatal("api", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/eventswire"
+	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
 )
 
 func main() {
@@ -18,7 +18,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("events", err)
 	}
-	h, err := eventswire.New(ctx, d, nil)
+	h, err := eventsfn.New(ctx, d, nil)
 	if err != nil {
 		awswire.Fatal("events", err)
 	}

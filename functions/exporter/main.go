@@ -8,7 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/exporterwire"
+	"github.com/batchgen/batchgen/internal/lambdafn/exporterfn"
 )
 
 func main() {
@@ -16,7 +16,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("exporter", err)
 	}
-	h, err := exporterwire.New(d)
+	h, err := exporterfn.New(d)
 	if err != nil {
 		awswire.Fatal("exporter", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/generatorwire"
+	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
 )
 
 func main() {
@@ -18,7 +18,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("generator", err)
 	}
-	h, err := generatorwire.New(ctx, d)
+	h, err := generatorfn.New(ctx, d)
 	if err != nil {
 		awswire.Fatal("generator", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/splitterwire"
+	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 )
 
 func main() {
@@ -16,7 +16,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("splitter", err)
 	}
-	h, err := splitterwire.New(d)
+	h, err := splitterfn.New(d)
 	if err != nil {
 		awswire.Fatal("splitter", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/sweeperwire"
+	"github.com/batchgen/batchgen/internal/lambdafn/sweeperfn"
 )
 
 func main() {
@@ -16,7 +16,7 @@ func main() {
 	if err != nil {
 		awswire.Fatal("sweeper", err)
 	}
-	h, err := sweeperwire.New(d)
+	h, err := sweeperfn.New(d)
 	if err != nil {
 		awswire.Fatal("sweeper", err)
 	}

@@ -14,11 +14,11 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/apiwire"
-	"github.com/batchgen/batchgen/internal/awswire/exporterwire"
-	"github.com/batchgen/batchgen/internal/awswire/generatorwire"
-	"github.com/batchgen/batchgen/internal/awswire/splitterwire"
-	"github.com/batchgen/batchgen/internal/awswire/sweeperwire"
+	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
+	"github.com/batchgen/batchgen/internal/lambdafn/exporterfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/sweeperfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/quota"
@@ -167,11 +167,11 @@ func TestBuildersCheckTheirResources(t *testing.T) {
 	env.ModelProvider = "sim" // openai would read the key from SSM
 	cfg := aws.Config{Region: "us-east-1"}
 	builders := map[string]func(*awswire.Deps) error{
-		"splitter":  func(d *awswire.Deps) error { _, err := splitterwire.New(d); return err },
-		"generator": func(d *awswire.Deps) error { _, err := generatorwire.New(context.Background(), d); return err },
-		"exporter":  func(d *awswire.Deps) error { _, err := exporterwire.New(d); return err },
-		"sweeper":   func(d *awswire.Deps) error { _, err := sweeperwire.New(d); return err },
-		"api":       func(d *awswire.Deps) error { _, err := apiwire.New(d); return err },
+		"splitter":  func(d *awswire.Deps) error { _, err := splitterfn.New(d); return err },
+		"generator": func(d *awswire.Deps) error { _, err := generatorfn.New(context.Background(), d); return err },
+		"exporter":  func(d *awswire.Deps) error { _, err := exporterfn.New(d); return err },
+		"sweeper":   func(d *awswire.Deps) error { _, err := sweeperfn.New(d); return err },
+		"api":       func(d *awswire.Deps) error { _, err := apifn.New(d); return err },
 	}
 	for name, build := range builders {
 		if err := build(awswire.NewDeps(env, cfg, name)); err != nil {
@@ -215,7 +215,7 @@ func TestGeneratorQuotaIsShared(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := awswire.NewDeps(env, cfg, "generator")
-		set, err := generatorwire.Providers(context.Background(), d, f, nil)
+		set, err := generatorfn.Providers(context.Background(), d, f, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +226,7 @@ func TestGeneratorQuotaIsShared(t *testing.T) {
 		if local, ok := l.(*quota.Local); ok && tc.perMinute > 0 && (local.Rate()*60 > tc.perMinute || local.Rate()*60 < 0.9*tc.perMinute) {
 			t.Errorf("QUOTA_RPM=%d over 10 instances: an instance paces at %.2f/min, want %v (a little under is its margin)", tc.rpm, local.Rate()*60, tc.perMinute)
 		}
-		if _, err := generatorwire.New(context.Background(), d); err != nil {
+		if _, err := generatorfn.New(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -280,7 +280,7 @@ providers:
 		t.Errorf("names (-want +got):\n%s", diff)
 	}
 	d := awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "generator")
-	set, err := generatorwire.Providers(context.Background(), d, f, nil)
+	set, err := generatorfn.Providers(context.Background(), d, f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ providers:
 		got = *cfg
 		return st
 	}
-	if _, err := generatorwire.New(context.Background(), d); err != nil {
+	if _, err := generatorfn.New(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
 	if got.Concurrency != 10 || got.CallTimeout != 90*time.Second {
@@ -311,7 +311,7 @@ providers:
 	}
 
 	env.ProvidersFile = "providers:\n  - name: east\n    kind: mock\n    rmp: 600\n"
-	_, err = generatorwire.New(context.Background(), awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "generator"))
+	_, err = generatorfn.New(context.Background(), awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "generator"))
 	if err == nil || !strings.Contains(err.Error(), "PROVIDERS_FILE:4") || !strings.Contains(err.Error(), `"rmp"`) {
 		t.Errorf("bad file: %v; want an error naming PROVIDERS_FILE, line 4 and the key", err)
 	}
@@ -350,7 +350,7 @@ func TestGeneratorCacheSettings(t *testing.T) {
 			got = *cfg
 			return st
 		}
-		if _, err := generatorwire.New(context.Background(), d); err != nil {
+		if _, err := generatorfn.New(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}
 		if got.CacheMode != tc.wantMode || got.Cache == nil {
@@ -417,8 +417,8 @@ func TestDefaultSpecFollowsProviders(t *testing.T) {
 			}
 			spec, err := env.DefaultSpec()
 			d := awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "test")
-			_, splitErr := splitterwire.New(d)
-			_, apiErr := apiwire.New(d)
+			_, splitErr := splitterfn.New(d)
+			_, apiErr := apifn.New(d)
 			if tc.wantErr != "" {
 				for fn, err := range map[string]error{"DefaultSpec": err, "splitter": splitErr, "api": apiErr} {
 					if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), `"rmp"`) {
@@ -574,7 +574,7 @@ func TestGeneratorChecksGrants(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			_, err = generatorwire.New(ctx, awswire.NewDeps(env, aws.Config{Region: region}, "generator"))
+			_, err = generatorfn.New(ctx, awswire.NewDeps(env, aws.Config{Region: region}, "generator"))
 			if tc.reads != "" {
 				if err == nil || !strings.Contains(err.Error(), "read the model API key from SSM parameter "+tc.reads) || strings.Contains(err.Error(), "granted") {
 					t.Fatalf("generator: %v; want it past the check, reading %s", err, tc.reads)

@@ -1,8 +1,11 @@
 package awswire_test
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -55,15 +58,79 @@ func services(list []string) []string {
 	return out
 }
 
-// fnPackages are each function's own handler and wiring packages: no
-// function links another's.
-var fnPackages = map[string][]string{
-	"splitter":  {"internal/lambdafn/splitterfn", "internal/awswire/splitterwire"},
-	"generator": {"internal/lambdafn/generatorfn", "internal/awswire/generatorwire"},
-	"exporter":  {"internal/lambdafn/exporterfn", "internal/awswire/exporterwire"},
-	"api":       {"internal/lambdafn/apifn", "internal/awswire/apiwire"},
-	"sweeper":   {"internal/lambdafn/sweeperfn", "internal/awswire/sweeperwire"},
-	"events":    {"internal/lambdafn/eventsfn", "internal/awswire/eventswire"},
+// fnPackages are each function's own package (its handler and its
+// wiring): no function links another's.
+var fnPackages = map[string]string{
+	"splitter":  "internal/lambdafn/splitterfn",
+	"generator": "internal/lambdafn/generatorfn",
+	"exporter":  "internal/lambdafn/exporterfn",
+	"api":       "internal/lambdafn/apifn",
+	"sweeper":   "internal/lambdafn/sweeperfn",
+	"events":    "internal/lambdafn/eventsfn",
+}
+
+// handlerDeps lists what a function's handler file links: the packages its
+// imports link (go list -deps of each), the rest of its own package (the
+// wiring in wire.go, which builds the AWS clients) left out.
+func handlerDeps(t *testing.T, file string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "../../"+file, nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, imp := range f.Imports {
+		path, _ := strconv.Unquote(imp.Path.Value)
+		cmd := exec.Command("go", "list", "-deps", "-tags", "lambda.norpc", "-f", "{{.ImportPath}}", path)
+		cmd.Env = append(cmd.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
+		list, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", path, err, list)
+		}
+		for _, d := range strings.Fields(string(list)) {
+			if !seen[d] {
+				seen[d] = true
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// TestHandlersKeepToThePorts: each function's handler file (its package
+// holds its wiring too) links neither the AWS SDK nor the model providers:
+// it turns events into calls of the core and nothing else, so it is tested
+// without AWS.
+func TestHandlersKeepToThePorts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		file          string
+		must, mustNot []string
+	}{
+		{file: "internal/lambdafn/splitterfn/splitterfn.go", must: []string{lambdaGo + "/events"}, mustNot: []string{sdk, openai, mod + "internal/api"}},
+		{file: "internal/lambdafn/generatorfn/generatorfn.go", must: []string{lambdaGo + "/events"}, mustNot: []string{sdk, openai, mod + "internal/api"}},
+		{file: "internal/lambdafn/exporterfn/exporterfn.go", mustNot: []string{sdk, openai, mod + "internal/api"}},
+		{file: "internal/lambdafn/sweeperfn/sweeperfn.go", must: []string{lambdaGo + "/events"}, mustNot: []string{sdk, openai, mod + "internal/api"}},
+		{file: "internal/lambdafn/apifn/apifn.go", must: []string{lambdaGo + "/events", apiProxy}, mustNot: []string{sdk, openai, mod + "internal/pipeline"}},
+		{file: "internal/lambdafn/eventsfn/eventsfn.go", must: []string{lambdaGo + "/lambdaurl"}, mustNot: []string{sdk, openai, apiProxy, mod + "internal/pipeline"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			list := handlerDeps(t, tc.file)
+			for _, p := range tc.must {
+				if !links(list, p) {
+					t.Errorf("%s does not link %s; the test's picture of the layout is out of date", tc.file, p)
+				}
+			}
+			for _, p := range tc.mustNot {
+				if links(list, p) {
+					t.Errorf("%s links %s", tc.file, p)
+				}
+			}
+		})
+	}
 }
 
 // TestDependencyEdges asserts the layering and that each Lambda function
@@ -82,11 +149,6 @@ func TestDependencyEdges(t *testing.T) {
 		mustNot  []string
 	}{
 		{pkg: "internal/pipeline", mustNot: []string{sdk, lambdaGo, openai, apiProxy, mod + "internal/api", mod + "internal/lambdafn", mod + "internal/awswire", mod + "internal/quota"}},
-		{pkg: "internal/lambdafn/splitterfn", must: []string{lambdaGo + "/events"}, mustNot: []string{sdk, openai, mod + "internal/api"}},
-		{pkg: "internal/lambdafn/generatorfn", must: []string{lambdaGo + "/events"}, mustNot: []string{sdk, openai, mod + "internal/api"}},
-		{pkg: "internal/lambdafn/exporterfn", mustNot: []string{sdk, openai, mod + "internal/api"}},
-		{pkg: "internal/lambdafn/sweeperfn", must: []string{lambdaGo + "/events"}, mustNot: []string{sdk, openai, mod + "internal/api"}},
-		{pkg: "internal/lambdafn/apifn", must: []string{lambdaGo + "/events", apiProxy}, mustNot: []string{sdk, openai, mod + "internal/pipeline"}},
 		{pkg: "internal/awswire", services: []string{"dynamodb"}, mustNot: []string{openai, mod + "internal/lambdafn", mod + "internal/api"}},
 		{
 			pkg:      "functions/splitter",
@@ -111,7 +173,6 @@ func TestDependencyEdges(t *testing.T) {
 			must:     []string{apiProxy, mod + "internal/api"},
 			mustNot:  []string{openai, mod + "internal/llm/openai", mod + "internal/llm/bedrock", mod + "internal/llm/sim", mod + "internal/quota"},
 		},
-		{pkg: "internal/lambdafn/eventsfn", must: []string{lambdaGo + "/lambdaurl"}, mustNot: []string{sdk, openai, apiProxy, mod + "internal/pipeline"}},
 		{
 			// The event stream only reads: the task (DynamoDB), an upload
 			// record and the presigned result link (S3), and checks the JWT.
@@ -144,11 +205,9 @@ func TestDependencyEdges(t *testing.T) {
 				}
 			}
 			fn, isFunction := strings.CutPrefix(tc.pkg, "functions/")
-			for other, pkgs := range fnPackages {
-				for _, p := range pkgs {
-					if got := links(list, mod+p); isFunction && got != (other == fn) {
-						t.Errorf("%s links %s: %v, want %v", tc.pkg, p, got, other == fn)
-					}
+			for other, p := range fnPackages {
+				if got := links(list, mod+p); isFunction && got != (other == fn) {
+					t.Errorf("%s links %s: %v, want %v", tc.pkg, p, got, other == fn)
 				}
 			}
 		})

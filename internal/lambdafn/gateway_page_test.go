@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/apiwire"
+	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/web"
 )
 
@@ -26,7 +26,7 @@ import (
 func TestGatewayServesThePage(t *testing.T) {
 	t.Parallel()
 	env := awswire.Env{TableName: "batchgen-Table", BucketName: "batchgen-bucket", MaxInputBytes: 100 << 20}
-	h, err := apiwire.New(awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "api"))
+	h, err := apifn.New(awswire.NewDeps(env, aws.Config{Region: "us-east-1"}, "api"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestGatewayServesThePage(t *testing.T) {
 		{"/api/openapi.yaml", "application/yaml", "openapi:"},
 		// Sheets over Lambda's payload limit go to S3 directly: the page
 		// learns the bound here, before it has a token.
-		{web.ConfigPath, "application/json", `"max_inline_bytes":` + strconv.Itoa(apiwire.InlineUploadBytes)},
+		{web.ConfigPath, "application/json", `"max_inline_bytes":` + strconv.Itoa(apifn.InlineUploadBytes)},
 	}
 	for _, tc := range pages {
 		resp, body := serveGateway(t, h, gatewayRequest{method: "GET", target: tc.target})

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -23,7 +22,7 @@ func TestGatewayAuth(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	h := &apifn.Handler{Handler: api.New(api.Config{Store: e.store, Blobs: e.blobs, Auth: apiwire.GatewayAuth{}, Clock: e.clock})}
+	h := &apifn.Handler{Handler: api.New(api.Config{Store: e.store, Blobs: e.blobs, Auth: apifn.GatewayAuth{}, Clock: e.clock})}
 	tests := []struct {
 		name, sub  string
 		wantStatus int

@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/batchgen/batchgen/internal/api"
-	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -333,7 +332,7 @@ func TestHTTPServesTheAPI(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	h := &apifn.Handler{Handler: api.New(api.Config{
-		Store: e.store, Blobs: e.blobs, Presigner: urlPresigner{}, Auth: apiwire.GatewayAuth{}, Clock: e.clock,
+		Store: e.store, Blobs: e.blobs, Presigner: urlPresigner{}, Auth: apifn.GatewayAuth{}, Clock: e.clock,
 		DefaultSpec: store.TaskSpec{Provider: "sim", BatchSize: 100},
 		NewID:       func() string { return "0123456789abcdef0123456789abcdef" },
 	})}

@@ -24,8 +24,7 @@ import (
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/apiwire"
-	"github.com/batchgen/batchgen/internal/awswire/eventswire"
+	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/samstack"
@@ -115,7 +114,7 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	apiDeps := awswire.NewDeps(e.stack.Env, ops.For("api").Attach(cfg), "api")
-	h, err := apiwire.New(apiDeps)
+	h, err := apifn.New(apiDeps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +137,7 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	// The event stream, through the Function URL adapter as the events
 	// function serves it: a task awaiting its sheet (its upload record).
 	evDeps := awswire.NewDeps(e.stack.Env, ops.For("events").Attach(cfg), "events")
-	stream, err := eventswire.New(ctx, evDeps, api.Fixed(pipeline.LocalOwner))
+	stream, err := eventsfn.New(ctx, evDeps, api.Fixed(pipeline.LocalOwner))
 	if err != nil {
 		t.Fatal(err)
 	}

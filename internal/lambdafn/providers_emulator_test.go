@@ -21,8 +21,8 @@ import (
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/apiwire"
-	"github.com/batchgen/batchgen/internal/awswire/eventswire"
+	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
+	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/samstack"
@@ -79,7 +79,7 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := apiwire.New(awswire.NewDeps(e.stack.Env, cfg, "api"))
+	h, err := apifn.New(awswire.NewDeps(e.stack.Env, cfg, "api"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ providers:
 	}
 	// The events function's stream shows the same cost: one done event for
 	// a finished task.
-	stream, err := eventswire.New(t.Context(), awswire.NewDeps(e.stack.Env, cfg, "events"), api.Fixed(owner))
+	stream, err := eventsfn.New(t.Context(), awswire.NewDeps(e.stack.Env, cfg, "events"), api.Fixed(owner))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/apiwire"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/samstack/localrun"
@@ -26,7 +25,7 @@ func (e *e2e) apiFunction() *apifn.Handler {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	h, err := apiwire.New(awswire.NewDeps(e.stack.Env, cfg, "api"))
+	h, err := apifn.New(awswire.NewDeps(e.stack.Env, cfg, "api"))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -1,7 +1,9 @@
-// Package apifn is the api Lambda's handler: API Gateway HTTP API events
-// (payload format 2.0) served by an http.Handler (internal/api), so one
-// handler runs under net/http locally and behind API Gateway. functions/api
-// wires it through internal/awswire/apiwire.
+// Package apifn is the api Lambda: API Gateway HTTP API events (payload
+// format 2.0) served by an http.Handler (internal/api), so one handler runs
+// under net/http locally and behind API Gateway. The package is the whole
+// function: its handler (apifn.go) depends on the API and aws-lambda-go
+// only, and New (wire.go) builds it from the function's environment and
+// AWS clients for functions/api.
 package apifn
 
 import (

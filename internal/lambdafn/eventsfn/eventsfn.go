@@ -1,10 +1,10 @@
-// Package eventsfn is the events Lambda's handler: the API's task event
-// stream (GET /api/tasks/{id}/events, Server-Sent Events) served through a
-// Lambda Function URL with response streaming, since API Gateway answers
-// only request/response. The conversion is aws-lambda-go's lambdaurl: the
+// Package eventsfn is the events Lambda: the API's task event stream (GET
+// /api/tasks/{id}/events, Server-Sent Events) served through a Lambda
+// Function URL with response streaming, since API Gateway answers only
+// request/response. The conversion is aws-lambda-go's lambdaurl: the
 // http.Handler writes into a pipe that Lambda streams to the client as it
-// is written. functions/events wires it through
-// internal/awswire/eventswire.
+// is written. The package is the whole function: New (wire.go) builds it
+// from the function's environment and AWS clients for functions/events.
 package eventsfn
 
 import (

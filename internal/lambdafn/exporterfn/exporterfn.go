@@ -1,7 +1,9 @@
-// Package exporterfn is the exporter Lambda's handler, the export state
-// machine's task: it writes a finished task's result workbook through
-// pipeline.Exporter. It depends on the ports only; functions/exporter wires
-// it through internal/awswire/exporterwire.
+// Package exporterfn is the exporter Lambda, the export state machine's
+// task: it writes a finished task's result workbook through
+// pipeline.Exporter. The package is the whole function: its handler
+// (exporterfn.go) depends on the ports only (TestDependencyEdges holds it
+// to that), and New (wire.go) builds it from the function's environment and
+// AWS clients for functions/exporter.
 package exporterfn
 
 import (

@@ -1,8 +1,10 @@
-// Package generatorfn is the generator Lambda's handler: SQS batch messages
-// from the work queue are claimed and their rows generated through
-// pipeline.Generator, with partial batch responses. It depends on the ports
-// and aws-lambda-go/events only; functions/generator wires it through
-// internal/awswire/generatorwire.
+// Package generatorfn is the generator Lambda: SQS batch messages from the
+// work queue are claimed and their rows generated through
+// pipeline.Generator, with partial batch responses. The package is the
+// whole function: its handler (generatorfn.go) depends on the ports and
+// aws-lambda-go/events only (TestDependencyEdges holds it to that), and New
+// (wire.go) builds it from the function's environment, its providers and
+// AWS clients for functions/generator.
 package generatorfn
 
 import (

@@ -1,7 +1,9 @@
-// Package splitterfn is the splitter Lambda's handler: S3 upload events
-// under incoming/ go to pipeline.Intake, which validates and splits them.
-// It depends on the ports and aws-lambda-go/events only; functions/splitter
-// wires it through internal/awswire/splitterwire.
+// Package splitterfn is the splitter Lambda: S3 upload events under
+// incoming/ go to pipeline.Intake, which validates and splits them. The
+// package is the whole function: its handler (splitterfn.go) depends on the
+// ports and aws-lambda-go/events only (TestDependencyEdges holds it to
+// that), and New (wire.go) builds it from the function's environment and
+// AWS clients for functions/splitter.
 package splitterfn
 
 import (

@@ -1,7 +1,9 @@
-// Package sweeperfn is the sweeper Lambda's handler: on each scheduled
-// EventBridge event it runs one pipeline.Sweeper pass. It depends on the
-// ports and aws-lambda-go/events only; functions/sweeper wires it through
-// internal/awswire/sweeperwire.
+// Package sweeperfn is the sweeper Lambda: on each scheduled EventBridge
+// event it runs one pipeline.Sweeper pass. The package is the whole
+// function: its handler (sweeperfn.go) depends on the ports and
+// aws-lambda-go/events only (TestDependencyEdges holds it to that), and New
+// (wire.go) builds it from the function's environment and AWS clients for
+// functions/sweeper.
 package sweeperfn
 
 import (

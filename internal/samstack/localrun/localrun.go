@@ -47,11 +47,8 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/awswire/exporterwire"
-	"github.com/batchgen/batchgen/internal/awswire/generatorwire"
-	"github.com/batchgen/batchgen/internal/awswire/splitterwire"
-	"github.com/batchgen/batchgen/internal/awswire/sweeperwire"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/lambdafn/exporterfn"
 	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
 	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 	"github.com/batchgen/batchgen/internal/lambdafn/sweeperfn"
@@ -168,7 +165,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		region:    region,
 	}
 
-	exporter, err := exporterwire.New(deps("exporter"))
+	exporter, err := exporterfn.New(deps("exporter"))
 	if err != nil {
 		return nil, fmt.Errorf("localrun: exporter: %w", err)
 	}
@@ -193,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	sd := viaStandIn(deps("splitter"))
 	sd.TempDir = cfg.TempDir
-	if s.Splitter, err = splitterwire.New(sd); err != nil {
+	if s.Splitter, err = splitterfn.New(sd); err != nil {
 		return nil, fmt.Errorf("localrun: splitter: %w", err)
 	}
 
@@ -202,7 +199,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 		n = 2
 	}
 	for i := range n {
-		g, err := generatorwire.New(ctx, viaStandIn(deps(fmt.Sprintf("generator-%d", i+1))))
+		g, err := generatorfn.New(ctx, viaStandIn(deps(fmt.Sprintf("generator-%d", i+1))))
 		if err != nil {
 			return nil, fmt.Errorf("localrun: generator: %w", err)
 		}
@@ -210,7 +207,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 
 	s.sweeperDeps = viaStandIn(deps("sweeper"))
-	if s.Sweeper, err = sweeperwire.New(s.sweeperDeps); err != nil {
+	if s.Sweeper, err = sweeperfn.New(s.sweeperDeps); err != nil {
 		return nil, fmt.Errorf("localrun: sweeper: %w", err)
 	}
 	return s, nil
@@ -220,7 +217,7 @@ func New(ctx context.Context, cfg Config) (*Stack, error) {
 // by tune (tests: no waiting, fewer claims).
 func (s *Stack) TuneSweeper(tune func(*pipeline.SweeperConfig)) error {
 	s.sweeperDeps.TuneSweeper = tune
-	h, err := sweeperwire.New(s.sweeperDeps)
+	h, err := sweeperfn.New(s.sweeperDeps)
 	if err != nil {
 		return fmt.Errorf("localrun: sweeper: %w", err)
 	}

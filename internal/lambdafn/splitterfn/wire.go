@@ -1,15 +1,8 @@
-// Package splitterwire builds the splitter function: the drop folder's
-// intake on the task store, the bucket, the work queue and the export
-// state machine (an input that splits into no batches is exported at
-// once). As `batchgen serve`'s drop folder, it reads a sidecar prompt
-// (<name>.prompt.txt) beside an input and moves a taken input from
-// incoming/ to processed/.
-package splitterwire
+package splitterfn
 
 import (
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
-	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
 	"github.com/batchgen/batchgen/internal/sheet"
@@ -19,7 +12,7 @@ import (
 // New builds the splitter function's handler. Uploads made through the API
 // are split with the spec recorded beside them (pipeline.BlobUploads reads those
 // records).
-func New(d *awswire.Deps) (*splitterfn.Handler, error) {
+func New(d *awswire.Deps) (*Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "BUCKET_NAME", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
@@ -48,5 +41,5 @@ func New(d *awswire.Deps) (*splitterfn.Handler, error) {
 			Clock:     d.Clock,
 			Logger:    d.Logger,
 		})
-	return &splitterfn.Handler{Intake: intake, Metrics: d.Metrics, Logger: d.Logger}, nil
+	return &Handler{Intake: intake, Metrics: d.Metrics, Logger: d.Logger}, nil
 }

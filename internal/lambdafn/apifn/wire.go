@@ -1,9 +1,4 @@
-// Package apiwire builds the api function: the HTTP API (internal/api) on
-// the task store, the bucket (uploads, results), the work queue (retries)
-// and the export state machine (a cancelled task's partial result), served
-// with the web page (internal/web) as one handler, web.Site, the same one
-// batchgen serve serves. It links no model provider and no generator.
-package apiwire
+package apifn
 
 import (
 	"fmt"
@@ -12,7 +7,6 @@ import (
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
-	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
@@ -30,7 +24,7 @@ import (
 const InlineUploadBytes = 4 << 20
 
 // New builds the api function's handler.
-func New(d *awswire.Deps) (*apifn.Handler, error) {
+func New(d *awswire.Deps) (*Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
 		return nil, err
 	}
@@ -72,10 +66,10 @@ func New(d *awswire.Deps) (*apifn.Handler, error) {
 		Logger:         d.Logger,
 		MaxInlineBytes: InlineUploadBytes,
 	}
-	return &apifn.Handler{Handler: web.Site(handler, nil, page), Logger: d.Logger}, nil
+	return &Handler{Handler: web.Site(handler, nil, page), Logger: d.Logger}, nil
 }
 
-// GatewayAuth names the principal of a request served through apifn.Handler from
+// GatewayAuth names the principal of a request served through Handler from
 // what API Gateway's authorizer verified: the JWT's subject, or for IAM
 // authorization the caller's ARN. API Gateway has already refused requests
 // without valid credentials; one that reaches the handler without an
@@ -86,7 +80,7 @@ var _ api.Authenticator = GatewayAuth{}
 
 // Authenticate returns the authorizer's principal.
 func (GatewayAuth) Authenticate(r *http.Request) (string, error) {
-	rc, ok := apifn.APIGatewayRequestContext(r.Context())
+	rc, ok := APIGatewayRequestContext(r.Context())
 	if !ok || rc.Authorizer == nil {
 		return "", fmt.Errorf("%w: no API Gateway authorizer context", api.ErrUnauthenticated)
 	}

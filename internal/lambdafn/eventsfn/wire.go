@@ -1,10 +1,4 @@
-// Package eventswire builds the events function: the task event stream of
-// the HTTP API (api.NewEvents) on the task store and the bucket (upload
-// records of tasks awaiting their sheet, presigned result links), behind
-// the in-handler JWT check (jwtauth), served through a Lambda Function URL
-// with response streaming (eventsfn). It links no queue, state machine or
-// model provider: the stream only reads.
-package eventswire
+package eventsfn
 
 import (
 	"context"
@@ -14,7 +8,6 @@ import (
 	"github.com/batchgen/batchgen/internal/api/jwtauth"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
-	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
 	"github.com/batchgen/batchgen/internal/pricing"
 )
 
@@ -22,7 +15,7 @@ import (
 // JWT_ISSUER and JWT_AUDIENCE: the Function URL has no authorizer, so
 // without them anyone could follow any task. ctx bounds the background
 // refresh of the issuer's key set (the process's life in main).
-func New(ctx context.Context, d *awswire.Deps, auth api.Authenticator) (*eventsfn.Handler, error) {
+func New(ctx context.Context, d *awswire.Deps, auth api.Authenticator) (*Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "BUCKET_NAME"); err != nil {
 		return nil, err
 	}
@@ -43,7 +36,7 @@ func New(ctx context.Context, d *awswire.Deps, auth api.Authenticator) (*eventsf
 		return nil, err
 	}
 	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
-	return &eventsfn.Handler{
+	return &Handler{
 		Handler: api.NewEvents(api.Config{
 			Auth: auth, Store: d.Store(blobs), Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
 			Prices: pricing.Default().FromProviders(providers),

@@ -1,29 +1,24 @@
-// Package sweeperwire builds the sweeper function: the task store, the
-// work queue and the export state machine. It links no S3 client: the
-// sweeper moves batches and starts exports, and never reads a row's cells
-// (its role has no S3 grant either).
-package sweeperwire
+package sweeperfn
 
 import (
 	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/lambdafn/sweeperfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
 	"github.com/batchgen/batchgen/internal/stepfn"
 )
 
 // New builds the sweeper function's handler.
-func New(d *awswire.Deps) (*sweeperfn.Handler, error) {
+func New(d *awswire.Deps) (*Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
-	counter := sweeperfn.NewCounter()
+	counter := NewCounter()
 	cfg := pipeline.SweeperConfig{Clock: d.Clock, Logger: d.Logger, Metrics: counter}
 	if d.TuneSweeper != nil {
 		d.TuneSweeper(&cfg)
 	}
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
-	return &sweeperfn.Handler{
+	return &Handler{
 		Sweeper: pipeline.NewSweeper(d.Store(nil), queue, d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)), cfg),
 		Counter: counter,
 		Metrics: d.Metrics,

@@ -1,9 +1,4 @@
-// Package generatorwire builds the generator function: the task store
-// (with the bucket for oversized rows), the work queue, the export state
-// machine, and what no other function links: the model provider (the
-// OpenAI SDK and the API key from SSM, or the Bedrock runtime client) and
-// the shared quota.
-package generatorwire
+package generatorfn
 
 import (
 	"context"
@@ -20,7 +15,6 @@ import (
 
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
-	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
 	"github.com/batchgen/batchgen/internal/llm"
 	bedrockllm "github.com/batchgen/batchgen/internal/llm/bedrock"
 	"github.com/batchgen/batchgen/internal/metrics"
@@ -41,7 +35,7 @@ import (
 // instance's share of theirs: providers.Limiters); metrics go to rec. ctx
 // bounds the cold-start reads of the keys. The handler gives back the
 // seconds the shared limiters leased ahead when an invocation ends
-// (providers.Set.Release through generatorfn.Handler.Idle).
+// (providers.Set.Release through Handler.Idle).
 func Providers(ctx context.Context, d *awswire.Deps, f *providerfile.File, rec metrics.Recorder) (*providers.Set, error) {
 	db := dynamodb.NewFromConfig(d.AWS)
 	return providers.Build(f, providers.Config{
@@ -86,7 +80,7 @@ func readKey(ctx context.Context, d *awswire.Deps, name string) (string, error) 
 
 // New builds the generator function's handler around one shared
 // pipeline.Generator; ctx bounds the cold-start reads (the API keys).
-func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
+func New(ctx context.Context, d *awswire.Deps) (*Handler, error) {
 	if err := d.Env.Require("TABLE_NAME", "QUEUE_URL", "STATE_MACHINE_ARN"); err != nil {
 		return nil, err
 	}
@@ -100,7 +94,7 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 	if err := f.CheckGrants(d.Env.Grants(d.AWS.Region)); err != nil {
 		return nil, fmt.Errorf("the providers need more than the generator's role is granted: %w", err)
 	}
-	counter := generatorfn.NewCounter()
+	counter := NewCounter()
 	set, err := Providers(ctx, d, f, counter)
 	if err != nil {
 		return nil, err
@@ -133,7 +127,7 @@ func New(ctx context.Context, d *awswire.Deps) (*generatorfn.Handler, error) {
 			d.Logger.WarnContext(ctx, "shared quota: could not give back the seconds leased ahead", "error", err)
 		}
 	}
-	return &generatorfn.Handler{Generator: gen, Queue: queue, Counter: counter, Metrics: d.Metrics, Logger: d.Logger, Idle: idle}, nil
+	return &Handler{Generator: gen, Queue: queue, Counter: counter, Metrics: d.Metrics, Logger: d.Logger, Idle: idle}, nil
 }
 
 // instanceName names this Lambda instance in batch claims, so an operator
