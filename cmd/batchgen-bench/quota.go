@@ -21,20 +21,9 @@ func measureTokenQuota(ctx context.Context, r *run) ([]Figure, error) {
 	if r.quick {
 		rows, tpm = 250, 16000
 	}
-	m, err := r.mock(ctx, "--latency", latency.String(), "--quota", strconv.Itoa(rpm), "--token-quota", strconv.Itoa(tpm), "--quota-window", "60s")
-	if err != nil {
-		return nil, err
-	}
-	defer m.Stop()
-	in, err := r.csv(rows, "tpm")
-	if err != nil {
-		return nil, err
-	}
-	res, err := r.runJob(ctx, in, m, "--rpm", strconv.Itoa(rpm), "--tpm", strconv.Itoa(tpm), "--concurrency", "16")
-	if err != nil {
-		return nil, err
-	}
-	st, err := m.Stats()
+	res, st, err := r.jobOnMock(ctx, "tpm", rows,
+		[]string{"--latency", latency.String(), "--quota", strconv.Itoa(rpm), "--token-quota", strconv.Itoa(tpm), "--quota-window", "60s"},
+		[]string{"--rpm", strconv.Itoa(rpm), "--tpm", strconv.Itoa(tpm), "--concurrency", "16"})
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +34,27 @@ func measureTokenQuota(ctx context.Context, r *run) ([]Figure, error) {
 		{ID: "quota-tpm-429", Name: "quota: 429s where TPM binds (share of requests)", Value: share(st.RateLimited, st.Requests),
 			Better: AtMost, Bound: 0, Detail: fmt.Sprintf("%d of %d requests", st.RateLimited, st.Requests)},
 	}, nil
+}
+
+// jobOnMock runs rows through `batchgen run` (with runFlags) against a
+// fresh `batchgen mock-llm` started with mockFlags, and returns the run and
+// what the server counted.
+func (r *run) jobOnMock(ctx context.Context, id string, rows int, mockFlags, runFlags []string) (result, mockStats, error) {
+	m, err := r.mock(ctx, mockFlags...)
+	if err != nil {
+		return result{}, mockStats{}, err
+	}
+	defer m.Stop()
+	in, err := r.csv(rows, id)
+	if err != nil {
+		return result{}, mockStats{}, err
+	}
+	res, err := r.runJob(ctx, in, m, runFlags...)
+	if err != nil {
+		return result{}, mockStats{}, err
+	}
+	st, err := m.Stats()
+	return res, st, err
 }
 
 // measureQuotaLearning: a one-minute job (600 rows at 600 requests a
@@ -65,22 +75,9 @@ func measureQuotaLearning(ctx context.Context, r *run) ([]Figure, error) {
 		{"quota-learned-headers", "quota learned from headers", nil, 1.10},
 		{"quota-learned-429s", "quota learned from 429s alone", []string{"--no-ratelimit-headers"}, 1.15},
 	} {
-		m, err := r.mock(ctx, append([]string{"--latency", latency.String(), "--quota", strconv.Itoa(perWindow), "--quota-window", window.String()}, c.flags...)...)
-		if err != nil {
-			return nil, err
-		}
-		in, err := r.csv(rows, c.id)
-		if err != nil {
-			m.Stop()
-			return nil, err
-		}
-		res, err := r.runJob(ctx, in, m, "--concurrency", "16")
-		if err != nil {
-			m.Stop()
-			return nil, err
-		}
-		st, err := m.Stats()
-		m.Stop()
+		res, st, err := r.jobOnMock(ctx, c.id, rows,
+			append([]string{"--latency", latency.String(), "--quota", strconv.Itoa(perWindow), "--quota-window", window.String()}, c.flags...),
+			[]string{"--concurrency", "16"})
 		if err != nil {
 			return nil, err
 		}
@@ -115,23 +112,9 @@ func measureQuotaLearningElsewhere(ctx context.Context, r *run) ([]Figure, error
 		{"quota-elsewhere-2x", "quota set 2x too high, another provider shape", []string{"--rpm", strconv.Itoa(2 * rpm)}, 1.05},
 		{"quota-elsewhere-unknown", "quota unknown, another provider shape", nil, 1.10},
 	} {
-		m, err := r.mock(ctx, "--latency", latency.String(), "--jitter", jitter.String(), "--quota", strconv.Itoa(perWindow),
-			"--quota-window", window.String(), "--no-ratelimit-headers")
-		if err != nil {
-			return nil, err
-		}
-		in, err := r.csv(rows, c.id)
-		if err != nil {
-			m.Stop()
-			return nil, err
-		}
-		res, err := r.runJob(ctx, in, m, append([]string{"--concurrency", "16"}, c.flags...)...)
-		if err != nil {
-			m.Stop()
-			return nil, err
-		}
-		st, err := m.Stats()
-		m.Stop()
+		res, st, err := r.jobOnMock(ctx, c.id, rows,
+			[]string{"--latency", latency.String(), "--jitter", jitter.String(), "--quota", strconv.Itoa(perWindow), "--quota-window", window.String(), "--no-ratelimit-headers"},
+			append([]string{"--concurrency", "16"}, c.flags...))
 		if err != nil {
 			return nil, err
 		}

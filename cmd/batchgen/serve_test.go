@@ -160,6 +160,68 @@ func (p *serveProc) tasks() []apiTask {
 	return list.Tasks
 }
 
+// onlyTask waits for the server's one task and returns its id.
+func (p *serveProc) onlyTask() string {
+	var id string
+	waitFor(p.t, "the task", func() bool {
+		if ts := p.tasks(); len(ts) == 1 {
+			id = ts[0].TaskID
+		}
+		return id != ""
+	})
+	return id
+}
+
+// sseEvent is one event of a task's stream as a client receives it.
+type sseEvent struct {
+	name string
+	data struct {
+		State     string `json:"status"`
+		RowsDone  int    `json:"rows_done"`
+		RowsTotal int    `json:"rows_total"`
+		ResultURL string `json:"result_url"`
+	}
+	// at is when it arrived; answered, what answered() said then (the
+	// model server's count of answered rows), when given.
+	at       time.Time
+	answered int64
+}
+
+// followEvents reads task id's event stream to its end.
+func (p *serveProc) followEvents(t *testing.T, id string, answered func() int64) []sseEvent {
+	t.Helper()
+	resp, err := http.Get(p.url + "/api/tasks/" + id + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "text/event-stream") {
+		t.Fatalf("GET events: %d %q", resp.StatusCode, ct)
+	}
+	var events []sseEvent
+	var cur sseEvent
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		line := lines.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			cur.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.data); err != nil {
+				t.Fatalf("event data: %v", err)
+			}
+		case line == "" && cur.name != "":
+			cur.at = time.Now()
+			if answered != nil {
+				cur.answered = answered()
+			}
+			events = append(events, cur)
+			cur = sseEvent{}
+		}
+	}
+	return events
+}
+
 // waitFor polls cond every 20ms until it holds or a minute has passed.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -450,53 +512,8 @@ func TestServeEvents(t *testing.T) {
 	srv := startServe(t, data, mock, "--prompt", "Copy for {{name}}")
 	const n = 24
 	dropCSV(t, data, "events.csv", rowsCSV(n, "events"))
-	var id string
-	waitFor(t, "the task", func() bool {
-		ts := srv.tasks()
-		if len(ts) == 1 {
-			id = ts[0].TaskID
-		}
-		return id != ""
-	})
-
-	resp, err := http.Get(srv.url + "/api/tasks/" + id + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "text/event-stream") {
-		t.Fatalf("GET events: %d %q", resp.StatusCode, ct)
-	}
-	type event struct {
-		name string
-		data struct {
-			State     string `json:"status"`
-			RowsDone  int    `json:"rows_done"`
-			RowsTotal int    `json:"rows_total"`
-			ResultURL string `json:"result_url"`
-		}
-		// answered is how many rows had a result in the store, by the
-		// model server's count, when the event arrived.
-		answered int64
-	}
-	var events []event
-	var cur event
-	lines := bufio.NewScanner(resp.Body)
-	for lines.Scan() {
-		line := lines.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			cur.name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.data); err != nil {
-				t.Fatalf("event data: %v", err)
-			}
-		case line == "" && cur.name != "":
-			cur.answered = model.Stats().Succeeded
-			events = append(events, cur)
-			cur = event{}
-		}
-	}
+	id := srv.onlyTask()
+	events := srv.followEvents(t, id, func() int64 { return model.Stats().Succeeded })
 	if len(events) < 3 {
 		t.Fatalf("%d events, want a snapshot, progress while running and done: %+v", len(events), events)
 	}
@@ -544,53 +561,15 @@ func TestServeEventsEveryTwoSeconds(t *testing.T) {
 		"--batch-size", strconv.Itoa(pipeline.DefaultBatchSize), "--prompt", "Copy for {{name}}")
 	const n = 400
 	dropCSV(t, data, "steady.csv", rowsCSV(n, "steady"))
-	var id string
-	waitFor(t, "the task", func() bool {
-		if ts := srv.tasks(); len(ts) == 1 {
-			id = ts[0].TaskID
-		}
-		return id != ""
-	})
-	resp, err := http.Get(srv.url + "/api/tasks/" + id + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	type event struct {
-		name     string
-		at       time.Time
-		rowsDone int
-	}
-	var events []event
-	cur := event{}
-	lines := bufio.NewScanner(resp.Body)
-	for lines.Scan() {
-		line := lines.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			cur.name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			var d struct {
-				RowsDone int `json:"rows_done"`
-			}
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d); err != nil {
-				t.Fatalf("event data: %v", err)
-			}
-			cur.rowsDone = d.RowsDone
-		case line == "" && cur.name != "":
-			cur.at = time.Now()
-			events = append(events, cur)
-			cur = event{}
-		}
-	}
-	if len(events) == 0 || events[len(events)-1].name != "done" || events[len(events)-1].rowsDone != n {
+	events := srv.followEvents(t, srv.onlyTask(), nil)
+	if len(events) == 0 || events[len(events)-1].name != "done" || events[len(events)-1].data.RowsDone != n {
 		t.Fatalf("the stream did not end with all %d rows done: %+v", n, events)
 	}
 	// From the first event showing rows done to the last one before all
 	// were: every gap at most 2 s, and many steps, not one per batch.
-	var moving []event
+	var moving []sseEvent
 	for _, ev := range events {
-		if ev.rowsDone > 0 && ev.rowsDone < n {
+		if ev.data.RowsDone > 0 && ev.data.RowsDone < n {
 			moving = append(moving, ev)
 		}
 	}
@@ -599,10 +578,10 @@ func TestServeEventsEveryTwoSeconds(t *testing.T) {
 	}
 	for i := 1; i < len(moving); i++ {
 		if gap := moving[i].at.Sub(moving[i-1].at); gap > 2*time.Second {
-			t.Errorf("no event for %v while rows completed (%d then %d rows done)", gap.Round(time.Millisecond), moving[i-1].rowsDone, moving[i].rowsDone)
+			t.Errorf("no event for %v while rows completed (%d then %d rows done)", gap.Round(time.Millisecond), moving[i-1].data.RowsDone, moving[i].data.RowsDone)
 		}
-		if moving[i].rowsDone < moving[i-1].rowsDone {
-			t.Errorf("rows done went back from %d to %d", moving[i-1].rowsDone, moving[i].rowsDone)
+		if moving[i].data.RowsDone < moving[i-1].data.RowsDone {
+			t.Errorf("rows done went back from %d to %d", moving[i-1].data.RowsDone, moving[i].data.RowsDone)
 		}
 	}
 	srv.stop()

@@ -98,6 +98,22 @@ func handlerDeps(t *testing.T, file string) []string {
 	return out
 }
 
+// checkLinks fails t unless what (a package or file) links, by list, every
+// package of must and none of mustNot.
+func checkLinks(t *testing.T, what string, list, must, mustNot []string) {
+	t.Helper()
+	for _, p := range must {
+		if !links(list, p) {
+			t.Errorf("%s does not link %s; the test's picture of the layout is out of date", what, p)
+		}
+	}
+	for _, p := range mustNot {
+		if links(list, p) {
+			t.Errorf("%s links %s", what, p)
+		}
+	}
+}
+
 // TestHandlersKeepToThePorts: each function's handler file (its package
 // holds its wiring too) links neither the AWS SDK nor the model providers:
 // it turns events into calls of the core and nothing else, so it is tested
@@ -118,17 +134,7 @@ func TestHandlersKeepToThePorts(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
 			t.Parallel()
-			list := handlerDeps(t, tc.file)
-			for _, p := range tc.must {
-				if !links(list, p) {
-					t.Errorf("%s does not link %s; the test's picture of the layout is out of date", tc.file, p)
-				}
-			}
-			for _, p := range tc.mustNot {
-				if links(list, p) {
-					t.Errorf("%s links %s", tc.file, p)
-				}
-			}
+			checkLinks(t, tc.file, handlerDeps(t, tc.file), tc.must, tc.mustNot)
 		})
 	}
 }
@@ -194,16 +200,7 @@ func TestDependencyEdges(t *testing.T) {
 			if diff := cmp.Diff(tc.services, services(list)); diff != "" {
 				t.Errorf("%s links AWS service clients (-want +got):\n%s", tc.pkg, diff)
 			}
-			for _, p := range tc.must {
-				if !links(list, p) {
-					t.Errorf("%s does not link %s; the test's picture of the layout is out of date", tc.pkg, p)
-				}
-			}
-			for _, p := range tc.mustNot {
-				if links(list, p) {
-					t.Errorf("%s links %s", tc.pkg, p)
-				}
-			}
+			checkLinks(t, tc.pkg, list, tc.must, tc.mustNot)
 			fn, isFunction := strings.CutPrefix(tc.pkg, "functions/")
 			for other, p := range fnPackages {
 				if got := links(list, mod+p); isFunction && got != (other == fn) {
