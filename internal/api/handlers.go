@@ -521,6 +521,21 @@ func (s *server) specError(w http.ResponseWriter, err error) {
 // names it knows.
 var encodingPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,40}$`)
 
+// boundedCount is a request's optional count named name: 0 takes def, a
+// negative one is refused, and one over the deployment's limit is a
+// *limitError.
+func boundedCount(name string, v, limit, def int) (int, error) {
+	switch {
+	case v < 0:
+		return 0, fmt.Errorf("%s %d: must be at least 1 (0 for the default)", name, v)
+	case v > limit:
+		return 0, &limitError{fmt.Sprintf("%s %d: this deployment allows at most %d", name, v, limit)}
+	case v == 0:
+		return def, nil
+	}
+	return v, nil
+}
+
 // specFor validates a request's settings against the deployment's limits
 // and completes them with its defaults. Its errors are meant for the
 // client.
@@ -571,23 +586,12 @@ func (s *server) specFor(req CreateTaskRequest) (store.TaskSpec, error) {
 	if spec.Temperature == nil {
 		spec.Temperature = def.Temperature
 	}
-	if req.MaxTokens < 0 {
-		return spec, fmt.Errorf("max_tokens %d: must be at least 1 (0 for the default)", req.MaxTokens)
+	var err error
+	if spec.MaxTokens, err = boundedCount("max_tokens", req.MaxTokens, lim.MaxTokens, def.MaxTokens); err != nil {
+		return spec, err
 	}
-	if req.MaxTokens > lim.MaxTokens {
-		return spec, &limitError{fmt.Sprintf("max_tokens %d: this deployment allows at most %d", req.MaxTokens, lim.MaxTokens)}
-	}
-	if spec.MaxTokens == 0 {
-		spec.MaxTokens = def.MaxTokens
-	}
-	if req.BatchSize < 0 {
-		return spec, fmt.Errorf("batch_size %d: must be at least 1 (0 for the default)", req.BatchSize)
-	}
-	if req.BatchSize > lim.MaxBatchSize {
-		return spec, &limitError{fmt.Sprintf("batch_size %d: this deployment allows at most %d", req.BatchSize, lim.MaxBatchSize)}
-	}
-	if spec.BatchSize == 0 {
-		spec.BatchSize = def.BatchSize
+	if spec.BatchSize, err = boundedCount("batch_size", req.BatchSize, lim.MaxBatchSize, def.BatchSize); err != nil {
+		return spec, err
 	}
 	if req.Encoding != "" && !encodingPattern.MatchString(req.Encoding) {
 		return spec, fmt.Errorf("encoding %.40q is not an encoding name (e.g. utf-8, gb18030, windows-1252)", req.Encoding)

@@ -151,7 +151,23 @@ func (q *Queue) buryExhausted(ctx context.Context, tx *sql.Tx, now int64) error 
 // Receive delivers up to max visible messages, oldest first, hiding them for
 // the visibility timeout. It never waits for messages to arrive.
 func (q *Queue) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
-	what := "receive from queue " + q.name
+	return q.deliveries(ctx, "receive from queue "+q.name, max, func(tx *sql.Tx, now int64) (*sql.Rows, error) {
+		return tx.QueryContext(ctx, `UPDATE queue_messages SET
+			receive_count = receive_count + 1,
+			receipt = lower(hex(randomblob(16))),
+			visible_at = ?
+		WHERE id IN (SELECT id FROM queue_messages
+			WHERE queue = ? AND dead = 0 AND visible_at <= ?
+			ORDER BY visible_at, id LIMIT ?)
+		RETURNING id, receipt, body, receive_count`,
+			now+q.visibility.Milliseconds(), q.name, now, max)
+	})
+}
+
+// deliveries reads up to max deliveries with query in one transaction,
+// after the messages that used up their receives are buried: the shared
+// frame of Receive and ListDead.
+func (q *Queue) deliveries(ctx context.Context, what string, max int, query func(tx *sql.Tx, now int64) (*sql.Rows, error)) ([]queue.Delivery, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%s: max %d, want at least 1", what, max)
 	}
@@ -164,15 +180,7 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]queue.Delivery, error) 
 	if err := q.buryExhausted(ctx, tx, now); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	rows, err := tx.QueryContext(ctx, `UPDATE queue_messages SET
-			receive_count = receive_count + 1,
-			receipt = lower(hex(randomblob(16))),
-			visible_at = ?
-		WHERE id IN (SELECT id FROM queue_messages
-			WHERE queue = ? AND dead = 0 AND visible_at <= ?
-			ORDER BY visible_at, id LIMIT ?)
-		RETURNING id, receipt, body, receive_count`,
-		now+q.visibility.Milliseconds(), q.name, now, max)
+	rows, err := query(tx, now)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -278,31 +286,10 @@ func (q *Queue) ChangeVisibility(ctx context.Context, receipt string, d time.Dur
 // the list does not depend on whether anyone has called Receive since.
 // The deliveries carry no receipt.
 func (q *Queue) ListDead(ctx context.Context, max int) ([]queue.Delivery, error) {
-	what := "list dead letters of queue " + q.name
-	if max < 1 {
-		return nil, fmt.Errorf("%s: max %d, want at least 1", what, max)
-	}
-	tx, err := q.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s: begin: %w", what, err)
-	}
-	defer tx.Rollback()
-	if err := q.buryExhausted(ctx, tx, q.clock.Now().UnixMilli()); err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, NULL, body, receive_count FROM queue_messages
+	return q.deliveries(ctx, "list dead letters of queue "+q.name, max, func(tx *sql.Tx, _ int64) (*sql.Rows, error) {
+		return tx.QueryContext(ctx, `SELECT id, NULL, body, receive_count FROM queue_messages
 		WHERE queue = ? AND dead = 1 ORDER BY id LIMIT ?`, q.name, max)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	ds, err := scanDeliveries(rows)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("%s: commit: %w", what, err)
-	}
-	return ds, nil
+	})
 }
 
 // Redrive makes every dead-lettered message visible again with a receive
