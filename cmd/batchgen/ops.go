@@ -136,10 +136,13 @@ func listTasks(ctx context.Context, dir, table, dlqURL string, f pipeline.TaskFi
 	}
 	lines := make([]taskLine, 0, len(tasks))
 	for _, t := range tasks {
-		c, err := countRows(ctx, st, t.ID)
+		// Rows done as saved so far: a listing of the task's batches, not
+		// a read of its rows.
+		live, err := pipeline.LiveCounts(ctx, st, t)
 		if err != nil {
 			return err
 		}
+		c := live.Counts()
 		q, err := embedded.OpenQueue(st, embedded.TaskQueue(t.ID))
 		if err != nil {
 			return err
@@ -148,7 +151,7 @@ func listTasks(ctx context.Context, dir, table, dlqURL string, f pipeline.TaskFi
 		if err != nil {
 			return fmt.Errorf("list dead letters of %s: %w", t.ID, err)
 		}
-		lines = append(lines, taskLine{task: t, succeeded: c.succeeded, failed: c.failed, dead: len(dead), rerun: "rerun batchgen run"})
+		lines = append(lines, taskLine{task: t, succeeded: c.Succeeded, failed: c.Failed, dead: len(dead), rerun: "rerun batchgen run"})
 	}
 	return printTasks(stdout, lines, prices)
 }

@@ -77,45 +77,34 @@ func (s *runStats) observe(e pipeline.Event) {
 }
 
 // countDone counts rows already finished, so a continued run's progress
-// starts where the last one stopped.
+// starts where the last one stopped: the task's counts as saved so far
+// (pipeline.LiveCounts: a listing of its batches, not of its rows).
 func countDone(ctx context.Context, st store.Store, task store.Task) (int, error) {
-	c, err := countRows(ctx, st, task.ID)
-	return c.succeeded + c.failed + c.skipped, err
-}
-
-type rowCounts struct {
-	total, succeeded, failed, skipped, cached, pending int
-}
-
-// countRows counts a task's rows through the core's one reading of them
-// (pipeline.Status), so the run summary, tasks and status agree.
-func countRows(ctx context.Context, st store.Store, taskID string) (rowCounts, error) {
-	s, err := pipeline.Status(ctx, st, taskID, time.Now())
-	if err != nil {
-		return rowCounts{}, fmt.Errorf("count rows of task %s: %w", taskID, err)
-	}
-	r := s.Rows
-	return rowCounts{total: r.Total, succeeded: r.Succeeded, failed: r.Failed, skipped: r.Skipped, cached: r.Cached, pending: r.Pending}, nil
+	t, err := pipeline.LiveCounts(ctx, st, task)
+	return t.Counts().Done(), err
 }
 
 // summarize is what `batchgen run` prints at the end, with the number of
 // rows left without a result (failed, or never run in a cancelled task).
 func summarize(ctx context.Context, st store.Store, task store.Task, stats *runStats, elapsed time.Duration, out string) (report.Summary, int, error) {
-	c, err := countRows(ctx, st, task.ID)
+	// The core's one reading of the rows (pipeline.Status), so the run
+	// summary and status agree; the cached rows are only known there.
+	s, err := pipeline.Status(ctx, st, task.ID, time.Now())
 	if err != nil {
-		return report.Summary{}, 0, err
+		return report.Summary{}, 0, fmt.Errorf("count rows of task %s: %w", task.ID, err)
 	}
+	c := s.Rows
 	stats.mu.Lock()
 	classes := maps.Clone(stats.classes)
 	stats.mu.Unlock()
 	return report.Summary{
 		Task: task,
-		Rows: report.Rows{Total: c.total, Succeeded: c.succeeded, Failed: c.failed, Skipped: c.skipped},
+		Rows: report.Rows{Total: c.Total, Succeeded: c.Succeeded, Failed: c.Failed, Skipped: c.Skipped},
 		Counted: &report.Counted{
-			Cached: c.cached, Calls: stats.calls.Load(), RateLimited: stats.rateLimited.Load(), Errors: stats.callErrors.Load(),
+			Cached: c.Cached, Calls: stats.calls.Load(), RateLimited: stats.rateLimited.Load(), Errors: stats.callErrors.Load(),
 			Classes: classes,
 		},
 		Elapsed: elapsed,
 		Result:  out,
-	}, c.failed + c.pending, nil
+	}, c.Failed + c.Pending, nil
 }
