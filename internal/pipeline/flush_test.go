@@ -200,19 +200,33 @@ func TestLargeResultsSplitIntoBoundedGroups(t *testing.T) {
 // TestFlushAtOnceGroupsCommits: with FlushAtOnce (the embedded runtime's
 // setting) a fast model's results are written by whichever row finds no
 // write under way, together with every result that arrived while the
-// previous write ran, so a slow store sees a few large groups, not one
-// write per row (which cost the 100,000-row run a SQLite transaction per
-// row). A batch answered from the cache is written in full groups.
+// previous write ran, so a slow store sees groups, not one write per row
+// (which cost the 100,000-row run a SQLite transaction per row). A row
+// whose result waits for the writer keeps its concurrency slot until its
+// group is written: at no moment are more results paid and unsaved than
+// there are slots, so a kill bills no more rows twice than calls were in
+// flight. A batch answered from the cache is written in full groups.
 func TestFlushAtOnceGroupsCommits(t *testing.T) {
 	t.Parallel()
+	const rows, slots = 100, 8
+	// answered counts the calls paid, saved the results written: their
+	// difference, seen as each call starts, is what a kill would bill
+	// twice.
+	var answered, saved, mostUnsaved atomic.Int64
 	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		if unsaved := answered.Load() - saved.Load(); unsaved > mostUnsaved.Load() {
+			mostUnsaved.Store(unsaved)
+		}
+		answered.Add(1)
 		return llm.Response{Text: "copy for " + req.Prompt}, nil
 	})
-	const rows = 100
-	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 8, FlushRows: store.MaxSaveRows, FlushInterval: pipeline.FlushAtOnce})
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: slots, FlushRows: store.MaxSaveRows, FlushInterval: pipeline.FlushAtOnce})
 	rs := record(e)
 	// Each write takes long enough for the rest of the batch to finish.
-	rs.onSave = func(store.SaveRowResultsParams) { time.Sleep(20 * time.Millisecond) }
+	rs.onSave = func(p store.SaveRowResultsParams) {
+		time.Sleep(20 * time.Millisecond)
+		saved.Add(int64(len(p.Rows)))
+	}
 	id := e.splitProducts("at once", "{{id}} {{name}}", rows, rows).TaskID
 	if task := e.runToCompletion(context.Background(), id); task.RowsSucceeded != rows {
 		t.Fatalf("%d rows succeeded, want %d", task.RowsSucceeded, rows)
@@ -220,10 +234,18 @@ func TestFlushAtOnceGroupsCommits(t *testing.T) {
 	rs.mu.Lock()
 	groups := rs.groups
 	rs.mu.Unlock()
-	// Rows waiting for the writer, each holding one of the 8 slots, would
-	// make groups of at most 8: 13 writes or more.
-	if len(groups) > 8 {
-		t.Errorf("%d writes for %d rows (groups %v), want a few groups of up to %d", len(groups), rows, groups, store.MaxSaveRows)
+	if n := mostUnsaved.Load(); n > slots {
+		t.Errorf("%d results were paid and unsaved at once, more than the %d slots", n, slots)
+	}
+	// Grouped: far fewer writes than rows (the writer's own row, then the
+	// ones that waited for it: at most the slots a group).
+	if len(groups) > rows/3 {
+		t.Errorf("%d writes for %d rows (groups %v), want groups of up to %d", len(groups), rows, groups, slots)
+	}
+	for _, n := range groups {
+		if n > slots {
+			t.Errorf("a group of %d results, more than the %d slots that can wait for a write (groups %v)", n, slots, groups)
+		}
 	}
 
 	// The same prompts again: every row a cache hit, written 40 at a time.

@@ -956,6 +956,14 @@ type flusher struct {
 	failed  map[int]error
 	// writing is true while a row drains the pending results (FlushAtOnce).
 	writing bool
+	// written is the last group taken (gen) whose write has returned, and
+	// wrote signals it (on mu): with FlushAtOnce a row that leaves its paid
+	// result to a write under way waits for the write of its group,
+	// keeping its concurrency slot, so that at any moment at most as many
+	// results are paid and unsaved as there are slots (a kill bills no
+	// more rows twice than calls were in flight).
+	written int
+	wrote   *sync.Cond
 
 	writeMu   sync.Mutex // one group write at a time, in order
 	fenced    atomic.Bool
@@ -989,6 +997,17 @@ func (f *flusher) enqueue(rowNo int, o rowOutcome, atOnce bool) {
 		// nothing is pending, and rows that finish meanwhile leave their
 		// results to it. With one write per row instead, a fast model's
 		// rows arrive one per write and each pays a transaction of its own.
+		if f.writing && atOnce {
+			// The writer takes this result with its next group (gen+1).
+			if f.wrote == nil {
+				f.wrote = sync.NewCond(&f.mu)
+			}
+			for mine := gen + 1; f.written < mine; {
+				f.wrote.Wait()
+			}
+			f.mu.Unlock()
+			return
+		}
 		if f.writing || (!atOnce && n < f.g.cfg.FlushRows) {
 			f.mu.Unlock()
 			return
@@ -1068,7 +1087,16 @@ func (f *flusher) flushLocked() {
 	group := f.pending
 	f.pending = nil
 	f.gen++
+	taken := f.gen
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.written = taken
+		if f.wrote != nil {
+			f.wrote.Broadcast()
+		}
+		f.mu.Unlock()
+	}()
 	for len(group) > 0 {
 		n := saveGroupLen(len(group), func(i int) int {
 			size := group[i].write.SaveSize()
