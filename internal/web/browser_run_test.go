@@ -98,6 +98,19 @@ var clearTemplate = chromedp.Func(func(ctx context.Context, _ *chromedp.Target) 
 	return err
 })
 
+// startWithTemplate writes tpl into the emptied template editor of the
+// chosen sheet, starts the task and waits for the running task's panel.
+func startWithTemplate(t *testing.T, ctx context.Context, what, tpl string) {
+	t.Helper()
+	do(t, ctx, what,
+		chromedp.WaitVisible(chromedp.ID("task-form")),
+		clearTemplate,
+		chromedp.SendKeys(chromedp.ID("template"), tpl),
+		chromedp.Click(chromedp.ID("start")),
+		chromedp.WaitVisible(chromedp.ID("current")),
+	)
+}
+
 // TestBrowserRunsASheet is the operator's path: choose a sheet, build the
 // template from its columns, start, watch the bar move to 100%, download
 // the result and find every row answered, in order.
@@ -277,13 +290,7 @@ func TestBrowserFallsBackToPolling(t *testing.T) {
 	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
 	// Polls come once a second: a longer job gives them more to see.
 	chooseSheet(t, ctx, writeSheet(t, t.TempDir(), "poll.xlsx", 2*sheetRows))
-	do(t, ctx, "start",
-		chromedp.WaitVisible(chromedp.ID("task-form")),
-		clearTemplate,
-		chromedp.SendKeys(chromedp.ID("template"), "Poll: {{商品名称}}"), // not answered from the cache
-		chromedp.Click(chromedp.ID("start")),
-		chromedp.WaitVisible(chromedp.ID("current")),
-	)
+	startWithTemplate(t, ctx, "start", "Poll: {{商品名称}}") // not answered from the cache
 	seen, last := watchProgress(t, ctx, "")
 	if last.State != "SUCCEEDED" || last.Pct != 100 {
 		t.Fatalf("task ended %+v, want SUCCEEDED at 100%%", last)
@@ -336,13 +343,7 @@ func TestBrowserUsesTheToken(t *testing.T) {
 
 	setToken(t, ctx, "alice-secret-0001-xyz")
 	chooseSheet(t, ctx, sheet)
-	do(t, ctx, "start as alice",
-		chromedp.WaitVisible(chromedp.ID("task-form")),
-		clearTemplate,
-		chromedp.SendKeys(chromedp.ID("template"), "Name {{商品名称}}"),
-		chromedp.Click(chromedp.ID("start")),
-		chromedp.WaitVisible(chromedp.ID("current")),
-	)
+	startWithTemplate(t, ctx, "start as alice", "Name {{商品名称}}")
 	if _, last := watchProgress(t, ctx, ""); last.State != "SUCCEEDED" {
 		t.Fatalf("alice's task ended %+v", last)
 	}
@@ -367,15 +368,9 @@ func TestBrowserCancels(t *testing.T) {
 	rows := 120 // twice the usual, so the cancel lands well before the end
 	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
 	chooseSheet(t, ctx, writeSheet(t, t.TempDir(), "long.xlsx", rows))
-	do(t, ctx, "start",
-		chromedp.WaitVisible(chromedp.ID("task-form")),
-		clearTemplate,
-		// A template no other test uses: the server answers a prompt it has
-		// seen from its cache, and this task must take its time.
-		chromedp.SendKeys(chromedp.ID("template"), "Cancel me: {{商品名称}}"),
-		chromedp.Click(chromedp.ID("start")),
-		chromedp.WaitVisible(chromedp.ID("current")),
-	)
+	// A template no other test uses: the server answers a prompt it has
+	// seen from its cache, and this task must take its time.
+	startWithTemplate(t, ctx, "start", "Cancel me: {{商品名称}}")
 	pctx, cancel := within(ctx, jobDeadline)
 	defer cancel()
 	if _, err := chromedp.Run(pctx, chromedp.Poll[bool](`+document.getElementById("bar").getAttribute("aria-valuenow") > 0`)); err != nil {
@@ -449,13 +444,7 @@ func TestBrowserRerunsFailedRows(t *testing.T) {
 
 	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
 	chooseSheet(t, ctx, file)
-	do(t, ctx, "start",
-		chromedp.WaitVisible(chromedp.ID("task-form")),
-		clearTemplate,
-		chromedp.SendKeys(chromedp.ID("template"), "{{商品名称}}"),
-		chromedp.Click(chromedp.ID("start")),
-		chromedp.WaitVisible(chromedp.ID("current")),
-	)
+	startWithTemplate(t, ctx, "start", "{{商品名称}}")
 	if _, last := watchProgress(t, ctx, ""); last.State != "PARTIAL" {
 		t.Fatalf("task ended %+v, want PARTIAL", last)
 	}
@@ -500,13 +489,7 @@ func TestBrowserResultSentBackIn(t *testing.T) {
 
 	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
 	chooseSheet(t, ctx, writeSheet(t, dir, "teas.xlsx", 12))
-	do(t, ctx, "start",
-		chromedp.WaitVisible(chromedp.ID("task-form")),
-		clearTemplate,
-		chromedp.SendKeys(chromedp.ID("template"), "Copy for {{商品名称}}"),
-		chromedp.Click(chromedp.ID("start")),
-		chromedp.WaitVisible(chromedp.ID("current")),
-	)
+	startWithTemplate(t, ctx, "start", "Copy for {{商品名称}}")
 	if _, last := watchProgress(t, ctx, ""); last.State != "SUCCEEDED" {
 		t.Fatalf("task ended %+v", last)
 	}

@@ -261,13 +261,7 @@ func TestBrowserUploadsWithTheToken(t *testing.T) {
 	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
 	setToken(t, ctx, "alice-secret-0001-xyz")
 	chooseSheet(t, ctx, writeCSV(t, t.TempDir(), "alice-large.csv", sheetRows))
-	do(t, ctx, "start",
-		chromedp.WaitVisible(chromedp.ID("task-form")),
-		clearTemplate,
-		chromedp.SendKeys(chromedp.ID("template"), "Token upload: {{商品名称}}"),
-		chromedp.Click(chromedp.ID("start")),
-		chromedp.WaitVisible(chromedp.ID("current")),
-	)
+	startWithTemplate(t, ctx, "start", "Token upload: {{商品名称}}")
 	if _, last := watchProgress(t, ctx, ""); last.State != "SUCCEEDED" {
 		t.Fatalf("alice's uploaded task ended %+v (error %q)", last, text(t, ctx, "#error-message"))
 	}
