@@ -104,6 +104,8 @@ fuzz: ## run each fuzz target for 30s
 	$(GO) test ./internal/sheet -run '^$$' -fuzz FuzzReadCSV -fuzztime 30s
 	$(GO) test ./internal/sheet -run '^$$' -fuzz FuzzReadXLSX -fuzztime 30s
 	$(GO) test ./internal/providerfile -run '^$$' -fuzz FuzzParse -fuzztime 30s
+	$(GO) test ./internal/schema -run '^$$' -fuzz FuzzParseShort -fuzztime 30s
+	$(GO) test ./internal/schema -run '^$$' -fuzz FuzzValidate -fuzztime 30s
 
 .PHONY: clean
 clean: ## remove build outputs and local state

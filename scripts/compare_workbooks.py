@@ -4,7 +4,8 @@
     compare_workbooks.py PAIRS.json
 
 PAIRS.json lists {"name", "input", "result", "sheet", "header_row", "added": [header names], "overflow": [{"row",
-"column", "text"}] (optional: answers the result holds in its batchgen_overflow sheet)}. For each pair, every sheet of the
+"column", "text"}] (optional: answers the result holds in its batchgen_overflow sheet), "dates": [{"row", "date"}]
+(optional: cells of the last added column that must be dates, not text, with that ISO date)}. For each pair, every sheet of the
 input must be in the result, in the same order, and every cell of every input sheet must have the same value, data
 type and number format in the result; merged ranges, data validations, frozen panes and the widths of the input's
 columns must be the same too. On the input sheet, the header row must end with the added names. Prints one line
@@ -56,6 +57,11 @@ def compare(pair):
     if header[-len(added):] != added:
         return [f"{pair['sheet']} header row {pair['header_row']} is {header}, want it to end with {added}"]
     first_added = len(header) - len(added) + 1  # the input sheet's columns from here on are the result's
+    for d in pair.get("dates") or []:
+        cell = sheet.cell(row=d["row"], column=len(header))
+        value = cell.value.date().isoformat() if hasattr(cell.value, "date") else cell.value
+        if not cell.is_date or value != d["date"]:
+            problems.append(f"{cell.coordinate}: {cell.value!r} ({cell.number_format}), want the date {d['date']}")
     for name in a.sheetnames:
         sa, sb = a[name], b[name]
         if not hasattr(sa, "iter_rows"):  # a chart sheet

@@ -119,6 +119,8 @@ go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 3000x -fuzzmi
 go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 5000x -fuzzminimizetime 20x
 go test ./internal/sheet -run '^$' -fuzz '^FuzzAddColumns$' -fuzztime 10000x -fuzzminimizetime 20x
 go test ./internal/providerfile -run '^$' -fuzz '^FuzzParse$' -fuzztime 20000x -fuzzminimizetime 20x
+go test ./internal/schema -run '^$' -fuzz '^FuzzParseShort$' -fuzztime 40000x -fuzzminimizetime 20x
+go test ./internal/schema -run '^$' -fuzz '^FuzzValidate$' -fuzztime 60000x -fuzzminimizetime 20x
 
 await browser
 await office

@@ -36,6 +36,8 @@ func TestOfficeReadsTheRoundTrip(t *testing.T) {
 		Overflow  []overflowAnswer `json:"overflow,omitempty"`
 		// Prompt is the template an added prompt sheet holds in A1; empty when none is added.
 		Prompt string `json:"prompt,omitempty"`
+		// Dates are added date cells of the last added column, by sheet row, as ISO dates.
+		Dates []addedDateCell `json:"dates,omitempty"`
 	}
 	var pairs []pair
 	for _, sub := range []string{"in", "out", "lo/in", "lo/out"} {
@@ -54,10 +56,11 @@ func TestOfficeReadsTheRoundTrip(t *testing.T) {
 	richRows[1].Values[0] = Text(long)
 	var richOut bytes.Buffer
 	if err := AddColumns(bytes.NewReader(rich), int64(len(rich)), &richOut, AddColumnsParams{
-		Sheet: "商品", HeaderRow: 1, Header: resultColumns, Rows: rowsOf(richRows), TempDir: dir}); err != nil {
+		Sheet: "商品", HeaderRow: 1, Header: resultColumns, Rows: rowsOf(richRows), TempDir: dir, Dates: true}); err != nil {
 		t.Fatal(err)
 	}
-	cases := append(publicRoundTrips(t), roundTripCase{name: "rich.xlsx", in: rich, out: richOut.Bytes(), sheet: "商品", headerRow: 1, header: resultColumns})
+	cases := append(publicRoundTrips(t), roundTripCase{name: "rich.xlsx", in: rich, out: richOut.Bytes(), sheet: "商品", headerRow: 1, header: resultColumns,
+		rows: richRows})
 	for _, c := range cases {
 		p := pair{Name: c.name, Input: filepath.Join(dir, "in", c.name), Result: filepath.Join(dir, "out", c.name),
 			Sheet: c.sheet, HeaderRow: c.headerRow, Added: c.header}
@@ -66,6 +69,9 @@ func TestOfficeReadsTheRoundTrip(t *testing.T) {
 		}
 		if err := os.WriteFile(p.Result, c.out, 0o600); err != nil {
 			t.Fatal(err)
+		}
+		for _, r := range c.rows[:min(len(c.rows), 20)] {
+			p.Dates = append(p.Dates, addedDateCell{Row: r.SheetRow, Date: addedDate(r.SheetRow).Format("2006-01-02")})
 		}
 		if c.name == "rich.xlsx" {
 			p.Overflow = append(p.Overflow, overflowAnswer{richRows[1].SheetRow, "output", long})
@@ -120,6 +126,12 @@ func TestOfficeReadsTheRoundTrip(t *testing.T) {
 		t.Fatalf("LibreOffice converted %d of %d pairs", len(converted), len(pairs))
 	}
 	compare("libreoffice", converted)
+}
+
+// addedDateCell is an added date cell for scripts/compare_workbooks.py to find as a date.
+type addedDateCell struct {
+	Row  int    `json:"row"`
+	Date string `json:"date"`
 }
 
 // readAddedBytes is readAdded for a workbook in memory.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/xuri/excelize/v2"
 )
@@ -87,13 +88,21 @@ type roundTripCase struct {
 	header    []string
 	// prompt is the template the result carries in its prompt sheet, one added when the input has none.
 	prompt string
+	// rows are the added cells.
+	rows []AddedRow
 }
 
 // roundTripPrompt is the template the public workbooks' results carry: several lines, characters XML escapes.
 const roundTripPrompt = "为{{名称}}写一段文案 <b> & \"引号\"\n第二行"
 
-// resultColumns stand for the pipeline's added columns: text, a number and a boolean.
-var resultColumns = []string{"output", "status", "attempts", "cached"}
+// resultColumns stand for the pipeline's added columns: text, a number, a boolean and a date.
+var resultColumns = []string{"output", "status", "attempts", "cached", "launched"}
+
+// addedDate is the date readAdded puts in a row's launched cell: one that differs row by row, so a misplaced cell
+// shows.
+func addedDate(sheetRow int) time.Time {
+	return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, sheetRow%400)
+}
 
 // publicRoundTrips runs AddColumns over every public workbook the reader accepts, as an export would.
 func publicRoundTrips(t *testing.T) []roundTripCase {
@@ -116,7 +125,7 @@ func publicRoundTrips(t *testing.T) []roundTripCase {
 		var out bytes.Buffer
 		header := rows[0].SheetRow - 1
 		err = AddColumns(bytes.NewReader(in), int64(len(in)), &out, AddColumnsParams{
-			Sheet: sheetName, HeaderRow: header, Header: resultColumns, Rows: rowsOf(rows), Prompt: roundTripPrompt})
+			Sheet: sheetName, HeaderRow: header, Header: resultColumns, Rows: rowsOf(rows), Prompt: roundTripPrompt, Dates: true})
 		if errors.Is(err, ErrMacroWorkbook) {
 			continue
 		}
@@ -125,7 +134,7 @@ func publicRoundTrips(t *testing.T) []roundTripCase {
 			continue
 		}
 		cases = append(cases, roundTripCase{name: filepath.Base(file), in: in, out: out.Bytes(), sheet: sheetName, headerRow: header, header: resultColumns,
-			prompt: roundTripPrompt})
+			prompt: roundTripPrompt, rows: rows})
 	}
 	t.Logf("%d public workbooks round-tripped, %d rejected by the reader", len(cases), rejected)
 	if len(cases) < 12 {
@@ -152,7 +161,8 @@ func readAdded(file string) ([]AddedRow, string, error) {
 			return nil, "", err
 		}
 		rows = append(rows, AddedRow{SheetRow: rec.SheetRow, Values: []Value{
-			Text("answer to " + rec.Values[0]), Text("succeeded"), Int(int64(rec.SheetRow)), Bool(rec.SheetRow%2 == 0)}})
+			Text("answer to " + rec.Values[0]), Text("succeeded"), Int(int64(rec.SheetRow)), Bool(rec.SheetRow%2 == 0),
+			Date(addedDate(rec.SheetRow))}})
 	}
 }
 
@@ -167,9 +177,10 @@ func TestAddColumnsOnPublicWorkbooks(t *testing.T) {
 			before, after := openBook(t, c.in), openBook(t, c.out)
 			// A workbook without a prompt sheet gets one, last, carrying the template; the parts that declare the
 			// sheets change with it.
-			wantSheets, wantChanged, wantAdded := before.GetSheetList(), 1, 0
+			// The styles part gets the added dates' cell format.
+			wantSheets, wantChanged, wantAdded := before.GetSheetList(), 2, 0
 			if !slices.ContainsFunc(wantSheets, func(s string) bool { return strings.EqualFold(s, "prompt") }) {
-				wantSheets, wantChanged, wantAdded = append(slices.Clone(wantSheets), "prompt"), 4, 1
+				wantSheets, wantChanged, wantAdded = append(slices.Clone(wantSheets), "prompt"), 5, 1
 				if v, _ := after.GetCellValue("prompt", "A1"); v != c.prompt {
 					t.Errorf("prompt!A1 = %q, want %q", v, c.prompt)
 				}
@@ -196,6 +207,18 @@ func TestAddColumnsOnPublicWorkbooks(t *testing.T) {
 			got := header[c.headerRow-1]
 			if len(got) < len(c.header) || !slices.Equal(got[len(got)-len(c.header):], c.header) {
 				t.Errorf("header row %d = %q, want it to end with %q", c.headerRow, got, c.header)
+			}
+			// The added dates are date cells: a serial number that Excel shows as the ISO date.
+			dateCol := len(got)
+			for _, r := range c.rows[:min(len(c.rows), 20)] {
+				ref, _ := excelize.CoordinatesToCellName(dateCol, r.SheetRow)
+				want := addedDate(r.SheetRow).Format(time.DateOnly)
+				if v, err := after.GetCellValue(c.sheet, ref); err != nil || v != want {
+					t.Errorf("%s shows %q (%v), want %q", ref, v, err, want)
+				}
+				if typ, _ := after.GetCellType(c.sheet, ref); typ == excelize.CellTypeInlineString || typ == excelize.CellTypeSharedString {
+					t.Errorf("%s is text, want a date cell", ref)
+				}
 			}
 		})
 	}

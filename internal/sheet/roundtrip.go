@@ -38,6 +38,10 @@ type AddColumnsParams struct {
 	// (the reader read them all), so the first pass over the sheet, which finds where the added columns go and
 	// where the rows end, is not needed. Zero makes that pass.
 	LastRow int
+	// Dates says the added cells may hold dates (Date values): the workbook's styles part then gets a cell format
+	// for them (DateFormat) and is the one more part that changes. A workbook whose styles part cannot take one
+	// gets its dates as ISO 8601 text.
+	Dates bool
 	// Prompt, when not blank and the workbook has no sheet named "prompt" (in any case), is written to cell A1
 	// of an added sheet of that name: the result then carries the template it was made with, and sent back in
 	// it is read again (Reader.Prompt) instead of being asked for.
@@ -58,8 +62,8 @@ var ErrMacroWorkbook = errors.New("the workbook is macro-enabled (.xlsm)")
 // used columns: the rightmost column holding a value or a formula, or covered by a merged range (one that reaches
 // the last column, a title merged across the whole row, excepted). Every other zip part (other sheets, styles,
 // shared strings, defined names, comments, charts, pivot caches) is copied byte for byte, compressed data included;
-// the input sheet's XML is rewritten as a stream, row by row, so memory does not grow with the sheet. In that sheet
-// only three things change:
+// the input sheet's XML is rewritten as a stream, row by row, so memory does not grow with the sheet (with Dates,
+// the styles part also gets one cell format appended). In that sheet only three things change:
 //   - the rows get the added cells (inline strings, numbers and booleans; a header cell takes the style of the
 //     header row's last cell), and a row the sheet has no element for (a blank row) gets one;
 //   - <cols> gets a width for each added column (a range an existing <col> spans is split around them);
@@ -114,6 +118,10 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 	if err := rw.sample(); err != nil {
 		return err
 	}
+	if p.Dates {
+		// Any failure leaves the dates as text: nothing is lost, and Excel still reads them as dates when typed.
+		rw.dates, _ = addDateStyle(zr)
+	}
 
 	rw.overflow = &overflow{tempDir: p.TempDir, sheet: freeName(OverflowSheet, func(n string) bool {
 		for sheet := range names {
@@ -137,6 +145,14 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 		switch {
 		case strings.EqualFold(f.Name, pkg.contentTypes), strings.EqualFold(f.Name, pkg.workbook), strings.EqualFold(f.Name, pkg.workbookRels):
 			deferred = append(deferred, f)
+		case rw.dates != nil && strings.EqualFold(f.Name, rw.dates.part):
+			w, err := zw.CreateHeader(&zip.FileHeader{Name: f.Name, Method: zip.Deflate, Modified: f.Modified})
+			if err == nil {
+				_, err = w.Write(rw.dates.content)
+			}
+			if err != nil {
+				return fmt.Errorf("write %s: %w", f.Name, err)
+			}
 		case f != part:
 			if err := zw.Copy(f); err != nil {
 				return fmt.Errorf("copy %s: %w", f.Name, err)
@@ -329,6 +345,8 @@ type sheetRewrite struct {
 	w           *bufio.Writer
 	overflow    *overflow
 	err         error // the first failure to spool an overflowing answer
+	// dates is the style date cells take (Dates); nil writes them as ISO text.
+	dates *dateStyle
 }
 
 // widthSample is how many rows the added columns' widths are measured on, as for a new workbook.
@@ -568,6 +586,19 @@ func (rw *sheetRewrite) writeCells(row int, r *AddedRow) {
 }
 
 func (rw *sheetRewrite) writeCell(row, col int, v Value, style string) {
+	if v.kind == dateValue {
+		switch {
+		case rw.dates == nil:
+			v = Text(v.text)
+		case rw.dates.date1904 && v.num < 1462:
+			v = Text(v.text) // before 1904: a 1904-based workbook cannot show it
+		case rw.dates.date1904:
+			v.num -= 1462 // days from 1900-01-01 to 1904-01-01, as Excel counts them
+			style = strconv.Itoa(rw.dates.index)
+		default:
+			style = strconv.Itoa(rw.dates.index)
+		}
+	}
 	if v.kind == textValue {
 		text := cleanText(v.text)
 		if _, fits := truncateCell(text); !fits {
@@ -614,7 +645,7 @@ func writeCellXML(w *bufio.Writer, x string, row, col int, v Value, style string
 		w.WriteByte('"')
 	}
 	switch v.kind {
-	case numberValue:
+	case numberValue, dateValue:
 		w.WriteByte('>')
 		open("v")
 		w.WriteString(formatNumber(v.num))

@@ -320,7 +320,7 @@ func TestAddColumnsOnTheCorpus(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := addColumns(t, in, AddColumnsParams{Sheet: sheetName, HeaderRow: added[0].SheetRow - 1, Header: resultColumns, Rows: rowsOf(added)})
+			out, err := addColumns(t, in, AddColumnsParams{Sheet: sheetName, HeaderRow: added[0].SheetRow - 1, Header: resultColumns, Rows: rowsOf(added), Dates: true})
 			if errors.Is(err, ErrMacroWorkbook) {
 				return
 			}
@@ -347,6 +347,18 @@ func TestAddColumnsOnTheCorpus(t *testing.T) {
 			defer rr.Close()
 			if h := rr.Header(); len(h) < len(resultColumns) || !slices.Equal(h[len(h)-len(resultColumns):], resultColumns) {
 				t.Errorf("result header = %q, want it to end with %q", h, resultColumns)
+			}
+			// The added dates read back as the dates they are, in 1904-based workbooks too.
+			for i := 0; i < 50; i++ {
+				rec, err := rr.Next()
+				if err != nil {
+					break
+				}
+				want := addedDate(rec.SheetRow).Format(time.DateOnly)
+				if got := rec.Values[len(rec.Values)-1]; got != want {
+					t.Errorf("row %d: the added date reads %q, want %q", rec.SheetRow, got, want)
+					break
+				}
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package sheet
 
 import (
 	"math"
+	"time"
 	"strconv"
 	"unicode/utf16"
 )
@@ -22,6 +23,8 @@ const (
 	textValue
 	numberValue
 	boolValue
+	// dateValue holds the day's serial number (1900 date system) in num and its ISO 8601 text in text.
+	dateValue
 )
 
 // Text is a text cell. It is always stored as text, never as a formula or a number: "=SUM(A1)", "+1" and "00123"
@@ -52,6 +55,24 @@ func Bool(b bool) Value {
 	return Value{kind: boolValue}
 }
 
+// Date is a date cell: the day's serial number with DateFormat in a workbook, its ISO 8601 text (2026-12-01) in a
+// CSV file and in String. The time of day is dropped. A date Excel cannot hold (before 1900 or after 9999) is
+// written as its text.
+func Date(t time.Time) Value {
+	day := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	text := day.Format(time.DateOnly)
+	if day.Year() < 1900 || day.Year() > 9999 {
+		return Text(text)
+	}
+	// Serial numbers count days from 1899-12-30, because Excel counts a 29 February 1900 that never was; the
+	// two months before it are one day off that count.
+	serial := day.Sub(time.Date(1899, 12, 30, 0, 0, 0, 0, time.UTC)).Hours() / 24
+	if day.Before(time.Date(1900, 3, 1, 0, 0, 0, 0, time.UTC)) {
+		serial--
+	}
+	return Value{kind: dateValue, num: serial, text: text}
+}
+
 // IsEmpty reports whether v is the empty cell.
 func (v Value) IsEmpty() bool { return v.kind == emptyValue }
 
@@ -59,7 +80,7 @@ func (v Value) IsEmpty() bool { return v.kind == emptyValue }
 // digits, as Excel shows them) or TRUE/FALSE.
 func (v Value) String() string {
 	switch v.kind {
-	case textValue:
+	case textValue, dateValue:
 		return v.text
 	case numberValue:
 		return formatNumber(v.num)

@@ -41,6 +41,7 @@ type Writer struct {
 	sw      *excelize.StreamWriter
 	header  []string
 	bold    int
+	date    int // the style of date cells (DateFormat)
 	pending [][]Value // first rows, held until widths are known
 	started bool
 	row     int // last sheet row written
@@ -78,6 +79,13 @@ func NewWriter(sheetName string, header []string) (*Writer, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("new result workbook: header style: %w", err)
 	}
+	dateFmt := DateFormat
+	date, err := f.NewStyle(&excelize.Style{CustomNumFmt: &dateFmt})
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("new result workbook: date style: %w", err)
+	}
+	w.date = date
 	sw, err := f.NewStreamWriter(name)
 	if err != nil {
 		_ = f.Close()
@@ -101,8 +109,8 @@ func (w *Writer) WriteRow(values []string) error {
 	return w.WriteCells(cells)
 }
 
-// WriteCells appends one row whose cells may be numbers and booleans as well as text, under the same rules as
-// WriteRow.
+// WriteCells appends one row whose cells may be numbers, booleans and dates as well as text, under the same rules
+// as WriteRow.
 func (w *Writer) WriteCells(values []Value) error {
 	if w.done {
 		return ErrWriterDone
@@ -183,6 +191,8 @@ func (w *Writer) writeRow(values []Value, style *int) error {
 			value = v.num
 		case boolValue:
 			value = v.num != 0
+		case dateValue:
+			value = excelize.Cell{StyleID: w.date, Value: v.num}
 		default:
 			value = v.text
 		}
