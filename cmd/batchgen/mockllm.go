@@ -46,6 +46,8 @@ func newMockLLMCmd(stdout io.Writer) *cobra.Command {
 	fs.DurationVar(&cfg.QuotaWindow, "quota-window", time.Minute, "sliding window of --quota and --token-quota")
 	fs.BoolVar(&cfg.NoRateLimitHeaders, "no-ratelimit-headers", false, "leave out the x-ratelimit-* and retry-after-ms headers (429s keep Retry-After), so clients must learn the quota from 429s")
 	fs.Float64Var(&cfg.FailRate, "fail-rate", 0, "fraction of requests answered with a 5xx")
+	fs.Float64Var(&cfg.InvalidRate, "invalid-rate", 0, "fraction of structured (JSON) answers broken on purpose, so that they fail the columns' check")
+	fs.BoolVar(&cfg.NoStructuredOutputs, "no-structured-outputs", false, "refuse response_format json_schema with a 400, as servers without structured outputs do (json_object still works)")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the fault injection")
 	fs.StringVar(&cfg.FilterMarker, "filter-marker", "[[filter]]", "prompts containing this get a 400 content_filter")
 	fs.StringVar(&paidLog, "paid-log", "", "append one line per completion returned (the prompt, JSON-quoted) to this file, written before the answer so it survives a kill")
@@ -53,8 +55,8 @@ func newMockLLMCmd(stdout io.Writer) *cobra.Command {
 }
 
 func serveMockLLM(ctx context.Context, addr string, cfg mockserver.Config, stdout io.Writer) error {
-	if cfg.Quota < 0 || cfg.TokenQuota < 0 || cfg.FailRate < 0 || cfg.FailRate > 1 || cfg.Latency < 0 {
-		return &report.ExitError{Code: report.Rejected, Err: errors.New("--quota and --token-quota must be >= 0, --fail-rate within 0..1, --latency >= 0")}
+	if cfg.Quota < 0 || cfg.TokenQuota < 0 || cfg.FailRate < 0 || cfg.FailRate > 1 || cfg.InvalidRate < 0 || cfg.InvalidRate > 1 || cfg.Latency < 0 {
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--quota and --token-quota must be >= 0, --fail-rate and --invalid-rate within 0..1, --latency >= 0")}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

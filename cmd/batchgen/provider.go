@@ -169,6 +169,7 @@ func buildProviders(ctx context.Context, f *providerfile.File, clk clock.Clock, 
 		Builder: providers.Builder{
 			Clock:   clk,
 			Bedrock: func(p providerfile.Provider) (llm.Provider, error) { return bedrockProvider(ctx, p) },
+			Logger:  logger,
 		},
 		Limiters: providers.Limiters{Clock: clk, Logger: logger},
 		Wrap:     func(_ providerfile.Provider, lp llm.Provider) llm.Provider { return countingProvider{lp, stats} },

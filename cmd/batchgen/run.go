@@ -22,6 +22,7 @@ import (
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -31,16 +32,20 @@ type runOptions struct {
 	in, out         string
 	prompt, promptF string
 	system          string
-	sheetName       string
-	encoding        string
-	dataDir         string
-	batchSize       int
-	maxRows         int
-	concurrency     int
-	rpm             int
-	tpm             int
-	noCache         bool
-	cacheMode       string
+	// columns and schemaFile are --columns and --schema; cols is what
+	// checkSpec read from either.
+	columns, schemaFile string
+	cols                schema.Columns
+	sheetName           string
+	encoding            string
+	dataDir             string
+	batchSize           int
+	maxRows             int
+	concurrency         int
+	rpm                 int
+	tpm                 int
+	noCache             bool
+	cacheMode           string
 	// cacheTTL is --cache-ttl, read by pipeline.ParseCacheTTL.
 	cacheTTL         string
 	prices           string
@@ -77,6 +82,8 @@ func (o *runOptions) registerSpec(fs *pflag.FlagSet) {
 	fs.StringVar(&o.prompt, "prompt", "", "prompt template with {{column}} placeholders")
 	fs.StringVar(&o.promptF, "prompt-file", "", "file holding the prompt template")
 	fs.StringVar(&o.system, "system", "", "system prompt")
+	fs.StringVar(&o.columns, "columns", "", "answer as typed output columns instead of one text: 'name:type, ...' with types "+schema.TypeNames()+"; a trailing ! makes a column required (category:enum(a|b)!, score:number, summary)")
+	fs.StringVar(&o.schemaFile, "schema", "", "JSON Schema file of an object whose properties, in order, are the output columns (descriptions are passed to the model); instead of --columns")
 	fs.IntVar(&o.batchSize, "batch-size", pipeline.DefaultBatchSize, "rows per batch")
 	fs.IntVar(&o.maxRows, "max-rows", 200_000, "reject inputs with more data rows than this")
 }
@@ -100,6 +107,27 @@ func (o *runOptions) checkSpec() error {
 			return reject("--prompt-file %s is empty", o.promptF)
 		}
 	}
+	if o.columns != "" && o.schemaFile != "" {
+		return reject("--columns and --schema are both set; use one")
+	}
+	if o.columns != "" {
+		cols, err := schema.ParseShort(o.columns)
+		if err != nil {
+			return reject("--columns: %w", err)
+		}
+		o.cols = cols
+	}
+	if o.schemaFile != "" {
+		b, err := os.ReadFile(o.schemaFile)
+		if err != nil {
+			return reject("--schema: %w", embedded.UnwrapPathError(err))
+		}
+		cols, err := schema.ParseJSONSchema(b)
+		if err != nil {
+			return reject("--schema %s: %w", o.schemaFile, err)
+		}
+		o.cols = cols
+	}
 	if o.batchSize < 1 || o.batchSize > 1000 {
 		return reject("--batch-size %d: must be between 1 and 1000", o.batchSize)
 	}
@@ -115,6 +143,7 @@ func (j *runJob) taskSpec() store.TaskSpec {
 	return j.providers.Spec(store.TaskSpec{
 		Prompt: o.prompt, System: o.system,
 		Temperature: o.provider.temperaturePtr(), MaxTokens: o.provider.maxTokens, BatchSize: o.batchSize,
+		Columns: o.cols,
 	})
 }
 
@@ -173,6 +202,7 @@ same task: rows that already have a result are never sent to the model again.`,
 	_ = cmd.MarkFlagFilename("in", "xlsx", "csv")
 	_ = cmd.MarkFlagFilename("out", "xlsx", "csv")
 	_ = cmd.MarkFlagFilename("prompt-file")
+	_ = cmd.MarkFlagFilename("schema", "json")
 	_ = cmd.MarkFlagDirname("data")
 	return cmd
 }

@@ -477,3 +477,42 @@ func TestResultAndPreview(t *testing.T) {
 		t.Errorf("result with a presigner = %d Location %q, want 302 to the presigned URL", r.status, r.header.Get("Location"))
 	}
 }
+
+// TestUploadDeclaresColumns: the columns field, in the short form in a form and as a list in JSON, becomes the
+// task's declared columns, shown on the task and in its preview (an answer column named like an input column
+// renamed as the result names it); a declaration that cannot be is a 400 naming the column.
+func TestUploadDeclaresColumns(t *testing.T) {
+	t.Parallel()
+	e := newEmbedded(t)
+	res := e.upload(t, "alice", "商品.csv", goodCSV, map[string]string{"prompt": "{{name}}", "columns": "category:enum(toys|outdoor)!, score:number"})
+	if res.status != http.StatusCreated {
+		t.Fatalf("POST = %d %s", res.status, res.body)
+	}
+	want := []any{
+		map[string]any{"name": "category", "type": "enum", "values": []any{"toys", "outdoor"}, "required": true},
+		map[string]any{"name": "score", "type": "number"},
+	}
+	if diff := cmp.Diff(want, res.json(t)["columns"]); diff != "" {
+		t.Errorf("columns of the created task (-want +got):\n%s", diff)
+	}
+	id := res.json(t)["id"].(string)
+	var preview api.Preview
+	r := send(t, e.handler, "alice", "GET", "/api/tasks/"+id+"/preview?limit=1", "", nil)
+	if err := json.Unmarshal(r.body, &preview); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"name", "category", "batchgen_category", "score", "status", "error"}, preview.Columns); diff != "" {
+		t.Errorf("preview columns (-want +got):\n%s", diff)
+	}
+
+	for fields, wantMsg := range map[string]string{
+		"category:enum()":           `columns: column 1 ("category"): an enum needs at least one value`,
+		`[{"name":"a","type":"x"}]`: `columns: column 1 ("a"): unknown type "x"`,
+		`{"type":"array"}`:          `columns: the schema's type is "array"`,
+	} {
+		r := e.upload(t, "alice", "商品.csv", goodCSV, map[string]string{"prompt": "{{name}}", "columns": fields})
+		if r.status != http.StatusBadRequest || !strings.Contains(r.message(t), wantMsg) {
+			t.Errorf("columns %s: %d %s, want 400 %q", fields, r.status, r.body, wantMsg)
+		}
+	}
+}

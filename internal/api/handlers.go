@@ -24,6 +24,7 @@ import (
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/prompt"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -184,12 +185,21 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 }
 
 // formFields are the multipart fields besides "file".
-var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format"}
+var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format", "columns"}
 
 // formRequest fills req from the form's text fields.
 func formRequest(fields map[string]string, req *CreateTaskRequest) error {
 	req.Prompt, req.System, req.Model, req.Encoding = fields["prompt"], fields["system"], fields["model"], strings.TrimSpace(fields["encoding"])
 	req.ResultFormat = fields["result_format"]
+	if v := strings.TrimSpace(fields["columns"]); v != "" {
+		// JSON (a list of columns, a JSON Schema) as it is; anything else
+		// is the short form, as --columns takes it.
+		if v[0] == '[' || v[0] == '{' {
+			req.Columns = json.RawMessage(v)
+		} else {
+			req.Columns, _ = json.Marshal(v) // a string always marshals
+		}
+	}
 	if v, ok := fields["temperature"]; ok && strings.TrimSpace(v) != "" {
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil {
@@ -601,6 +611,12 @@ func (s *server) specFor(req CreateTaskRequest) (store.TaskSpec, error) {
 		return spec, fmt.Errorf("result_format: %.60s", err.Error())
 	}
 	spec.ResultFormat = format
+	if spec.Columns, err = schema.ParseJSON(req.Columns); err != nil {
+		return spec, fmt.Errorf("columns: %w", err)
+	}
+	if spec.Columns == nil {
+		spec.Columns = def.Columns
+	}
 	return spec, nil
 }
 
@@ -871,11 +887,12 @@ func (s *server) previewTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := Preview{ID: task.ID, Status: string(task.State), RowsTotal: task.RowsTotal, Rows: make([][]string, 0, len(rows))}
-	out.Columns = append(append(out.Columns, task.Header...), "output", "status", "error")
+	answers := pipeline.AnswerColumns(task.Spec.Columns, task.Header)
+	out.Columns = append(append(append(out.Columns, task.Header...), answers...), "status", "error")
 	for _, row := range rows {
-		cells := make([]string, len(task.Header), len(task.Header)+3)
+		cells := make([]string, len(task.Header), len(task.Header)+len(answers)+2)
 		copy(cells, row.Values)
-		out.Rows = append(out.Rows, append(cells, row.Output, string(row.State), row.Error))
+		out.Rows = append(out.Rows, append(append(cells, pipeline.AnswerTexts(task.Spec.Columns, row)...), string(row.State), row.Error))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -958,7 +975,7 @@ func (s *server) recordView(rec pipeline.UploadRecord) TaskView {
 		status = StateUploaded
 	}
 	v := TaskView{
-		ID: rec.TaskID, Status: status, Source: rec.Filename, Encoding: rec.Encoding, ResultFormat: resultFormatName(rec.Spec),
+		ID: rec.TaskID, Status: status, Source: rec.Filename, Encoding: rec.Encoding, ResultFormat: resultFormatName(rec.Spec), Columns: rec.Spec.Columns,
 		Provider: rec.Spec.Provider, Model: rec.Spec.Model, CreatedAt: rec.CreatedAt.UTC(), Links: s.linksOf(rec.TaskID),
 	}
 	if !rec.Uploaded {
@@ -981,6 +998,7 @@ func (s *server) live(ctx context.Context, t store.Task) store.Task {
 func (s *server) viewOf(t store.Task) TaskView {
 	v := TaskView{
 		ID: t.ID, Status: string(t.State), Source: t.Source, Sheet: t.Sheet, Encoding: t.Encoding, ResultFormat: resultFormatName(t.Spec), Rerun: t.Rerun,
+		Columns:  t.Spec.Columns,
 		Provider: t.Spec.Provider, Model: t.Spec.Model,
 		RowsTotal: t.RowsTotal, RowsSucceeded: t.RowsSucceeded, RowsFailed: t.RowsFailed, RowsSkipped: t.RowsSkipped,
 		BatchesDone: t.BatchesDone, BatchesTotal: t.BatchesTotal, Error: t.Error,

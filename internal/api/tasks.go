@@ -1,10 +1,12 @@
 package api
 
 import (
+	"encoding/json"
 	"path"
 	"strings"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -59,6 +61,12 @@ type CreateTaskRequest struct {
 	// the result columns, UTF-8 with a byte-order mark, in the input's
 	// delimiter).
 	ResultFormat string `json:"result_format,omitempty"`
+	// Columns declares typed output columns instead of the one text
+	// answer: a string in the short form ("category:enum(a|b)!,
+	// score:number"), a list of {"name", "type", "values", "required",
+	// "description"} objects, or a JSON Schema object
+	// (schema.ParseJSON). Absent takes the deployment's.
+	Columns json.RawMessage `json:"columns,omitempty"`
 	// Size is the sheet's length in bytes; required. The upload URL is
 	// signed for exactly this length, and a size over the deployment's
 	// input limit is refused with 413.
@@ -110,15 +118,18 @@ type TaskView struct {
 	ResultFormat string `json:"result_format"`
 	// Rerun, for a task made of a result sent back in, says what became
 	// of its rows: kept with their answers, or sent again and why.
-	Rerun         *store.RerunCounts `json:"rerun,omitempty"`
-	Provider      string             `json:"provider,omitempty"`
-	Model         string             `json:"model,omitempty"`
-	RowsTotal     int                `json:"rows_total"`
-	RowsSucceeded int                `json:"rows_succeeded"`
-	RowsFailed    int                `json:"rows_failed"`
-	RowsSkipped   int                `json:"rows_skipped"`
-	BatchesDone   int                `json:"batches_done"`
-	BatchesTotal  int                `json:"batches_total"`
+	Rerun *store.RerunCounts `json:"rerun,omitempty"`
+	// Columns are the task's declared output columns; absent for one text
+	// answer.
+	Columns       schema.Columns `json:"columns,omitempty"`
+	Provider      string         `json:"provider,omitempty"`
+	Model         string         `json:"model,omitempty"`
+	RowsTotal     int            `json:"rows_total"`
+	RowsSucceeded int            `json:"rows_succeeded"`
+	RowsFailed    int            `json:"rows_failed"`
+	RowsSkipped   int            `json:"rows_skipped"`
+	BatchesDone   int            `json:"batches_done"`
+	BatchesTotal  int            `json:"batches_total"`
 	// InputTokens, CachedInputTokens and OutputTokens sum the tokens of the
 	// rows of the finished batches.
 	InputTokens       int64 `json:"input_tokens"`

@@ -14,6 +14,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/batchgen/batchgen/internal/schema"
 )
 
 // Request is one model call.
@@ -26,6 +28,24 @@ type Request struct {
 	TopP        *float64
 	// MaxTokens caps the completion; 0 leaves the provider's default.
 	MaxTokens int
+	// Columns, when not empty, asks for the answer as a JSON object of
+	// their shape (schema.Columns.JSONSchema). An adapter holds the model
+	// to it where its API can (OpenAI's strict structured outputs,
+	// Bedrock's forced tool) and otherwise says it in the prompt; the
+	// pipeline checks every answer (schema.Columns.Validate) either way.
+	Columns schema.Columns
+	// Corrections are earlier answers to this same prompt that did not fit
+	// Columns, oldest first, each with what the model is told about it:
+	// the adapter sends them as the conversation before the answer it asks
+	// for now.
+	Corrections []Correction
+}
+
+// Correction is an answer that did not fit and the follow-up message that
+// asks again (schema.Columns.FollowUp).
+type Correction struct {
+	Answer   string
+	FollowUp string
 }
 
 // Response is a successful model call.
@@ -77,6 +97,11 @@ const (
 	ClassBadRequest    ErrorClass = "bad_request"
 	ClassContentFilter ErrorClass = "content_filter"
 	ClassPromptTooLong ErrorClass = "prompt_too_long"
+	// ClassInvalidOutput marks a row whose answers never fitted the task's
+	// declared columns, however often it was asked again; assigned by the
+	// pipeline. A later round would ask the same model the same question,
+	// so it is not retried on a timer.
+	ClassInvalidOutput ErrorClass = "invalid_output"
 
 	ClassQuotaExhausted ErrorClass = "insufficient_quota"
 	ClassAuth           ErrorClass = "auth"

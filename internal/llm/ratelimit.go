@@ -132,7 +132,8 @@ func EstimateTokens(s string) int {
 }
 
 // EstimateRequestTokens is what a call is charged against a tokens-per-minute
-// quota before it is sent: the prompt's estimated tokens plus the most the
+// quota before it is sent: the prompt's estimated tokens (system prompt,
+// the columns' schema and a re-ask's earlier exchanges included) plus the most the
 // completion may use (MaxTokens, or DefaultOutputTokens when unset), the
 // way providers count a request at admission. The usage the provider
 // returns replaces the estimate afterwards (Limiter.Settle).
@@ -140,6 +141,13 @@ func EstimateRequestTokens(req Request) int {
 	n := EstimateTokens(req.Prompt) + messageOverheadTokens
 	if req.System != "" {
 		n += EstimateTokens(req.System) + messageOverheadTokens
+	}
+	if len(req.Columns) > 0 {
+		// The schema travels with the request and counts as prompt.
+		n += EstimateTokens(string(req.Columns.JSONSchema()))
+	}
+	for _, c := range req.Corrections {
+		n += EstimateTokens(c.Answer) + EstimateTokens(c.FollowUp) + 2*messageOverheadTokens
 	}
 	if req.MaxTokens > 0 {
 		return n + req.MaxTokens

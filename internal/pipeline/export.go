@@ -15,6 +15,7 @@ import (
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/prompt"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -22,13 +23,52 @@ import (
 // ErrNotReady is returned by Export for a task whose batches are not all done.
 var ErrNotReady = errors.New("task is not ready for export")
 
-// ResultColumns are the columns the export adds after the input columns.
+// ResultColumns are the columns the export adds after the input columns
+// for a task that declares no output columns: the answer, then the
+// bookkeeping. A task that declares columns gets those instead of output
+// (ResultColumnsOf).
 //
 // rerun is left empty for the user: anything typed there asks for a new
 // answer when the result is sent back in. batchgen_key (hidden) is the row's
 // RowKey, by which a result sent back in knows the rows it answered.
 var ResultColumns = []string{"output", "status", "error", "error_class", "cached", "attempts", "latency_ms",
 	"provider", "input_tokens", "output_tokens", "rerun", "batchgen_key"}
+
+// bookkeepingColumns follow the answer columns in every result.
+var bookkeepingColumns = ResultColumns[1:]
+
+// AnswerColumns are the headers a task's result gives the columns that
+// hold its answer (its declared columns, or output) beside the input
+// columns header: renamed batchgen_<name> where the input has the name.
+func AnswerColumns(cols schema.Columns, header []string) []string {
+	return resultColumnNames(cols, header)[:len(answerColumns(cols))]
+}
+
+// AnswerTexts are a row's answer cells as its result shows them, as text
+// (a preview's): the output, or a cell per declared column.
+func AnswerTexts(cols schema.Columns, r store.Row) []string {
+	vals := answerValues(cols, r)
+	texts := make([]string, len(vals))
+	for i, v := range vals {
+		texts[i] = v.String()
+	}
+	return texts
+}
+
+// answerColumns is AnswerColumns.
+func answerColumns(cols schema.Columns) []string {
+	if len(cols) == 0 {
+		return ResultColumns[:1]
+	}
+	return cols.Names()
+}
+
+// ResultColumnsOf are the columns the export adds for a task declaring
+// cols, before any is renamed for an input column of the same name: the
+// answer columns, then the bookkeeping.
+func ResultColumnsOf(cols schema.Columns) []string {
+	return append(slices.Clone(answerColumns(cols)), bookkeepingColumns...)
+}
 
 // exportPage is how many rows are read from the store at a time; the
 // export's memory is bounded by one page plus the writer's buffer.
@@ -197,8 +237,9 @@ func (e *Exporter) writeOwnWorkbook(ctx context.Context, task store.Task, w io.W
 		// The reader takes the first row below the header as row 1, blank
 		// or not.
 		HeaderRow: first.SheetRow - 1,
-		Header:    resultColumnNames(task.Header),
-		Hidden:    hiddenColumns(),
+		Header:    resultColumnNames(task.Spec.Columns, task.Header),
+		Hidden:    hiddenColumns(task.Spec.Columns),
+		Dates:     hasDates(task.Spec.Columns),
 		TempDir:   e.cfg.TempDir,
 		// The result carries its template: sent back in, it is read again.
 		Prompt: task.Spec.Prompt,
@@ -207,10 +248,10 @@ func (e *Exporter) writeOwnWorkbook(ctx context.Context, task store.Task, w io.W
 			if err != nil {
 				return sheet.AddedRow{}, err
 			}
-			return sheet.AddedRow{SheetRow: r.SheetRow, Values: resultValues(r, keys.of(r))}, nil
+			return sheet.AddedRow{SheetRow: r.SheetRow, Values: resultValues(task.Spec.Columns, r, keys.of(r))}, nil
 		},
 	}
-	if block, ok := resultBlock(task.Header); ok {
+	if block, _, ok := resultBlock(task.Header, task.Spec.Columns); ok {
 		// A result sent back in: the answers go in its own result columns,
 		// replacing what they held (the reader's header starts in column A),
 		// down to its last row.
@@ -306,8 +347,8 @@ func (e *Exporter) writeCSV(ctx context.Context, task store.Task, w io.Writer) (
 // user's workbook): the input columns, then ResultColumns. A result sent
 // back in keeps its input columns and gets its result columns anew.
 func newResultHeader(task store.Task) []string {
-	input := inputColumns(task.Header)
-	return append(slices.Clone(input), resultColumnNames(input)...)
+	input := inputColumns(task.Header, task.Spec.Columns)
+	return append(slices.Clone(input), resultColumnNames(task.Spec.Columns, input)...)
 }
 
 // eachResultRow calls write with every row of task in row order: its input
@@ -333,7 +374,7 @@ func eachResultRow(ctx context.Context, st store.Store, task store.Task, write f
 				input[i] = r.Values[i]
 			}
 		}
-		if err := write(input, resultValues(r, keys.of(r))); err != nil {
+		if err := write(input, resultValues(task.Spec.Columns, r, keys.of(r))); err != nil {
 			return rows.counts, fmt.Errorf("write row %d: %w", r.No, err)
 		}
 	}
@@ -413,7 +454,7 @@ func newRowKeys(task store.Task) (rowKeys, error) {
 	if err != nil {
 		return rowKeys{}, fmt.Errorf("the task's template: %w", err)
 	}
-	input := inputColumns(task.Header)
+	input := inputColumns(task.Header, task.Spec.Columns)
 	bound, err := tpl.Bind(input)
 	if err != nil {
 		return rowKeys{}, fmt.Errorf("the task's template: %w", err)
@@ -429,18 +470,26 @@ func (k rowKeys) of(r store.Row) string {
 	return resultKeyCell(k.task, RowKey(k.spec, k.bound.Render(r.Values[:min(k.input, len(r.Values))])))
 }
 
-// hiddenColumns marks batchgen_key hidden among ResultColumns: it is for
-// batchgen, not for reading.
-func hiddenColumns() []bool {
-	hidden := make([]bool, len(ResultColumns))
-	hidden[slices.Index(ResultColumns, "batchgen_key")] = true
+// hiddenColumns marks batchgen_key hidden among the result columns of a
+// task declaring cols: it is for batchgen, not for reading.
+func hiddenColumns(cols schema.Columns) []bool {
+	names := ResultColumnsOf(cols)
+	hidden := make([]bool, len(names))
+	hidden[len(names)-1] = true // batchgen_key is last
 	return hidden
 }
 
-// resultValues are the cells a row gets in ResultColumns: text for what is
-// text, numbers for the bookkeeping, a boolean for cached; rerun empty for
-// the user, and the row's key.
-func resultValues(r store.Row, key string) []sheet.Value {
+// hasDates reports whether any of cols holds dates.
+func hasDates(cols schema.Columns) bool {
+	return slices.ContainsFunc(cols, func(c schema.Column) bool { return c.Type == schema.Date })
+}
+
+// resultValues are the cells a row gets in the result columns of a task
+// declaring cols: its answer (the output text, or a cell of its type per
+// declared column), then the bookkeeping: text for what is text, numbers
+// for the counts, a boolean for cached; rerun empty for the user, and the
+// row's key.
+func resultValues(cols schema.Columns, r store.Row, key string) []sheet.Value {
 	status, errText, class := "failed", r.Error, r.ErrorClass
 	switch r.State {
 	case store.RowSucceeded:
@@ -466,20 +515,65 @@ func resultValues(r store.Row, key string) []sheet.Value {
 		}
 		return sheet.Value{}
 	}
-	return []sheet.Value{sheet.Text(r.Output), sheet.Text(status), sheet.Text(errText), sheet.Text(class), cached,
+	return append(answerValues(cols, r), sheet.Text(status), sheet.Text(errText), sheet.Text(class), cached,
 		sheet.Int(int64(r.Attempts)), latency, sheet.Text(r.Provider), tokens(r.InputTokens), tokens(r.OutputTokens),
-		{}, sheet.Text(key)}
+		sheet.Value{}, sheet.Text(key))
 }
 
-// resultColumnNames returns ResultColumns, prefixed with "batchgen_" where
-// the input already has a column of that name, so no header is duplicated.
-func resultColumnNames(header []string) []string {
+// answerValues are a row's answer cells: its output as text, or for
+// declared columns one cell of each column's type, empty where the answer
+// left the column empty or the row has no answer. An answer that does not
+// read as the columns (stored by another declaration) is written whole, as
+// text, in the first column: it was paid for.
+func answerValues(cols schema.Columns, r store.Row) []sheet.Value {
+	if len(cols) == 0 {
+		return []sheet.Value{sheet.Text(r.Output)}
+	}
+	vals := make([]sheet.Value, len(cols))
+	if r.State != store.RowSucceeded || r.Output == "" {
+		return vals
+	}
+	cells, err := cols.Cells(r.Output)
+	if err != nil {
+		vals[0] = sheet.Text(r.Output)
+		return vals
+	}
+	for i, c := range cells {
+		vals[i] = cellValue(c)
+	}
+	return vals
+}
+
+// cellValue is the sheet cell of one declared column's value: numbers and
+// integers numeric, booleans TRUE/FALSE, dates date cells, enum, text and
+// list text (never formulas).
+func cellValue(v schema.Value) sheet.Value {
+	if v.Empty {
+		return sheet.Value{}
+	}
+	switch v.Type {
+	case schema.Number, schema.Integer:
+		return sheet.Number(v.Number)
+	case schema.Boolean:
+		return sheet.Bool(v.Bool)
+	case schema.Date:
+		return sheet.Date(v.Date)
+	}
+	return sheet.Text(v.Text)
+}
+
+// resultColumnNames returns the result columns of a task declaring cols
+// (ResultColumnsOf), each prefixed with "batchgen_" where the input already
+// has a column of that name (or an earlier result column took it), so no
+// header is duplicated.
+func resultColumnNames(cols schema.Columns, header []string) []string {
 	taken := map[string]bool{}
 	for _, h := range header {
 		taken[strings.TrimSpace(h)] = true
 	}
-	names := make([]string, len(ResultColumns))
-	for i, c := range ResultColumns {
+	all := ResultColumnsOf(cols)
+	names := make([]string, len(all))
+	for i, c := range all {
 		name := c
 		for taken[name] {
 			name = "batchgen_" + name

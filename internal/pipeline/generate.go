@@ -23,6 +23,7 @@ import (
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/prompt"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -574,6 +575,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		reqs[i] = llm.Request{
 			Model: spec.Model, System: spec.System, Prompt: bound.Render(r.Values),
 			Temperature: spec.Temperature, TopP: spec.TopP, MaxTokens: spec.MaxTokens,
+			Columns: spec.Columns,
 		}
 		keys[i] = CacheKey(spec.Provider, reqs[i])
 		if !r.Fresh { // a row that asks for a new answer is not looked up
@@ -790,18 +792,26 @@ func ProviderLabel(spec store.TaskSpec) string {
 
 // CacheKey hashes everything that changes a model's output: the provider
 // family, the model, the system prompt, the rendered prompt, temperature,
-// top_p and the completion cap. An unset setting (the provider's default)
-// hashes apart from every explicit value.
+// top_p, the completion cap and the declared columns (an answer of one
+// shape never answers a question asked in another). An unset setting (the
+// provider's default) hashes apart from every explicit value, and a
+// request without columns hashes as it did before columns existed, so
+// caches filled then still answer.
 func CacheKey(provider string, req llm.Request) string {
+	var columns json.RawMessage
+	if len(req.Columns) > 0 {
+		columns = req.Columns.JSONSchema()
+	}
 	b, _ := json.Marshal(struct {
-		Provider    string   `json:"p"`
-		Model       string   `json:"m"`
-		System      string   `json:"s"`
-		Prompt      string   `json:"u"`
-		Temperature *float64 `json:"t,omitempty"`
-		TopP        *float64 `json:"tp,omitempty"`
-		MaxTokens   int      `json:"mt,omitempty"`
-	}{provider, req.Model, req.System, req.Prompt, req.Temperature, req.TopP, req.MaxTokens})
+		Provider    string          `json:"p"`
+		Model       string          `json:"m"`
+		System      string          `json:"s"`
+		Prompt      string          `json:"u"`
+		Temperature *float64        `json:"t,omitempty"`
+		TopP        *float64        `json:"tp,omitempty"`
+		MaxTokens   int             `json:"mt,omitempty"`
+		Columns     json.RawMessage `json:"c,omitempty"`
+	}{provider, req.Model, req.System, req.Prompt, req.Temperature, req.TopP, req.MaxTokens, columns})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -821,6 +831,12 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 	attempts := prior.Attempts
 	maxAttempts := g.cfg.CallsPerRound * g.cfg.Rounds
 	var last *llm.Error
+	// invalid is the last answer, if it did not fit the declared columns;
+	// billed sums what the answered calls of this round cost (a re-ask is
+	// billed too); asks counts those calls.
+	var invalid *invalidAnswer
+	var billed store.Usage
+	asks := 0
 	for i := 0; i < g.cfg.CallsPerRound && attempts < maxAttempts; i++ {
 		if f := g.router.Refused(); f != nil {
 			return done(store.RowResult{
@@ -849,20 +865,35 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 		latency := resp.Latency
 		if err == nil {
 			attempts++
+			asks++
+			billed = billed.Add(billedUsage(resp.Usage))
+			text := resp.Text
+			if len(req.Columns) > 0 {
+				norm, err := req.Columns.Validate(resp.Text)
+				if err != nil {
+					// The answer came but does not fit: ask again at once, in
+					// the same conversation, with what was wrong. No backoff
+					// and no later round: the same question to the same model
+					// later would not do better than a correction now.
+					invalid = &invalidAnswer{raw: resp.Text, err: err.(*schema.InvalidAnswerError), provider: resp.Provider}
+					g.observe(Event{TaskID: task.ID, RowNo: row.No, State: store.RowPending, Calls: 1, ErrorClass: string(llm.ClassInvalidOutput)})
+					g.cfg.Logger.DebugContext(ctx, "the answer does not fit the columns; asking again", logging.Row, row.No, "call", attempts, "problems", err.Error())
+					req.Corrections = append(req.Corrections, llm.Correction{Answer: resp.Text, FollowUp: req.Columns.FollowUp(invalid.err)})
+					continue
+				}
+				text = norm
+			}
 			o := done(store.RowResult{
-				State: store.RowSucceeded, Output: resp.Text, Attempts: attempts, LatencyMS: latency.Milliseconds(),
+				State: store.RowSucceeded, Output: text, Attempts: attempts, LatencyMS: latency.Milliseconds(),
 				Provider: cmp.Or(resp.Provider, ProviderLabel(task.Spec)),
-				Usage: store.Usage{
-					InputTokens:       int64(resp.Usage.InputTokens),
-					OutputTokens:      int64(resp.Usage.OutputTokens),
-					CachedInputTokens: int64(resp.Usage.CachedInputTokens),
-				},
+				Usage:    billed,
 			}, 1, "")
 			if g.cfg.Cache != nil {
-				o.cache = &store.CacheEntry{Key: key, Output: resp.Text}
+				o.cache = &store.CacheEntry{Key: key, Output: text}
 			}
 			return o
 		}
+		invalid = nil
 		if ctx.Err() != nil {
 			// Shutdown or lost lease, not the call's own timeout: the call
 			// did not count and the row stays as it was.
@@ -894,6 +925,18 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 		case <-g.cfg.Clock.After(wait):
 		}
 	}
+	if invalid != nil {
+		// Every ask of this round answered, and the last answer still did
+		// not fit: the row fails now, its last answer kept (it was paid
+		// for) for a person to read or for retry --error-class
+		// invalid_output.
+		return done(store.RowResult{
+			State: store.RowFailed, ErrorClass: string(llm.ClassInvalidOutput), Attempts: attempts,
+			Error:    fmt.Sprintf("the answer did not fit the columns after %d asks: %s; the last answer: %s", asks, invalid.err, invalid.raw),
+			Provider: cmp.Or(invalid.provider, ProviderLabel(task.Spec)),
+			Usage:    billed,
+		}, 0, string(llm.ClassInvalidOutput))
+	}
 	res := store.RowResult{State: store.RowPending, Attempts: attempts}
 	if last != nil {
 		res.Error, res.ErrorClass = last.Error(), string(last.Class)
@@ -905,6 +948,22 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 		return done(res, 0, res.ErrorClass)
 	}
 	return done(res, 0, "")
+}
+
+// billedUsage is a call's usage as a row result records it.
+func billedUsage(u llm.Usage) store.Usage {
+	return store.Usage{
+		InputTokens:       int64(u.InputTokens),
+		OutputTokens:      int64(u.OutputTokens),
+		CachedInputTokens: int64(u.CachedInputTokens),
+	}
+}
+
+// invalidAnswer is an answer that did not fit the task's columns.
+type invalidAnswer struct {
+	raw      string
+	err      *schema.InvalidAnswerError
+	provider string
 }
 
 // pendingResult is a row left PENDING after attempts calls, the last of

@@ -3,10 +3,12 @@ package pipeline
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"strings"
 
 	"github.com/batchgen/batchgen/internal/prompt"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -21,11 +23,18 @@ import (
 // rendered from the row's input cells. A row whose key no longer matches had its input or the template changed.
 // The batchgen_key cell holds it after the id of the task that wrote it (resultKeyCell), so a result sent back in
 // says which task it continues.
+//
+// A task with declared columns adds them to the hash: an answer of one shape is not an answer to a question asked in
+// another. Without columns the key is what it always was, so results written before columns existed still match.
 func RowKey(spec store.TaskSpec, renderedPrompt string) string {
 	h := sha256.New()
 	h.Write([]byte(spec.System))
 	h.Write([]byte{0})
 	h.Write([]byte(renderedPrompt))
+	if len(spec.Columns) > 0 {
+		h.Write([]byte{0})
+		h.Write(spec.Columns.JSONSchema())
+	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
@@ -41,23 +50,42 @@ func parseKeyCell(cell string) (taskID, rowKey string) {
 	return "", cell
 }
 
-// resultBlock finds the result columns a header ends with: the index of the first, and whether the header is a
-// result's at all.
-func resultBlock(header []string) (int, bool) {
-	i := len(header) - len(ResultColumns)
-	if i < 1 {
-		return 0, false
+// resultBlock finds the result columns a header ends with, for a task declaring cols: the index of the first, how
+// many of them hold the answer, and whether the header is a result's at all. A result of the one text answer is
+// recognised when columns are declared now, too (its rows' keys then differ: every row is asked again).
+func resultBlock(header []string, cols schema.Columns) (block, answers int, ok bool) {
+	for _, answer := range [][]string{answerColumns(cols), answerColumns(nil)} {
+		names := append(slices.Clone(answer), bookkeepingColumns...)
+		i := len(header) - len(names)
+		if i < 1 {
+			continue
+		}
+		if slices.Equal(header[i:], resultColumnNames(answerSet(answer), header[:i])) {
+			return i, len(answer), true
+		}
 	}
-	return i, slices.Equal(header[i:], resultColumnNames(header[:i]))
+	return 0, 0, false
 }
 
-// InputColumns is the part of a sheet's header a template may name: all of it, or for a result sent back in, the
-// columns before the result's own.
-func InputColumns(header []string) []string { return inputColumns(header) }
+// answerSet is a declaration of the given answer columns, for their names: nil for the one text answer.
+func answerSet(names []string) schema.Columns {
+	if slices.Equal(names, answerColumns(nil)) {
+		return nil
+	}
+	cols := make(schema.Columns, len(names))
+	for i, n := range names {
+		cols[i].Name = n
+	}
+	return cols
+}
+
+// InputColumns is the part of a sheet's header a template may name, for a task declaring cols: all of it, or for
+// a result sent back in, the columns before the result's own.
+func InputColumns(header []string, cols schema.Columns) []string { return inputColumns(header, cols) }
 
 // inputColumns is InputColumns.
-func inputColumns(header []string) []string {
-	if i, ok := resultBlock(header); ok {
+func inputColumns(header []string, cols schema.Columns) []string {
+	if i, _, ok := resultBlock(header, cols); ok {
 		return header[:i]
 	}
 	return header
@@ -68,15 +96,15 @@ type RerunCounts = store.RerunCounts
 
 // rerunRow decides what a row of a result sent back in becomes: its place in counts, and the row to store
 // (its input values; a kept row with its answer as a SUCCEEDED result, a row that wants a new answer Fresh).
-// block is where the result columns start.
-func rerunRow(row store.Row, block int, spec store.TaskSpec, bound *prompt.Bound, counts *RerunCounts) store.Row {
-	cell := func(name string) string {
-		i := slices.Index(ResultColumns, name)
-		if block+i < len(row.Values) {
-			return row.Values[block+i]
+// block is where the result columns start, answers how many of them hold the answer.
+func rerunRow(row store.Row, block, answers int, spec store.TaskSpec, bound *prompt.Bound, counts *RerunCounts) store.Row {
+	at := func(i int) string {
+		if i < len(row.Values) {
+			return row.Values[i]
 		}
 		return ""
 	}
+	cell := func(name string) string { return at(block + answers + slices.Index(bookkeepingColumns, name)) }
 	input := row.Values[:min(block, len(row.Values))]
 	if row.State == store.RowSkipped || sheet.IsBlank(input) {
 		counts.Blank++
@@ -85,6 +113,11 @@ func rerunRow(row store.Row, block int, spec store.TaskSpec, bound *prompt.Bound
 	from, key := parseKeyCell(strings.TrimSpace(cell("batchgen_key")))
 	if counts.From == "" && from != "" && row.State != store.RowSkipped {
 		counts.From = from
+	}
+	var output string
+	var fits bool
+	if key == RowKey(spec, bound.Render(input)) && cell("status") == "succeeded" {
+		output, fits = keptAnswer(spec.Columns, row.Values[min(block, len(row.Values)):], answers)
 	}
 	switch {
 	case row.State == store.RowSkipped:
@@ -95,7 +128,8 @@ func rerunRow(row store.Row, block int, spec store.TaskSpec, bound *prompt.Bound
 		counts.New++
 	case key != RowKey(spec, bound.Render(input)):
 		counts.Changed++
-	case cell("status") == "succeeded" && cell("output") == "":
+	case cell("status") == "succeeded" && !fits:
+		// Cleared (or edited into something that does not fit the columns): asks for a new answer.
 		counts.Cleared++
 		row.Fresh = true
 	case cell("status") != "succeeded":
@@ -103,9 +137,52 @@ func rerunRow(row store.Row, block int, spec store.TaskSpec, bound *prompt.Bound
 	default:
 		counts.Kept++
 		// Answered before: no call, no cost now (cached), the provider that answered then.
-		row.RowResult = store.RowResult{State: store.RowSucceeded, Output: cell("output"), Cached: true, Provider: cell("provider")}
+		row.RowResult = store.RowResult{State: store.RowSucceeded, Output: output, Cached: true, Provider: cell("provider")}
 	}
 	// Only the input is stored: the export rewrites the result's own columns from the row's result.
 	row.Values = input
 	return row
+}
+
+// keptAnswer reads the answer a result row holds in its answer cells (the first answers of cells) as the task's
+// output: the text of output, or for declared columns their cells as a normalised answer (schema.Columns.Validate:
+// a number, TRUE/FALSE, an ISO date and a list joined with "; " read back as what they were written from). ok is
+// false for an answer that is blank, or that no longer fits the columns (edited by hand): it is asked again.
+func keptAnswer(cols schema.Columns, cells []string, answers int) (string, bool) {
+	at := func(i int) string {
+		if i < len(cells) {
+			return cells[i]
+		}
+		return ""
+	}
+	if len(cols) == 0 {
+		out := at(0)
+		return out, out != ""
+	}
+	if answers != len(cols) {
+		return "", false
+	}
+	obj := make(map[string]any, len(cols))
+	blank := true
+	for i, c := range cols {
+		v := at(i)
+		blank = blank && strings.TrimSpace(v) == ""
+		switch {
+		case strings.TrimSpace(v) == "":
+			obj[c.Name] = nil
+		case c.Type == schema.List:
+			obj[c.Name] = strings.Split(v, schema.ListSeparator)
+		default:
+			obj[c.Name] = v
+		}
+	}
+	if blank {
+		return "", false
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return "", false
+	}
+	out, err := cols.Validate(string(b))
+	return out, err == nil
 }

@@ -149,10 +149,11 @@ func Validate(p SplitParams) (Validated, error) {
 	defer r.Close()
 	header := r.Header()
 	spec, bound, specErr := bindTemplate(p, r)
-	block, rerun := resultBlock(header)
-	if n := len(inputColumns(header)) + len(ResultColumns); specErr == nil && r.Sheet() != "" && n > sheet.DefaultMaxColumns {
+	block, answers, rerun := resultBlock(header, spec.Columns)
+	input, added := len(inputColumns(header, spec.Columns)), len(ResultColumnsOf(spec.Columns))
+	if specErr == nil && r.Sheet() != "" && input+added > sheet.DefaultMaxColumns {
 		specErr = &RejectedError{Err: fmt.Errorf("%s: sheet %q has %d columns and the result adds %d beside them, past Excel's last column %s; move the data to a narrower sheet",
-			p.Source, r.Sheet(), len(inputColumns(header)), len(ResultColumns), sheet.ColumnName(sheet.DefaultMaxColumns))}
+			p.Source, r.Sheet(), input, added, sheet.ColumnName(sheet.DefaultMaxColumns))}
 	}
 	var counts *RerunCounts
 	if rerun && specErr == nil {
@@ -189,7 +190,7 @@ func Validate(p SplitParams) (Validated, error) {
 			if rec.Blank {
 				row.State = store.RowSkipped
 			}
-			rerunRow(row, block, spec, bound, counts)
+			rerunRow(row, block, answers, spec, bound, counts)
 		}
 	}
 	if specErr != nil {
@@ -234,11 +235,14 @@ func bindTemplate(p SplitParams, r *sheet.Reader) (store.TaskSpec, *prompt.Bound
 			return spec, nil, &RejectedError{Err: fmt.Errorf("%s: no prompt: pass --prompt or --prompt-file, or add a sheet named \"prompt\" with the template in cell A1", p.Source)}
 		}
 	}
+	if err := spec.Columns.Check(); err != nil {
+		return spec, nil, &RejectedError{Err: fmt.Errorf("the output columns: %w", err)}
+	}
 	tpl, err := prompt.Parse(spec.Prompt)
 	if err != nil {
 		return spec, nil, &RejectedError{Err: err}
 	}
-	bound, err := tpl.Bind(inputColumns(r.Header()))
+	bound, err := tpl.Bind(inputColumns(r.Header(), spec.Columns))
 	if err != nil {
 		return spec, nil, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
 	}
@@ -438,7 +442,7 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 		r = sr
 	}
 	defer r.Close()
-	block, rerun := resultBlock(task.Header)
+	block, answers, rerun := resultBlock(task.Header, task.Spec.Columns)
 	var (
 		bound  *prompt.Bound
 		counts RerunCounts
@@ -446,7 +450,7 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 	if rerun {
 		tpl, err := prompt.Parse(task.Spec.Prompt)
 		if err == nil {
-			bound, err = tpl.Bind(inputColumns(task.Header))
+			bound, err = tpl.Bind(inputColumns(task.Header, task.Spec.Columns))
 		}
 		if err != nil {
 			return nil, &RejectedError{Err: fmt.Errorf("%s: %w", p.Source, err)}
@@ -482,7 +486,7 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 			row.State = store.RowSkipped
 		}
 		if rerun {
-			row = rerunRow(row, block, task.Spec, bound, &counts)
+			row = rerunRow(row, block, answers, task.Spec, bound, &counts)
 		}
 		if b := (no - 1) / size; b < len(tallies) {
 			tallies[b].add(row.RowResult)

@@ -7,6 +7,7 @@ package providers
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -29,11 +30,18 @@ type Builder struct {
 	// Bedrock builds a bedrock provider (its AWS configuration is the
 	// runtime's); nil rejects bedrock entries.
 	Bedrock func(p providerfile.Provider) (llm.Provider, error)
+	// Logger hears what an adapter learns of its server once (an
+	// OpenAI-compatible server that refuses structured outputs). Defaults
+	// to discarding.
+	Logger *slog.Logger
 }
 
 // Build returns the provider of entry p (the package's Build calls it for
 // each entry of a file).
 func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
+	if b.Logger == nil {
+		b.Logger = slog.New(slog.DiscardHandler)
+	}
 	switch p.Kind {
 	case providerfile.KindSim:
 		clk := b.Clock
@@ -49,7 +57,7 @@ func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
 		if p.Kind == providerfile.KindOpenAI && p.BaseURL == "" && key == "" {
 			return nil, fmt.Errorf("needs an API key in $%s (or a base_url for a local OpenAI-compatible server)", p.APIKeyEnv)
 		}
-		return openaillm.New(openaillm.Config{BaseURL: p.BaseURL, APIKey: key, Model: p.Model})
+		return openaillm.New(openaillm.Config{BaseURL: p.BaseURL, APIKey: key, Model: p.Model, Logger: b.Logger.With("provider", p.Name)})
 	case providerfile.KindBedrock:
 		if b.Bedrock == nil {
 			return nil, fmt.Errorf("kind bedrock is not available in this build")

@@ -333,3 +333,38 @@ func decode(t *testing.T, s string) any {
 	}
 	return v
 }
+
+func TestParseJSON(t *testing.T) {
+	want := Columns{{Name: "category", Type: Enum, Values: []string{"a", "b"}, Required: true}, {Name: "score", Type: Number}}
+	for _, in := range []string{
+		`"category:enum(a|b)!, score:number"`,
+		`[{"name": "category", "type": "enum", "values": ["a", "b"], "required": true}, {"name": "score", "type": "float"}]`,
+		`{"type": "object", "properties": {"category": {"enum": ["a", "b"]}, "score": {"type": "number"}}, "required": ["category"]}`,
+	} {
+		got, err := ParseJSON([]byte(in))
+		if err != nil {
+			t.Errorf("%s: %v", in, err)
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", in, diff)
+		}
+	}
+	for _, in := range []string{"", "null", " "} {
+		if got, err := ParseJSON([]byte(in)); got != nil || err != nil {
+			t.Errorf("%q: %v, %v; want no declaration", in, got, err)
+		}
+	}
+	for in, want := range map[string]string{
+		`3`:                                "give a string",
+		`[{"name": "a", "type": "nmber"}]`: `column 1 ("a"): unknown type "nmber"`,
+		`[{"type": "text"}]`:               "column 1: no name",
+		`[{"name": "a", "kind": "text"}]`:  `unknown field "kind"`,
+		`[{"name": "a", "type": "enum"}]`:  "an enum needs at least one value",
+		`"a:text, a:number"`:               "the same name as column 1",
+	} {
+		if _, err := ParseJSON([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", in, err, want)
+		}
+	}
+}

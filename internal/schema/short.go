@@ -1,6 +1,8 @@
 package schema
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -141,4 +143,59 @@ func (cs Columns) Short() (s string, ok bool) {
 		parts[i] = p
 	}
 	return strings.Join(parts, ", "), true
+}
+
+// ParseJSON reads a declaration in any of the forms a JSON request may give
+// it (the API's columns field, a drop-folder sidecar): a string in the
+// short form (ParseShort), a list of column objects ({"name", "type",
+// "values", "required", "description"}, types in any spelling ParseType
+// reads), or a JSON Schema object (ParseJSONSchema). null or absent is no
+// declaration.
+func ParseJSON(raw json.RawMessage) (Columns, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("not a JSON string: %w", err)
+		}
+		return ParseShort(s)
+	case '{':
+		return ParseJSONSchema(raw)
+	case '[':
+		var list []struct {
+			Name        *string  `json:"name"`
+			Type        string   `json:"type"`
+			Values      []string `json:"values"`
+			Required    bool     `json:"required"`
+			Description string   `json:"description"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&list); err != nil {
+			return nil, fmt.Errorf(`a list of columns: %w; each is {"name", "type", "values" (enum), "required", "description"}`, err)
+		}
+		cols := make(Columns, len(list))
+		var errs []error
+		for i, c := range list {
+			if c.Name == nil {
+				errs = append(errs, fmt.Errorf("column %d: no name", i+1))
+				continue
+			}
+			t, err := ParseType(c.Type)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("column %d (%q): %w", i+1, *c.Name, err))
+				continue
+			}
+			cols[i] = Column{Name: *c.Name, Type: t, Values: c.Values, Required: c.Required, Description: strings.TrimSpace(c.Description)}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		return cols, cols.Check()
+	}
+	return nil, errors.New(`columns: give a string ("category:enum(a|b)!, score:number"), a list of {"name", "type"} objects, or a JSON Schema object`)
 }

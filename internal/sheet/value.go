@@ -2,8 +2,8 @@ package sheet
 
 import (
 	"math"
-	"time"
 	"strconv"
+	"time"
 	"unicode/utf16"
 )
 

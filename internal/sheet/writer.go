@@ -41,7 +41,7 @@ type Writer struct {
 	sw      *excelize.StreamWriter
 	header  []string
 	bold    int
-	date    int // the style of date cells (DateFormat)
+	date    int       // the style of date cells (DateFormat)
 	pending [][]Value // first rows, held until widths are known
 	started bool
 	row     int // last sheet row written

@@ -14,6 +14,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/batchgen/batchgen/internal/schema"
 )
 
 // ErrNotFound is returned when the task, batch or row does not exist.
@@ -71,6 +73,12 @@ type TaskSpec struct {
 	// ResultFormat is the file the result is written as: a workbook (the
 	// default) or a CSV file.
 	ResultFormat ResultFormat `json:"result_format,omitempty"`
+	// Columns are the task's declared output columns: each answer is a
+	// JSON object of their shape, checked before its row succeeds, and
+	// the result gets a typed column for each, in order, instead of the
+	// one text output column. Empty for a free-text task. Part of the
+	// task's id: the same sheet asked for other columns is another task.
+	Columns schema.Columns `json:"columns,omitempty"`
 }
 
 // ResultFormat is the kind of file a task's result is.

@@ -224,7 +224,7 @@ func inspect(file string, opts sheet.Options, samples int, partial bool) (Inspec
 // names an answer. The full sheet was read already; this reads it again,
 // for results only.
 func rerun(file string, opts sheet.Options, ins *Inspection) error {
-	input := pipeline.InputColumns(ins.Columns)
+	input := pipeline.InputColumns(ins.Columns, nil)
 	if len(input) == len(ins.Columns) || ins.Prompt == "" {
 		ins.Columns = input
 		return nil

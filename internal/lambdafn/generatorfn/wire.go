@@ -40,7 +40,8 @@ func Providers(ctx context.Context, d *awswire.Deps, f *providerfile.File, rec m
 	db := dynamodb.NewFromConfig(d.AWS)
 	return providers.Build(f, providers.Config{
 		Builder: providers.Builder{
-			Clock: d.Clock,
+			Clock:  d.Clock,
+			Logger: d.Logger,
 			Key: func(p providerfile.Provider) (string, error) {
 				if p.APIKeyParam == "" {
 					return strings.TrimSpace(os.Getenv(p.APIKeyEnv)), nil

@@ -13,6 +13,7 @@ package bedrockllm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/document"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -109,6 +111,18 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 			Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: req.Prompt}},
 		}},
 	}
+	for _, c := range req.Corrections {
+		in.Messages = append(in.Messages,
+			types.Message{Role: types.ConversationRoleAssistant, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: c.Answer}}},
+			types.Message{Role: types.ConversationRoleUser, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: c.FollowUp}}})
+	}
+	if len(req.Columns) > 0 {
+		tools, err := answerTool(req)
+		if err != nil {
+			return llm.Response{}, err
+		}
+		in.ToolConfig = tools
+	}
 	if req.System != "" {
 		in.System = []types.SystemContentBlock{&types.SystemContentBlockMemberText{Value: req.System}}
 	}
@@ -159,11 +173,45 @@ func response(out *bedrockruntime.ConverseOutput) (llm.Response, error) {
 	}
 	var text strings.Builder
 	for _, block := range msg.Value.Content {
-		if t, ok := block.(*types.ContentBlockMemberText); ok {
-			text.WriteString(t.Value)
+		switch b := block.(type) {
+		case *types.ContentBlockMemberText:
+			text.WriteString(b.Value)
+		case *types.ContentBlockMemberToolUse:
+			if aws.ToString(b.Value.Name) != answerToolName || b.Value.Input == nil {
+				continue
+			}
+			// The forced tool's input is the answer: its JSON is what the
+			// pipeline checks, whatever text came beside it.
+			in, err := b.Value.Input.MarshalSmithyDocument()
+			if err != nil {
+				return llm.Response{}, &llm.Error{Class: llm.ClassServer, StatusCode: http.StatusOK, Message: "the answer tool's input: " + err.Error()}
+			}
+			return llm.Response{Text: string(in), Usage: usage(out.Usage)}, nil
 		}
 	}
 	return llm.Response{Text: text.String(), Usage: usage(out.Usage)}, nil
+}
+
+// answerToolName names the tool a request with columns forces the model to
+// call: its input schema is the columns, and its input the answer.
+const answerToolName = "answer"
+
+// answerTool is the tool configuration of a request with columns: one tool
+// whose input schema is the columns' JSON Schema, and a tool choice that
+// forces it, which is how Converse is held to a shape.
+func answerTool(req llm.Request) (*types.ToolConfiguration, error) {
+	var sch map[string]any
+	if err := json.Unmarshal(req.Columns.JSONSchema(), &sch); err != nil {
+		return nil, &llm.Error{Class: llm.ClassBadRequest, Message: "the columns' schema: " + err.Error()}
+	}
+	return &types.ToolConfiguration{
+		Tools: []types.Tool{&types.ToolMemberToolSpec{Value: types.ToolSpecification{
+			Name:        aws.String(answerToolName),
+			Description: aws.String("Records the answer: one property per output column."),
+			InputSchema: &types.ToolInputSchemaMemberJson{Value: document.NewLazyDocument(sch)},
+		}}},
+		ToolChoice: &types.ToolChoiceMemberTool{Value: types.SpecificToolChoice{Name: aws.String(answerToolName)}},
+	}, nil
 }
 
 // usage maps Bedrock's token counts to llm.Usage. Bedrock counts prompt

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/llm"
 	bedrockllm "github.com/batchgen/batchgen/internal/llm/bedrock"
+	"github.com/batchgen/batchgen/internal/schema"
 )
 
 // converseDouble is a local HTTP double of Bedrock's Converse wire format
@@ -59,6 +61,9 @@ func newDouble(t *testing.T) *converseDouble {
 		d.auth = append(d.auth, r.Header.Get("Authorization"))
 		status, errType, errBody, resp, hang := d.status, d.errType, d.errBody, d.response, d.hang
 		d.mu.Unlock()
+		if tc, ok := body["toolConfig"].(map[string]any); ok && status == 0 && strings.Contains(resp, `"text":"Fresh copy"`) {
+			resp = toolAnswer(t, tc)
+		}
 		if hang {
 			select {
 			case <-r.Context().Done():
@@ -100,6 +105,44 @@ func okResponse(text, stop string) string {
 		`"stopReason":"` + stop + `",` +
 		`"usage":{"inputTokens":12,"outputTokens":7,"totalTokens":23,"cacheReadInputTokens":4},` +
 		`"metrics":{"latencyMs":210}}`
+}
+
+// toolAnswer is the double's answer to a request that forces the answer tool: a toolUse whose input has a valid
+// value for each column of the tool's input schema, as a model held to the tool gives.
+func toolAnswer(t *testing.T, toolConfig map[string]any) string {
+	tools, _ := toolConfig["tools"].([]any)
+	if len(tools) != 1 {
+		t.Errorf("toolConfig has %d tools, want the answer tool", len(tools))
+		return okResponse("no tool", "end_turn")
+	}
+	spec, _ := tools[0].(map[string]any)["toolSpec"].(map[string]any)
+	inputSchema, _ := spec["inputSchema"].(map[string]any)
+	raw, _ := json.Marshal(inputSchema["json"])
+	cols, err := schema.ParseJSONSchema(raw)
+	if err != nil {
+		t.Errorf("the answer tool's input schema %s: %v", raw, err)
+		return okResponse("bad schema", "end_turn")
+	}
+	input := map[string]any{}
+	for _, c := range cols {
+		switch c.Type {
+		case schema.Enum:
+			input[c.Name] = c.Values[0]
+		case schema.Number, schema.Integer:
+			input[c.Name] = 3
+		case schema.Boolean:
+			input[c.Name] = true
+		case schema.Date:
+			input[c.Name] = "2026-12-01"
+		case schema.List:
+			input[c.Name] = []string{"a"}
+		default:
+			input[c.Name] = "Fresh copy"
+		}
+	}
+	in, _ := json.Marshal(input)
+	return `{"output":{"message":{"role":"assistant","content":[{"toolUse":{"toolUseId":"tu-1","name":` + jsonString(fmt.Sprint(spec["name"])) +
+		`,"input":` + string(in) + `}}]}},"stopReason":"tool_use","usage":{"inputTokens":40,"outputTokens":12,"totalTokens":52}}`
 }
 
 // provider drives the double through the real SDK client: static
@@ -284,5 +327,40 @@ func TestGenerateNeedsModel(t *testing.T) {
 	}
 	if d.calls != 0 {
 		t.Errorf("%d calls without a model", d.calls)
+	}
+}
+
+// TestColumnsForceTheAnswerTool: a request with columns offers one tool whose input schema is the columns and
+// forces it; the tool's input is the answer (text beside it ignored), and a re-ask carries the earlier answer and
+// the follow-up as the conversation.
+func TestColumnsForceTheAnswerTool(t *testing.T) {
+	t.Parallel()
+	d := newDouble(t)
+	d.response = `{"output":{"message":{"role":"assistant","content":[{"text":"Here you go."},` +
+		`{"toolUse":{"toolUseId":"tu-1","name":"answer","input":{"category":"数码","price":12.5}}}]}},` +
+		`"stopReason":"tool_use","usage":{"inputTokens":30,"outputTokens":9,"totalTokens":39}}`
+	cols := schema.Columns{{Name: "category", Type: schema.Enum, Values: []string{"家居", "数码"}, Required: true}, {Name: "price", Type: schema.Number}}
+	req := llm.Request{Prompt: "为耳机归类", Columns: cols,
+		Corrections: []llm.Correction{{Answer: `{"category":"玩具"}`, FollowUp: "That answer does not fit"}}}
+	resp, err := d.provider(t, "anthropic.claude").Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if norm, err := cols.Validate(resp.Text); err != nil || norm != `{"category":"数码","price":12.5}` {
+		t.Errorf("answer %s: %s, %v", resp.Text, norm, err)
+	}
+	body := d.bodies[0]
+	tools := body["toolConfig"].(map[string]any)
+	choice, _ := json.Marshal(tools["toolChoice"])
+	spec, _ := json.Marshal(tools["tools"])
+	if string(choice) != `{"tool":{"name":"answer"}}` || !strings.Contains(string(spec), `"inputSchema":{"json":{"additionalProperties":false`) ||
+		!strings.Contains(string(spec), `"enum":["家居","数码"]`) {
+		t.Errorf("toolConfig %s %s", choice, spec)
+	}
+	msgs, _ := json.Marshal(body["messages"])
+	want := `[{"content":[{"text":"为耳机归类"}],"role":"user"},{"content":[{"text":"{\"category\":\"玩具\"}"}],"role":"assistant"},` +
+		`{"content":[{"text":"That answer does not fit"}],"role":"user"}]`
+	if string(msgs) != want {
+		t.Errorf("messages\n got %s\nwant %s", msgs, want)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/schema"
 )
 
 // Behavior is what the backend behind a provider does with every call.
@@ -20,7 +21,9 @@ type Behavior string
 
 // Behaviors a fixture must script.
 const (
-	// Answer answers with some text and non-zero token counts.
+	// Answer answers with some text and non-zero token counts; a request
+	// with columns with a JSON object of their shape, built from the schema
+	// the backend received.
 	Answer Behavior = "answer"
 	// Throttle refuses for now: too many requests (HTTP 429,
 	// ThrottlingException).
@@ -59,6 +62,28 @@ func Run(t *testing.T, newProvider Fixture) {
 		}
 		if resp.Usage.CachedInputTokens > resp.Usage.InputTokens {
 			t.Errorf("usage %+v: cached input tokens are part of the input tokens", resp.Usage)
+		}
+	})
+	t.Run("Columns", func(t *testing.T) {
+		// A request with columns is answered with an object of their
+		// shape, which the pipeline's check accepts: the adapter asked for
+		// it the way its API can (structured outputs, a forced tool), and
+		// returned it as the answer's text.
+		t.Parallel()
+		cols := schema.Columns{
+			{Name: "category", Type: schema.Enum, Values: []string{"家居", "数码"}, Required: true},
+			{Name: "price", Type: schema.Number, Required: true}, {Name: "units", Type: schema.Integer},
+			{Name: "giftable", Type: schema.Boolean, Required: true}, {Name: "launched", Type: schema.Date},
+			{Name: "tags", Type: schema.List}, {Name: "summary", Type: schema.Text, Required: true},
+		}
+		r := req
+		r.Columns = cols
+		resp, err := newProvider(t, Answer).Generate(t.Context(), r)
+		if err != nil {
+			t.Fatalf("Generate: %v", err)
+		}
+		if _, err := cols.Validate(resp.Text); err != nil {
+			t.Errorf("answer %s does not fit the columns: %v", resp.Text, err)
 		}
 	})
 	t.Run("Concurrent", func(t *testing.T) {

@@ -15,6 +15,13 @@
 // retry-after-ms; NoRateLimitHeaders leaves all but Retry-After out, so that
 // a client must learn the quota from 429s alone.
 //
+// A response_format of json_schema (or json_object with the schema in the
+// messages, as schema.SchemaInstructions writes it) gets a JSON object of
+// that shape, its text fields quoting the row's prompt; InvalidRate breaks a
+// share of them, NoStructuredOutputs refuses json_schema as servers without
+// structured outputs do. The row's prompt is the first user message: later
+// ones are re-asks of it.
+//
 // Markers (substrings anywhere in the request's messages) force an outcome:
 //
 //	[[filter]]         400 content_filter
@@ -47,6 +54,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/schema"
 )
 
 // Defaults for Config.
@@ -124,6 +132,15 @@ type Config struct {
 	// Clock times the quota window and waits out latency. Defaults to
 	// clock.Real.
 	Clock clock.Clock
+	// InvalidRate is the fraction of structured answers (a request with a
+	// response_format of json_schema, or json_object with the schema in its
+	// messages) broken on purpose: one property holds an object instead of
+	// a value, so no declaration accepts it. Chosen by the same seeded
+	// hash as FailRate, per prompt and call, so a re-ask is a new draw.
+	InvalidRate float64
+	// NoStructuredOutputs answers 400 to a response_format of json_schema,
+	// as servers without structured outputs do; json_object is accepted.
+	NoStructuredOutputs bool
 	// PaidLog, when non-nil, gets one line per completion returned, the
 	// prompt as a JSON string, written before the answer: what a provider
 	// bills. Written to a file, it survives the server being killed (Stats
@@ -156,6 +173,10 @@ type Stats struct {
 	Filtered int64 `json:"filtered"`
 	// BadRequests counts other 4xx answers (malformed, too long, auth).
 	BadRequests int64 `json:"bad_requests"`
+	// Structured counts completions answered as JSON of a schema, and
+	// Broken those of them broken on purpose (InvalidRate).
+	Structured int64 `json:"structured"`
+	Broken     int64 `json:"broken"`
 	// Resets counts connections reset on purpose (ResetMarker).
 	Resets int64 `json:"resets"`
 	// Canceled counts requests whose client went away before the answer.
@@ -164,7 +185,8 @@ type Stats struct {
 	// the highest it has been.
 	InFlight     int64 `json:"in_flight"`
 	PeakInFlight int64 `json:"peak_in_flight"`
-	// PerPrompt is keyed by the last user message of the request.
+	// PerPrompt is keyed by the first user message of the request: the
+	// row's question, which a re-ask repeats before its correction.
 	PerPrompt map[string]PromptStats `json:"per_prompt,omitempty"`
 	// UntrackedPrompts counts requests for prompts not in PerPrompt
 	// because MaxTrackedPrompts was reached.
@@ -441,6 +463,17 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.completion(id, now, req, "", "content_filter"))
 	default:
 		text, finish := truncate("Copy for: "+req.prompt, req.maxTokens)
+		if req.columns != nil || req.jsonObject {
+			var broken bool
+			text, broken = s.structured(req, calls)
+			finish = "stop"
+			s.count(func(st *Stats) {
+				st.Structured++
+				if broken {
+					st.Broken++
+				}
+			})
+		}
 		used := req.inTokens + estimateTokens(text)
 		s.mu.Lock()
 		s.correctLocked(id, used)
@@ -676,10 +709,16 @@ func (s *Server) latency(roll float64) time.Duration {
 // chatRequest is the part of the OpenAI request the mock reads.
 type chatRequest struct {
 	model     string
-	prompt    string // last user message
+	prompt    string // first user message: the row's question
 	text      string // every message, for markers
 	maxTokens int
 	inTokens  int
+	// columns is the shape the answer must have: from a json_schema
+	// response format, or for json_object from a schema in the messages
+	// (schema.SchemaInstructions); nil for a plain text answer.
+	columns schema.Columns
+	// jsonObject asks for a JSON object without a schema the mock knows.
+	jsonObject bool
 }
 
 type wireRequest struct {
@@ -692,6 +731,14 @@ type wireRequest struct {
 	MaxCompletionTokens *int `json:"max_completion_tokens"`
 	Stream              bool `json:"stream"`
 	N                   *int `json:"n"`
+	ResponseFormat      *struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+			Strict *bool           `json:"strict"`
+		} `json:"json_schema"`
+	} `json:"response_format"`
 }
 
 // parse reads and validates the request body. On failure it returns the
@@ -741,7 +788,8 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (chatRequest, *ap
 		}
 		all.WriteString(text)
 		all.WriteByte('\n')
-		if m.Role == "user" {
+		if m.Role == "user" && !found {
+			// The row's question: later user messages are re-asks of it.
 			req.prompt, found = text, true
 		}
 	}
@@ -749,6 +797,31 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (chatRequest, *ap
 		return bad("messages", "messages must contain a user message")
 	}
 	req.text = all.String()
+	if rf := wr.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "", "text":
+		case "json_schema":
+			if s.cfg.NoStructuredOutputs {
+				return bad("response_format", "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model.")
+			}
+			if rf.JSONSchema == nil || len(rf.JSONSchema.Schema) == 0 {
+				return bad("response_format.json_schema", "Missing required parameter: 'response_format.json_schema.schema'.")
+			}
+			cols, err := schema.ParseJSONSchema(rf.JSONSchema.Schema)
+			if err != nil {
+				return bad("response_format.json_schema.schema", "Invalid schema for response_format '%s': %v", rf.JSONSchema.Name, err)
+			}
+			req.columns = cols
+		case "json_object":
+			if !strings.Contains(strings.ToLower(req.text), "json") {
+				return bad("messages", "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.")
+			}
+			req.jsonObject = true
+			req.columns = schemaInMessages(req.text)
+		default:
+			return bad("response_format.type", "Invalid value: '%s'. Supported values are: 'text', 'json_object' and 'json_schema'.", rf.Type)
+		}
+	}
 	req.inTokens = estimateTokens(req.text)
 	for _, mt := range []*int{wr.MaxCompletionTokens, wr.MaxTokens} {
 		if mt == nil {
@@ -784,6 +857,74 @@ func contentText(raw json.RawMessage) (string, bool) {
 		b.WriteString(p.Text)
 	}
 	return b.String(), true
+}
+
+// structured is the answer to a request for JSON: an object with a valid
+// value for every column (text columns quote the row's prompt, as plain
+// answers do, so a test can tell whose answer it is), or broken on
+// purpose for InvalidRate of the calls; {"answer": ...} for JSON mode with
+// no schema the mock can read.
+func (s *Server) structured(req chatRequest, calls int64) (string, bool) {
+	if len(req.columns) == 0 {
+		b, _ := json.Marshal(map[string]string{"answer": "Copy for: " + req.prompt})
+		return string(b), false
+	}
+	// A draw of its own, apart from FailRate's: the prompt with a suffix.
+	broken := s.cfg.InvalidRate > 0 && s.roll(req.prompt+"\x00invalid", calls) < s.cfg.InvalidRate
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, c := range req.columns {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(c.Name)
+		b.Write(name)
+		b.WriteByte(':')
+		if broken && i == 0 {
+			b.WriteString(`{"broken":true}`)
+			continue
+		}
+		x := uint64(s.roll(req.prompt+"\x00"+c.Name, 0) * (1 << 53))
+		var v any
+		switch c.Type {
+		case schema.Number:
+			v = float64(x%100000) / 100
+		case schema.Integer:
+			v = x % 1000
+		case schema.Boolean:
+			v = x&1 == 1
+		case schema.Enum:
+			v = c.Values[x%uint64(len(c.Values))]
+		case schema.Date:
+			v = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, int(x%365)).Format(time.DateOnly)
+		case schema.List:
+			v = []string{"Tag for: " + req.prompt, c.Name}
+		default:
+			v = c.Name + " for: " + req.prompt
+		}
+		val, _ := json.Marshal(v)
+		b.Write(val)
+	}
+	b.WriteByte('}')
+	return b.String(), broken
+}
+
+// schemaInMessages reads the schema a JSON-mode request carries in its
+// messages (schema.SchemaInstructions), or nil.
+func schemaInMessages(text string) schema.Columns {
+	_, after, ok := strings.Cut(text, schema.SchemaMarker)
+	if !ok {
+		return nil
+	}
+	var raw json.RawMessage
+	if err := json.NewDecoder(strings.NewReader(after)).Decode(&raw); err != nil {
+		return nil
+	}
+	cols, err := schema.ParseJSONSchema(raw)
+	if err != nil {
+		return nil
+	}
+	return cols
 }
 
 // truncate cuts text to maxTokens (0 = no cap), reporting the finish reason.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/schema"
 )
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -310,7 +312,8 @@ func TestCompletionShape(t *testing.T) {
 	}{
 		{"string content", chatBody("Widget"), "Copy for: Widget", "stop"},
 		{"parts content", `{"model":"gpt-mock","messages":[{"role":"user","content":[{"type":"text","text":"Wid"},{"type":"text","text":"get"}]}]}`, "Copy for: Widget", "stop"},
-		{"last user message", `{"model":"gpt-mock","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}]}`, "Copy for: c", "stop"},
+		// The row's question is the first user message: later ones re-ask it (a correction).
+		{"first user message", `{"model":"gpt-mock","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}]}`, "Copy for: a", "stop"},
 		{"max_tokens cuts", `{"model":"gpt-mock","max_tokens":2,"messages":[{"role":"user","content":"a long product name"}]}`, "Copy for", "length"},
 		{"max_completion_tokens cuts", `{"model":"gpt-mock","max_completion_tokens":1,"messages":[{"role":"user","content":"x"}]}`, "Copy", "length"},
 		{"filtered output", chatBody("[[filter_output]]"), "", "content_filter"},
@@ -741,5 +744,57 @@ func TestAdmitMatchesNaiveWindow(t *testing.T) {
 	}
 	if len(s.window) > quota {
 		t.Errorf("ring grew to %d entries, want at most Quota %d", len(s.window), quota)
+	}
+}
+
+// TestStructuredAnswers: a json_schema request gets an object of that schema (its text quoting the row's prompt),
+// InvalidRate breaks about that share of them so that the columns' check refuses exactly those, and the same seed
+// breaks the same ones.
+func TestStructuredAnswers(t *testing.T) {
+	t.Parallel()
+	cols := schema.Columns{
+		{Name: "category", Type: schema.Enum, Values: []string{"a", "b"}, Required: true},
+		{Name: "n", Type: schema.Integer}, {Name: "when", Type: schema.Date}, {Name: "tags", Type: schema.List},
+		{Name: "ok", Type: schema.Boolean}, {Name: "summary", Type: schema.Text, Required: true},
+	}
+	format, _ := json.Marshal(map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "answer", "strict": true, "schema": cols.JSONSchema()}})
+	run := func() (broken []int) {
+		s := New(Config{InvalidRate: 0.05, Seed: 7})
+		for i := range 1000 {
+			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"row %d"}],"response_format":%s}`, i, format)
+			rec := post(s, body)
+			var c completion
+			if err := json.Unmarshal(rec.Body.Bytes(), &c); err != nil || rec.Code != 200 {
+				t.Fatalf("row %d: %d %s", i, rec.Code, rec.Body)
+			}
+			norm, err := cols.Validate(c.Choices[0].Message.Content)
+			if err != nil {
+				broken = append(broken, i)
+				continue
+			}
+			if !strings.Contains(norm, fmt.Sprintf("summary for: row %d", i)) {
+				t.Fatalf("row %d: %s does not quote the prompt", i, norm)
+			}
+		}
+		if st := s.Stats(); st.Broken != int64(len(broken)) || st.Structured != 1000 {
+			t.Errorf("stats %+v, %d refused by the check", st, len(broken))
+		}
+		return broken
+	}
+	first := run()
+	if len(first) < 30 || len(first) > 70 {
+		t.Errorf("%d of 1000 answers broken at --invalid-rate 0.05", len(first))
+	}
+	if again := run(); !slices.Equal(first, again) {
+		t.Error("the same seed broke other answers")
+	}
+	// A schema that is not one, and a refused json_schema.
+	rec := post(New(Config{}), `{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"array"}}}}`)
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), "Invalid schema") {
+		t.Errorf("a bad schema: %d %s", rec.Code, rec.Body)
+	}
+	rec = post(New(Config{NoStructuredOutputs: true}), fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":%s}`, format))
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), "'json_schema' is not supported") {
+		t.Errorf("no structured outputs: %d %s", rec.Code, rec.Body)
 	}
 }

@@ -1,6 +1,7 @@
 package openaillm_test
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/llm/llmtest"
+	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
 )
 
@@ -18,7 +20,16 @@ func TestContract(t *testing.T) {
 		// release ends a hanging handler at cleanup (before the server
 		// closes), whether or not the client dropped the connection.
 		release := make(chan struct{})
+		mock := mockserver.New(mockserver.Config{})
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			if b == llmtest.Answer && bytes.Contains(body, []byte(`"response_format"`)) {
+				// An answer of the columns' shape, built by the mock from
+				// the schema the request carries.
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				mock.ServeHTTP(w, r)
+				return
+			}
 			w.Header().Set("Content-Type", "application/json")
 			answer := func(finish string) {
 				io.WriteString(w, `{"id":"c","object":"chat.completion","created":1,"model":"contract-model",`+

@@ -12,13 +12,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
@@ -55,6 +58,9 @@ type Config struct {
 	// Clock turns an HTTP-date Retry-After into a duration. Defaults to
 	// clock.Real.
 	Clock clock.Clock
+	// Logger says, once, that the server refused structured outputs.
+	// Defaults to discarding.
+	Logger *slog.Logger
 }
 
 // Provider calls an OpenAI-compatible chat completions endpoint. It is safe
@@ -62,6 +68,8 @@ type Config struct {
 type Provider struct {
 	cfg  Config
 	chat openai.ChatCompletionService
+	// jsonMode is set once the server refused structured outputs.
+	jsonMode atomic.Bool
 }
 
 var _ llm.Provider = (*Provider)(nil)
@@ -85,6 +93,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	// NewChatCompletionService rather than openai.NewClient: the client
 	// reads OPENAI_* environment variables, and only main reads the
@@ -116,6 +127,13 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 		params.Messages = append(params.Messages, openai.SystemMessage(req.System))
 	}
 	params.Messages = append(params.Messages, openai.UserMessage(req.Prompt))
+	for _, c := range req.Corrections {
+		params.Messages = append(params.Messages, openai.AssistantMessage(c.Answer), openai.UserMessage(c.FollowUp))
+	}
+	jsonMode := len(req.Columns) > 0 && p.jsonMode.Load()
+	if len(req.Columns) > 0 {
+		params.ResponseFormat = p.responseFormat(req, jsonMode, &params)
+	}
 	if req.Temperature != nil {
 		params.Temperature = openai.Float(*req.Temperature)
 	}
@@ -139,13 +157,57 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	var httpResp *http.Response
 	resp, err := p.chat.New(callCtx, params, option.WithResponseInto(&httpResp))
 	if err != nil {
-		return llm.Response{}, p.classify(ctx, callCtx, err, httpResp)
+		e := p.classify(ctx, callCtx, err, httpResp)
+		if len(req.Columns) > 0 && !jsonMode && refusesJSONSchema(e) {
+			// A server without structured outputs: learn it once, say so,
+			// and ask in JSON mode from now on; the pipeline checks every
+			// answer against the columns either way. A refused request is
+			// not billed, so asking again at once costs nothing.
+			if !p.jsonMode.Swap(true) {
+				p.cfg.Logger.Warn("the server refused structured outputs (response_format json_schema); asking for JSON mode instead and checking every answer",
+					"base_url", redactURL(p.cfg.BaseURL), "error", e.Error())
+			}
+			return p.Generate(ctx, req)
+		}
+		return llm.Response{}, e
 	}
 	out, err := p.response(resp)
 	if err == nil && httpResp != nil {
 		out.RateLimits = llm.ParseRateLimits(httpResp.Header)
 	}
 	return out, err
+}
+
+// responseFormat asks for an answer of req's columns: strict structured
+// outputs (json_schema), or JSON mode (json_object) on a server that
+// refused those, with the shape said in the system message, as JSON mode
+// requires the word JSON there and cannot be told the shape otherwise.
+func (p *Provider) responseFormat(req llm.Request, jsonMode bool, params *openai.ChatCompletionNewParams) openai.ChatCompletionNewParamsResponseFormatUnion {
+	if jsonMode {
+		params.Messages = append([]openai.ChatCompletionMessageParamUnion{openai.SystemMessage(req.Columns.SchemaInstructions())}, params.Messages...)
+		return openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
+	}
+	return openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+		JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
+			Name: "answer", Strict: openai.Bool(true), Schema: req.Columns.JSONSchema(),
+		},
+	}}
+}
+
+// JSONMode reports whether the server refused structured outputs and
+// answers with columns are asked for in JSON mode, for the run's summary.
+func (p *Provider) JSONMode() bool { return p.jsonMode.Load() }
+
+// refusesJSONSchema reports whether a failed call is the server refusing
+// structured outputs (a 400 or 422 that names response_format or
+// json_schema), not the request being wrong otherwise.
+func refusesJSONSchema(e error) bool {
+	var le *llm.Error
+	if !errors.As(e, &le) || le.Class != llm.ClassBadRequest {
+		return false
+	}
+	msg := strings.ToLower(le.Message)
+	return strings.Contains(msg, "response_format") || strings.Contains(msg, "json_schema") || strings.Contains(msg, "structured output")
 }
 
 func (p *Provider) response(resp *openai.ChatCompletion) (llm.Response, error) {

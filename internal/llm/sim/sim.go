@@ -7,6 +7,7 @@ package sim
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/schema"
 )
 
 // quoteRunes is how much of the prompt the generated sentence quotes: enough
@@ -89,10 +91,24 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	return llm.Response{
 		Text: text,
 		Usage: llm.Usage{
-			InputTokens:  llm.EstimateTokens(req.System) + llm.EstimateTokens(req.Prompt),
+			InputTokens:  inputTokens(req),
 			OutputTokens: llm.EstimateTokens(text),
 		},
 	}, nil
+}
+
+// inputTokens estimates what a real provider would bill as the request's
+// input: the system prompt, the prompt, the shape asked for and every
+// earlier exchange of a re-ask.
+func inputTokens(req llm.Request) int {
+	n := llm.EstimateTokens(req.System) + llm.EstimateTokens(req.Prompt)
+	if len(req.Columns) > 0 {
+		n += llm.EstimateTokens(string(req.Columns.JSONSchema()))
+	}
+	for _, c := range req.Corrections {
+		n += llm.EstimateTokens(c.Answer) + llm.EstimateTokens(c.FollowUp)
+	}
+	return n
 }
 
 // latency is Latency shifted by a hash-derived offset in [-Jitter, +Jitter].
@@ -132,12 +148,60 @@ var (
 // output (model, system prompt, prompt, temperature, top_p, max tokens) and
 // quoting the first 40 runes of the prompt. Exported so tests can compute the
 // expected output without calling Generate.
+//
+// A request with Columns gets a JSON object of their shape instead
+// (structured): every column filled with a value of its type drawn from the
+// same hash, its text columns quoting the prompt as the sentence does, so a
+// test can tell whose answer it is.
 func Text(req llm.Request) string {
 	sum := requestHash(req)
+	if len(req.Columns) > 0 {
+		return structured(req, sum)
+	}
 	pick := func(list []string, shift uint) string { return list[(sum>>shift)%uint64(len(list))] }
 	return fmt.Sprintf("【sim】%s “%s”, %s. %s",
 		pick(openers, 0), quote(req.Prompt), pick(middles, 16), pick(closers, 32))
 }
+
+// structured is the simulator's answer to a request with Columns: a JSON
+// object with a valid value for every column, in order.
+func structured(req llm.Request, sum uint64) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, c := range req.Columns {
+		// Each column draws from its own bits of the request's hash.
+		x := mix(sum + uint64(i)*0x9e3779b97f4a7c15)
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(c.Name)
+		b.Write(name)
+		b.WriteByte(':')
+		var v any
+		switch c.Type {
+		case schema.Number:
+			v = float64(x%100000) / 100
+		case schema.Integer:
+			v = x % 1000
+		case schema.Boolean:
+			v = x&1 == 1
+		case schema.Enum:
+			v = c.Values[x%uint64(len(c.Values))]
+		case schema.Date:
+			v = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, int(x%365)).Format(time.DateOnly)
+		case schema.List:
+			v = []string{"【sim】" + quote(req.Prompt), pick(middles, x)}
+		default:
+			v = fmt.Sprintf("【sim】%s “%s”", c.Name, quote(req.Prompt))
+		}
+		val, _ := json.Marshal(v)
+		b.Write(val)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func pick(list []string, x uint64) string { return list[x%uint64(len(list))] }
 
 // quote returns the first quoteRunes runes of s with whitespace runs
 // collapsed to one space, so multi-line prompts stay on one line; "…" marks a
@@ -176,6 +240,9 @@ func requestHash(req llm.Request) uint64 {
 	writeString(req.Model)
 	writeString(req.System)
 	writeString(req.Prompt)
+	if len(req.Columns) > 0 {
+		writeString(string(req.Columns.JSONSchema()))
+	}
 	writeFloat(req.Temperature)
 	writeFloat(req.TopP)
 	binary.LittleEndian.PutUint64(buf[:], uint64(req.MaxTokens))
