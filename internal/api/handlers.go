@@ -279,7 +279,7 @@ func (s *server) check(w http.ResponseWriter, file string, rec pipeline.UploadRe
 	_, err := pipeline.Validate(pipeline.SplitParams{
 		TaskID: rec.TaskID, Path: file, Source: rec.Filename, Owner: rec.Owner, Spec: rec.Spec, Encoding: rec.Encoding,
 		Limits:        sheet.Limits{MaxRows: s.cfg.Limits.MaxRows, MaxFileBytes: s.cfg.Limits.MaxFileBytes},
-		DefaultPrompt: s.cfg.DefaultSpec.Prompt,
+		DefaultPrompt: s.cfg.DefaultSpec.Prompt, DefaultColumns: s.cfg.DefaultSpec.Columns,
 	})
 	var rej *pipeline.RejectedError
 	switch {
@@ -611,11 +611,10 @@ func (s *server) specFor(req CreateTaskRequest) (store.TaskSpec, error) {
 		return spec, fmt.Errorf("result_format: %.60s", err.Error())
 	}
 	spec.ResultFormat = format
+	// Without columns here, the workbook's (its prompt sheet), else the
+	// deployment's: SplitParams.DefaultColumns.
 	if spec.Columns, err = schema.ParseJSON(req.Columns); err != nil {
 		return spec, fmt.Errorf("columns: %w", err)
-	}
-	if spec.Columns == nil {
-		spec.Columns = def.Columns
 	}
 	return spec, nil
 }

@@ -346,3 +346,102 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestWorkbookDeclaresColumns: a workbook whose prompt sheet carries a table of output columns below the template
+// runs with them when the request declares none; the result carries template and table in its own prompt sheet,
+// so sent back in as it is every row is kept, with no flags at all.
+func TestWorkbookDeclaresColumns(t *testing.T) {
+	t.Parallel()
+	provider := newCounting(sim.New(sim.Config{}))
+	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 2})
+	f := excelize.NewFile()
+	must(t, f.SetSheetRow("Sheet1", "A1", &[]any{"id", "name"}))
+	for i, r := range productRows(6) {
+		must(t, f.SetSheetRow("Sheet1", fmt.Sprintf("A%d", i+2), &[]any{r[0], r[1]}))
+	}
+	_, err := f.NewSheet("prompt")
+	must(t, err)
+	for ref, v := range map[string]string{"A1": "为{{name}}归类", "A3": "column", "B3": "type", "C3": "description",
+		"A4": "category", "B4": "enum(家居|数码)!", "A5": "launched", "B5": "date", "C5": "first on sale"} {
+		must(t, f.SetCellValue("prompt", ref, v))
+	}
+	in := filepath.Join(e.dir, "book.xlsx")
+	must(t, f.SaveAs(in))
+
+	split := func(label, path string) store.Task {
+		spec := store.TaskSpec{Provider: "sim", BatchSize: 4}
+		p := pipeline.SplitParams{TaskID: pipeline.DeriveTaskID(label, spec), Source: filepath.Base(path), Spec: spec, Path: path}
+		if _, err := e.splitter.Split(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+		return e.runToCompletion(context.Background(), p.TaskID)
+	}
+	first := split("book", in)
+	want := schema.Columns{{Name: "category", Type: schema.Enum, Values: []string{"家居", "数码"}, Required: true},
+		{Name: "launched", Type: schema.Date, Description: "first on sale"}}
+	if diff := cmp.Diff(want, first.Spec.Columns); diff != "" {
+		t.Fatalf("the task's columns (-want +got):\n%s", diff)
+	}
+	result := openResult(t, e, first)
+	rows, _ := result.GetRows("Sheet1")
+	if !slices.Equal(rows[0][2:4], []string{"category", "launched"}) {
+		t.Errorf("result header %q", rows[0])
+	}
+	back := filepath.Join(e.dir, "back.xlsx")
+	must(t, result.SaveAs(back))
+	calls := len(provider.snapshot())
+	second := split("back", back)
+	if second.Rerun == nil || second.Rerun.Kept != 6 || len(provider.snapshot()) != calls {
+		t.Errorf("sent back in: rerun %+v, %d new calls; want all 6 kept", second.Rerun, len(provider.snapshot())-calls)
+	}
+	if diff := cmp.Diff(want, second.Spec.Columns); diff != "" {
+		t.Errorf("the result's own prompt sheet declares (-want +got):\n%s", diff)
+	}
+}
+
+// TestIntakeSidecarColumns: a drop-folder input takes its columns from <name>.columns.txt (or .json) beside it
+// when the workbook declares none, before the deployment's; a sidecar that is no declaration rejects the input,
+// naming the file and the column.
+func TestIntakeSidecarColumns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	def := store.TaskSpec{Prompt: "Default {{name}}", Provider: "sim", BatchSize: 2, Columns: schema.Columns{{Name: "d", Type: schema.Text}}}
+	intake := pipeline.NewIntake(e.splitter, e.blobs, e.signal, pipeline.IntakeConfig{DefaultSpec: def, Sidecars: true, TempDir: t.TempDir()})
+	put := func(key, content string) {
+		t.Helper()
+		must(t, e.blobs.Put(ctx, key, strings.NewReader(content)))
+	}
+	accept := func(key string) store.Task {
+		t.Helper()
+		res, err := intake.Accept(ctx, key, "v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := e.store.GetTask(ctx, res.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	put("incoming/a.csv", "id,name\n1,brick\n")
+	put("incoming/a.columns.txt", "score:number!, tags:list\n")
+	if got := accept("incoming/a.csv").Spec.Columns.Names(); !slices.Equal(got, []string{"score", "tags"}) {
+		t.Errorf("with a .columns.txt: %q", got)
+	}
+	put("incoming/b.csv", "id,name\n1,brick\n")
+	put("incoming/b.columns.json", `{"type":"object","properties":{"ok":{"type":"boolean"}}}`)
+	if got := accept("incoming/b.csv").Spec.Columns.Names(); !slices.Equal(got, []string{"ok"}) {
+		t.Errorf("with a .columns.json: %q", got)
+	}
+	put("incoming/c.csv", "id,name\n1,brick\n")
+	if got := accept("incoming/c.csv").Spec.Columns.Names(); !slices.Equal(got, []string{"d"}) {
+		t.Errorf("with none: %q, want the deployment's", got)
+	}
+	put("incoming/bad.csv", "id,name\n1,brick\n")
+	put("incoming/bad.columns.txt", "score:nmber")
+	task := accept("incoming/bad.csv")
+	if task.State != store.TaskFailed || !strings.Contains(task.Error, `the output columns in bad.columns.txt: column 1 ("score:nmber"): unknown type "nmber"`) {
+		t.Errorf("a bad sidecar: %s %q", task.State, task.Error)
+	}
+}

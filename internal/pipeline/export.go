@@ -241,8 +241,10 @@ func (e *Exporter) writeOwnWorkbook(ctx context.Context, task store.Task, w io.W
 		Hidden:    hiddenColumns(task.Spec.Columns),
 		Dates:     hasDates(task.Spec.Columns),
 		TempDir:   e.cfg.TempDir,
-		// The result carries its template: sent back in, it is read again.
-		Prompt: task.Spec.Prompt,
+		// The result carries its template and columns: sent back in, they
+		// are read again.
+		Prompt:     task.Spec.Prompt,
+		PromptRows: promptRows(task.Spec.Columns),
 		Rows: func() (sheet.AddedRow, error) {
 			r, err := rows.next(ctx)
 			if err != nil {
@@ -307,7 +309,7 @@ func (e *Exporter) writeNewWorkbook(ctx context.Context, task store.Task, w io.W
 		return exportCounts{}, fmt.Errorf("start workbook: %w", err)
 	}
 	defer sw.Close()
-	sw.SetPrompt(task.Spec.Prompt)
+	sw.SetPrompt(task.Spec.Prompt, promptRows(task.Spec.Columns))
 	var cells []sheet.Value
 	counts, err := eachResultRow(ctx, e.store, task, func(input []string, added []sheet.Value) error {
 		cells = cells[:0]
@@ -477,6 +479,16 @@ func hiddenColumns(cols schema.Columns) []bool {
 	hidden := make([]bool, len(names))
 	hidden[len(names)-1] = true // batchgen_key is last
 	return hidden
+}
+
+// promptRows are what a result's added prompt sheet holds below the
+// template: the declaration of cols as a table (none for a free-text
+// task).
+func promptRows(cols schema.Columns) [][]string {
+	if len(cols) == 0 {
+		return nil
+	}
+	return cols.Table()
 }
 
 // hasDates reports whether any of cols holds dates.

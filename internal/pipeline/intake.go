@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/logging"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -221,6 +223,11 @@ type input struct {
 	// sidecar is the template of the input's sidecar prompt file; empty
 	// when it has none.
 	sidecar string
+	// columns are the output columns declared by the input's columns
+	// sidecar (SidecarColumnsKeys), and columnsErr why that file could not
+	// be read as a declaration.
+	columns    schema.Columns
+	columnsErr error
 }
 
 // Accept takes the object at key (already URL-decoded) whose version (or
@@ -315,8 +322,14 @@ func (in *Intake) accept(ctx context.Context, key, version string) (IntakeResult
 	}
 	defer os.Remove(file)
 
+	if src.columnsErr != nil {
+		return in.reject(ctx, src, fmt.Sprintf("%s: %v", src.display, src.columnsErr))
+	}
 	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Owner: src.owner, Spec: src.spec, Encoding: src.encoding, Limits: limits,
-		Spool: true, TempDir: in.cfg.TempDir}
+		Spool: true, TempDir: in.cfg.TempDir, DefaultColumns: in.cfg.DefaultSpec.Columns}
+	if len(src.columns) > 0 {
+		params.DefaultColumns = src.columns
+	}
 	params.Spec.Prompt = in.prompt(file, params, src.sidecar)
 	// The display name, not the temporary file's, must appear in messages.
 	params.Source = src.display
@@ -381,8 +394,10 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 		}
 	}
 	spec := in.cfg.DefaultSpec
-	spec.Prompt = "" // resolved after the workbook's prompt sheet, see prompt
-	sidecar, err := in.sidecar(ctx, key)
+	// Resolved after the workbook's prompt sheet: see prompt, and
+	// SplitParams.DefaultColumns.
+	spec.Prompt, spec.Columns = "", nil
+	sidecar, err := in.sidecar(ctx, SidecarPromptKey(key))
 	if err != nil {
 		return input{}, err
 	}
@@ -392,36 +407,71 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 		// rejected for want of a prompt) is another task.
 		version += "|prompt=" + DeriveTaskID(sidecar, store.TaskSpec{})
 	}
-	return input{
+	src := input{
 		key:     key,
-		taskID:  DropTaskID(key, version, in.cfg.DefaultSpec),
 		spec:    spec,
 		source:  key,
 		display: path.Base(key),
 		owner:   in.cfg.Owner,
 		sidecar: sidecar,
-	}, nil
+	}
+	for _, ck := range SidecarColumnsKeys(key) {
+		text, err := in.sidecar(ctx, ck)
+		if err != nil {
+			return input{}, err
+		}
+		if text == "" {
+			continue
+		}
+		// So is its declaration of columns.
+		version += "|columns=" + DeriveTaskID(text, store.TaskSpec{})
+		if src.columns, err = parseColumnsFile(text); err != nil {
+			src.columnsErr = fmt.Errorf("the output columns in %s: %w", path.Base(ck), err)
+		}
+		break
+	}
+	src.taskID = DropTaskID(key, version, in.cfg.DefaultSpec)
+	return src, nil
 }
 
-// sidecar reads the sidecar prompt file of the input at key (see
-// SidecarPromptKey): its text with trailing line breaks removed, or ""
-// when there is none or it is blank. A file over the prompt limit is read
-// only up to it; Validate then reports what the template lacks.
+// SidecarColumnsKeys are the files beside a drop-folder input at key that
+// may declare its output columns, the first found taken: <name>.columns.json
+// and <name>.columns.txt, each holding the short form (as --columns takes
+// it) or JSON (a list of columns, a JSON Schema: schema.ParseJSON). A
+// workbook's own declaration (its prompt sheet) comes first.
+func SidecarColumnsKeys(key string) []string {
+	base := strings.TrimSuffix(key, path.Ext(key))
+	return []string{base + ".columns.json", base + ".columns.txt"}
+}
+
+// parseColumnsFile reads a columns sidecar: JSON when it is, else the
+// short form.
+func parseColumnsFile(text string) (schema.Columns, error) {
+	if t := strings.TrimSpace(text); t != "" && (t[0] == '{' || t[0] == '[' || t[0] == '"') {
+		return schema.ParseJSON(json.RawMessage(t))
+	}
+	return schema.ParseShort(text)
+}
+
+// sidecar reads a sidecar file (SidecarPromptKey, SidecarColumnsKeys) at
+// key: its text with trailing line breaks removed, or "" when there is
+// none or it is blank. A file over the prompt limit is read only up to it;
+// Validate then reports what the template lacks.
 func (in *Intake) sidecar(ctx context.Context, key string) (string, error) {
 	if !in.cfg.Sidecars {
 		return "", nil
 	}
-	rc, err := in.objects.Open(ctx, SidecarPromptKey(key))
+	rc, err := in.objects.Open(ctx, key)
 	if errors.Is(err, blob.ErrNotFound) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("split %s: read its prompt file: %w", key, err)
+		return "", fmt.Errorf("read %s: %w", key, err)
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, maxSidecarBytes))
 	if err != nil {
-		return "", fmt.Errorf("split %s: read its prompt file: %w", key, err)
+		return "", fmt.Errorf("read %s: %w", key, err)
 	}
 	text := strings.TrimRight(string(b), "\r\n")
 	if strings.TrimSpace(text) == "" {

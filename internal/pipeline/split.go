@@ -15,6 +15,7 @@ import (
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/prompt"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
@@ -94,6 +95,10 @@ type SplitParams struct {
 	Encoding string
 	// Limits bound the input; zero fields take sheet's defaults.
 	Limits sheet.Limits
+	// DefaultColumns are the output columns of an input whose request and
+	// workbook declare none: the drop folder's sidecar, or the
+	// deployment's.
+	DefaultColumns schema.Columns
 	// DefaultPrompt is the deployment's template, used when neither
 	// Spec.Prompt nor the workbook has one (the order Intake resolves).
 	DefaultPrompt string
@@ -234,6 +239,18 @@ func bindTemplate(p SplitParams, r *sheet.Reader) (store.TaskSpec, *prompt.Bound
 		default:
 			return spec, nil, &RejectedError{Err: fmt.Errorf("%s: no prompt: pass --prompt or --prompt-file, or add a sheet named \"prompt\" with the template in cell A1", p.Source)}
 		}
+	}
+	if len(spec.Columns) == 0 {
+		// The request's columns, else the workbook's (a table below the
+		// template on its prompt sheet), else the deployment's.
+		cols, err := schema.ParseTable(r.PromptRows(), 2)
+		if err != nil {
+			return spec, nil, &RejectedError{Err: fmt.Errorf("%s: the output columns on the prompt sheet: %w", p.Source, err)}
+		}
+		if len(cols) == 0 {
+			cols = p.DefaultColumns
+		}
+		spec.Columns = cols
 	}
 	if err := spec.Columns.Check(); err != nil {
 		return spec, nil, &RejectedError{Err: fmt.Errorf("the output columns: %w", err)}

@@ -368,3 +368,51 @@ func TestParseJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTable(t *testing.T) {
+	rows := [][]string{
+		{"notes for the team"},
+		{},
+		{"Type", "Column", "Description", "Required"},
+		{"enum(家居|数码)", "category", "", "TRUE"},
+		{"number!", "score", "0 to 10"},
+		{"", "summary", "one line", ""},
+		{},
+		{"ignored", "after the blank row"},
+	}
+	got, err := ParseTable(rows, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Columns{
+		{Name: "category", Type: Enum, Values: []string{"家居", "数码"}, Required: true},
+		{Name: "score", Type: Number, Required: true, Description: "0 to 10"},
+		{Name: "summary", Type: Text, Description: "one line"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	back, err := ParseTable(example.Table(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(example, back); diff != "" {
+		t.Errorf("Table does not read back (-want +got):\n%s", diff)
+	}
+	if cols, err := ParseTable([][]string{{"just a note"}, {"type"}}, 2); cols != nil || err != nil {
+		t.Errorf("no header row: %v, %v", cols, err)
+	}
+	for _, tc := range []struct {
+		rows [][]string
+		want string
+	}{
+		{[][]string{{"column", "type"}, {"a", "nmber"}}, `row 3 ("a"): unknown type "nmber"`},
+		{[][]string{{"column", "type"}, {"", "text"}}, `row 3: the column has no name`},
+		{[][]string{{"column", "type"}}, `row 2: a table of output columns with no column below its header`},
+		{[][]string{{"column", "type"}, {"a", "text"}, {"A", "number"}}, `the same name as column 1`},
+	} {
+		if _, err := ParseTable(tc.rows, 2); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.rows, err, tc.want)
+		}
+	}
+}

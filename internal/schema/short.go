@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,40 +84,149 @@ func parseShortColumn(e string) (Column, error) {
 	if c.Name == "" {
 		return c, errors.New("the name is empty")
 	}
-	typ = strings.TrimSpace(typ)
-	if !typed || typ == "" {
-		if typed {
-			return c, fmt.Errorf("no type after the colon; the types are %s", TypeNames())
-		}
+	if !typed {
 		c.Type = Text
 		return c, nil
 	}
-	if open := strings.IndexByte(typ, '('); open >= 0 {
-		if !strings.HasSuffix(typ, ")") {
-			return c, fmt.Errorf("%q: text after the closing parenthesis", typ)
+	if strings.TrimSpace(typ) == "" {
+		return c, fmt.Errorf("no type after the colon; the types are %s", TypeNames())
+	}
+	t, values, required, err := parseTypeSpec(typ)
+	c.Type, c.Values, c.Required = t, values, c.Required || required
+	return c, err
+}
+
+// parseTypeSpec reads a type as the short form writes it: a name
+// (ParseType), enum(a|b|c), either with a trailing "!" for required.
+func parseTypeSpec(typ string) (t Type, values []string, required bool, err error) {
+	typ = strings.TrimSpace(typ)
+	if strings.HasSuffix(typ, "!") {
+		required, typ = true, strings.TrimSpace(strings.TrimSuffix(typ, "!"))
+	}
+	open := strings.IndexByte(typ, '(')
+	if open < 0 {
+		t, err = ParseType(typ)
+		return t, nil, required, err
+	}
+	if !strings.HasSuffix(typ, ")") {
+		return "", nil, required, fmt.Errorf("%q: text after the closing parenthesis", typ)
+	}
+	if t, err = ParseType(typ[:open]); err != nil {
+		return "", nil, required, err
+	}
+	if t != Enum {
+		return "", nil, required, fmt.Errorf("only enum takes values in parentheses, not %s", t)
+	}
+	for _, v := range strings.Split(typ[open+1:len(typ)-1], "|") {
+		values = append(values, strings.TrimSpace(v))
+	}
+	if len(values) == 1 && values[0] == "" {
+		values = nil
+	}
+	return Enum, values, required, nil
+}
+
+// ParseTable reads a declaration from a table, as a workbook's prompt sheet
+// carries it below the template: a header row naming at least a column
+// (or name) and a type cell, in any order and letter case, with
+// description and required cells if wanted, then a row per column down to
+// the first blank row. A type is written as --columns writes it (number,
+// enum(a|b|c), a trailing ! for required); a required cell that says yes
+// (TRUE, yes, y, x, 1) makes the column required too. rows[0] is the
+// sheet's row first; problems name sheet rows counted from first. No
+// header row is no declaration: the rows may hold anything else.
+func ParseTable(rows [][]string, first int) (Columns, error) {
+	at := -1
+	var name, typ, desc, req = -1, -1, -1, -1
+	for i, row := range rows {
+		name, typ, desc, req = -1, -1, -1, -1
+		for j, cell := range row {
+			switch strings.ToLower(strings.TrimSpace(cell)) {
+			case "column", "name", "column name", "output column":
+				name = j
+			case "type":
+				typ = j
+			case "description":
+				desc = j
+			case "required":
+				req = j
+			}
 		}
-		t, err := ParseType(typ[:open])
+		if name >= 0 && typ >= 0 {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return nil, nil
+	}
+	cell := func(row []string, j int) string {
+		if j >= 0 && j < len(row) {
+			return strings.TrimSpace(row[j])
+		}
+		return ""
+	}
+	var cols Columns
+	var errs []error
+	for i := at + 1; i < len(rows); i++ {
+		row := rows[i]
+		if isBlankRow(row) {
+			break
+		}
+		where := fmt.Sprintf("row %d", first+i)
+		c := Column{Name: cell(row, name), Description: cell(row, desc)}
+		if c.Name == "" {
+			errs = append(errs, fmt.Errorf("%s: the column has no name", where))
+			continue
+		}
+		t, values, required, err := parseTypeSpec(cmp.Or(cell(row, typ), string(Text)))
 		if err != nil {
-			return c, err
+			errs = append(errs, fmt.Errorf("%s (%q): %w", where, c.Name, err))
+			continue
 		}
-		if t != Enum {
-			return c, fmt.Errorf("only enum takes values in parentheses, not %s", t)
+		switch strings.ToLower(cell(row, req)) {
+		case "true", "yes", "y", "x", "1", "✓", "required":
+			required = true
 		}
-		c.Type = Enum
-		for _, v := range strings.Split(typ[open+1:len(typ)-1], "|") {
-			c.Values = append(c.Values, strings.TrimSpace(v))
-		}
-		if len(c.Values) == 1 && c.Values[0] == "" {
-			c.Values = nil
-		}
-		return c, nil
+		c.Type, c.Values, c.Required = t, values, required
+		cols = append(cols, c)
 	}
-	t, err := ParseType(typ)
-	if err != nil {
-		return c, err
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	c.Type = t
-	return c, nil
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("row %d: a table of output columns with no column below its header", first+at)
+	}
+	return cols, cols.Check()
+}
+
+func isBlankRow(row []string) bool {
+	for _, c := range row {
+		if strings.TrimSpace(c) != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// Table is cs as ParseTable reads it: a header row (column, type,
+// required, description), then a row per column with its type as the
+// short form writes it. A result's added prompt sheet carries it, so the
+// result sent back in is read with the same columns.
+func (cs Columns) Table() [][]string {
+	rows := [][]string{{"column", "type", "required", "description"}}
+	for _, c := range cs {
+		typ := string(c.Type)
+		if c.Type == Enum {
+			typ = "enum(" + strings.Join(c.Values, "|") + ")"
+		}
+		req := ""
+		if c.Required {
+			req = "yes"
+		}
+		rows = append(rows, []string{c.Name, typ, req, c.Description})
+	}
+	return rows
 }
 
 // Short writes cs in the short form ParseShort reads, when it can say all

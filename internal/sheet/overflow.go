@@ -204,18 +204,35 @@ func declareSheets(zr *zip.Reader, pkg packageEdit, added []addedSheet) (map[str
 	return out, nil
 }
 
-// writePromptPart writes the added prompt sheet: the template in A1, in a wide column.
-func writePromptPart(zw *zip.Writer, name, prompt string) error {
+// writePromptPart writes the added prompt sheet: the template in A1, in a wide column, and rows (a declaration of
+// output columns) from row 3.
+func writePromptPart(zw *zip.Writer, name, prompt string, rows [][]string) error {
 	w, err := zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate})
 	if err != nil {
 		return fmt.Errorf("prompt sheet: %w", err)
 	}
 	bw := bufio.NewWriter(w)
+	width := 1
+	for _, r := range rows {
+		width = max(width, len(r))
+	}
+	ref := "A1"
+	if len(rows) > 0 {
+		ref = "A1:" + ColumnName(width) + strconv.Itoa(len(rows)+2)
+	}
 	bw.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?>` + "\n" +
-		`<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><dimension ref="A1"/>` +
+		`<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main"><dimension ref="` + ref + `"/>` +
 		`<cols><col min="1" max="1" width="100" customWidth="1"/></cols><sheetData><row r="1">`)
-	writeCellXML(bw, "", 1, 1, Text(prompt), "")
-	bw.WriteString(`</row></sheetData></worksheet>`)
+	writeCellXML(bw, "", 1, 1, Text(cleanText(prompt)), "")
+	bw.WriteString(`</row>`)
+	for i, r := range rows {
+		fmt.Fprintf(bw, `<row r="%d">`, i+3)
+		for j, v := range r {
+			writeCellXML(bw, "", i+3, j+1, Text(fitCell(cleanText(v))), "")
+		}
+		bw.WriteString(`</row>`)
+	}
+	bw.WriteString(`</sheetData></worksheet>`)
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("prompt sheet: %w", err)
 	}

@@ -170,9 +170,11 @@ type Reader struct {
 	headerRow int
 	prompt    string
 	hasPrompt bool
-	encoding  string // CSV/TSV text encoding; "" for xlsx
-	delimiter string // CSV/TSV field separator; "" for xlsx
-	formulas  []FormulaCell
+	// promptRows are the prompt sheet's rows below A1 (PromptRows).
+	promptRows [][]string
+	encoding   string // CSV/TSV text encoding; "" for xlsx
+	delimiter  string // CSV/TSV field separator; "" for xlsx
+	formulas   []FormulaCell
 
 	lastRow   int     // sheet row of the last non-blank row read from src (header or data)
 	blankNext int     // next blank row to return before held, when blankNext < held.SheetRow
@@ -323,6 +325,10 @@ func (r *Reader) Header() []string { return r.header }
 // Prompt returns cell A1 of a sheet named "prompt" (case-insensitive), trimmed, when the workbook has one and the
 // cell is not blank. CSV/TSV input never has a prompt.
 func (r *Reader) Prompt() (string, bool) { return r.prompt, r.hasPrompt }
+
+// PromptRows are the cells of the prompt sheet's rows below A1, row 2 first (blank rows as empty lists), as far as
+// a declaration of output columns may reach; none for a CSV or a workbook without a prompt sheet.
+func (r *Reader) PromptRows() [][]string { return r.promptRows }
 
 // Next returns the next data row, io.EOF after the last one, or an *InputError for a bad row (after which every
 // call returns the same error). Blank rows in the middle are returned with Blank set; blank rows at the end are

@@ -38,6 +38,9 @@ type AddColumnsParams struct {
 	// (the reader read them all), so the first pass over the sheet, which finds where the added columns go and
 	// where the rows end, is not needed. Zero makes that pass.
 	LastRow int
+	// PromptRows are written below the template in an added prompt sheet, from row 3: the task's declaration of
+	// output columns (schema.Columns.Table), read again with the template when the result is sent back in.
+	PromptRows [][]string
 	// Dates says the added cells may hold dates (Date values): the workbook's styles part then gets a cell format
 	// for them (DateFormat) and is the one more part that changes. A workbook whose styles part cannot take one
 	// gets its dates as ISO 8601 text.
@@ -179,7 +182,7 @@ func AddColumns(src io.ReaderAt, size int64, out io.Writer, p AddColumnsParams) 
 		hasPrompt = hasPrompt || strings.EqualFold(name, promptSheet)
 	}
 	if strings.TrimSpace(p.Prompt) != "" && !hasPrompt {
-		added = append(added, addedSheet{name: promptSheet, write: func(zw *zip.Writer, part string) error { return writePromptPart(zw, part, p.Prompt) }})
+		added = append(added, addedSheet{name: promptSheet, write: func(zw *zip.Writer, part string) error { return writePromptPart(zw, part, p.Prompt, p.PromptRows) }})
 	}
 	if err := addSheets(zr, zw, pkg, deferred, added); err != nil {
 		return err

@@ -47,11 +47,14 @@ type Writer struct {
 	row     int // last sheet row written
 	done    bool
 	prompt  string // the template for an added prompt sheet (SetPrompt)
+	// promptRows go below it (SetPrompt).
+	promptRows [][]string
 }
 
 // SetPrompt makes the workbook carry the template it was made with: a sheet named "prompt" with it in A1, after
-// the result sheet, so the result sent back in is read with it (Reader.Prompt). Blank adds none.
-func (w *Writer) SetPrompt(prompt string) { w.prompt = prompt }
+// the result sheet, and rows below it from row 3 (a declaration of output columns), so the result sent back in is
+// read with them (Reader.Prompt, Reader.PromptRows). A blank prompt adds none.
+func (w *Writer) SetPrompt(prompt string, rows [][]string) { w.prompt, w.promptRows = prompt, rows }
 
 // ErrWriterDone is returned by WriteRow and WriteTo after WriteTo has finished the workbook.
 var ErrWriterDone = errors.New("result workbook already written")
@@ -236,6 +239,15 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 		}
 		if err := w.f.SetColWidth(promptSheet, "A", "A", 100); err != nil {
 			return 0, fmt.Errorf("add the prompt sheet: %w", err)
+		}
+		for i, r := range w.promptRows {
+			cells := make([]any, len(r))
+			for j, v := range r {
+				cells[j] = fitCell(cleanText(v))
+			}
+			if err := w.f.SetSheetRow(promptSheet, "A"+strconv.Itoa(i+3), &cells); err != nil {
+				return 0, fmt.Errorf("add the prompt sheet: %w", err)
+			}
 		}
 	}
 	// excelize's WriteTo assembles the whole zip in a bytes.Buffer. Handing

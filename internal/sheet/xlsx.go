@@ -788,8 +788,24 @@ func (r *Reader) readPrompt(xf *excelize.File, name string, escapes cellEscapes)
 		return fail(fmt.Sprintf("prompt has %d characters; the limit is %d", n, r.lim.MaxCellChars))
 	}
 	r.prompt, r.hasPrompt = p, p != ""
+	// The rows below may hold a declaration of output columns (PromptRows).
+	for row := 2; row <= maxPromptRows+1 && rows.Next(); row++ {
+		cells, err := rows.Columns()
+		if err != nil {
+			return &InputError{File: r.file, Sheet: name, Row: row, Reason: fmt.Sprintf("the prompt sheet is damaged and cannot be read (%v)", err)}
+		}
+		escapes.apply(row, &cells)
+		r.promptRows = append(r.promptRows, cells[:min(len(cells), maxPromptColumns)])
+	}
 	return nil
 }
+
+// maxPromptRows and maxPromptColumns bound what is read of the prompt sheet below A1: room for a declaration of
+// the most output columns a task may have, its header and blank rows around it.
+const (
+	maxPromptRows    = 110
+	maxPromptColumns = 8
+)
 
 // xlsxSource walks a worksheet with excelize's streaming iterator. Its Next visits every row number, including
 // rows absent from the XML, so counting calls gives the sheet row number.

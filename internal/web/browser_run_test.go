@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -566,4 +567,89 @@ func downloadLatest(t *testing.T, base string) (string, []byte) {
 		t.Fatalf("result: %d %v", res.StatusCode, err)
 	}
 	return list.Tasks[0].ID, b
+}
+
+// TestBrowserDeclaresAnswerColumns: the editor adds typed answer columns (an enum with its values, a required
+// yes/no, a date) and removes one; the task runs with them, and the downloaded result has a column of each type
+// instead of output. A result sent back in brings its columns back into the editor from its own prompt sheet.
+func TestBrowserDeclaresAnswerColumns(t *testing.T) {
+	base := serveURL(t)
+	ctx := newBrowser(t, "en-US")
+	dir := t.TempDir()
+	in := writeSheet(t, dir, "products.xlsx", sheetRows)
+	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	chooseSheet(t, ctx, in)
+	do(t, ctx, "wait for the template editor", chromedp.WaitVisible(chromedp.ID("task-form")))
+	row := func(n int, rest string) string { return fmt.Sprintf(`#outcols .outcol:nth-child(%d) %s`, n, rest) }
+	do(t, ctx, "declare four columns and remove one",
+		chromedp.Click(chromedp.ID("outcol-add")), chromedp.SendKeys(chromedp.CSS(row(1, ".outcol-name")), "band"),
+		chooseType(1, "enum"),
+		chromedp.WaitVisible(chromedp.CSS(row(1, ".outcol-values"))),
+		chromedp.SendKeys(chromedp.CSS(row(1, ".outcol-values")), "low|mid|high"),
+		chromedp.Click(chromedp.ID("outcol-add")), chromedp.SendKeys(chromedp.CSS(row(2, ".outcol-name")), "dropped"),
+		chromedp.Click(chromedp.ID("outcol-add")), chromedp.SendKeys(chromedp.CSS(row(3, ".outcol-name")), "giftable"),
+		chooseType(3, "boolean"),
+		chromedp.Click(chromedp.CSS(row(3, ".outcol-required input"))),
+		chromedp.Click(chromedp.ID("outcol-add")), chromedp.SendKeys(chromedp.CSS(row(4, ".outcol-name")), "launched"),
+		chooseType(4, "date"),
+		chromedp.Click(chromedp.CSS(row(2, ".outcol-remove"))),
+	)
+	screenshot(t, ctx, "web-answer-columns")
+	startWithTemplate(t, ctx, "start", "Describe {{商品名称}}")
+	if _, last := watchProgress(t, ctx, "web-columns-progress"); last.State != "SUCCEEDED" {
+		t.Fatalf("task ended %+v", last)
+	}
+	file := download(t, ctx, t.TempDir())
+	f, err := excelize.OpenFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sh := f.GetSheetName(0)
+	all, _ := f.GetRows(sh)
+	if diff := cmp.Diff(append(slices.Clone(sheetColumns), "band", "giftable", "launched", "status"), all[0][:len(sheetColumns)+4]); diff != "" {
+		t.Fatalf("result header (-want +got):\n%s", diff)
+	}
+	n := len(sheetColumns)
+	for r := 2; r <= sheetRows+1; r++ {
+		band, _ := f.GetCellValue(sh, cellRef(n+1, r))
+		gift, _ := f.GetCellType(sh, cellRef(n+2, r))
+		date, _ := f.GetCellValue(sh, cellRef(n+3, r))
+		if !slices.Contains([]string{"low", "mid", "high"}, band) || gift != excelize.CellTypeBool || len(date) != 10 {
+			t.Fatalf("row %d: band %q, giftable of type %v, launched %q", r, band, gift, date)
+		}
+	}
+
+	// The result, chosen again, brings its columns back into the editor.
+	do(t, ctx, "open the page again", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
+	back := filepath.Join(dir, "products.result.xlsx")
+	if err := os.Rename(file, back); err != nil {
+		t.Fatal(err)
+	}
+	chooseSheet(t, ctx, back)
+	do(t, ctx, "wait for the template editor", chromedp.WaitVisible(chromedp.ID("task-form")))
+	names, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#outcols .outcol-name")].map(i => i.value)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"band", "giftable", "launched"}, names); diff != "" {
+		t.Errorf("columns in the editor after choosing the result (-want +got):\n%s", diff)
+	}
+	if meta := text(t, ctx, "#file-meta"); !strings.Contains(meta, fmt.Sprintf("0 rows to run (%d kept", sheetRows)) {
+		t.Errorf("file summary %q, want every row kept", meta)
+	}
+}
+
+// chooseType picks a type in the n-th answer column's list, as a person's choice fires change.
+func chooseType(n int, typ string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+			`(() => { const s = document.querySelector("#outcols .outcol:nth-child(%d) .outcol-type"); s.value = %q; return s.dispatchEvent(new Event("change")); })()`, n, typ)))
+		return err
+	})
+}
+
+func cellRef(col, row int) string {
+	ref, _ := excelize.CoordinatesToCellName(col, row)
+	return ref
 }

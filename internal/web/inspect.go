@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -37,6 +38,11 @@ type Inspection struct {
 	// Prompt is the workbook's own template (cell A1 of its "prompt"
 	// sheet), when it has one.
 	Prompt string `json:"prompt,omitempty"`
+	// OutputColumns are the answer columns the workbook declares (a table
+	// below the template on its prompt sheet), for the page to show and
+	// edit; absent when it declares none or the table is wrong (the
+	// upload then says what is wrong).
+	OutputColumns schema.Columns `json:"output_columns,omitempty"`
 	// Rerun, for a result sent back in (recognised by the result columns
 	// it ends with; Columns then lists only the input's), says what its
 	// rows would become with the workbook's own template: kept, or run
@@ -203,6 +209,9 @@ func inspect(file string, opts sheet.Options, samples int, partial bool) (Inspec
 	if p, ok := r.Prompt(); ok {
 		ins.Prompt = p
 	}
+	if cols, err := schema.ParseTable(r.PromptRows(), 2); err == nil {
+		ins.OutputColumns = cols
+	}
 	for !partial || len(ins.Sample) < samples {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -224,7 +233,7 @@ func inspect(file string, opts sheet.Options, samples int, partial bool) (Inspec
 // names an answer. The full sheet was read already; this reads it again,
 // for results only.
 func rerun(file string, opts sheet.Options, ins *Inspection) error {
-	input := pipeline.InputColumns(ins.Columns, nil)
+	input := pipeline.InputColumns(ins.Columns, ins.OutputColumns)
 	if len(input) == len(ins.Columns) || ins.Prompt == "" {
 		ins.Columns = input
 		return nil
@@ -234,7 +243,7 @@ func rerun(file string, opts sheet.Options, ins *Inspection) error {
 		ins.Sample[i] = row[:min(len(row), len(input))]
 	}
 	v, err := pipeline.Validate(pipeline.SplitParams{Path: file, Source: opts.DisplayName, Sheet: opts.Sheet, Encoding: opts.Encoding,
-		Limits: opts.Limits, Spec: store.TaskSpec{Prompt: ins.Prompt}})
+		Limits: opts.Limits, Spec: store.TaskSpec{Prompt: ins.Prompt, Columns: ins.OutputColumns}})
 	if err != nil {
 		return nil // the template is the user's to fix on the page; the upload says what is wrong
 	}

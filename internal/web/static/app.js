@@ -38,6 +38,7 @@
     if (state.current) render(state.current);
     renderTasks();
     renderPreview();
+    renderOutcols();
     if (state.error) showError(state.error);
   }
 
@@ -45,6 +46,7 @@
   const state = {
     file: null,        // the chosen File
     inspection: null,  // POST /ui/inspect's answer
+    outcols: [],       // the answer columns being declared (renderOutcols)
     current: null,     // the task on show
     follow: null,      // {id, stop()} of the live follow
     tasks: [],
@@ -197,6 +199,7 @@
       $("file-meta").textContent = t("file.large_book", { size: fmtSize(file.size) });
       renderColumns([]);
       $("template").value = "";
+      setOutcols([]);
       $("task-form").hidden = false;
       renderPreview();
       return;
@@ -213,6 +216,7 @@
       }
       renderColumns(ins.columns);
       $("template").value = ins.prompt || t("template.default", { first: "{{" + ins.columns[0] + "}}" });
+      setOutcols(ins.output_columns);
       $("task-form").hidden = false;
       renderPreview();
     } catch (err) {
@@ -221,6 +225,69 @@
       showAPIError(err);
     }
   }
+  // ---- answer columns ---------------------------------------------------
+  // state.outcols holds the declared columns being edited: {name, type,
+  // values ("a|b|c" for an enum), required, description}. None means one
+  // text answer, as before.
+  const OUTCOL_TYPES = ["text", "number", "integer", "boolean", "enum", "date", "list"];
+  function setOutcols(cols) {
+    state.outcols = (cols || []).map((c) => ({
+      name: c.name || "", type: c.type || "text", values: (c.values || []).join("|"),
+      required: !!c.required, description: c.description || "",
+    }));
+    renderOutcols();
+  }
+  function renderOutcols() {
+    const box = $("outcols");
+    box.textContent = "";
+    state.outcols.forEach((c, i) => {
+      const row = document.createElement("div");
+      row.className = "outcol";
+      row.dataset.index = i;
+      const input = (cls, key, ph) => {
+        const el = document.createElement("input");
+        el.type = "text"; el.className = cls; el.value = c[key]; el.placeholder = t(ph); el.spellcheck = false;
+        el.setAttribute("aria-label", t(ph));
+        el.addEventListener("input", () => { c[key] = el.value; });
+        return el;
+      };
+      const type = document.createElement("select");
+      type.className = "outcol-type";
+      for (const ty of OUTCOL_TYPES) {
+        const o = document.createElement("option");
+        o.value = ty; o.textContent = t("outcol.type." + ty);
+        type.appendChild(o);
+      }
+      type.value = c.type;
+      const values = input("outcol-values", "values", "outcol.values");
+      values.classList.toggle("off", c.type !== "enum");
+      type.addEventListener("change", () => { c.type = type.value; values.classList.toggle("off", c.type !== "enum"); });
+      const req = document.createElement("label");
+      req.className = "outcol-required";
+      const box2 = document.createElement("input");
+      box2.type = "checkbox"; box2.checked = c.required;
+      box2.addEventListener("change", () => { c.required = box2.checked; });
+      req.append(box2, " " + t("outcol.required"));
+      const rm = document.createElement("button");
+      rm.type = "button"; rm.className = "link outcol-remove"; rm.textContent = t("outcol.remove");
+      rm.addEventListener("click", () => { state.outcols.splice(i, 1); renderOutcols(); });
+      row.append(input("outcol-name", "name", "outcol.name"), type, values, req, input("outcol-description", "description", "outcol.description"), rm);
+      box.appendChild(row);
+    });
+  }
+  // outcolsField is the columns field of a new task: the declared columns
+  // as a JSON list (the API's ColumnsDeclaration), or nothing.
+  function outcolsField() {
+    const cols = state.outcols.filter((c) => c.name.trim() || c.description.trim()).map((c) => {
+      const col = { name: c.name.trim(), type: c.type };
+      if (c.type === "enum") col.values = c.values.split("|").map((v) => v.trim());
+      if (c.required) col.required = true;
+      if (c.description.trim()) col.description = c.description.trim();
+      return col;
+    });
+    return cols.length ? JSON.stringify(cols) : "";
+  }
+
   function resetFile() {
     state.file = null; state.inspection = null;
     $("file").value = "";
@@ -308,6 +375,8 @@
       const v = $(f).value.trim();
       if (v) fields[f] = v;
     }
+    const cols = outcolsField();
+    if (cols) fields.columns = cols;
     // The encoding read from a head only is a guess about the rest: let the
     // server detect it on the whole sheet.
     if (state.inspection && state.inspection.encoding && !state.inspection.partial) fields.encoding = state.inspection.encoding;
@@ -347,6 +416,7 @@
       // Numbers go as numbers; a value that is none is sent as typed, for
       // the server to say what is wrong with it.
       req[k] = (k === "temperature" || k === "max_tokens") && v !== "" && isFinite(n) ? n : v;
+      if (k === "columns") req[k] = JSON.parse(v); // a list of columns, not a string of one
     }
     const created = await call("POST", "/api/tasks", req);
     const answer = await put(created.upload_url, file, created.upload_headers || {}, onProgress);
@@ -673,6 +743,12 @@
     drop.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); input.click(); } });
     $("file-clear").addEventListener("click", () => { resetFile(); clearError(); });
     $("template").addEventListener("input", renderPreview);
+    $("outcol-add").addEventListener("click", () => {
+      state.outcols.push({ name: "", type: "text", values: "", required: false, description: "" });
+      renderOutcols();
+      const names = document.querySelectorAll("#outcols .outcol-name");
+      if (names.length) names[names.length - 1].focus();
+    });
     $("task-form").addEventListener("submit", start);
     $("download").addEventListener("click", download);
     $("retry").addEventListener("click", retry);
