@@ -15,8 +15,8 @@ import (
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/prompt"
-	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/queue"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/sheet"
 	"github.com/batchgen/batchgen/internal/store"
 )
