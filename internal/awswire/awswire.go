@@ -11,6 +11,7 @@ package awswire
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/providerfile"
+	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/dynamostore"
 )
@@ -100,6 +102,10 @@ type Env struct {
 	// DefaultPrompt is the deployment's prompt template for inputs with
 	// none of their own (DEFAULT_PROMPT, optional).
 	DefaultPrompt string
+	// DefaultColumns are the deployment's output columns for inputs that
+	// declare none of their own (DEFAULT_COLUMNS, optional: the short form
+	// or JSON, as the API's columns field takes them).
+	DefaultColumns schema.Columns
 	// DropResultFormat is the result file of drop-folder inputs
 	// (DROP_RESULT_FORMAT, optional: xlsx, the default, or csv); API
 	// uploads name their own.
@@ -196,6 +202,17 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 			errs = append(errs, fmt.Errorf("SIM_LATENCY=%q: want a duration such as 300ms", v))
 		}
 		e.SimLatency = d
+	}
+	if v := strings.TrimSpace(getenv("DEFAULT_COLUMNS")); v != "" {
+		raw, _ := json.Marshal(v) // a string always marshals
+		if v[0] == '[' || v[0] == '{' {
+			raw = []byte(v)
+		}
+		cols, err := schema.ParseJSON(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("DEFAULT_COLUMNS: %w", err))
+		}
+		e.DefaultColumns = cols
 	}
 	format, err := store.ParseResultFormat(getenv("DROP_RESULT_FORMAT"))
 	if err != nil {
@@ -303,7 +320,7 @@ func (e Env) DefaultSpec() (store.TaskSpec, error) {
 	if err != nil {
 		return store.TaskSpec{}, err
 	}
-	return f.Spec(store.TaskSpec{Prompt: e.DefaultPrompt, BatchSize: e.BatchSize}), nil
+	return f.Spec(store.TaskSpec{Prompt: e.DefaultPrompt, BatchSize: e.BatchSize, Columns: e.DefaultColumns}), nil
 }
 
 // DropSpec is the spec of drop-folder inputs: DefaultSpec with the

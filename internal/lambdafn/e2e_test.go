@@ -82,6 +82,8 @@ type e2e struct {
 
 type e2eOptions struct {
 	failRate float64
+	// invalidRate breaks that share of the mock's structured answers.
+	invalidRate float64
 	// callsPerRound, when set, is the generator's CallsPerRound; fewer
 	// calls per round make failing rows release their batch more often.
 	callsPerRound, rounds int
@@ -132,7 +134,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		}
 	})
 
-	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, Seed: 7, Latency: opts.latency})
+	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, InvalidRate: opts.invalidRate, Seed: 7, Latency: opts.latency})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
