@@ -36,6 +36,7 @@ type runOptions struct {
 	// checkSpec read from either.
 	columns, schemaFile string
 	cols                schema.Columns
+	rowsPerCall         int
 	sheetName           string
 	encoding            string
 	dataDir             string
@@ -85,6 +86,7 @@ func (o *runOptions) registerSpec(fs *pflag.FlagSet) {
 	fs.StringVar(&o.columns, "columns", "", "answer as typed output columns instead of one text: 'name:type, ...' with types "+schema.TypeNames()+"; a trailing ! makes a column required (category:enum(a|b)!, score:number, summary)")
 	fs.StringVar(&o.schemaFile, "schema", "", "JSON Schema file of an object whose properties, in order, are the output columns (descriptions are passed to the model); instead of --columns")
 	fs.IntVar(&o.batchSize, "batch-size", pipeline.DefaultBatchSize, "rows per batch")
+	fs.IntVar(&o.rowsPerCall, "rows-per-call", 1, "rows answered by one model call (1 to 100): many short rows a request when the request quota, not the token quota, is the wall; each answer is matched to its row by id, and a row the call did not answer is asked alone")
 	fs.IntVar(&o.maxRows, "max-rows", 200_000, "reject inputs with more data rows than this")
 }
 
@@ -131,6 +133,9 @@ func (o *runOptions) checkSpec() error {
 	if o.batchSize < 1 || o.batchSize > 1000 {
 		return reject("--batch-size %d: must be between 1 and 1000", o.batchSize)
 	}
+	if o.rowsPerCall < 1 || o.rowsPerCall > schema.MaxRowsPerCall {
+		return reject("--rows-per-call %d: must be between 1 and %d", o.rowsPerCall, schema.MaxRowsPerCall)
+	}
 	if o.maxRows < 1 {
 		return reject("--max-rows %d: must be at least 1", o.maxRows)
 	}
@@ -143,8 +148,17 @@ func (j *runJob) taskSpec() store.TaskSpec {
 	return j.providers.Spec(store.TaskSpec{
 		Prompt: o.prompt, System: o.system,
 		Temperature: o.provider.temperaturePtr(), MaxTokens: o.provider.maxTokens, BatchSize: o.batchSize,
-		Columns: o.cols,
+		Columns: o.cols, RowsPerCall: rowsPerCall(o.rowsPerCall),
 	})
+}
+
+// rowsPerCall is a spec's RowsPerCall for --rows-per-call n: 0 for one row
+// a call, so that a task asked as before keeps its id.
+func rowsPerCall(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return n
 }
 
 // registerEngine registers the flags of everything that calls the model:

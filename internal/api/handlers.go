@@ -185,7 +185,7 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 }
 
 // formFields are the multipart fields besides "file".
-var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format", "columns"}
+var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format", "columns", "rows_per_call"}
 
 // formRequest fills req from the form's text fields.
 func formRequest(fields map[string]string, req *CreateTaskRequest) error {
@@ -207,7 +207,7 @@ func formRequest(fields map[string]string, req *CreateTaskRequest) error {
 		}
 		req.Temperature = &f
 	}
-	for name, dst := range map[string]*int{"max_tokens": &req.MaxTokens, "batch_size": &req.BatchSize} {
+	for name, dst := range map[string]*int{"max_tokens": &req.MaxTokens, "batch_size": &req.BatchSize, "rows_per_call": &req.RowsPerCall} {
 		if v, ok := fields[name]; ok && strings.TrimSpace(v) != "" {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil {
@@ -611,6 +611,12 @@ func (s *server) specFor(req CreateTaskRequest) (store.TaskSpec, error) {
 		return spec, fmt.Errorf("result_format: %.60s", err.Error())
 	}
 	spec.ResultFormat = format
+	if spec.RowsPerCall, err = boundedCount("rows_per_call", req.RowsPerCall, schema.MaxRowsPerCall, def.RowsPerCall); err != nil {
+		return spec, err
+	}
+	if spec.RowsPerCall == 1 {
+		spec.RowsPerCall = 0 // one row a call, as without the field
+	}
 	// Without columns here, the workbook's (its prompt sheet), else the
 	// deployment's: SplitParams.DefaultColumns.
 	if spec.Columns, err = schema.ParseJSON(req.Columns); err != nil {
@@ -974,7 +980,7 @@ func (s *server) recordView(rec pipeline.UploadRecord) TaskView {
 		status = StateUploaded
 	}
 	v := TaskView{
-		ID: rec.TaskID, Status: status, Source: rec.Filename, Encoding: rec.Encoding, ResultFormat: resultFormatName(rec.Spec), Columns: rec.Spec.Columns,
+		ID: rec.TaskID, Status: status, Source: rec.Filename, Encoding: rec.Encoding, ResultFormat: resultFormatName(rec.Spec), Columns: rec.Spec.Columns, RowsPerCall: rec.Spec.RowsPerCall,
 		Provider: rec.Spec.Provider, Model: rec.Spec.Model, CreatedAt: rec.CreatedAt.UTC(), Links: s.linksOf(rec.TaskID),
 	}
 	if !rec.Uploaded {
@@ -997,7 +1003,7 @@ func (s *server) live(ctx context.Context, t store.Task) store.Task {
 func (s *server) viewOf(t store.Task) TaskView {
 	v := TaskView{
 		ID: t.ID, Status: string(t.State), Source: t.Source, Sheet: t.Sheet, Encoding: t.Encoding, ResultFormat: resultFormatName(t.Spec), Rerun: t.Rerun,
-		Columns:  t.Spec.Columns,
+		Columns: t.Spec.Columns, RowsPerCall: t.Spec.RowsPerCall,
 		Provider: t.Spec.Provider, Model: t.Spec.Model,
 		RowsTotal: t.RowsTotal, RowsSucceeded: t.RowsSucceeded, RowsFailed: t.RowsFailed, RowsSkipped: t.RowsSkipped,
 		BatchesDone: t.BatchesDone, BatchesTotal: t.BatchesTotal, Error: t.Error,

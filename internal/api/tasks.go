@@ -67,6 +67,9 @@ type CreateTaskRequest struct {
 	// "description"} objects, or a JSON Schema object
 	// (schema.ParseJSON). Absent takes the deployment's.
 	Columns json.RawMessage `json:"columns,omitempty"`
+	// RowsPerCall packs up to that many rows into one model call (1 to
+	// 100; 0 or absent: one).
+	RowsPerCall int `json:"rows_per_call,omitempty"`
 	// Size is the sheet's length in bytes; required. The upload URL is
 	// signed for exactly this length, and a size over the deployment's
 	// input limit is refused with 413.
@@ -121,15 +124,18 @@ type TaskView struct {
 	Rerun *store.RerunCounts `json:"rerun,omitempty"`
 	// Columns are the task's declared output columns; absent for one text
 	// answer.
-	Columns       schema.Columns `json:"columns,omitempty"`
-	Provider      string         `json:"provider,omitempty"`
-	Model         string         `json:"model,omitempty"`
-	RowsTotal     int            `json:"rows_total"`
-	RowsSucceeded int            `json:"rows_succeeded"`
-	RowsFailed    int            `json:"rows_failed"`
-	RowsSkipped   int            `json:"rows_skipped"`
-	BatchesDone   int            `json:"batches_done"`
-	BatchesTotal  int            `json:"batches_total"`
+	Columns schema.Columns `json:"columns,omitempty"`
+	// RowsPerCall is how many rows one model call answers, when more than
+	// one.
+	RowsPerCall   int    `json:"rows_per_call,omitempty"`
+	Provider      string `json:"provider,omitempty"`
+	Model         string `json:"model,omitempty"`
+	RowsTotal     int    `json:"rows_total"`
+	RowsSucceeded int    `json:"rows_succeeded"`
+	RowsFailed    int    `json:"rows_failed"`
+	RowsSkipped   int    `json:"rows_skipped"`
+	BatchesDone   int    `json:"batches_done"`
+	BatchesTotal  int    `json:"batches_total"`
 	// InputTokens, CachedInputTokens and OutputTokens sum the tokens of the
 	// rows of the finished batches.
 	InputTokens       int64 `json:"input_tokens"`

@@ -106,6 +106,9 @@ type Env struct {
 	// declare none of their own (DEFAULT_COLUMNS, optional: the short form
 	// or JSON, as the API's columns field takes them).
 	DefaultColumns schema.Columns
+	// DefaultRowsPerCall is how many rows one model call answers for
+	// inputs that do not say (DEFAULT_ROWS_PER_CALL, optional; 0 or 1: one).
+	DefaultRowsPerCall int
 	// DropResultFormat is the result file of drop-folder inputs
 	// (DROP_RESULT_FORMAT, optional: xlsx, the default, or csv); API
 	// uploads name their own.
@@ -183,6 +186,12 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 	e.Concurrency = intVar("GENERATOR_CONCURRENCY", 8, 1)
 	e.BatchSize = intVar("BATCH_SIZE", pipeline.DefaultBatchSize, 1)
 	e.MaxRows = intVar("MAX_ROWS", 0, 0)
+	if e.DefaultRowsPerCall = intVar("DEFAULT_ROWS_PER_CALL", 0, 0); e.DefaultRowsPerCall > schema.MaxRowsPerCall {
+		errs = append(errs, fmt.Errorf("DEFAULT_ROWS_PER_CALL=%d: at most %d", e.DefaultRowsPerCall, schema.MaxRowsPerCall))
+	}
+	if e.DefaultRowsPerCall == 1 {
+		e.DefaultRowsPerCall = 0
+	}
 	e.MaxTokensLimit = intVar("MAX_TOKENS_LIMIT", 0, 0)
 	e.MaxBatchSize = intVar("MAX_BATCH_SIZE", 0, 0)
 	e.AllowedModels = list(getenv("ALLOWED_MODELS"))
@@ -320,7 +329,7 @@ func (e Env) DefaultSpec() (store.TaskSpec, error) {
 	if err != nil {
 		return store.TaskSpec{}, err
 	}
-	return f.Spec(store.TaskSpec{Prompt: e.DefaultPrompt, BatchSize: e.BatchSize, Columns: e.DefaultColumns}), nil
+	return f.Spec(store.TaskSpec{Prompt: e.DefaultPrompt, BatchSize: e.BatchSize, Columns: e.DefaultColumns, RowsPerCall: e.DefaultRowsPerCall}), nil
 }
 
 // DropSpec is the spec of drop-folder inputs: DefaultSpec with the

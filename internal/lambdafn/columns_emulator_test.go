@@ -16,9 +16,9 @@ import (
 	"github.com/batchgen/batchgen/internal/store"
 )
 
-// TestDeclaredColumnsOnAWS: on the stack, with the DefaultColumns parameter, a dropped sheet runs through the
-// splitter, the generator Lambdas (strict structured outputs from the mock, a share of its answers broken and asked
-// again) and the exporter, and its result has a typed column per declared column; every succeeded row fits the
+// TestDeclaredColumnsOnAWS: on the stack, with the DefaultColumns and DefaultRowsPerCall parameters, a dropped sheet
+// runs through the splitter, the generator Lambdas (five rows a call, strict structured outputs from the mock, a
+// share of its items broken and asked again alone) and the exporter, and its result has a typed column per declared column; every succeeded row fits the
 // columns, and a row that never got it right is invalid_output with its last answer kept.
 func TestDeclaredColumnsOnAWS(t *testing.T) {
 	t.Parallel()
@@ -27,7 +27,7 @@ func TestDeclaredColumnsOnAWS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newE2E(t, e2eOptions{rows: 40, invalidRate: 0.3, callsPerRound: 2, env: map[string]string{"DEFAULT_COLUMNS": declared}})
+	e := newE2E(t, e2eOptions{rows: 40, invalidRate: 0.3, callsPerRound: 2, env: map[string]string{"DEFAULT_COLUMNS": declared, "DEFAULT_ROWS_PER_CALL": "5"}})
 	up := e.upload("商品.xlsx", nil)
 	if err := e.stack.Splitter.Handle(t.Context(), up); err != nil {
 		t.Fatalf("splitter: %v", err)
@@ -57,9 +57,14 @@ func TestDeclaredColumnsOnAWS(t *testing.T) {
 			}
 		}
 	}
-	// 30% broken per call, two calls: about 9% of rows fail both; the mock's draws are seeded.
-	if invalid == 0 || invalid > 12 {
+	// 30% of items broken in the packs, then 30% of the rows asked alone: about 4 rows fail both; the mock's draws
+	// are seeded.
+	if invalid == 0 || invalid > 10 {
 		t.Errorf("%d of 40 rows invalid_output, want a few", invalid)
+	}
+	// Five rows a call: 8 packs, and the broken items asked alone.
+	if st := e.mock.Stats(); st.Requests >= 40 || task.Spec.RowsPerCall != 5 {
+		t.Errorf("%d model calls for 40 rows at 5 a call (spec %d)", st.Requests, task.Spec.RowsPerCall)
 	}
 	f, err := excelize.OpenReader(bytes.NewReader(e.result(task.ResultKey)))
 	if err != nil {

@@ -9,6 +9,7 @@ package llm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -39,6 +40,30 @@ type Request struct {
 	// the adapter sends them as the conversation before the answer it asks
 	// for now.
 	Corrections []Correction
+	// Pack, when set, makes this one call for several rows: Prompt is
+	// schema.PackPrompt(Pack), and the answer an object holding one answer
+	// per item id (schema.Columns.PackedJSONSchema, for Columns or for one
+	// text each).
+	Pack []schema.PackItem
+}
+
+// ResponseSchema is the JSON Schema the answer to r must match: the packed
+// answer's for a packed call, the columns' for declared columns, nil for
+// free text.
+func (r Request) ResponseSchema() json.RawMessage {
+	switch {
+	case len(r.Pack) > 0:
+		return r.Columns.PackedJSONSchema()
+	case len(r.Columns) > 0:
+		return r.Columns.JSONSchema()
+	}
+	return nil
+}
+
+// SchemaInstructions say ResponseSchema in words, for a server that cannot
+// be held to it (JSON mode): see schema.SchemaMarker.
+func (r Request) SchemaInstructions() string {
+	return "Answer with only a JSON object that " + schema.SchemaMarker + "\n" + string(r.ResponseSchema())
 }
 
 // Correction is an answer that did not fit and the follow-up message that

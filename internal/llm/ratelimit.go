@@ -142,9 +142,9 @@ func EstimateRequestTokens(req Request) int {
 	if req.System != "" {
 		n += EstimateTokens(req.System) + messageOverheadTokens
 	}
-	if len(req.Columns) > 0 {
+	if sch := req.ResponseSchema(); sch != nil {
 		// The schema travels with the request and counts as prompt.
-		n += EstimateTokens(string(req.Columns.JSONSchema()))
+		n += EstimateTokens(string(sch))
 	}
 	for _, c := range req.Corrections {
 		n += EstimateTokens(c.Answer) + EstimateTokens(c.FollowUp) + 2*messageOverheadTokens

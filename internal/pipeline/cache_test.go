@@ -23,8 +23,8 @@ func fptr(v float64) *float64 { return &v }
 func TestCacheKeyCoversEveryOutputSetting(t *testing.T) {
 	t.Parallel()
 	base := llm.Request{Model: "gpt-4o-mini", System: "Be brief.", Prompt: "为积木写文案", Temperature: fptr(0.2), TopP: fptr(0.9), MaxTokens: 200}
-	baseKey := pipeline.CacheKey("openai", base)
-	if again := pipeline.CacheKey("openai", base); again != baseKey {
+	baseKey := pipeline.CacheKey("openai", base, 0)
+	if again := pipeline.CacheKey("openai", base, 0); again != baseKey {
 		t.Fatalf("the same call hashed to %s and %s", baseKey, again)
 	}
 	tests := []struct {
@@ -52,7 +52,7 @@ func TestCacheKeyCoversEveryOutputSetting(t *testing.T) {
 	for _, tc := range tests {
 		r := base
 		tc.change(&r)
-		key := pipeline.CacheKey(tc.provider, r)
+		key := pipeline.CacheKey(tc.provider, r, 0)
 		if prev, dup := seen[key]; dup {
 			t.Errorf("%s: same key as %s", tc.name, prev)
 		}

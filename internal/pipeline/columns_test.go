@@ -288,14 +288,14 @@ func TestColumnsAreInTheCacheKey(t *testing.T) {
 		MaxTokens   int      `json:"mt,omitempty"`
 	}{"sim", "m", "s", "p", &temp, nil, 9})
 	sum := sha256.Sum256(before)
-	plain := pipeline.CacheKey("sim", req)
+	plain := pipeline.CacheKey("sim", req, 0)
 	if plain != hex.EncodeToString(sum[:]) {
 		t.Error("the key of a request without columns changed: caches filled before would no longer answer")
 	}
 	req.Columns = schema.Columns{{Name: "a", Type: schema.Text}}
-	typed := pipeline.CacheKey("sim", req)
+	typed := pipeline.CacheKey("sim", req, 0)
 	req.Columns = schema.Columns{{Name: "a", Type: schema.Number}}
-	if plain == typed || typed == pipeline.CacheKey("sim", req) {
+	if plain == typed || typed == pipeline.CacheKey("sim", req, 0) {
 		t.Error("the cache key ignores the columns")
 	}
 }

@@ -577,7 +577,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			Temperature: spec.Temperature, TopP: spec.TopP, MaxTokens: spec.MaxTokens,
 			Columns: spec.Columns,
 		}
-		keys[i] = CacheKey(spec.Provider, reqs[i])
+		keys[i] = CacheKey(spec.Provider, reqs[i], spec.RowsPerCall)
 		if !r.Fresh { // a row that asks for a new answer is not looked up
 			open = append(open, keys[i])
 		}
@@ -601,6 +601,59 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 
 	outcomes := make([]rowOutcome, len(rows))
 	var wg sync.WaitGroup
+	// launch generates the rows at idx (one, or a pack of several) in a
+	// goroutine holding one concurrency slot.
+	launch := func(idx []int) {
+		abort := func() {
+			for _, i := range idx {
+				outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
+			}
+		}
+		select {
+		case g.sem <- struct{}{}:
+		case <-startCtx.Done():
+			abort()
+			return
+		}
+		if stopNow() || startCtx.Err() != nil {
+			// Both were ready: a cancel learnt meanwhile wins.
+			<-g.sem
+			abort()
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-g.sem }()
+			defer func() {
+				// A panic in a provider or in this code is a bug; it must
+				// not kill the worker process and every other batch with
+				// it. The rows stay as they were; the batch is released,
+				// and a message that keeps panicking ends in the
+				// dead-letter queue.
+				if p := recover(); p != nil {
+					log.ErrorContext(ctx, "panic while generating a row", logging.Row, rows[idx[0]].No, "panic", p, "stack", string(debug.Stack()))
+					abort()
+				}
+			}()
+			var got []rowOutcome
+			if len(idx) == 1 {
+				got = []rowOutcome{g.generateRow(batchCtx, startCtx, mayStart, task, rows[idx[0]], reqs[idx[0]], keys[idx[0]])}
+			} else {
+				got = g.generatePack(batchCtx, startCtx, mayStart, task, pick(rows, idx), pick(reqs, idx), pick(keys, idx))
+			}
+			for k, i := range idx {
+				if got[k].save {
+					// The rows keep their concurrency slot while they
+					// write a group, so results never pile up faster than
+					// they are saved.
+					f.add(rows[i].No, got[k])
+				}
+				outcomes[i] = got[k]
+			}
+		}()
+	}
+	pack := &packer{size: max(task.Spec.RowsPerCall, 1)}
 	for i := range rows {
 		if rows[i].State.Final() {
 			outcomes[i] = rowOutcome{result: rows[i].RowResult}
@@ -619,41 +672,16 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			f.addCached(rows[i].No, outcomes[i])
 			continue
 		}
-		select {
-		case g.sem <- struct{}{}:
-		case <-startCtx.Done():
-			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
+		if pack.size == 1 {
+			launch([]int{i})
 			continue
 		}
-		if stopNow() || startCtx.Err() != nil {
-			// Both were ready: a cancel learnt meanwhile wins.
-			<-g.sem
-			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
-			continue
+		if full := pack.add(i, llm.EstimateTokens(reqs[i].Prompt)); full != nil {
+			launch(full)
 		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-g.sem }()
-			defer func() {
-				// A panic in a provider or in this code is a bug; it must
-				// not kill the worker process and every other batch with
-				// it. The row stays as it was; the batch is released, and a
-				// message that keeps panicking ends in the dead-letter queue.
-				if p := recover(); p != nil {
-					log.ErrorContext(ctx, "panic while generating a row", logging.Row, rows[i].No, "panic", p, "stack", string(debug.Stack()))
-					outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
-				}
-			}()
-			o := g.generateRow(batchCtx, startCtx, mayStart, task, rows[i], reqs[i], keys[i])
-			if o.save {
-				// The row keeps its concurrency slot while it writes a
-				// group, so results never pile up faster than they are
-				// saved.
-				f.add(rows[i].No, o)
-			}
-			outcomes[i] = o
-		}(i)
+	}
+	if rest := pack.take(); len(rest) > 0 {
+		launch(rest)
 	}
 	wg.Wait()
 	f.flush()
@@ -793,14 +821,18 @@ func ProviderLabel(spec store.TaskSpec) string {
 // CacheKey hashes everything that changes a model's output: the provider
 // family, the model, the system prompt, the rendered prompt, temperature,
 // top_p, the completion cap and the declared columns (an answer of one
-// shape never answers a question asked in another). An unset setting (the
-// provider's default) hashes apart from every explicit value, and a
-// request without columns hashes as it did before columns existed, so
-// caches filled then still answer.
-func CacheKey(provider string, req llm.Request) string {
+// shape never answers a question asked in another) and how many rows a
+// call packs (rowsPerCall: an answer among ten is not one asked alone). An
+// unset setting (the provider's default) hashes apart from every explicit
+// value, and a request without columns asked alone hashes as it did before
+// either existed, so caches filled then still answer.
+func CacheKey(provider string, req llm.Request, rowsPerCall int) string {
 	var columns json.RawMessage
 	if len(req.Columns) > 0 {
 		columns = req.Columns.JSONSchema()
+	}
+	if rowsPerCall < 2 {
+		rowsPerCall = 0
 	}
 	b, _ := json.Marshal(struct {
 		Provider    string          `json:"p"`
@@ -811,7 +843,8 @@ func CacheKey(provider string, req llm.Request) string {
 		TopP        *float64        `json:"tp,omitempty"`
 		MaxTokens   int             `json:"mt,omitempty"`
 		Columns     json.RawMessage `json:"c,omitempty"`
-	}{provider, req.Model, req.System, req.Prompt, req.Temperature, req.TopP, req.MaxTokens, columns})
+		RowsPerCall int             `json:"n,omitempty"`
+	}{provider, req.Model, req.System, req.Prompt, req.Temperature, req.TopP, req.MaxTokens, columns, rowsPerCall})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -937,17 +970,36 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 			Usage:    billed,
 		}, 0, string(llm.ClassInvalidOutput))
 	}
+	return g.unfinished(task, row, attempts, last)
+}
+
+// unfinished is a row whose round's calls are spent without an answer:
+// PENDING for a later round with its last error, or FAILED as
+// retry_exhausted once it has had every call it may.
+func (g *Generator) unfinished(task store.Task, row store.Row, attempts int, last *llm.Error) rowOutcome {
 	res := store.RowResult{State: store.RowPending, Attempts: attempts}
 	if last != nil {
 		res.Error, res.ErrorClass = last.Error(), string(last.Class)
 	}
-	if attempts >= maxAttempts {
+	if maxAttempts := g.cfg.CallsPerRound * g.cfg.Rounds; attempts >= maxAttempts {
 		res.State = store.RowFailed
 		res.ErrorClass = string(llm.ClassRetryExhausted)
 		res.Error = fmt.Sprintf("gave up after %d attempts; last error: %s", attempts, res.Error)
-		return done(res, 0, res.ErrorClass)
 	}
-	return done(res, 0, "")
+	class := ""
+	if res.State == store.RowFailed {
+		class = res.ErrorClass
+	}
+	return rowOutcome{result: res, save: true, event: Event{TaskID: task.ID, RowNo: row.No, State: res.State, ErrorClass: class}}
+}
+
+// pick returns the elements of s at idx, in order.
+func pick[T any](s []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for k, i := range idx {
+		out[k] = s[i]
+	}
+	return out
 }
 
 // billedUsage is a call's usage as a row result records it.

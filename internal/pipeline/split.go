@@ -255,6 +255,9 @@ func bindTemplate(p SplitParams, r *sheet.Reader) (store.TaskSpec, *prompt.Bound
 	if err := spec.Columns.Check(); err != nil {
 		return spec, nil, &RejectedError{Err: fmt.Errorf("the output columns: %w", err)}
 	}
+	if err := checkRowsPerCall(spec.RowsPerCall); err != nil {
+		return spec, nil, &RejectedError{Err: err}
+	}
 	tpl, err := prompt.Parse(spec.Prompt)
 	if err != nil {
 		return spec, nil, &RejectedError{Err: err}

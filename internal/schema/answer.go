@@ -410,16 +410,11 @@ func (cs Columns) Instructions() string {
 	return b.String()
 }
 
-// SchemaMarker ends the line that introduces the JSON Schema in
-// SchemaInstructions, so a reader (the mock server) can find the schema.
+// SchemaMarker ends the line that introduces the JSON Schema in the
+// instructions of a call in plain JSON mode (a server that refused
+// structured outputs: llm.Request.SchemaInstructions), so a reader (the
+// mock server) can find the schema.
 const SchemaMarker = "matches this JSON Schema:"
-
-// SchemaInstructions tell a model in plain JSON mode (a server that
-// refused structured outputs) the shape as a JSON Schema, which models read
-// as well as a list and which loses nothing of the declaration.
-func (cs Columns) SchemaInstructions() string {
-	return "Answer with only a JSON object that " + SchemaMarker + "\n" + string(cs.JSONSchema())
-}
 
 // FollowUp is what a model is told after an answer that did not fit: what
 // was wrong, and the shape again.

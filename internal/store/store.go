@@ -79,6 +79,10 @@ type TaskSpec struct {
 	// one text output column. Empty for a free-text task. Part of the
 	// task's id: the same sheet asked for other columns is another task.
 	Columns schema.Columns `json:"columns,omitempty"`
+	// RowsPerCall packs up to that many rows into one model call (one
+	// answer per row id); 0 or 1 calls once per row. Part of the task's id
+	// and of its cache keys.
+	RowsPerCall int `json:"rows_per_call,omitempty"`
 }
 
 // ResultFormat is the kind of file a task's result is.

@@ -570,8 +570,8 @@ func downloadLatest(t *testing.T, base string) (string, []byte) {
 }
 
 // TestBrowserDeclaresAnswerColumns: the editor adds typed answer columns (an enum with its values, a required
-// yes/no, a date) and removes one; the task runs with them, and the downloaded result has a column of each type
-// instead of output. A result sent back in brings its columns back into the editor from its own prompt sheet.
+// yes/no, a date) and removes one, and the model settings ask for five rows a call; the task runs with them, and
+// the downloaded result has a column of each type instead of output, every row answered. A result sent back in brings its columns back into the editor from its own prompt sheet.
 func TestBrowserDeclaresAnswerColumns(t *testing.T) {
 	base := serveURL(t)
 	ctx := newBrowser(t, "en-US")
@@ -594,10 +594,29 @@ func TestBrowserDeclaresAnswerColumns(t *testing.T) {
 		chooseType(4, "date"),
 		chromedp.Click(chromedp.CSS(row(2, ".outcol-remove"))),
 	)
+	do(t, ctx, "five rows a call",
+		chromedp.Click(chromedp.CSS("details.advanced summary")),
+		chromedp.WaitVisible(chromedp.ID("rows_per_call")),
+		chromedp.SendKeys(chromedp.ID("rows_per_call"), "5"),
+	)
 	screenshot(t, ctx, "web-answer-columns")
 	startWithTemplate(t, ctx, "start", "Describe {{商品名称}}")
 	if _, last := watchProgress(t, ctx, "web-columns-progress"); last.State != "SUCCEEDED" {
 		t.Fatalf("task ended %+v", last)
+	}
+	resp, err := http.Get(base + "/api/tasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Tasks []struct {
+			RowsPerCall int `json:"rows_per_call"`
+		} `json:"tasks"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if err != nil || len(list.Tasks) == 0 || list.Tasks[0].RowsPerCall != 5 {
+		t.Errorf("the task as the API lists it: %+v (%v), want rows_per_call 5", list, err)
 	}
 	file := download(t, ctx, t.TempDir())
 	f, err := excelize.OpenFile(file)

@@ -116,7 +116,7 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 			types.Message{Role: types.ConversationRoleAssistant, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: c.Answer}}},
 			types.Message{Role: types.ConversationRoleUser, Content: []types.ContentBlock{&types.ContentBlockMemberText{Value: c.FollowUp}}})
 	}
-	if len(req.Columns) > 0 {
+	if req.ResponseSchema() != nil {
 		tools, err := answerTool(req)
 		if err != nil {
 			return llm.Response{}, err
@@ -201,7 +201,7 @@ const answerToolName = "answer"
 // forces it, which is how Converse is held to a shape.
 func answerTool(req llm.Request) (*types.ToolConfiguration, error) {
 	var sch map[string]any
-	if err := json.Unmarshal(req.Columns.JSONSchema(), &sch); err != nil {
+	if err := json.Unmarshal(req.ResponseSchema(), &sch); err != nil {
 		return nil, &llm.Error{Class: llm.ClassBadRequest, Message: "the columns' schema: " + err.Error()}
 	}
 	return &types.ToolConfiguration{

@@ -174,7 +174,8 @@ type Stats struct {
 	// BadRequests counts other 4xx answers (malformed, too long, auth).
 	BadRequests int64 `json:"bad_requests"`
 	// Structured counts completions answered as JSON of a schema, and
-	// Broken those of them broken on purpose (InvalidRate).
+	// Broken the answers broken on purpose (InvalidRate): whole answers,
+	// or the items of packed ones.
 	Structured int64 `json:"structured"`
 	Broken     int64 `json:"broken"`
 	// Resets counts connections reset on purpose (ResetMarker).
@@ -463,15 +464,13 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.completion(id, now, req, "", "content_filter"))
 	default:
 		text, finish := truncate("Copy for: "+req.prompt, req.maxTokens)
-		if req.columns != nil || req.jsonObject {
-			var broken bool
+		if req.columns != nil || req.jsonObject || req.packed {
+			var broken int
 			text, broken = s.structured(req, calls)
 			finish = "stop"
 			s.count(func(st *Stats) {
 				st.Structured++
-				if broken {
-					st.Broken++
-				}
+				st.Broken += int64(broken)
 			})
 		}
 		used := req.inTokens + estimateTokens(text)
@@ -719,6 +718,9 @@ type chatRequest struct {
 	columns schema.Columns
 	// jsonObject asks for a JSON object without a schema the mock knows.
 	jsonObject bool
+	// packed is a call for several rows (schema.PackPrompt): the answer
+	// holds one item per row, each of columns (or one text when none).
+	packed bool
 }
 
 type wireRequest struct {
@@ -807,17 +809,17 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request) (chatRequest, *ap
 			if rf.JSONSchema == nil || len(rf.JSONSchema.Schema) == 0 {
 				return bad("response_format.json_schema", "Missing required parameter: 'response_format.json_schema.schema'.")
 			}
-			cols, err := schema.ParseJSONSchema(rf.JSONSchema.Schema)
+			cols, packed, err := answerShape(rf.JSONSchema.Schema)
 			if err != nil {
 				return bad("response_format.json_schema.schema", "Invalid schema for response_format '%s': %v", rf.JSONSchema.Name, err)
 			}
-			req.columns = cols
+			req.columns, req.packed = cols, packed
 		case "json_object":
 			if !strings.Contains(strings.ToLower(req.text), "json") {
 				return bad("messages", "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.")
 			}
 			req.jsonObject = true
-			req.columns = schemaInMessages(req.text)
+			req.columns, req.packed = schemaInMessages(req.text)
 		default:
 			return bad("response_format.type", "Invalid value: '%s'. Supported values are: 'text', 'json_object' and 'json_schema'.", rf.Type)
 		}
@@ -864,13 +866,64 @@ func contentText(raw json.RawMessage) (string, bool) {
 // answers do, so a test can tell whose answer it is), or broken on
 // purpose for InvalidRate of the calls; {"answer": ...} for JSON mode with
 // no schema the mock can read.
-func (s *Server) structured(req chatRequest, calls int64) (string, bool) {
+func (s *Server) structured(req chatRequest, calls int64) (string, int) {
+	if items := schema.UnpackPrompt(req.prompt); req.packed && items != nil {
+		return s.packed(req, items, calls)
+	}
+	text, broken := s.one(req, req.prompt, calls)
+	if broken {
+		return text, 1
+	}
+	return text, 0
+}
+
+// packed answers a packed call item by item, as one call of each item's
+// prompt would be answered; InvalidRate breaks items, each in one of the
+// three ways a model gets a packed answer wrong: an item left out, an item
+// given twice, an item's value wrong.
+func (s *Server) packed(req chatRequest, items []schema.PackItem, calls int64) (string, int) {
+	var kept []schema.PackItem
+	var answers []string
+	broken := 0
+	for _, it := range items {
+		one := req
+		one.packed = false
+		text, _ := s.one(one, it.Prompt, -1)
+		roll := s.roll(req.prompt+"\x00item "+it.ID, calls)
+		if s.cfg.InvalidRate > 0 && roll < s.cfg.InvalidRate {
+			broken++
+			switch int(roll / s.cfg.InvalidRate * 3) {
+			case 0:
+				continue // left out
+			case 1:
+				kept, answers = append(kept, it), append(answers, text) // given twice
+			default:
+				if len(req.columns) > 0 {
+					name, _ := json.Marshal(req.columns[0].Name)
+					text = "{" + string(name) + `:{"broken":true}}`
+				} else {
+					text = ""
+				}
+			}
+		}
+		kept, answers = append(kept, it), append(answers, text)
+	}
+	return schema.PackedText(kept, answers, len(req.columns) > 0), broken
+}
+
+// one is the answer to one row's prompt: an object of req's columns, or
+// {"answer": ...} for JSON mode without a schema the mock can read; calls
+// below 0 never breaks it (a packed item's breaking is packed's).
+func (s *Server) one(req chatRequest, prompt string, calls int64) (string, bool) {
 	if len(req.columns) == 0 {
-		b, _ := json.Marshal(map[string]string{"answer": "Copy for: " + req.prompt})
+		if req.packed {
+			return "Copy for: " + prompt, false
+		}
+		b, _ := json.Marshal(map[string]string{"answer": "Copy for: " + prompt})
 		return string(b), false
 	}
 	// A draw of its own, apart from FailRate's: the prompt with a suffix.
-	broken := s.cfg.InvalidRate > 0 && s.roll(req.prompt+"\x00invalid", calls) < s.cfg.InvalidRate
+	broken := calls >= 0 && s.cfg.InvalidRate > 0 && s.roll(prompt+"\x00invalid", calls) < s.cfg.InvalidRate
 	var b strings.Builder
 	b.WriteByte('{')
 	for i, c := range req.columns {
@@ -884,7 +937,7 @@ func (s *Server) structured(req chatRequest, calls int64) (string, bool) {
 			b.WriteString(`{"broken":true}`)
 			continue
 		}
-		x := uint64(s.roll(req.prompt+"\x00"+c.Name, 0) * (1 << 53))
+		x := uint64(s.roll(prompt+"\x00"+c.Name, 0) * (1 << 53))
 		var v any
 		switch c.Type {
 		case schema.Number:
@@ -898,9 +951,9 @@ func (s *Server) structured(req chatRequest, calls int64) (string, bool) {
 		case schema.Date:
 			v = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, int(x%365)).Format(time.DateOnly)
 		case schema.List:
-			v = []string{"Tag for: " + req.prompt, c.Name}
+			v = []string{"Tag for: " + prompt, c.Name}
 		default:
-			v = c.Name + " for: " + req.prompt
+			v = c.Name + " for: " + prompt
 		}
 		val, _ := json.Marshal(v)
 		b.Write(val)
@@ -910,21 +963,48 @@ func (s *Server) structured(req chatRequest, calls int64) (string, bool) {
 }
 
 // schemaInMessages reads the schema a JSON-mode request carries in its
-// messages (schema.SchemaInstructions), or nil.
-func schemaInMessages(text string) schema.Columns {
+// messages (llm.Request.SchemaInstructions): nil columns when none.
+func schemaInMessages(text string) (schema.Columns, bool) {
 	_, after, ok := strings.Cut(text, schema.SchemaMarker)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	var raw json.RawMessage
 	if err := json.NewDecoder(strings.NewReader(after)).Decode(&raw); err != nil {
-		return nil
+		return nil, false
 	}
-	cols, err := schema.ParseJSONSchema(raw)
+	cols, packed, err := answerShape(raw)
 	if err != nil {
-		return nil
+		return nil, false
 	}
-	return cols
+	return cols, packed
+}
+
+// answerShape reads the schema a request asks its answer to match: the
+// columns of one answer, or of each item of a packed answer
+// ({"answers": [{"id", ...}]}; none for items of one text).
+func answerShape(raw json.RawMessage) (cols schema.Columns, packed bool, err error) {
+	var doc struct {
+		Properties struct {
+			Answers *struct {
+				Type  string          `json:"type"`
+				Items json.RawMessage `json:"items"`
+			} `json:"answers"`
+		} `json:"properties"`
+	}
+	if json.Unmarshal(raw, &doc) == nil && doc.Properties.Answers != nil && doc.Properties.Answers.Type == "array" {
+		item, err := schema.ParseJSONSchema(doc.Properties.Answers.Items)
+		if err != nil {
+			return nil, true, fmt.Errorf("answers.items: %w", err)
+		}
+		item = slices.DeleteFunc(item, func(c schema.Column) bool { return c.Name == "id" })
+		if len(item) == 1 && item[0].Name == schema.AnswerProperty {
+			item = nil
+		}
+		return item, true, nil
+	}
+	cols, err = schema.ParseJSONSchema(raw)
+	return cols, false, err
 }
 
 // truncate cuts text to maxTokens (0 = no cap), reporting the finish reason.

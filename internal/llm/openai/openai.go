@@ -130,8 +130,9 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	for _, c := range req.Corrections {
 		params.Messages = append(params.Messages, openai.AssistantMessage(c.Answer), openai.UserMessage(c.FollowUp))
 	}
-	jsonMode := len(req.Columns) > 0 && p.jsonMode.Load()
-	if len(req.Columns) > 0 {
+	shaped := req.ResponseSchema() != nil
+	jsonMode := shaped && p.jsonMode.Load()
+	if shaped {
 		params.ResponseFormat = p.responseFormat(req, jsonMode, &params)
 	}
 	if req.Temperature != nil {
@@ -158,7 +159,7 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	resp, err := p.chat.New(callCtx, params, option.WithResponseInto(&httpResp))
 	if err != nil {
 		e := p.classify(ctx, callCtx, err, httpResp)
-		if len(req.Columns) > 0 && !jsonMode && refusesJSONSchema(e) {
+		if shaped && !jsonMode && refusesJSONSchema(e) {
 			// A server without structured outputs: learn it once, say so,
 			// and ask in JSON mode from now on; the pipeline checks every
 			// answer against the columns either way. A refused request is
@@ -178,18 +179,18 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	return out, err
 }
 
-// responseFormat asks for an answer of req's columns: strict structured
+// responseFormat asks for an answer of req's shape: strict structured
 // outputs (json_schema), or JSON mode (json_object) on a server that
 // refused those, with the shape said in the system message, as JSON mode
 // requires the word JSON there and cannot be told the shape otherwise.
 func (p *Provider) responseFormat(req llm.Request, jsonMode bool, params *openai.ChatCompletionNewParams) openai.ChatCompletionNewParamsResponseFormatUnion {
 	if jsonMode {
-		params.Messages = append([]openai.ChatCompletionMessageParamUnion{openai.SystemMessage(req.Columns.SchemaInstructions())}, params.Messages...)
+		params.Messages = append([]openai.ChatCompletionMessageParamUnion{openai.SystemMessage(req.SchemaInstructions())}, params.Messages...)
 		return openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
 	}
 	return openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
 		JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
-			Name: "answer", Strict: openai.Bool(true), Schema: req.Columns.JSONSchema(),
+			Name: "answer", Strict: openai.Bool(true), Schema: req.ResponseSchema(),
 		},
 	}}
 }

@@ -102,8 +102,8 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 // earlier exchange of a re-ask.
 func inputTokens(req llm.Request) int {
 	n := llm.EstimateTokens(req.System) + llm.EstimateTokens(req.Prompt)
-	if len(req.Columns) > 0 {
-		n += llm.EstimateTokens(string(req.Columns.JSONSchema()))
+	if sch := req.ResponseSchema(); sch != nil {
+		n += llm.EstimateTokens(string(sch))
 	}
 	for _, c := range req.Corrections {
 		n += llm.EstimateTokens(c.Answer) + llm.EstimateTokens(c.FollowUp)
@@ -153,7 +153,21 @@ var (
 // (structured): every column filled with a value of its type drawn from the
 // same hash, its text columns quoting the prompt as the sentence does, so a
 // test can tell whose answer it is.
+//
+// A packed call (Pack) gets each item's own answer, the one Text gives the
+// item's prompt asked alone, under its id: packing changes how rows are
+// sent, not what they are answered.
 func Text(req llm.Request) string {
+	if len(req.Pack) > 0 {
+		answers := make([]string, len(req.Pack))
+		for i, it := range req.Pack {
+			one := req
+			// The pack's completion cap is the rows' caps added up.
+			one.Pack, one.Prompt, one.MaxTokens = nil, it.Prompt, req.MaxTokens/len(req.Pack)
+			answers[i] = Text(one)
+		}
+		return schema.PackedText(req.Pack, answers, len(req.Columns) > 0)
+	}
 	sum := requestHash(req)
 	if len(req.Columns) > 0 {
 		return structured(req, sum)

@@ -371,7 +371,7 @@
     clearError();
     const file = state.file;
     const fields = { prompt: $("template").value };
-    for (const f of ["system", "model", "temperature", "max_tokens", "result_format"]) {
+    for (const f of ["system", "model", "temperature", "max_tokens", "rows_per_call", "result_format"]) {
       const v = $(f).value.trim();
       if (v) fields[f] = v;
     }
@@ -415,7 +415,7 @@
       const n = Number(v);
       // Numbers go as numbers; a value that is none is sent as typed, for
       // the server to say what is wrong with it.
-      req[k] = (k === "temperature" || k === "max_tokens") && v !== "" && isFinite(n) ? n : v;
+      req[k] = (k === "temperature" || k === "max_tokens" || k === "rows_per_call") && v !== "" && isFinite(n) ? n : v;
       if (k === "columns") req[k] = JSON.parse(v); // a list of columns, not a string of one
     }
     const created = await call("POST", "/api/tasks", req);
