@@ -133,6 +133,7 @@ var measures = []measure{
 	{"aws-calls", false, measureAWSCalls},              // 6
 	{"kill-loop", false, measureKillLoop},              // 7
 	{"rerun", false, measureRerun},                     // issue 18: a result sent back in
+	{"columns", true, measureColumns},                  // issue 17: typed columns, several rows per call
 }
 
 func main() {

@@ -174,10 +174,15 @@ type Stats struct {
 	// BadRequests counts other 4xx answers (malformed, too long, auth).
 	BadRequests int64 `json:"bad_requests"`
 	// Structured counts completions answered as JSON of a schema, and
-	// Broken the answers broken on purpose (InvalidRate): whole answers,
-	// or the items of packed ones.
+	// Broken those of them broken on purpose (InvalidRate).
 	Structured int64 `json:"structured"`
 	Broken     int64 `json:"broken"`
+	// Packed counts completions of packed calls (several rows in one),
+	// PackedItems the items they answered, and BrokenItems the items
+	// broken on purpose (left out, given twice or wrong).
+	Packed      int64 `json:"packed"`
+	PackedItems int64 `json:"packed_items"`
+	BrokenItems int64 `json:"broken_items"`
 	// Resets counts connections reset on purpose (ResetMarker).
 	Resets int64 `json:"resets"`
 	// Canceled counts requests whose client went away before the answer.
@@ -465,12 +470,18 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	default:
 		text, finish := truncate("Copy for: "+req.prompt, req.maxTokens)
 		if req.columns != nil || req.jsonObject || req.packed {
-			var broken int
-			text, broken = s.structured(req, calls)
-			finish = "stop"
+			var a structuredAnswer
+			a = s.structured(req, calls)
+			text, finish = a.text, "stop"
 			s.count(func(st *Stats) {
 				st.Structured++
-				st.Broken += int64(broken)
+				if a.items > 0 {
+					st.Packed++
+					st.PackedItems += int64(a.items)
+					st.BrokenItems += int64(a.broken)
+				} else if a.broken > 0 {
+					st.Broken++
+				}
 			})
 		}
 		used := req.inTokens + estimateTokens(text)
@@ -866,15 +877,24 @@ func contentText(raw json.RawMessage) (string, bool) {
 // answers do, so a test can tell whose answer it is), or broken on
 // purpose for InvalidRate of the calls; {"answer": ...} for JSON mode with
 // no schema the mock can read.
-func (s *Server) structured(req chatRequest, calls int64) (string, int) {
+func (s *Server) structured(req chatRequest, calls int64) structuredAnswer {
 	if items := schema.UnpackPrompt(req.prompt); req.packed && items != nil {
-		return s.packed(req, items, calls)
+		text, broken := s.packed(req, items, calls)
+		return structuredAnswer{text: text, items: len(items), broken: broken}
 	}
 	text, broken := s.one(req, req.prompt, calls)
+	a := structuredAnswer{text: text}
 	if broken {
-		return text, 1
+		a.broken = 1
 	}
-	return text, 0
+	return a
+}
+
+// structuredAnswer is a JSON answer: for a packed call, how many items it
+// was asked and how many it broke; else whether it is broken (1).
+type structuredAnswer struct {
+	text          string
+	items, broken int
 }
 
 // packed answers a packed call item by item, as one call of each item's
@@ -886,9 +906,7 @@ func (s *Server) packed(req chatRequest, items []schema.PackItem, calls int64) (
 	var answers []string
 	broken := 0
 	for _, it := range items {
-		one := req
-		one.packed = false
-		text, _ := s.one(one, it.Prompt, -1)
+		text, _ := s.one(req, it.Prompt, -1)
 		roll := s.roll(req.prompt+"\x00item "+it.ID, calls)
 		if s.cfg.InvalidRate > 0 && roll < s.cfg.InvalidRate {
 			broken++

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -796,5 +797,48 @@ func TestStructuredAnswers(t *testing.T) {
 	rec = post(New(Config{NoStructuredOutputs: true}), fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":%s}`, format))
 	if rec.Code != 400 || !strings.Contains(rec.Body.String(), "'json_schema' is not supported") {
 		t.Errorf("no structured outputs: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestPackedAnswers: a packed call (schema.PackPrompt, its schema in response_format) gets one item per row id,
+// each the answer the row's prompt gets alone; InvalidRate breaks items (left out, given twice, or wrong) and
+// counts them, and what SplitPacked finds wrong is exactly what was broken.
+func TestPackedAnswers(t *testing.T) {
+	t.Parallel()
+	for _, cols := range []schema.Columns{nil, {{Name: "category", Type: schema.Enum, Values: []string{"a", "b"}, Required: true}, {Name: "summary", Type: schema.Text}}} {
+		s := New(Config{InvalidRate: 0.2, Seed: 3})
+		format, _ := json.Marshal(map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "answer", "strict": true, "schema": cols.PackedJSONSchema()}})
+		undecided, calls := 0, 50
+		for c := range calls {
+			var items []schema.PackItem
+			var ids []string
+			for i := range 10 {
+				id := strconv.Itoa(c*10 + i)
+				items, ids = append(items, schema.PackItem{ID: id, Prompt: "row " + id}), append(ids, id)
+			}
+			prompt, _ := json.Marshal(schema.PackPrompt(items))
+			rec := post(s, fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%s}],"response_format":%s}`, prompt, format))
+			var comp completion
+			if err := json.Unmarshal(rec.Body.Bytes(), &comp); err != nil || rec.Code != 200 {
+				t.Fatalf("call %d: %d %s", c, rec.Code, rec.Body)
+			}
+			outputs, problems, err := cols.SplitPacked(comp.Choices[0].Message.Content, ids)
+			if err != nil {
+				t.Fatalf("call %d: %v\n%s", c, err, comp.Choices[0].Message.Content)
+			}
+			undecided += len(problems)
+			for id, out := range outputs {
+				if !strings.Contains(out, "for: row "+id) {
+					t.Errorf("item %s answered %s", id, out)
+				}
+			}
+		}
+		st := s.Stats()
+		if st.Packed != int64(calls) || st.PackedItems != int64(calls*10) || st.BrokenItems != int64(undecided) {
+			t.Errorf("columns %v: stats %+v, %d items undecided", cols.Names(), st, undecided)
+		}
+		if undecided < 60 || undecided > 140 {
+			t.Errorf("columns %v: %d of 500 items broken at InvalidRate 0.2", cols.Names(), undecided)
+		}
 	}
 }
