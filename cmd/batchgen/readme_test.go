@@ -296,6 +296,17 @@ func writeReadmeInputs(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(dir, "skus.csv"), "商品名称,类目\n保温杯,家居\n蓝牙耳机,数码\n")
+	// The worked example of typed columns: the repository's own files.
+	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"products.csv", "product-schema.json"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, "examples", name), string(b))
+	}
 	writeFile(t, filepath.Join(dir, "prompt.txt"), "为商品{{商品名称}}（类目：{{类目}}）写一段 50 字以内的营销文案\n")
 	// The README's providers-sim.yaml, as shown there.
 	writeFile(t, filepath.Join(dir, "providers-sim.yaml"), "routing: weighted\nproviders:\n  - {name: fast, kind: sim, latency: 50ms, concurrency: 8, weight: 3}\n  - {name: slow, kind: sim, latency: 300ms, concurrency: 4, weight: 1}\n")
@@ -430,5 +441,50 @@ func serveBriefly(t *testing.T, dir string, env []string, args []string) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("serve stopped with %v, want exit 0\n%s", err, stderr.String())
+	}
+}
+
+// TestReadmeWorkedExample runs the README's worked example of typed columns and compares the result workbook, cell
+// by cell, with the table the README shows as its real output.
+func TestReadmeWorkedExample(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want [][]string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "| P-00") {
+			var cells []string
+			for _, c := range strings.Split(strings.Trim(line, "|"), "|") {
+				cells = append(cells, strings.TrimSpace(c))
+			}
+			want = append(want, cells)
+		}
+	}
+	if len(want) != 6 {
+		t.Fatalf("found %d rows of the worked example's table in README.md, want 6", len(want))
+	}
+	work := t.TempDir()
+	writeReadmeInputs(t, work)
+	res := runIn(t, work, os.Environ(), "run", "--in", "examples/products.csv", "--prompt", "Product: {{description}}. Classify it for our catalogue.",
+		"--columns", "category:enum(kitchen|electronics|clothing)!, price_band:enum(budget|mid|premium)!, giftable:boolean!, summary:text!")
+	if res.code != 0 {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	f, err := excelize.OpenFile(filepath.Join(work, "examples", "products.result.xlsx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := f.GetRows(f.GetSheetName(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		got := rows[i+1][:len(w)]
+		if strings.Join(got, " | ") != strings.Join(w, " | ") {
+			t.Errorf("row %d:\n README %q\n result %q", i+2, w, got)
+		}
 	}
 }

@@ -243,7 +243,9 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 		for i, r := range w.promptRows {
 			cells := make([]any, len(r))
 			for j, v := range r {
-				cells[j] = fitCell(cleanText(v))
+				if v != "" { // an empty cell is no cell
+					cells[j] = fitCell(cleanText(v))
+				}
 			}
 			if err := w.f.SetSheetRow(promptSheet, "A"+strconv.Itoa(i+3), &cells); err != nil {
 				return 0, fmt.Errorf("add the prompt sheet: %w", err)
