@@ -21,6 +21,7 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/providerfile"
+	"github.com/batchgen/batchgen/internal/providers"
 	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/sheet"
@@ -241,8 +242,10 @@ type runJob struct {
 	// providers are the routes of the job's model calls.
 	providers *providerfile.File
 
-	// The engine, built by openEngine, and the counts of its calls.
+	// The engine, built by openEngine, its providers and the counts of its
+	// calls.
 	engine *embedded.Engine
+	set    *providers.Set
 	stats  *runStats
 }
 
@@ -451,6 +454,7 @@ func (j *runJob) openEngineOn(cfg embedded.EngineConfig) error {
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: err}
 	}
+	j.set = set
 	cfg.Logger, cfg.Metrics = j.logger, j.metrics
 	cfg.Generator = pipeline.GeneratorConfig{
 		Observer: j.stats.observe,
@@ -494,6 +498,9 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 		return err
 	}
 	summary.Prices = j.prices
+	for _, name := range j.set.JSONMode() {
+		summary.Notes = append(summary.Notes, fmt.Sprintf("provider %s refused structured outputs: the columns were asked for in JSON mode, every answer checked", name))
+	}
 	fmt.Fprint(stdout, summary.String())
 	return report.ForTask(task, failed)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
@@ -85,6 +86,30 @@ type Set struct {
 	Router   *pipeline.Router
 	limiters map[string]pipeline.Limiter
 	shared   []*quota.Shared
+	// shapes are the adapters that learn whether their server holds
+	// answers to a schema, by provider name.
+	shapes map[string]jsonModer
+}
+
+// jsonModer is an adapter that may learn that its server refused
+// structured outputs (openaillm.Provider).
+type jsonModer interface{ JSONMode() bool }
+
+// JSONMode names the providers whose server refused structured outputs in
+// this run, so that answers with columns were asked in JSON mode (and
+// checked as ever): for the run's summary.
+func (s *Set) JSONMode() []string {
+	if s == nil {
+		return nil
+	}
+	var names []string
+	for name, p := range s.shapes {
+		if p.JSONMode() {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Limiter returns the limiter pacing the provider called name; nil for no
@@ -96,11 +121,14 @@ func Build(f *providerfile.File, cfg Config) (*Set, error) {
 	rc := cfg.Router
 	rc.Mode = pipeline.RoutingMode(f.Routing)
 	rc.Routes = nil
-	set := &Set{limiters: map[string]pipeline.Limiter{}}
+	set := &Set{limiters: map[string]pipeline.Limiter{}, shapes: map[string]jsonModer{}}
 	for _, p := range f.Providers {
 		lp, err := cfg.Builder.Build(p)
 		if err != nil {
 			return nil, &providerfile.Error{File: f.Name(), Line: p.Line(), Msg: fmt.Sprintf("provider %q: %v", p.Name, err)}
+		}
+		if jm, ok := lp.(jsonModer); ok {
+			set.shapes[p.Name] = jm
 		}
 		if cfg.Wrap != nil {
 			lp = cfg.Wrap(p, lp)

@@ -121,6 +121,9 @@ type Summary struct {
 	// Prices estimate the task's cost from its tokens. Defaults to the
 	// built-in table.
 	Prices *pricing.Table
+	// Notes are things the run learned that the user should know, one
+	// line each.
+	Notes []string
 }
 
 // String lays the summary out, one aligned line per fact.
@@ -167,6 +170,9 @@ func (s Summary) String() string {
 	}
 	if s.Task.Error != "" && s.Task.State == store.TaskFailed {
 		fmt.Fprintf(&b, "error     %s\n", s.Task.Error)
+	}
+	for _, n := range s.Notes {
+		fmt.Fprintf(&b, "note      %s\n", n)
 	}
 	return b.String()
 }
