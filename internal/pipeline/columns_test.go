@@ -445,3 +445,37 @@ func TestIntakeSidecarColumns(t *testing.T) {
 		t.Errorf("a bad sidecar: %s %q", task.State, task.Error)
 	}
 }
+
+// TestIntakeSettingsSidecar: <name>.batchgen.json sets a drop-folder input's columns and rows per call, as a request
+// would for an upload; a settings file that cannot be read rejects the input, naming it.
+func TestIntakeSettingsSidecar(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	def := store.TaskSpec{Prompt: "Default {{name}}", Provider: "sim", BatchSize: 2}
+	intake := pipeline.NewIntake(e.splitter, e.blobs, e.signal, pipeline.IntakeConfig{DefaultSpec: def, Sidecars: true, TempDir: t.TempDir()})
+	put := func(key, content string) { must(t, e.blobs.Put(ctx, key, strings.NewReader(content))) }
+	put("incoming/s.csv", "id,name\n1,brick\n2,ball\n")
+	put(pipeline.SidecarSettingsKey("incoming/s.csv"), `{"columns": "score:number!", "rows_per_call": 10}`)
+	res, err := intake.Accept(ctx, "incoming/s.csv", "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := e.store.GetTask(ctx, res.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.Spec.RowsPerCall != 10 || !slices.Equal(task.Spec.Columns.Names(), []string{"score"}) {
+		t.Errorf("spec %+v", task.Spec)
+	}
+	put("incoming/t.csv", "id,name\n1,brick\n")
+	put(pipeline.SidecarSettingsKey("incoming/t.csv"), `{"rows_per_call": 500}`)
+	res, err = intake.Accept(ctx, "incoming/t.csv", "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, _ = e.store.GetTask(ctx, res.TaskID)
+	if task.State != store.TaskFailed || !strings.Contains(task.Error, "t.batchgen.json: rows per call 500: must be between 1 and 100") {
+		t.Errorf("a bad settings file: %s %q", task.State, task.Error)
+	}
+}

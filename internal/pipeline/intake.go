@@ -430,8 +430,56 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 		}
 		break
 	}
+	text, err := in.sidecar(ctx, SidecarSettingsKey(key))
+	if err != nil {
+		return input{}, err
+	}
+	if text != "" {
+		version += "|settings=" + DeriveTaskID(text, store.TaskSpec{})
+		if err := applySettings(&src, text); err != nil && src.columnsErr == nil {
+			src.columnsErr = fmt.Errorf("%s: %w", path.Base(SidecarSettingsKey(key)), err)
+		}
+	}
 	src.taskID = DropTaskID(key, version, in.cfg.DefaultSpec)
 	return src, nil
+}
+
+// SidecarSettingsKey is the file beside a drop-folder input at key that may
+// set what a request sets for an upload: a JSON object with "columns" (any
+// form schema.ParseJSON reads) and "rows_per_call". Its columns come after
+// a columns sidecar's (SidecarColumnsKeys) and before the deployment's.
+func SidecarSettingsKey(key string) string {
+	return strings.TrimSuffix(key, path.Ext(key)) + ".batchgen.json"
+}
+
+// applySettings reads a settings sidecar into src.
+func applySettings(src *input, text string) error {
+	var s struct {
+		Columns     json.RawMessage `json:"columns"`
+		RowsPerCall *int            `json:"rows_per_call"`
+	}
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return fmt.Errorf(`not a JSON object of settings ("columns", "rows_per_call"): %w`, err)
+	}
+	if s.RowsPerCall != nil {
+		if err := checkRowsPerCall(*s.RowsPerCall); err != nil {
+			return err
+		}
+		src.spec.RowsPerCall = *s.RowsPerCall
+		if src.spec.RowsPerCall == 1 {
+			src.spec.RowsPerCall = 0
+		}
+	}
+	if len(src.columns) == 0 && len(s.Columns) > 0 {
+		cols, err := schema.ParseJSON(s.Columns)
+		if err != nil {
+			return fmt.Errorf("columns: %w", err)
+		}
+		src.columns = cols
+	}
+	return nil
 }
 
 // SidecarColumnsKeys are the files beside a drop-folder input at key that
