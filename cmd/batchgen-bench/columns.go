@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -32,12 +30,7 @@ type structuredStats struct {
 
 func (m *mockLLM) structuredStats() (structuredStats, error) {
 	var st structuredStats
-	resp, err := http.Get(m.root + "/stats")
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	return st, m.stats(&st)
 }
 
 // columnsJob runs rows through `batchgen run` with extra flags against a fresh mock at 600 requests a minute, and

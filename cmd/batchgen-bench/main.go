@@ -640,12 +640,18 @@ type mockStats struct {
 // Stats reads /stats; Reset zeroes them (POST /reset).
 func (m *mockLLM) Stats() (mockStats, error) {
 	var st mockStats
+	return st, m.stats(&st)
+}
+
+// stats decodes /stats into st (mockStats, or a struct with more of the
+// server's counters).
+func (m *mockLLM) stats(st any) error {
 	resp, err := http.Get(m.root + "/stats")
 	if err != nil {
-		return st, err
+		return err
 	}
 	defer resp.Body.Close()
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	return json.NewDecoder(resp.Body).Decode(st)
 }
 
 // Reset zeroes the server's counters and its quota window.

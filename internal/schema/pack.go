@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxRowsPerCall is the most rows one packed call may answer.
@@ -181,3 +182,43 @@ func PackedText(items []PackItem, answers []string, structured bool) string {
 	b.WriteString(`]}`)
 	return b.String()
 }
+
+// SampleAnswer is an answer that fits cs, for servers that stand in for a model (the simulator, the mock): each
+// column's value is drawn from draw(i) (a number, an integer, a boolean, an enum value, a date in 2026), and its
+// text (a text column's, and a list's first item beside the column's name) is text(c), which a stand-in makes
+// quote the row's prompt so a test can tell whose answer it is.
+func (cs Columns) SampleAnswer(draw func(i int) uint64, text func(c Column) string) string {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, c := range cs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeJSON(&b, c.Name)
+		b.WriteByte(':')
+		x := draw(i)
+		var v any
+		switch c.Type {
+		case Number:
+			v = float64(x%100000) / 100
+		case Integer:
+			v = x % 1000
+		case Boolean:
+			v = x&1 == 1
+		case Enum:
+			v = c.Values[x%uint64(len(c.Values))]
+		case Date:
+			v = sampleEpoch.AddDate(0, 0, int(x%365)).Format(time.DateOnly)
+		case List:
+			v = []string{text(c), c.Name}
+		default:
+			v = text(c)
+		}
+		writeJSON(&b, v)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// sampleEpoch is the first day of SampleAnswer's dates.
+var sampleEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

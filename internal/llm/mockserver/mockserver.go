@@ -916,11 +916,9 @@ func (s *Server) packed(req chatRequest, items []schema.PackItem, calls int64) (
 			case 1:
 				kept, answers = append(kept, it), append(answers, text) // given twice
 			default:
+				text = ""
 				if len(req.columns) > 0 {
-					name, _ := json.Marshal(req.columns[0].Name)
-					text = "{" + string(name) + `:{"broken":true}}`
-				} else {
-					text = ""
+					text = brokenAnswer(req.columns)
 				}
 			}
 		}
@@ -941,43 +939,19 @@ func (s *Server) one(req chatRequest, prompt string, calls int64) (string, bool)
 		return string(b), false
 	}
 	// A draw of its own, apart from FailRate's: the prompt with a suffix.
-	broken := calls >= 0 && s.cfg.InvalidRate > 0 && s.roll(prompt+"\x00invalid", calls) < s.cfg.InvalidRate
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, c := range req.columns {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		name, _ := json.Marshal(c.Name)
-		b.Write(name)
-		b.WriteByte(':')
-		if broken && i == 0 {
-			b.WriteString(`{"broken":true}`)
-			continue
-		}
-		x := uint64(s.roll(prompt+"\x00"+c.Name, 0) * (1 << 53))
-		var v any
-		switch c.Type {
-		case schema.Number:
-			v = float64(x%100000) / 100
-		case schema.Integer:
-			v = x % 1000
-		case schema.Boolean:
-			v = x&1 == 1
-		case schema.Enum:
-			v = c.Values[x%uint64(len(c.Values))]
-		case schema.Date:
-			v = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, int(x%365)).Format(time.DateOnly)
-		case schema.List:
-			v = []string{"Tag for: " + prompt, c.Name}
-		default:
-			v = c.Name + " for: " + prompt
-		}
-		val, _ := json.Marshal(v)
-		b.Write(val)
+	if calls >= 0 && s.cfg.InvalidRate > 0 && s.roll(prompt+"\x00invalid", calls) < s.cfg.InvalidRate {
+		return brokenAnswer(req.columns), true
 	}
-	b.WriteByte('}')
-	return b.String(), broken
+	return req.columns.SampleAnswer(
+		func(i int) uint64 { return uint64(s.roll(prompt+"\x00"+req.columns[i].Name, 0) * (1 << 53)) },
+		func(c schema.Column) string { return c.Name + " for: " + prompt }), false
+}
+
+// brokenAnswer is an answer no declaration of cols accepts: its first
+// column holds an object.
+func brokenAnswer(cols schema.Columns) string {
+	name, _ := json.Marshal(cols[0].Name)
+	return "{" + string(name) + `:{"broken":true}}`
 }
 
 // schemaInMessages reads the schema a JSON-mode request carries in its

@@ -7,7 +7,6 @@ package sim
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -178,44 +177,14 @@ func Text(req llm.Request) string {
 }
 
 // structured is the simulator's answer to a request with Columns: a JSON
-// object with a valid value for every column, in order.
+// object with a valid value for every column, in order, each column drawn
+// from its own bits of the request's hash, its text quoting the prompt.
 func structured(req llm.Request, sum uint64) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, c := range req.Columns {
-		// Each column draws from its own bits of the request's hash.
-		x := mix(sum + uint64(i)*0x9e3779b97f4a7c15)
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		name, _ := json.Marshal(c.Name)
-		b.Write(name)
-		b.WriteByte(':')
-		var v any
-		switch c.Type {
-		case schema.Number:
-			v = float64(x%100000) / 100
-		case schema.Integer:
-			v = x % 1000
-		case schema.Boolean:
-			v = x&1 == 1
-		case schema.Enum:
-			v = c.Values[x%uint64(len(c.Values))]
-		case schema.Date:
-			v = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, int(x%365)).Format(time.DateOnly)
-		case schema.List:
-			v = []string{"【sim】" + quote(req.Prompt), pick(middles, x)}
-		default:
-			v = fmt.Sprintf("【sim】%s “%s”", c.Name, quote(req.Prompt))
-		}
-		val, _ := json.Marshal(v)
-		b.Write(val)
-	}
-	b.WriteByte('}')
-	return b.String()
+	return req.Columns.SampleAnswer(
+		func(i int) uint64 { return mix(sum + uint64(i)*0x9e3779b97f4a7c15) },
+		func(c schema.Column) string { return fmt.Sprintf("【sim】%s “%s”", c.Name, quote(req.Prompt)) })
 }
 
-func pick(list []string, x uint64) string { return list[x%uint64(len(list))] }
 
 // quote returns the first quoteRunes runes of s with whitespace runs
 // collapsed to one space, so multi-line prompts stay on one line; "…" marks a
