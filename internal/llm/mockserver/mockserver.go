@@ -470,8 +470,7 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	default:
 		text, finish := truncate("Copy for: "+req.prompt, req.maxTokens)
 		if req.columns != nil || req.jsonObject || req.packed {
-			var a structuredAnswer
-			a = s.structured(req, calls)
+			a := s.structured(req, calls)
 			text, finish = a.text, "stop"
 			s.count(func(st *Stats) {
 				st.Structured++
