@@ -461,6 +461,7 @@ func (j *runJob) openEngineOn(cfg embedded.EngineConfig) error {
 		// Rows in flight: every provider's slots can be busy at once.
 		Concurrency: j.providers.Concurrency(), Lease: o.retry.lease, CallTimeout: set.Router.MaxTimeout(),
 		CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
+		PackTokens: j.providers.PackTokens(),
 	}
 	if mode := pipeline.CacheMode(o.cacheMode); !o.noCache && mode != pipeline.CacheOff {
 		cfg.Generator.Cache, cfg.Generator.CacheMode = j.data.Store, mode

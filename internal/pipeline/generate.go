@@ -176,6 +176,11 @@ type GeneratorConfig struct {
 	// CallTimeout bounds one model call of a plain provider (a Router's
 	// routes have their own). Defaults to 60 seconds.
 	CallTimeout time.Duration
+	// PackTokens bounds the estimated prompt of a call that packs several
+	// rows (TaskSpec.RowsPerCall), so that it fits the token quota:
+	// providerfile.File.PackTokens. 0 (or more than MaxPackPromptTokens)
+	// means MaxPackPromptTokens.
+	PackTokens int
 	// CallsPerRound is how many calls a row gets within one claim of its
 	// batch before the batch is released for later redelivery. Defaults to 3.
 	CallsPerRound int
@@ -653,7 +658,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			}
 		}()
 	}
-	pack := &packer{size: max(task.Spec.RowsPerCall, 1)}
+	pack := newPacker(task.Spec.RowsPerCall, g.cfg.PackTokens)
 	for i := range rows {
 		if rows[i].State.Final() {
 			outcomes[i] = rowOutcome{result: rows[i].RowResult}

@@ -27,14 +27,23 @@ const MaxPackPromptTokens = 12_000
 // packer groups a batch's rows that need a call into packs as they come.
 type packer struct {
 	size   int // rows per call
+	budget int // the most estimated prompt tokens a pack carries
 	rows   []int
 	tokens int
+}
+
+// newPacker packs size rows a call within budget tokens (MaxPackPromptTokens when 0 or more).
+func newPacker(size, budget int) *packer {
+	if budget <= 0 || budget > MaxPackPromptTokens {
+		budget = MaxPackPromptTokens
+	}
+	return &packer{size: max(size, 1), budget: budget}
 }
 
 // add puts row i (its prompt estimated at tokens) in the pack, and returns the pack to send first when the row
 // does not fit beside the rows already in it.
 func (p *packer) add(i, tokens int) (full []int) {
-	if len(p.rows) > 0 && (len(p.rows) == p.size || p.tokens+tokens > MaxPackPromptTokens) {
+	if len(p.rows) > 0 && (len(p.rows) == p.size || p.tokens+tokens > p.budget) {
 		full = p.take()
 	}
 	p.rows = append(p.rows, i)

@@ -214,3 +214,29 @@ func TestRowsPerCallBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestPacksFitTheTokenBudget: rows are packed up to RowsPerCall or until the next would take the pack's prompt
+// past the budget (a quarter of the token quota), whichever comes first.
+func TestPacksFitTheTokenBudget(t *testing.T) {
+	t.Parallel()
+	p := &packRecorder{sim: sim.New(sim.Config{})}
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2, PackTokens: 40})
+	e.runToCompletion(context.Background(), e.splitPacked("budget", 10, 10, nil).TaskID)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rows := 0
+	for _, r := range p.reqs {
+		n := max(len(r.Pack), 1)
+		rows += n
+		tokens := 0
+		for _, it := range r.Pack {
+			tokens += llm.EstimateTokens(it.Prompt)
+		}
+		if n > 1 && tokens > 40 {
+			t.Errorf("a pack of %d rows carries %d prompt tokens, over the budget of 40", n, tokens)
+		}
+	}
+	if rows != 10 || len(p.reqs) < 3 || len(p.reqs) > 8 {
+		t.Errorf("%d calls for %d rows; want the 10 rows in a few packs under the budget", len(p.reqs), rows)
+	}
+}

@@ -94,6 +94,19 @@ func (f *File) Concurrency() int {
 	return n
 }
 
+// PackTokens is the most estimated prompt tokens one call packing several
+// rows should carry so that it fits any of f's token quotas with room to
+// spare: a quarter of the smallest tpm, or 0 when no provider has one.
+func (f *File) PackTokens() int {
+	n := 0
+	for _, p := range f.Providers {
+		if p.TPM > 0 && (n == 0 || p.TPM/4 < n) {
+			n = max(p.TPM/4, 1)
+		}
+	}
+	return n
+}
+
 // RPM is the requests per minute f's providers allow together, or 0 when a
 // provider has no rpm (its quota is learnt from the provider's answers, so
 // the sum is not known in advance). The progress line paces its ETA by it.

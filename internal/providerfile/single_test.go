@@ -73,19 +73,19 @@ func TestSingle(t *testing.T) {
 func TestFileTotals(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		yaml             string
-		concurrency, rpm int
+		yaml                         string
+		concurrency, rpm, packTokens int
 	}{
-		{"providers:\n  - {name: a, kind: sim, rpm: 600, concurrency: 2}\n  - {name: b, kind: sim, rpm: 60}\n", 2 + providerfile.DefaultConcurrency, 660},
-		{"providers:\n  - {name: a, kind: sim, rpm: 600}\n  - {name: b, kind: sim}\n", 2 * providerfile.DefaultConcurrency, 0},
-		{"providers:\n  - {name: a, kind: sim}\n", providerfile.DefaultConcurrency, 0},
+		{"providers:\n  - {name: a, kind: sim, rpm: 600, concurrency: 2, tpm: 40000}\n  - {name: b, kind: sim, rpm: 60, tpm: 8000}\n", 2 + providerfile.DefaultConcurrency, 660, 2000},
+		{"providers:\n  - {name: a, kind: sim, rpm: 600}\n  - {name: b, kind: sim, tpm: 100000}\n", 2 * providerfile.DefaultConcurrency, 0, 25000},
+		{"providers:\n  - {name: a, kind: sim}\n", providerfile.DefaultConcurrency, 0, 0},
 	} {
 		f, err := providerfile.Parse("t.yaml", []byte(tc.yaml))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f.Concurrency() != tc.concurrency || f.RPM() != tc.rpm {
-			t.Errorf("%q: concurrency %d, rpm %d; want %d, %d", tc.yaml, f.Concurrency(), f.RPM(), tc.concurrency, tc.rpm)
+		if f.Concurrency() != tc.concurrency || f.RPM() != tc.rpm || f.PackTokens() != tc.packTokens {
+			t.Errorf("%q: concurrency %d, rpm %d, pack tokens %d; want %d, %d, %d", tc.yaml, f.Concurrency(), f.RPM(), f.PackTokens(), tc.concurrency, tc.rpm, tc.packTokens)
 		}
 	}
 }

@@ -115,6 +115,9 @@ func New(ctx context.Context, d *awswire.Deps) (*Handler, error) {
 		Concurrency: f.Concurrency(),
 		CallTimeout: router.MaxTimeout(),
 		Lease:       d.Env.Lease,
+		// Each instance takes its share of the token quota; a packed call
+		// fits a quarter of the whole (the shared limiter spreads it).
+		PackTokens: f.PackTokens(),
 	}
 	if d.TuneGenerator != nil {
 		st = d.TuneGenerator(st, &cfg)
