@@ -185,7 +185,6 @@ func structured(req llm.Request, sum uint64) string {
 		func(c schema.Column) string { return fmt.Sprintf("【sim】%s “%s”", c.Name, quote(req.Prompt)) })
 }
 
-
 // quote returns the first quoteRunes runes of s with whitespace runs
 // collapsed to one space, so multi-line prompts stay on one line; "…" marks a
 // cut.
