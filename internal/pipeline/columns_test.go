@@ -399,7 +399,7 @@ func TestWorkbookDeclaresColumns(t *testing.T) {
 	}
 }
 
-// TestIntakeSidecarColumns: a drop-folder input takes its columns from <name>.columns.txt (or .json) beside it
+// TestIntakeSidecarColumns: a drop-folder input takes its columns from <name>.columns.txt (short form or JSON) beside it
 // when the workbook declares none, before the deployment's; a sidecar that is no declaration rejects the input,
 // naming the file and the column.
 func TestIntakeSidecarColumns(t *testing.T) {
@@ -430,9 +430,9 @@ func TestIntakeSidecarColumns(t *testing.T) {
 		t.Errorf("with a .columns.txt: %q", got)
 	}
 	put("incoming/b.csv", "id,name\n1,brick\n")
-	put("incoming/b.columns.json", `{"type":"object","properties":{"ok":{"type":"boolean"}}}`)
+	put("incoming/b.columns.txt", `{"type":"object","properties":{"ok":{"type":"boolean"}}}`)
 	if got := accept("incoming/b.csv").Spec.Columns.Names(); !slices.Equal(got, []string{"ok"}) {
-		t.Errorf("with a .columns.json: %q", got)
+		t.Errorf("with a JSON Schema in .columns.txt: %q", got)
 	}
 	put("incoming/c.csv", "id,name\n1,brick\n")
 	if got := accept("incoming/c.csv").Spec.Columns.Names(); !slices.Equal(got, []string{"d"}) {

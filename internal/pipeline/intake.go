@@ -224,7 +224,7 @@ type input struct {
 	// when it has none.
 	sidecar string
 	// columns are the output columns declared by the input's columns
-	// sidecar (SidecarColumnsKeys), and columnsErr why that file could not
+	// sidecar (SidecarColumnsKey), and columnsErr why that file could not
 	// be read as a declaration.
 	columns    schema.Columns
 	columnsErr error
@@ -415,22 +415,19 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 		owner:   in.cfg.Owner,
 		sidecar: sidecar,
 	}
-	for _, ck := range SidecarColumnsKeys(key) {
-		text, err := in.sidecar(ctx, ck)
-		if err != nil {
-			return input{}, err
-		}
-		if text == "" {
-			continue
-		}
+	ck := SidecarColumnsKey(key)
+	text, err := in.sidecar(ctx, ck)
+	if err != nil {
+		return input{}, err
+	}
+	if text != "" {
 		// So is its declaration of columns.
 		version += "|columns=" + DeriveTaskID(text, store.TaskSpec{})
 		if src.columns, err = parseColumnsFile(text); err != nil {
 			src.columnsErr = fmt.Errorf("the output columns in %s: %w", path.Base(ck), err)
 		}
-		break
 	}
-	text, err := in.sidecar(ctx, SidecarSettingsKey(key))
+	text, err = in.sidecar(ctx, SidecarSettingsKey(key))
 	if err != nil {
 		return input{}, err
 	}
@@ -447,7 +444,7 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 // SidecarSettingsKey is the file beside a drop-folder input at key that may
 // set what a request sets for an upload: a JSON object with "columns" (any
 // form schema.ParseJSON reads) and "rows_per_call". Its columns come after
-// a columns sidecar's (SidecarColumnsKeys) and before the deployment's.
+// a columns sidecar's (SidecarColumnsKey) and before the deployment's.
 func SidecarSettingsKey(key string) string {
 	return strings.TrimSuffix(key, path.Ext(key)) + ".batchgen.json"
 }
@@ -482,14 +479,14 @@ func applySettings(src *input, text string) error {
 	return nil
 }
 
-// SidecarColumnsKeys are the files beside a drop-folder input at key that
-// may declare its output columns, the first found taken: <name>.columns.json
-// and <name>.columns.txt, each holding the short form (as --columns takes
-// it) or JSON (a list of columns, a JSON Schema: schema.ParseJSON). A
-// workbook's own declaration (its prompt sheet) comes first.
-func SidecarColumnsKeys(key string) []string {
-	base := strings.TrimSuffix(key, path.Ext(key))
-	return []string{base + ".columns.json", base + ".columns.txt"}
+// SidecarColumnsKey is the file beside a drop-folder input at key that may
+// declare its output columns: <name>.columns.txt, holding the short form
+// (as --columns takes it) or JSON (a list of columns, a JSON Schema:
+// schema.ParseJSON). A workbook's own declaration (its prompt sheet) comes
+// first. Each sidecar is one read per input (one S3 GetObject on AWS), so
+// there are two: this one, and the settings (SidecarSettingsKey).
+func SidecarColumnsKey(key string) string {
+	return strings.TrimSuffix(key, path.Ext(key)) + ".columns.txt"
 }
 
 // parseColumnsFile reads a columns sidecar: JSON when it is, else the
@@ -501,7 +498,7 @@ func parseColumnsFile(text string) (schema.Columns, error) {
 	return schema.ParseShort(text)
 }
 
-// sidecar reads a sidecar file (SidecarPromptKey, SidecarColumnsKeys) at
+// sidecar reads a sidecar file (SidecarPromptKey, SidecarColumnsKey, SidecarSettingsKey) at
 // key: its text with trailing line breaks removed, or "" when there is
 // none or it is blank. A file over the prompt limit is read only up to it;
 // Validate then reports what the template lacks.
