@@ -222,6 +222,10 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	}
 	if tokens != nil {
 		cfg.PageAuth = web.Authenticate(tokens)
+	} else {
+		// Every caller is trusted: only this machine's loopback names,
+		// and no cross-origin changes from a page the user visits.
+		cfg.LocalOnly = true
 	}
 	if cfg.Listener, err = net.Listen("tcp", o.addr); err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--addr %s: %w", o.addr, err)}

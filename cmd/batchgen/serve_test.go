@@ -619,6 +619,13 @@ func TestServeTokens(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
+	// With tokens, /metrics wants one too (what the deployment calls and how busy it is are the operator's).
+	if code, _ := get("/metrics", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /metrics without a token: %d, want 401", code)
+	}
+	if code, body := get("/metrics", "ops-secret-0123456789"); code != http.StatusOK || !strings.Contains(string(body), "batchgen_") {
+		t.Errorf("GET /metrics with a token: %d %.80s", code, body)
+	}
 	var list struct {
 		Tasks []apiTask `json:"tasks"`
 	}

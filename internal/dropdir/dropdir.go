@@ -86,7 +86,7 @@ func New(cfg Config) (*Folder, error) {
 	if cfg.Interval <= 0 || cfg.RetryAfter <= 0 {
 		return nil, fmt.Errorf("dropdir: Interval %v and RetryAfter %v must be positive", cfg.Interval, cfg.RetryAfter)
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.Root, "incoming"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.Root, "incoming"), 0o700); err != nil {
 		return nil, fmt.Errorf("drop folder: %w", err)
 	}
 	return &Folder{cfg: cfg, looks: map[string]look{}}, nil
@@ -215,7 +215,7 @@ func (f *Folder) take(ctx context.Context, key string) error {
 		return nil
 	}
 	dst := filepath.Join(f.cfg.Root, filepath.FromSlash(pipeline.ProcessedKey(key)))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return fmt.Errorf("move %s to processed: %w", key, err)
 	}
 	// A rename within one file system is atomic and replaces an earlier

@@ -62,10 +62,16 @@ func Open(dir, input string, cacheTTL time.Duration) (*DataDir, error) {
 	if dir == "" {
 		dir = DefaultDir(input)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The data directory holds every task's rows, answers and cached
+	// outputs: its owner's alone (one made by an older version, 0755, is
+	// closed too).
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", dir, UnwrapPathError(err))
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory %s: %w", dir, UnwrapPathError(err))
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", dir, UnwrapPathError(err))
 	}

@@ -69,6 +69,9 @@ type ServeConfig struct {
 	Prices  *pricing.Table
 	Metrics MetricsHandler
 	Logger  *slog.Logger
+	// LocalOnly guards a server without API tokens: it answers only its
+	// loopback names, and refuses cross-origin changes (web.LocalOnly).
+	LocalOnly bool
 	// Ready, when set, is called once the drop folder and the API are set
 	// up, just before requests are served (the command says where).
 	Ready func()
@@ -98,7 +101,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		logger.Info("resumed unfinished tasks", "tasks", resumed.Tasks, "batches", resumed.Batches, "exports", resumed.Exports)
 	}
 	tmp := filepath.Join(e.Data.Dir, "tmp")
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return fmt.Errorf("data directory %s: %w", e.Data.Dir, UnwrapPathError(err))
 	}
 	intake := pipeline.NewIntake(
@@ -128,11 +131,22 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	// Long-lived requests (event streams) end when the server stops.
 	reqCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer endRequests()
+	site := web.Site(handler, cfg.Metrics.Handler(), page)
+	if cfg.LocalOnly {
+		_, port, err := net.SplitHostPort(cfg.Listener.Addr().String())
+		if err != nil {
+			return fmt.Errorf("serve: the listener's address %s: %w", cfg.Listener.Addr(), err)
+		}
+		site = web.LocalOnly(site, port)
+	}
 	srv := &http.Server{
-		Handler:           web.Site(handler, cfg.Metrics.Handler(), page),
+		Handler:           site,
 		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// A kept-alive connection that sends nothing is closed: a client
+		// cannot hold the server's sockets for ever.
+		IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:    slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 
 	if cfg.Ready != nil {

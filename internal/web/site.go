@@ -26,7 +26,20 @@ func Site(apiHandler, metrics http.Handler, page Config) http.Handler {
 	})
 	if metrics != nil {
 		// Prometheus scrapes the engine's metrics here; they hold counts
-		// and durations only, never a task's content.
+		// and durations only, never a task's content, but they say how busy
+		// the deployment is and which models it calls: behind a token when
+		// the server has tokens (the scraper's bearer_token).
+		if auth := page.Authenticate; auth != nil {
+			open := metrics
+			metrics = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := auth(r); err != nil {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="batchgen"`)
+					http.Error(w, "metrics need an API token: "+err.Error(), http.StatusUnauthorized)
+					return
+				}
+				open.ServeHTTP(w, r)
+			})
+		}
 		mux.Handle("GET /metrics", metrics)
 	}
 	mux.Handle("/", New(page))

@@ -48,7 +48,7 @@ func New(root string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new file blob store %s: %w", root, err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("new file blob store: %w", err)
 	}
 	return &Store{root: abs}, nil
@@ -61,6 +61,19 @@ func (s *Store) Path(key string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(s.root, filepath.FromSlash(key)), nil
+}
+
+// openInRoot opens key's file without leaving the root: a symbolic link
+// that leads out of it (incoming/x.prompt.txt -> any file of the machine,
+// dropped by someone who may write the drop folder but not read the rest)
+// is not followed, and the object counts as missing.
+func (s *Store) openInRoot(key string) (*os.File, error) {
+	f, err := os.OpenInRoot(s.root, filepath.FromSlash(key))
+	// os.Root says so only in its error's text ("path escapes from parent").
+	if err != nil && !isMissing(err) && strings.Contains(err.Error(), "escapes") {
+		return nil, fmt.Errorf("%w: a link out of %s is not followed", fs.ErrNotExist, s.root)
+	}
+	return f, err
 }
 
 // validateKey returns ErrInvalidKey, wrapped with the key, unless key is a
@@ -81,7 +94,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader) (err error) {
 		return fmt.Errorf("put blob: %w", err)
 	}
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("put blob %q: %w", key, err)
 	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+tempMarker+"*")
@@ -103,8 +116,9 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader) (err error) {
 		}
 		return fmt.Errorf("put blob %q: %w", key, err)
 	}
-	// CreateTemp makes the file private; results are for the user to open.
-	if err := f.Chmod(0o644); err != nil {
+	// CreateTemp makes the file private, which it stays: the data directory
+	// is its owner's alone.
+	if err := f.Chmod(0o600); err != nil {
 		return fmt.Errorf("put blob %q: %w", key, err)
 	}
 	if err := f.Sync(); err != nil {
@@ -147,14 +161,13 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 
 // Open returns the object's content or blob.ErrNotFound.
 func (s *Store) Open(ctx context.Context, key string) (io.ReadCloser, error) {
-	path, err := s.Path(key)
-	if err != nil {
+	if _, err := s.Path(key); err != nil {
 		return nil, fmt.Errorf("open blob: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open blob %q: %w", key, err)
 	}
-	f, err := os.Open(path)
+	f, err := s.openInRoot(key)
 	if isMissing(err) {
 		return nil, fmt.Errorf("open blob %q: %w", key, blob.ErrNotFound)
 	}
@@ -177,14 +190,18 @@ func (s *Store) Open(ctx context.Context, key string) (io.ReadCloser, error) {
 // Size returns the object's size in bytes, or an error wrapping
 // blob.ErrNotFound; with it a folder is a pipeline.DropFolder.
 func (s *Store) Size(ctx context.Context, key string) (int64, error) {
-	path, err := s.Path(key)
-	if err != nil {
+	if _, err := s.Path(key); err != nil {
 		return 0, fmt.Errorf("size of blob: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("size of blob %q: %w", key, err)
 	}
-	info, err := os.Stat(path)
+	var info fs.FileInfo
+	f, err := s.openInRoot(key)
+	if err == nil {
+		info, err = f.Stat()
+		f.Close()
+	}
 	if isMissing(err) || err == nil && info.IsDir() {
 		return 0, fmt.Errorf("size of blob %q: %w", key, blob.ErrNotFound)
 	}
@@ -250,7 +267,7 @@ func (s *Store) Move(ctx context.Context, from, to string) error {
 		return fmt.Errorf("move blob %q: %w", from, err)
 	}
 	dir := filepath.Dir(dst)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("move blob %q to %q: %w", from, to, err)
 	}
 	if err := os.Rename(src, dst); isMissing(err) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -75,8 +76,12 @@ func TestFilesUnderRoot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stat: %v", err)
 	}
-	if mode := info.Mode().Perm(); mode != 0o644 {
-		t.Errorf("file mode = %v, want -rw-r--r-- so the user can open the result", mode)
+	if mode := info.Mode().Perm(); mode != 0o600 {
+		t.Errorf("file mode = %v, want -rw------- (the owner opens the result; nobody else reads a task's data)", mode)
+	}
+	dir, err := os.Stat(filepath.Dir(path))
+	if err != nil || dir.Mode().Perm() != 0o700 {
+		t.Errorf("folder mode = %v (%v), want drwx------", dir.Mode().Perm(), err)
 	}
 	p, err := s.Path("results/2025/t.xlsx")
 	if err != nil || p != path {
@@ -231,5 +236,46 @@ func TestDeleteKeepsSiblings(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"2"}, names); d != "" {
 		t.Errorf("folder after delete (-want +got):\n%s", d)
+	}
+}
+
+// TestLinksOutOfTheRootAreNotFollowed: a symbolic link in the store that leads out of it (a drop folder's
+// incoming/x.prompt.txt -> any file of the machine) is not followed: the object is missing, and nothing of the
+// file it names is read. A link within the store is an ordinary object.
+func TestLinksOutOfTheRootAreNotFollowed(t *testing.T) {
+	t.Parallel()
+	root, outside := t.TempDir(), t.TempDir()
+	secret := filepath.Join(outside, "secret.txt")
+	if err := os.WriteFile(secret, []byte("the first line of a private file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := fileblob.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Put(ctx, "incoming/real.txt", strings.NewReader("inside")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(root, "incoming", "x.prompt.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real.txt", filepath.Join(root, "incoming", "alias.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open(ctx, "incoming/x.prompt.txt"); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("Open of a link out of the root: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Size(ctx, "incoming/x.prompt.txt"); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("Size of a link out of the root: %v, want ErrNotFound", err)
+	}
+	rc, err := s.Open(ctx, "incoming/alias.txt")
+	if err != nil {
+		t.Fatalf("a link within the root: %v", err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "inside" {
+		t.Errorf("a link within the root reads %q", b)
 	}
 }

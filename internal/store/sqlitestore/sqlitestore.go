@@ -29,6 +29,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -100,6 +101,11 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	if opts.CacheTTL == 0 {
 		opts.CacheTTL = store.DefaultCacheTTL
+	}
+	// A new database is its owner's alone (SQLite gives its -wal and -shm
+	// files the database's mode): it holds every task's rows and answers.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
 	}
 	common := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)",
 		opts.BusyTimeout.Milliseconds())
