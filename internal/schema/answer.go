@@ -47,6 +47,24 @@ func (cs Columns) Validate(answer string) (string, error) {
 		return "", &InvalidAnswerError{Problems: []string{err.Error()}}
 	}
 	var problems []string
+	values := make([]any, len(cs))
+	for i, c := range cs {
+		raw, found := lookup(obj, c.Name)
+		v, err := c.normalise(raw, found)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%q: %s", c.Name, err))
+		}
+		values[i] = v
+	}
+	if len(problems) > 0 {
+		return "", &InvalidAnswerError{Problems: problems}
+	}
+	return cs.object(values), nil
+}
+
+// object writes an answer of cs: a JSON object with each column's value
+// (values[i] is column i's) in declaration order.
+func (cs Columns) object(values []any) string {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, c := range cs {
@@ -55,19 +73,10 @@ func (cs Columns) Validate(answer string) (string, error) {
 		}
 		writeJSON(&b, c.Name)
 		b.WriteByte(':')
-		raw, found := lookup(obj, c.Name)
-		v, err := c.normalise(raw, found)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%q: %s", c.Name, err))
-			continue
-		}
-		writeJSON(&b, v)
+		writeJSON(&b, values[i])
 	}
 	b.WriteByte('}')
-	if len(problems) > 0 {
-		return "", &InvalidAnswerError{Problems: problems}
-	}
-	return b.String(), nil
+	return b.String()
 }
 
 // decodeObject reads an answer as a JSON object, numbers kept as written.

@@ -188,36 +188,27 @@ func PackedText(items []PackItem, answers []string, structured bool) string {
 // text (a text column's, and a list's first item beside the column's name) is text(c), which a stand-in makes
 // quote the row's prompt so a test can tell whose answer it is.
 func (cs Columns) SampleAnswer(draw func(i int) uint64, text func(c Column) string) string {
-	var b bytes.Buffer
-	b.WriteByte('{')
+	values := make([]any, len(cs))
 	for i, c := range cs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		writeJSON(&b, c.Name)
-		b.WriteByte(':')
 		x := draw(i)
-		var v any
 		switch c.Type {
 		case Number:
-			v = float64(x%100000) / 100
+			values[i] = float64(x%100000) / 100
 		case Integer:
-			v = x % 1000
+			values[i] = x % 1000
 		case Boolean:
-			v = x&1 == 1
+			values[i] = x&1 == 1
 		case Enum:
-			v = c.Values[x%uint64(len(c.Values))]
+			values[i] = c.Values[x%uint64(len(c.Values))]
 		case Date:
-			v = sampleEpoch.AddDate(0, 0, int(x%365)).Format(time.DateOnly)
+			values[i] = sampleEpoch.AddDate(0, 0, int(x%365)).Format(time.DateOnly)
 		case List:
-			v = []string{text(c), c.Name}
+			values[i] = []string{text(c), c.Name}
 		default:
-			v = text(c)
+			values[i] = text(c)
 		}
-		writeJSON(&b, v)
 	}
-	b.WriteByte('}')
-	return b.String()
+	return cs.object(values)
 }
 
 // sampleEpoch is the first day of SampleAnswer's dates.
