@@ -80,7 +80,7 @@ loopback interface only, and every caller is --drop-owner.`,
 	fs.StringVar(&o.dropOwner, "drop-owner", pipeline.LocalOwner, "the principal that owns tasks made from the drop folder, and every caller's when there are no tokens")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on Ctrl-C or SIGTERM, how long model calls in flight may take to finish and be saved before they are cut off")
 	fs.DurationVar(&o.dropInterval, "drop-interval", time.Second, "time between looks at the drop folder; a file is taken once it is unchanged across two looks")
-	fs.StringSliceVar(&o.allowModels, "allow-models", nil, "models an API request may name, comma-separated (the default --model is always allowed); empty allows any")
+	fs.StringSliceVar(&o.allowModels, "allow-models", nil, "models an API request may name, comma-separated (the default --model is always allowed); empty allows the default only")
 	fs.IntVar(&o.maxTokensLimit, "max-tokens-limit", 100_000, "largest max_tokens an API request may ask for")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", 1000, "largest batch_size an API request may ask for")
 	fs.Int64Var(&o.maxFileBytes, "max-file-bytes", pipeline.DefaultMaxInputBytes, "largest sheet accepted, through the API or the drop folder, in bytes")

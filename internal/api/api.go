@@ -65,7 +65,7 @@ type Intake interface {
 // AWS, flags of `batchgen serve` locally.
 type Limits struct {
 	// Models is the allow-list of models a request may name; empty allows
-	// any. The deployment's default model is always allowed.
+	// the deployment's default model only (which is always allowed).
 	Models []string
 	// ModelFixed, when set, says why no request may name a model other
 	// than the default: the deployment routes rows over several providers,

@@ -664,3 +664,23 @@ func TestCancelTask(t *testing.T) {
 		t.Errorf("stored task %s (%v), want CANCELLED", task.State, err)
 	}
 }
+
+// TestDefaultModelOnlyWithoutAllowList: a deployment without an allow-list runs its default model only: a request
+// naming another is refused (so a token holder cannot pick the most expensive model on the operator's key), one
+// naming the default or none is taken.
+func TestDefaultModelOnlyWithoutAllowList(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.config.Limits.Models = nil
+	h := api.New(f.config)
+	res := do(t, h, "POST", "/api/tasks", `{"filename": "a.csv", "size": 10, "model": "o1-pro"}`)
+	msg, _ := res.body["error"].(map[string]any)["message"].(string)
+	if res.status != http.StatusBadRequest || !strings.Contains(msg, `model "o1-pro": this deployment runs only its default model "gpt-4o-mini"`) {
+		t.Errorf("another model: %d %v", res.status, res.body)
+	}
+	for _, body := range []string{`{"filename": "a.csv", "size": 10, "model": "gpt-4o-mini"}`, `{"filename": "b.csv", "size": 10}`} {
+		if res := do(t, h, "POST", "/api/tasks", body); res.status != http.StatusCreated {
+			t.Errorf("%s: %d %v, want 201", body, res.status, res.body)
+		}
+	}
+}

@@ -587,6 +587,11 @@ func (s *server) specFor(req CreateTaskRequest) (store.TaskSpec, error) {
 	if req.Model != "" && req.Model != def.Model && len(lim.Models) > 0 && !slices.Contains(lim.Models, req.Model) {
 		return spec, &limitError{fmt.Sprintf("model %q is not allowed here; allowed: %s", req.Model, strings.Join(lim.Models, ", "))}
 	}
+	if req.Model != "" && req.Model != def.Model && len(lim.Models) == 0 {
+		// Without an allow-list a token holder could name the most
+		// expensive model on the operator's key: only the default runs.
+		return spec, &limitError{fmt.Sprintf("model %q: this deployment runs only its default model %q; leave model out, or ask its operator to allow more (--allow-models, or the stack's AllowedModels)", req.Model, def.Model)}
+	}
 	if spec.Model == "" {
 		spec.Model = def.Model
 	}

@@ -5,6 +5,7 @@ package web_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -14,8 +15,9 @@ import (
 // TestBrowserOffersTheModelsTheServerTakes: the page offers for a task's
 // model what the API accepts. A server that routes rows over a providers
 // file refuses a task naming a model, so its page shows no model field but
-// a line saying why (in the page's language); a server with an allow-list
-// suggests those models.
+// a line saying why (in the page's language); so does a server without an
+// allow-list, which runs its default model only; a server with an
+// allow-list suggests those models.
 func TestBrowserOffersTheModelsTheServerTakes(t *testing.T) {
 	dir := t.TempDir()
 	providers := filepath.Join(dir, "providers.yaml")
@@ -24,6 +26,7 @@ func TestBrowserOffersTheModelsTheServerTakes(t *testing.T) {
 	}
 	routed := serveOwn(t, nil, "--providers", providers)
 	allowed := serveOwn(t, nil, "--allow-models", "gpt-4o-mini,gpt-4o")
+	defaultOnly := serveOwn(t, nil)
 	in := writeSheet(t, dir, "products.xlsx", 3)
 
 	type modelUI struct {
@@ -58,6 +61,9 @@ func TestBrowserOffersTheModelsTheServerTakes(t *testing.T) {
 	}
 	if zh := look(routed, "zh-CN"); zh.Note == got.Note || zh.Note == "" {
 		t.Errorf("routed server in Chinese: note %q, want it translated (English %q)", zh.Note, got.Note)
+	}
+	if d := look(defaultOnly, "en-US"); d.FieldShown || !d.NoteShown || d.Note == got.Note || !strings.Contains(d.Note, "default model") {
+		t.Errorf("server without an allow-list: %+v, want no model field and a note that it runs its default model", d)
 	}
 	got = look(allowed, "en-US")
 	if !got.FieldShown || got.NoteShown {

@@ -68,7 +68,7 @@ type PageConfig struct {
 	// MaxFileBytes is the largest sheet the server accepts at all.
 	MaxFileBytes int64 `json:"max_file_bytes"`
 	// Models are the models a task may name besides the deployment's
-	// default (api.Limits.Models); empty allows any.
+	// default (api.Limits.Models); empty allows the default only.
 	Models []string `json:"models,omitempty"`
 	// ModelFixed, when set, says why a task names no model
 	// (api.Limits.ModelFixed).

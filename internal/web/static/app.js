@@ -69,12 +69,16 @@
     return configLoaded;
   }
   // The API's rule for a task's model: a server that routes rows to the
-  // models of its providers file refuses a task naming one, so the field
-  // is not offered; otherwise the allowed models are suggested.
+  // models of its providers file, or that has no allow-list, refuses a task
+  // naming another model, so the field is not offered; otherwise the
+  // allowed models are suggested.
   function applyModelRule(c) {
-    const fixed = !!c.model_fixed;
+    // No allow-list: the server runs its default model only.
+    const fixed = !!c.model_fixed || !(c.models && c.models.length);
     $("model-field").hidden = fixed;
     $("model-fixed").hidden = !fixed;
+    $("model-fixed").dataset.i18n = c.model_fixed ? "model.fixed" : "model.default";
+    $("model-fixed").textContent = t($("model-fixed").dataset.i18n);
     if (fixed) $("model").value = "";
     const list = $("model-list");
     list.textContent = "";
