@@ -6,9 +6,12 @@ package jwtauth
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 	"unicode"
@@ -29,8 +32,11 @@ type Config struct {
 	// instead of "aud"; it is accepted there too, as API Gateway's JWT
 	// authorizer does.
 	Audience string
-	// JWKSURL serves the issuer's signing keys. Defaults to
-	// Issuer + "/.well-known/jwks.json" (Cognito's, Auth0's).
+	// JWKSURL serves the issuer's signing keys. Defaults to the jwks_uri
+	// of the issuer's OpenID discovery document
+	// (Issuer + "/.well-known/openid-configuration": Okta, Entra ID and
+	// Keycloak publish their keys elsewhere than Cognito and Auth0), or,
+	// for an issuer without one, Issuer + "/.well-known/jwks.json".
 	JWKSURL string
 	// HTTPClient fetches the key set. Defaults to a client with a 10 s
 	// timeout.
@@ -62,11 +68,15 @@ func New(ctx context.Context, cfg Config) (*Verifier, error) {
 	if cfg.Issuer == "" || cfg.Audience == "" {
 		return nil, errors.New("jwt verifier: Issuer and Audience are required")
 	}
-	if cfg.JWKSURL == "" {
-		cfg.JWKSURL = strings.TrimSuffix(cfg.Issuer, "/") + "/.well-known/jwks.json"
-	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.JWKSURL == "" {
+		u, err := discoverJWKS(ctx, cfg.HTTPClient, cfg.Issuer)
+		if err != nil {
+			return nil, fmt.Errorf("jwt verifier: %w", err)
+		}
+		cfg.JWKSURL = u
 	}
 	if cfg.Leeway == 0 {
 		cfg.Leeway = 30 * time.Second
@@ -91,6 +101,47 @@ func New(ctx context.Context, cfg Config) (*Verifier, error) {
 			jwt.WithTimeFunc(cfg.Now),
 		),
 	}, nil
+}
+
+// discoverJWKS reads the issuer's key set URL from its OpenID discovery
+// document, which must name the same issuer (OpenID Connect Discovery
+// 1.0, section 4.3). An issuer without a document (404) is taken to
+// publish its keys at /.well-known/jwks.json. Any other failure is an
+// error: the verifier cannot know where the keys are, and guessing would
+// refuse every token until the next start.
+func discoverJWKS(ctx context.Context, client *http.Client, issuer string) (string, error) {
+	base := strings.TrimSuffix(issuer, "/")
+	doc := base + "/.well-known/openid-configuration"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, doc, nil)
+	if err != nil {
+		return "", fmt.Errorf("issuer %q: %w", issuer, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("discovery document %s: %w", doc, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return base + "/.well-known/jwks.json", nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("discovery document %s: %s", doc, resp.Status)
+	}
+	var d struct {
+		Issuer  string `json:"issuer"`
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&d); err != nil {
+		return "", fmt.Errorf("discovery document %s: %w", doc, err)
+	}
+	if strings.TrimSuffix(d.Issuer, "/") != base {
+		return "", fmt.Errorf("discovery document %s names issuer %q, not %q", doc, d.Issuer, issuer)
+	}
+	u, err := url.Parse(d.JWKSURI)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return "", fmt.Errorf("discovery document %s: jwks_uri %q is not an http(s) URL", doc, d.JWKSURI)
+	}
+	return d.JWKSURI, nil
 }
 
 // claims are the registered claims plus Cognito's client_id.

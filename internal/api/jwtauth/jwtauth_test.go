@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +139,63 @@ func TestVerifier(t *testing.T) {
 		if rec.Code != want || (want == 200 && rec.Body.String() != "user-7") {
 			t.Errorf("RequireAuth = %d %q, want %d", rec.Code, rec.Body, want)
 		}
+	}
+}
+
+// TestDiscoversTheKeySet: an issuer that publishes its keys elsewhere than /.well-known/jwks.json (Okta, Entra
+// ID, Keycloak) is read through its OpenID discovery document; a document that names another issuer, or an
+// issuer whose document fails, is a configuration error, not a guess that refuses every token.
+func TestDiscoversTheKeySet(t *testing.T) {
+	t.Parallel()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.RawURLEncoding.EncodeToString
+	jwks, _ := json.Marshal(map[string]any{"keys": []map[string]string{{
+		"kty": "RSA", "kid": "k1", "use": "sig", "alg": "RS256", "n": b64(key.N.Bytes()), "e": b64(big.NewInt(int64(key.E)).Bytes()),
+	}}})
+	var docIssuer string
+	docStatus := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/oauth2/default/.well-known/openid-configuration":
+			if docStatus != http.StatusOK {
+				w.WriteHeader(docStatus)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(map[string]string{"issuer": docIssuer, "jwks_uri": "http://" + r.Host + "/oauth2/default/v1/keys"})
+		case "/oauth2/default/v1/keys":
+			_, _ = w.Write(jwks)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	iss := srv.URL + "/oauth2/default"
+	docIssuer = iss
+	v, err := jwtauth.New(t.Context(), jwtauth.Config{Issuer: iss, Audience: "api", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"iss": iss, "aud": "api", "sub": "okta-user", "exp": now.Add(time.Hour).Unix()})
+	tok.Header["kid"] = "k1"
+	raw, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Authorization", "Bearer "+raw)
+	if p, err := v.Authenticate(r); p != "okta-user" {
+		t.Errorf("a token of an issuer with discovery: %q, %v", p, err)
+	}
+
+	docIssuer = "https://someone-else.example"
+	if _, err := jwtauth.New(t.Context(), jwtauth.Config{Issuer: iss, Audience: "api"}); err == nil || !strings.Contains(err.Error(), `names issuer "https://someone-else.example"`) {
+		t.Errorf("a document naming another issuer: %v", err)
+	}
+	docStatus = http.StatusInternalServerError
+	if _, err := jwtauth.New(t.Context(), jwtauth.Config{Issuer: iss, Audience: "api"}); err == nil || !strings.Contains(err.Error(), "500") {
+		t.Errorf("a failing document: %v", err)
 	}
 }
