@@ -191,14 +191,10 @@ var formFields = []string{"prompt", "system", "model", "temperature", "max_token
 func formRequest(fields map[string]string, req *CreateTaskRequest) error {
 	req.Prompt, req.System, req.Model, req.Encoding = fields["prompt"], fields["system"], fields["model"], strings.TrimSpace(fields["encoding"])
 	req.ResultFormat = fields["result_format"]
-	if v := strings.TrimSpace(fields["columns"]); v != "" {
-		// JSON (a list of columns, a JSON Schema) as it is; anything else
-		// is the short form, as --columns takes it.
-		if v[0] == '[' || v[0] == '{' {
-			req.Columns = json.RawMessage(v)
-		} else {
-			req.Columns, _ = json.Marshal(v) // a string always marshals
-		}
+	if v := fields["columns"]; strings.TrimSpace(v) != "" {
+		// As text: the short form or JSON (schema.ParseText, by way of
+		// specFor's schema.ParseJSON).
+		req.Columns, _ = json.Marshal(v) // a string always marshals
 	}
 	if v, ok := fields["temperature"]; ok && strings.TrimSpace(v) != "" {
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)

@@ -11,7 +11,6 @@ package awswire
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -212,17 +211,11 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		}
 		e.SimLatency = d
 	}
-	if v := strings.TrimSpace(getenv("DEFAULT_COLUMNS")); v != "" {
-		raw, _ := json.Marshal(v) // a string always marshals
-		if v[0] == '[' || v[0] == '{' {
-			raw = []byte(v)
-		}
-		cols, err := schema.ParseJSON(raw)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("DEFAULT_COLUMNS: %w", err))
-		}
-		e.DefaultColumns = cols
+	cols, err := schema.ParseText(getenv("DEFAULT_COLUMNS"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("DEFAULT_COLUMNS: %w", err))
 	}
+	e.DefaultColumns = cols
 	format, err := store.ParseResultFormat(getenv("DROP_RESULT_FORMAT"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("DROP_RESULT_FORMAT: %w", err))

@@ -423,7 +423,7 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 	if text != "" {
 		// So is its declaration of columns.
 		version += "|columns=" + DeriveTaskID(text, store.TaskSpec{})
-		if src.columns, err = parseColumnsFile(text); err != nil {
+		if src.columns, err = schema.ParseText(text); err != nil {
 			src.columnsErr = fmt.Errorf("the output columns in %s: %w", path.Base(ck), err)
 		}
 	}
@@ -487,15 +487,6 @@ func applySettings(src *input, text string) error {
 // there are two: this one, and the settings (SidecarSettingsKey).
 func SidecarColumnsKey(key string) string {
 	return strings.TrimSuffix(key, path.Ext(key)) + ".columns.txt"
-}
-
-// parseColumnsFile reads a columns sidecar: JSON when it is, else the
-// short form.
-func parseColumnsFile(text string) (schema.Columns, error) {
-	if t := strings.TrimSpace(text); t != "" && (t[0] == '{' || t[0] == '[' || t[0] == '"') {
-		return schema.ParseJSON(json.RawMessage(t))
-	}
-	return schema.ParseShort(text)
 }
 
 // sidecar reads a sidecar file (SidecarPromptKey, SidecarColumnsKey, SidecarSettingsKey) at

@@ -416,3 +416,17 @@ func TestParseTable(t *testing.T) {
 		}
 	}
 }
+
+// TestParseText: a field or file of text holds the short form or JSON, told apart by its first character; the
+// API's form, the drop folder's sidecar and the stack's DEFAULT_COLUMNS all read it this way.
+func TestParseText(t *testing.T) {
+	for _, in := range []string{"score:number", ` [{"name": "score", "type": "number"}]`, `{"properties": {"score": {"type": "number"}}}`, `"score:number"`} {
+		got, err := ParseText(in)
+		if err != nil || len(got) != 1 || got[0].Name != "score" || got[0].Type != Number {
+			t.Errorf("ParseText(%q) = %+v, %v", in, got, err)
+		}
+	}
+	if got, err := ParseText("  \n"); got != nil || err != nil {
+		t.Errorf("blank: %v, %v", got, err)
+	}
+}

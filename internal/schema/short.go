@@ -255,9 +255,21 @@ func (cs Columns) Short() (s string, ok bool) {
 	return strings.Join(parts, ", "), true
 }
 
+// ParseText reads a declaration from text as people write it in one
+// field or file (a form field, a sidecar file, an environment variable):
+// JSON when it looks like JSON (ParseJSON), else the short form
+// (ParseShort). Blank is no declaration.
+func ParseText(s string) (Columns, error) {
+	t := strings.TrimSpace(s)
+	if t != "" && (t[0] == '{' || t[0] == '[' || t[0] == '"') {
+		return ParseJSON(json.RawMessage(t))
+	}
+	return ParseShort(s)
+}
+
 // ParseJSON reads a declaration in any of the forms a JSON request may give
-// it (the API's columns field, a drop-folder sidecar): a string in the
-// short form (ParseShort), a list of column objects ({"name", "type",
+// it (the API's columns field, a drop-folder sidecar): a string
+// (ParseText: the short form, or JSON written as a string), a list of column objects ({"name", "type",
 // "values", "required", "description"}, types in any spelling ParseType
 // reads), or a JSON Schema object (ParseJSONSchema). null or absent is no
 // declaration.
@@ -272,7 +284,7 @@ func ParseJSON(raw json.RawMessage) (Columns, error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, fmt.Errorf("not a JSON string: %w", err)
 		}
-		return ParseShort(s)
+		return ParseText(s)
 	case '{':
 		return ParseJSONSchema(raw)
 	case '[':

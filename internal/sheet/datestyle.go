@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,7 +35,7 @@ var errNoStyles = errors.New("the workbook has no styles part")
 // cellXfs entry that uses it. Everything else in the part keeps its bytes.
 func addDateStyle(zr *zip.Reader) (*dateStyle, error) {
 	wbPath := workbookPath(zr)
-	relsPath := strings.TrimPrefix(path.Dir(wbPath)+"/_rels/"+path.Base(wbPath)+".rels", "./")
+	relsPath := relsPathOf(wbPath)
 	var rels struct {
 		Rels []struct {
 			Type   string `xml:"Type,attr"`
@@ -49,12 +48,7 @@ func addDateStyle(zr *zip.Reader) (*dateStyle, error) {
 	part := ""
 	for _, r := range rels.Rels {
 		if strings.HasSuffix(r.Type, "/styles") {
-			target := strings.ReplaceAll(r.Target, `\`, "/")
-			if strings.HasPrefix(target, "/") {
-				part = strings.TrimPrefix(path.Clean(target), "/")
-			} else {
-				part = strings.TrimPrefix(path.Clean(path.Dir(wbPath)+"/"+target), "/")
-			}
+			part = relTarget(wbPath, r.Target)
 		}
 	}
 	if part == "" {

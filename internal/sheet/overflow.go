@@ -133,7 +133,7 @@ func findPackageParts(zr *zip.Reader) packageEdit {
 	return packageEdit{
 		contentTypes: "[Content_Types].xml",
 		workbook:     wb,
-		workbookRels: strings.TrimPrefix(path.Dir(wb)+"/_rels/"+path.Base(wb)+".rels", "./"),
+		workbookRels: relsPathOf(wb),
 	}
 }
 

@@ -611,8 +611,7 @@ func sheetParts(zr *zip.Reader) map[string]string {
 	wbPath := workbookPath(zr)
 	var wb workbook
 	var wbRels rels
-	relsPath := strings.TrimPrefix(path.Dir(wbPath)+"/_rels/"+path.Base(wbPath)+".rels", "./")
-	if !load(wbPath, &wb) || !load(relsPath, &wbRels) {
+	if !load(wbPath, &wb) || !load(relsPathOf(wbPath), &wbRels) {
 		return nil
 	}
 	out := make(map[string]string, len(wb.Sheets))
@@ -621,15 +620,25 @@ func sheetParts(zr *zip.Reader) map[string]string {
 			if r.ID != s.ID || !strings.HasSuffix(r.Type, "/worksheet") {
 				continue
 			}
-			target := strings.ReplaceAll(r.Target, `\`, "/")
-			if strings.HasPrefix(target, "/") {
-				out[s.Name] = strings.TrimPrefix(path.Clean(target), "/")
-			} else {
-				out[s.Name] = strings.TrimPrefix(path.Clean(path.Dir(wbPath)+"/"+target), "/")
-			}
+			out[s.Name] = relTarget(wbPath, r.Target)
 		}
 	}
 	return out
+}
+
+// relsPathOf is the relationships part of part (xl/workbook.xml -> xl/_rels/workbook.xml.rels).
+func relsPathOf(part string) string {
+	return strings.TrimPrefix(path.Dir(part)+"/_rels/"+path.Base(part)+".rels", "./")
+}
+
+// relTarget is the part a relationship of part from names by target: relative to from's folder, or from the
+// package root when it starts with "/"; backslashes (some writers use them) read as slashes.
+func relTarget(from, target string) string {
+	target = strings.ReplaceAll(target, `\`, "/")
+	if strings.HasPrefix(target, "/") {
+		return strings.TrimPrefix(path.Clean(target), "/")
+	}
+	return strings.TrimPrefix(path.Clean(path.Dir(from)+"/"+target), "/")
 }
 
 // workbookPath is the workbook part, found through _rels/.rels as excelize finds it; xl/workbook.xml by default.
