@@ -27,8 +27,10 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 )
 
@@ -38,6 +40,9 @@ const EndpointEnv = "AWS_ENDPOINT_URL"
 
 // Region is the region every emulator client uses.
 const Region = "us-east-1"
+
+// EmulatorRequestTimeout bounds one HTTP attempt against the emulator.
+const EmulatorRequestTimeout = time.Minute
 
 // AccountID is the account the emulator reports for static test credentials
 // (moto's default). Placeholder ARNs for resources that are not provisioned,
@@ -71,6 +76,13 @@ func Config(ctx context.Context) (aws.Config, error) {
 		Region:       Region,
 		Credentials:  aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider("test", "test", "")),
 		BaseEndpoint: aws.String(endpoint),
+		// A bound on each attempt, which the SDK then retries: in AWS a
+		// Lambda's deadline bounds a call that hangs, but a run against the
+		// emulator has no deadline, and a request moto never answers
+		// (seen under many concurrent requests) would stall a function
+		// silently until the test's own timeout. The longest call made here
+		// is a 20 s long poll.
+		HTTPClient: awshttp.NewBuildableClient().WithTimeout(EmulatorRequestTimeout),
 	}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/google/go-cmp/cmp"
 	"gopkg.in/yaml.v3"
 )
@@ -755,6 +756,9 @@ func TestConfig(t *testing.T) {
 			want := []string{"us-east-1", tc.endpoint, "test", "test"}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Config mismatch (-want +got):\n%s", diff)
+			}
+			if hc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); !ok || hc.GetTimeout() != EmulatorRequestTimeout {
+				t.Errorf("HTTPClient = %T, want a BuildableClient with timeout %v", cfg.HTTPClient, EmulatorRequestTimeout)
 			}
 		})
 	}

@@ -71,7 +71,7 @@ func newQueue(t *testing.T, cfg queuetest.Config) *sqsqueue.Queue {
 }
 
 func TestConformance(t *testing.T) {
-	queuetest.RunWith(t, queuetest.Capabilities{DetectsStaleReceipts: false}, func(t *testing.T, cfg queuetest.Config) queue.Queue {
+	queuetest.RunWith(t, queuetest.Capabilities{DetectsStaleReceipts: false, AtLeastOnce: true}, func(t *testing.T, cfg queuetest.Config) queue.Queue {
 		return newQueue(t, cfg)
 	})
 }
