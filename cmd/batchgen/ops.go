@@ -18,6 +18,7 @@ import (
 	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/report"
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
@@ -116,118 +117,95 @@ func newTasksCmd(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-func listTasks(ctx context.Context, dir, table, dlqURL string, f pipeline.TaskFilter, prices *pricing.Table, stdout io.Writer) error {
-	if table != "" {
-		return tasksAWS(ctx, table, dlqURL, f, prices, stdout)
-	}
-	st, err := openStateReadOnly(dir)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	tasks, err := st.ListTasks(ctx, f.Fetch())
-	if err != nil {
-		return fmt.Errorf("list tasks: %w", err)
-	}
-	tasks = f.Apply(tasks)
-	if len(tasks) == 0 {
-		fmt.Fprintf(stdout, "no tasks in %s%s\n", dir, f)
-		return nil
-	}
-	lines := make([]taskLine, 0, len(tasks))
-	for _, t := range tasks {
-		// Rows done as saved so far: a listing of the task's batches, not
-		// a read of its rows.
-		live, err := pipeline.LiveCounts(ctx, st, t)
-		if err != nil {
-			return err
-		}
-		c := live.Counts()
-		q, err := embedded.OpenQueue(st, embedded.TaskQueue(t.ID))
-		if err != nil {
-			return err
-		}
-		dead, err := q.ListDead(ctx, 100)
-		if err != nil {
-			return fmt.Errorf("list dead letters of %s: %w", t.ID, err)
-		}
-		lines = append(lines, taskLine{task: t, succeeded: c.Succeeded, failed: c.Failed, dead: len(dead), rerun: "rerun batchgen run"})
-	}
-	return printTasks(stdout, lines, prices)
-}
-
-// tasksAWS lists a deployed stack's tasks from its table. Row counts are the
-// task's counters (finished batches), which is what the API shows too.
-func tasksAWS(ctx context.Context, table, dlqURL string, f pipeline.TaskFilter, prices *pricing.Table, stdout io.Writer) error {
-	stack, err := opswire.Open(ctx)
-	if err != nil {
-		return err
-	}
-	tasks, err := stack.Store(table).ListTasks(ctx, f.Fetch())
-	if err != nil {
-		return fmt.Errorf("list tasks in %s: %w", table, err)
-	}
-	tasks = f.Apply(tasks)
-	if len(tasks) == 0 {
-		fmt.Fprintf(stdout, "no tasks in %s%s\n", table, f)
-		return nil
-	}
-	dead := map[string]int{}
-	if dlqURL != "" {
-		msgs, err := stack.Queue("", dlqURL).ListDead(ctx, 1000)
-		if err != nil {
-			return fmt.Errorf("list %s: %w", dlqURL, err)
-		}
-		for _, m := range msgs {
-			if b, err := pipeline.DecodeBatchMessage(m.Body); err == nil {
-				dead[b.TaskID]++
-			}
-		}
-	}
-	lines := make([]taskLine, 0, len(tasks))
-	for _, t := range tasks {
-		lines = append(lines, taskLine{task: t, succeeded: t.RowsSucceeded, failed: t.RowsFailed, dead: dead[t.ID], rerun: "the sweeper re-enqueues; check the alarms"})
-	}
-	return printTasks(stdout, lines, prices)
-}
-
-// taskLine is one row of `batchgen tasks`.
-type taskLine struct {
-	task              store.Task
-	succeeded, failed int
-	// dead counts the task's dead-lettered messages.
-	dead int
+// deployment is what an operator command works on: the data directory
+// (--data), or with --table a deployed stack through the default AWS
+// configuration. Every command that reads a store opens it here, so the
+// two runtimes are told apart once.
+type deployment struct {
+	// where names it in messages: the directory or the table.
+	where string
+	store store.Store
+	// dead is its dead-letter queue; nil for a stack whose --dlq-url was
+	// not given.
+	dead queue.DeadLetters
+	// local is the data directory's database, nil for a stack.
+	local *sqlitestore.Store
 	// rerun says what to do about a task that stopped progressing.
 	rerun string
 }
 
-// printTasks lays the tasks out; TOKENS are input/output tokens of the
-// finished batches and COST their estimate at prices, each provider's
-// tokens at its own price.
-func printTasks(w io.Writer, lines []taskLine, prices *pricing.Table) error {
+// openDeployment opens the data directory dir, or with table set the
+// stack's table and, when given, its queues.
+func openDeployment(ctx context.Context, dir, table, queueURL, dlqURL string) (*deployment, error) {
+	if table == "" {
+		st, err := openStateReadOnly(dir)
+		if err != nil {
+			return nil, err
+		}
+		return &deployment{where: dir, store: st, local: st, dead: embedded.DeadLetters{Store: st}, rerun: "rerun batchgen run"}, nil
+	}
+	stack, err := opswire.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := &deployment{where: table, store: stack.Store(table), rerun: "the sweeper re-enqueues; check the alarms"}
+	if dlqURL != "" {
+		d.dead = stack.Queue(queueURL, dlqURL)
+	}
+	return d, nil
+}
+
+// close releases the data directory's database.
+func (d *deployment) close() {
+	if d.local != nil {
+		d.local.Close()
+	}
+}
+
+func listTasks(ctx context.Context, dir, table, dlqURL string, f pipeline.TaskFilter, prices *pricing.Table, stdout io.Writer) error {
+	d, err := openDeployment(ctx, dir, table, "", dlqURL)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	tasks, err := pipeline.ListTaskOverviews(ctx, d.store, d.dead, f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.where, err)
+	}
+	if len(tasks) == 0 {
+		fmt.Fprintf(stdout, "no tasks in %s%s\n", d.where, f)
+		return nil
+	}
+	return printTasks(stdout, tasks, d.rerun, prices)
+}
+
+// printTasks lays the tasks out; ROWS done are as saved so far, TOKENS the
+// input/output tokens of the finished batches and COST their estimate at
+// prices, each provider's tokens at its own price.
+func printTasks(w io.Writer, tasks []pipeline.TaskOverview, rerun string, prices *pricing.Table) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tSTATE\tROWS\tSUCCEEDED\tFAILED\tTOKENS\tCOST\tSOURCE\tCREATED\tNOTE")
-	for _, l := range lines {
-		t := l.task
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\n", t.ID, t.State, t.RowsTotal, l.succeeded, l.failed,
+	for _, o := range tasks {
+		t := o.Task
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\n", t.ID, t.State, t.RowsTotal, t.RowsSucceeded, t.RowsFailed,
 			t.Usage.InputTokens, t.Usage.OutputTokens, prices.Task(t),
-			t.Source, t.CreatedAt.Local().Format("2006-01-02 15:04"), taskNote(l))
+			t.Source, t.CreatedAt.Local().Format("2006-01-02 15:04"), taskNote(o, rerun))
 	}
 	return tw.Flush()
 }
 
 // taskNote tells an operator what needs attention: dead-lettered messages,
 // no progress for a while, failed rows to retry.
-func taskNote(l taskLine) string {
-	t := l.task
+func taskNote(o pipeline.TaskOverview, rerun string) string {
+	t := o.Task
 	var notes []string
-	if l.dead > 0 {
-		notes = append(notes, fmt.Sprintf("stuck: %d dead-lettered message(s), see batchgen dlq list", l.dead))
+	if o.Dead > 0 {
+		notes = append(notes, fmt.Sprintf("stuck: %d dead-lettered message(s), see batchgen dlq list", o.Dead))
 	}
 	if !t.State.Final() && time.Since(t.UpdatedAt) > stuckAfter {
-		notes = append(notes, fmt.Sprintf("no progress for %s (%s)", time.Since(t.UpdatedAt).Round(time.Minute), l.rerun))
+		notes = append(notes, fmt.Sprintf("no progress for %s (%s)", time.Since(t.UpdatedAt).Round(time.Minute), rerun))
 	}
-	if t.State.Final() && l.failed > 0 {
+	if t.State.Final() && t.RowsFailed > 0 {
 		notes = append(notes, "batchgen retry "+t.ID+" reruns the failed rows")
 	}
 	if t.Owner == "" {
@@ -458,108 +436,60 @@ func newDLQCmd(stdout io.Writer) *cobra.Command {
 			Short: verb.short,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				if queueURL != "" || dlqURL != "" {
-					if queueURL == "" || dlqURL == "" {
-						return &report.ExitError{Code: report.Rejected, Err: errors.New("--queue-url and --dlq-url go together (the stack outputs QueueUrl and DlqUrl)")}
-					}
-					return dlqSQS(cmd.Context(), verb.name, queueURL, dlqURL, stdout)
+				if (queueURL == "") != (dlqURL == "") {
+					return &report.ExitError{Code: report.Rejected, Err: errors.New("--queue-url and --dlq-url go together (the stack outputs QueueUrl and DlqUrl)")}
 				}
-				return dlqLocal(cmd.Context(), verb.name, dir, stdout)
+				return dlq(cmd.Context(), verb.name, dir, queueURL, dlqURL, stdout)
 			},
 		})
 	}
 	return cmd
 }
 
-// dlqSQS works the deployed queues through the default AWS configuration
-// (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL for an emulator).
-func dlqSQS(ctx context.Context, verb, queueURL, dlqURL string, stdout io.Writer) error {
-	stack, err := opswire.Open(ctx)
-	if err != nil {
-		return err
-	}
-	q := stack.Queue(queueURL, dlqURL)
-	if verb == "redrive" {
-		n, err := q.Redrive(ctx)
+// dlq lists or redrives the dead letters of the data directory dir, or
+// with queueURL and dlqURL of the deployed queues (redrive uses SQS's
+// message-move task).
+func dlq(ctx context.Context, verb, dir, queueURL, dlqURL string, stdout io.Writer) error {
+	where, back := dir, "their queues; run batchgen run, retry or serve to process them"
+	var dead queue.DeadLetters
+	if dlqURL == "" {
+		st, err := openStateReadOnly(dir)
 		if err != nil {
-			return fmt.Errorf("redrive %s: %w", dlqURL, err)
+			return err
 		}
-		fmt.Fprintf(stdout, "%d message(s) moved back to %s\n", n, queueURL)
+		defer st.Close()
+		dead = embedded.DeadLetters{Store: st}
+	} else {
+		stack, err := opswire.Open(ctx)
+		if err != nil {
+			return err
+		}
+		dead, where, back = stack.Queue(queueURL, dlqURL), dlqURL, queueURL
+	}
+	if verb == "redrive" {
+		n, err := dead.Redrive(ctx)
+		if err != nil {
+			return fmt.Errorf("redrive %s: %w", where, err)
+		}
+		fmt.Fprintf(stdout, "%d message(s) moved back to %s\n", n, back)
 		return nil
 	}
-	dead, err := q.ListDead(ctx, 1000)
+	ds, err := pipeline.ListDeadLetters(ctx, dead, 1000)
 	if err != nil {
-		return fmt.Errorf("list %s: %w", dlqURL, err)
+		return fmt.Errorf("%s: %w", where, err)
 	}
-	if len(dead) == 0 {
-		fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", dlqURL)
+	if len(ds) == 0 {
+		fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", where)
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tBATCH\tRECEIVES\tMESSAGE\tBODY")
-	for _, d := range dead {
+	for _, d := range ds {
 		task, batch := "?", "?"
-		if m, err := pipeline.DecodeBatchMessage(d.Body); err == nil {
-			task, batch = m.TaskID, fmt.Sprint(m.BatchNo)
+		if d.TaskID != "" {
+			task, batch = d.TaskID, fmt.Sprint(d.BatchNo)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.60q\n", task, batch, d.ReceiveCount, d.ID, d.Body)
 	}
 	return tw.Flush()
-}
-
-func dlqLocal(ctx context.Context, verb, dir string, stdout io.Writer) error {
-	st, err := openStateReadOnly(dir)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	tasks, err := st.ListTasks(ctx, 0)
-	if err != nil {
-		return fmt.Errorf("list tasks: %w", err)
-	}
-	total := 0
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	if verb == "list" {
-		fmt.Fprintln(tw, "TASK\tBATCH\tRECEIVES\tMESSAGE\tBODY")
-	}
-	for _, t := range tasks {
-		q, err := embedded.OpenQueue(st, embedded.TaskQueue(t.ID))
-		if err != nil {
-			return err
-		}
-		if verb == "redrive" {
-			n, err := q.Redrive(ctx)
-			if err != nil {
-				return fmt.Errorf("redrive dead letters of %s: %w", t.ID, err)
-			}
-			if n > 0 {
-				fmt.Fprintf(stdout, "task %s: %d message(s) moved back to the queue; run batchgen run (or retry) to process them\n", t.ID, n)
-			}
-			total += n
-			continue
-		}
-		dead, err := q.ListDead(ctx, 1000)
-		if err != nil {
-			return fmt.Errorf("list dead letters of %s: %w", t.ID, err)
-		}
-		for _, d := range dead {
-			batch := "?"
-			if m, err := pipeline.DecodeBatchMessage(d.Body); err == nil {
-				batch = fmt.Sprint(m.BatchNo)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.60q\n", t.ID, batch, d.ReceiveCount, d.ID, d.Body)
-			total++
-		}
-	}
-	if verb == "list" {
-		if total == 0 {
-			fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", dir)
-			return nil
-		}
-		return tw.Flush()
-	}
-	if total == 0 {
-		fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", dir)
-	}
-	return nil
 }

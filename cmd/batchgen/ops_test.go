@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/queue/sqlitequeue"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
@@ -143,8 +143,10 @@ func TestCancelRunningJob(t *testing.T) {
 	}
 }
 
-// TestDLQListAndRedrive: a poison message dead-lettered in a task's queue
-// shows in `dlq list` and in `tasks`, and `dlq redrive` moves it back.
+// TestDLQListAndRedrive: poison messages dead-lettered in a task's queue
+// (batchgen run's) and in the server's queue (batchgen serve's) show in
+// `dlq list`, are counted against their task in `tasks`, and `dlq redrive`
+// moves them all back.
 func TestDLQListAndRedrive(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -156,58 +158,67 @@ func TestDLQListAndRedrive(t *testing.T) {
 	id := taskIDFrom(t, r.stdout)
 	data := filepath.Join(dir, ".batchgen")
 
-	// Dead-letter a garbage message in the task's queue: receive it past a
-	// max receive count of 1.
 	st, err := sqlitestore.Open(filepath.Join(data, "batchgen.db"), sqlitestore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The queue's own clock, moved past the visibility timeout by hand.
-	clk := clock.NewFake(time.Now())
-	q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: embedded.TaskQueue(id), Visibility: time.Minute, MaxReceive: 1, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	// A finished task's queue may still hold a duplicate of a batch's
-	// message: the run's sweeper re-sends the message of a batch that sat
-	// unclaimed too long (on a loaded machine), and the run ends before it
-	// is received. It would be dead-lettered with the garbage below;
-	// acknowledge it, as the next run would (its batch is done).
-	left, err := q.Receive(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range left {
-		if err := q.Delete(ctx, d.Receipt); err != nil {
+	// deadLetter dead-letters body in the queue called name: received past
+	// a max receive count of 1, on the queue's own clock, moved past the
+	// visibility timeout by hand.
+	deadLetter := func(name string, body []byte) {
+		t.Helper()
+		clk := clock.NewFake(time.Now())
+		q, err := sqlitequeue.New(st.DB(), sqlitequeue.Config{Name: name, Visibility: time.Minute, MaxReceive: 1, Clock: clk})
+		if err != nil {
 			t.Fatal(err)
 		}
+		// A finished task's queue may still hold a duplicate of a batch's
+		// message: the run's sweeper re-sends the message of a batch that
+		// sat unclaimed too long (on a loaded machine), and the run ends
+		// before it is received. It would be dead-lettered with the body
+		// below; acknowledge it, as the next run would (its batch is done).
+		left, err := q.Receive(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range left {
+			if err := q.Delete(ctx, d.Receipt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := q.Send(ctx, []queue.Outgoing{{Body: body}}); err != nil {
+			t.Fatal(err)
+		}
+		if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 1 {
+			t.Fatalf("receive: %v %v", ds, err)
+		}
+		clk.Advance(2 * time.Minute)
+		if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 0 {
+			t.Fatalf("receive past the max receive count: %v %v, want the message dead-lettered", ds, err)
+		}
 	}
-	if err := q.Send(ctx, []queue.Outgoing{{Body: []byte("not json")}}); err != nil {
-		t.Fatal(err)
-	}
-	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 1 {
-		t.Fatalf("receive: %v %v", ds, err)
-	}
-	clk.Advance(2 * time.Minute)
-	if ds, err := q.Receive(ctx, 1); err != nil || len(ds) != 0 {
-		t.Fatalf("receive past the max receive count: %v %v, want the message dead-lettered", ds, err)
-	}
-	if dead, err := q.ListDead(ctx, 10); err != nil || len(dead) != 1 {
-		t.Fatalf("dead letters: %v %v, want the message", dead, err)
-	}
+	deadLetter(embedded.TaskQueue(id), pipeline.EncodeBatchMessage(id, 1))
+	deadLetter(embedded.TaskQueue(id), []byte("not json"))
+	deadLetter(embedded.ServeQueue, pipeline.EncodeBatchMessage(id, 2))
 	st.Close()
 
 	list := runBinary(t, ctx, "dlq", "list", "--data", data)
-	if list.code != 0 || !strings.Contains(list.stdout, id) || !strings.Contains(list.stdout, "not json") {
-		t.Errorf("dlq list: exit %d\n%s\n%s", list.code, list.stdout, list.stderr)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^` + id + ` +1 +1 `),
+		regexp.MustCompile(`(?m)^` + id + ` +2 +1 `),
+		regexp.MustCompile(`(?m)^\? +\? +1 .*"not json"`),
+	} {
+		if list.code != 0 || !want.MatchString(list.stdout) {
+			t.Errorf("dlq list: exit %d, want a line matching %s\n%s\n%s", list.code, want, list.stdout, list.stderr)
+		}
 	}
 	tasks := runBinary(t, ctx, "tasks", "--data", data)
-	if !strings.Contains(tasks.stdout, "stuck: 1 dead-lettered") {
-		t.Errorf("tasks does not flag the dead letter:\n%s", tasks.stdout)
+	if !strings.Contains(tasks.stdout, "stuck: 2 dead-lettered") {
+		t.Errorf("tasks does not count the task's two dead letters:\n%s", tasks.stdout)
 	}
 	redrive := runBinary(t, ctx, "dlq", "redrive", "--data", data)
-	if redrive.code != 0 || !strings.Contains(redrive.stdout, fmt.Sprintf("task %s: 1 message(s) moved back", id)) {
+	if redrive.code != 0 || !strings.Contains(redrive.stdout, "3 message(s) moved back to their queues") {
 		t.Errorf("dlq redrive: exit %d\n%s\n%s", redrive.code, redrive.stdout, redrive.stderr)
 	}
 	if again := runBinary(t, ctx, "dlq", "list", "--data", data); !strings.Contains(again.stdout, "no dead-lettered messages") {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/batchgen/batchgen/internal/awswire/opswire"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/providerfile"
@@ -39,14 +37,14 @@ func newStatusCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, closeStore, where, err := openStatusStore(cmd.Context(), dir, table)
+			d, err := openDeployment(cmd.Context(), dir, table, "", "")
 			if err != nil {
 				return err
 			}
-			defer closeStore()
-			s, err := pipeline.Status(cmd.Context(), st, args[0], time.Now())
+			defer d.close()
+			s, err := pipeline.Status(cmd.Context(), d.store, args[0], time.Now())
 			if errors.Is(err, store.ErrNotFound) {
-				return report.Rejectf("no task %s in %s (batchgen tasks lists them)", args[0], where)
+				return report.Rejectf("no task %s in %s (batchgen tasks lists them)", args[0], d.where)
 			}
 			if err != nil {
 				return err
@@ -79,23 +77,6 @@ func loadPrices(pricesFile, providersFile string) (*pricing.Table, error) {
 		prices = prices.FromProviders(f)
 	}
 	return prices, nil
-}
-
-// openStatusStore opens the store status reads: the data directory's, or
-// the deployed table.
-func openStatusStore(ctx context.Context, dir, table string) (store.Store, func(), string, error) {
-	if table != "" {
-		stack, err := opswire.Open(ctx)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		return stack.Store(table), func() {}, table, nil
-	}
-	st, err := openStateReadOnly(dir)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	return st, func() { st.Close() }, dir, nil
 }
 
 // writeStatus lays out a task's status for people.

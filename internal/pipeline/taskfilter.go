@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -97,4 +99,73 @@ func (f TaskFilter) String() string {
 		return ""
 	}
 	return " " + strings.Join(parts, ", ")
+}
+
+// TaskOverview is one task of an operator's listing: its rows done as
+// saved so far and its dead-lettered batch messages.
+type TaskOverview struct {
+	// Task has its row counters as saved so far (LiveCounts).
+	Task store.Task
+	// Dead counts the task's dead-lettered batch messages.
+	Dead int
+}
+
+// DeadLetter is a dead-lettered message with the task and batch its body
+// names (TaskID "" and BatchNo 0 when it is no batch message).
+type DeadLetter struct {
+	queue.Delivery
+	TaskID  string
+	BatchNo int
+}
+
+// ListDeadLetters lists up to max dead-lettered messages of dead, each with
+// the task and batch it names.
+func ListDeadLetters(ctx context.Context, dead queue.DeadLetters, max int) ([]DeadLetter, error) {
+	ds, err := dead.ListDead(ctx, max)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	out := make([]DeadLetter, len(ds))
+	for i, d := range ds {
+		out[i].Delivery = d
+		if m, err := DecodeBatchMessage(d.Body); err == nil {
+			out[i].TaskID, out[i].BatchNo = m.TaskID, m.BatchNo
+		}
+	}
+	return out, nil
+}
+
+// maxDeadListed is how many dead letters a listing of tasks reads to count
+// each task's.
+const maxDeadListed = 1000
+
+// ListTaskOverviews lists the tasks of st that f selects, newest first,
+// with the rows each has saved (LiveCounts: a listing of its batches, as
+// the API shows them) and, when dead is non-nil, its dead-lettered
+// messages. Both runtimes' `batchgen tasks` are this.
+func ListTaskOverviews(ctx context.Context, st store.Store, dead queue.DeadLetters, f TaskFilter) ([]TaskOverview, error) {
+	tasks, err := st.ListTasks(ctx, f.Fetch())
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	tasks = f.Apply(tasks)
+	perTask := map[string]int{}
+	if dead != nil && len(tasks) > 0 {
+		ds, err := ListDeadLetters(ctx, dead, maxDeadListed)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range ds {
+			perTask[d.TaskID]++
+		}
+	}
+	out := make([]TaskOverview, 0, len(tasks))
+	for _, t := range tasks {
+		live, err := LiveCounts(ctx, st, t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, TaskOverview{Task: live, Dead: perTask[t.ID]})
+	}
+	return out, nil
 }
