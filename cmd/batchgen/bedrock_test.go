@@ -150,7 +150,7 @@ func TestRunBedrockFlags(t *testing.T) {
 		want string
 	}{
 		{"no model", []string{"--provider", "bedrock", "--region", "us-east-1"}, "--provider bedrock needs --model"},
-		{"region for openai", []string{"--provider", "openai", "--base-url", "http://127.0.0.1:1/v1", "--region", "us-east-1"}, "--region is for --provider bedrock"},
+		{"region for openai", []string{"--provider", "openai", "--base-url", "http://127.0.0.1:1/v1", "--region", "us-east-1"}, "--region is not used by --provider openai"},
 		{"unknown provider", []string{"--provider", "vertex"}, `--provider "vertex": use openai, bedrock, sim or mock`},
 		{"mock without its server", []string{"--provider", "mock"}, "--provider mock needs --base-url"},
 	}

@@ -471,6 +471,10 @@ func dlq(ctx context.Context, verb, dir, queueURL, dlqURL string, stdout io.Writ
 		if err != nil {
 			return fmt.Errorf("redrive %s: %w", where, err)
 		}
+		if n == 0 {
+			fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", where)
+			return nil
+		}
 		fmt.Fprintf(stdout, "%d message(s) moved back to %s\n", n, back)
 		return nil
 	}

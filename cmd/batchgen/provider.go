@@ -96,21 +96,9 @@ func (p *providerOptions) validate() error {
 		return fmt.Errorf("--provider %w", err)
 	}
 	p.kind = kind
-	if kind == providerfile.KindBedrock {
-		if p.model == "" {
-			return errors.New("--provider bedrock needs --model: a Bedrock model id (amazon.nova-lite-v1:0), inference profile id (us.amazon.nova-lite-v1:0) or ARN")
-		}
-		return p.validateSettings()
-	}
-	if p.region != "" {
-		return fmt.Errorf("--region is for --provider bedrock, not %s", p.name)
-	}
 	if p.baseURL == "" {
 		// As the OpenAI SDKs and tools read it.
 		p.baseURL = os.Getenv("OPENAI_BASE_URL")
-	}
-	if kind == providerfile.KindMock && p.baseURL == "" {
-		return errors.New("--provider mock needs --base-url: the batchgen mock-llm server's http://HOST:PORT/v1")
 	}
 	if kind == providerfile.KindOpenAI && p.baseURL == "" && os.Getenv("OPENAI_API_KEY") == "" {
 		return errors.New("--provider openai needs OPENAI_API_KEY in the environment (or --base-url for a local OpenAI-compatible server)")
@@ -152,9 +140,10 @@ func (o *runOptions) providers() (*providerfile.File, error) {
 		Kind: p.kind, Model: p.model, BaseURL: p.baseURL, Region: p.region,
 		RPM: o.rpm, TPM: o.tpm, Concurrency: o.concurrency, Timeout: o.retry.callTimeout,
 		Latency: p.simLatency, Jitter: p.simJitter,
+		Names: providerfile.SettingNames{Kind: "--provider", Model: "--model", BaseURL: "--base-url", Region: "--region"},
 	}.File()
 	if err != nil {
-		return nil, fmt.Errorf("provider flags: %w", err)
+		return nil, err
 	}
 	return f, nil
 }

@@ -234,17 +234,19 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 	if e.ModelProvider == "" {
 		e.ModelProvider = "sim"
 	}
-	if kind, err := providerfile.ParseKind(e.ModelProvider); err != nil {
-		errs = append(errs, fmt.Errorf("MODEL_PROVIDER=%w", err))
-	} else if kind == providerfile.KindBedrock && e.ModelName == "" && e.BedrockInferenceProfile == "" {
-		errs = append(errs, errors.New("MODEL_PROVIDER=bedrock needs MODEL_NAME (a Bedrock model id) or BEDROCK_INFERENCE_PROFILE"))
-	}
 	if p := e.ModelAPIKeyParam; p != "" && !strings.HasPrefix(p, "/") {
 		errs = append(errs, fmt.Errorf("MODEL_API_KEY_PARAM=%q: want an SSM parameter name starting with /", p))
 	}
 	if v := getenv("LOG_LEVEL"); v != "" {
 		if err := e.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", v))
+		}
+	}
+	if e.ProvidersFile == "" {
+		// The model parameters, checked at the cold start by the same rules
+		// as run's provider flags.
+		if _, err := e.Providers(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return e, errors.Join(errs...)
@@ -353,6 +355,7 @@ func (e Env) Providers() (*providerfile.File, error) {
 		Kind: kind, Model: e.ModelName, BaseURL: e.ModelBaseURL, APIKeyParam: e.ModelAPIKeyParam,
 		RPM: e.QuotaRPM, TPM: e.QuotaTPM, Concurrency: e.Concurrency,
 		Latency: e.SimLatency, Jitter: e.SimLatency / 6,
+		Names: providerfile.SettingNames{Kind: "MODEL_PROVIDER", Model: "MODEL_NAME (or BEDROCK_INFERENCE_PROFILE)", BaseURL: "MODEL_BASE_URL", Region: "the region"},
 	}
 	switch {
 	case kind == providerfile.KindSim:

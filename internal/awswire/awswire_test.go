@@ -100,7 +100,7 @@ func TestBedrockEnv(t *testing.T) {
 	}{
 		{name: "model", model: "amazon.nova-lite-v1:0", wantModel: "amazon.nova-lite-v1:0"},
 		{name: "profile", model: "amazon.nova-lite-v1:0", profile: "us.amazon.nova-lite-v1:0", wantModel: "us.amazon.nova-lite-v1:0"},
-		{name: "neither", wantErr: "MODEL_PROVIDER=bedrock needs MODEL_NAME"},
+		{name: "neither", wantErr: "MODEL_PROVIDER bedrock needs MODEL_NAME"},
 	}
 	for _, tc := range tests {
 		m := map[string]string{}

@@ -379,20 +379,11 @@ func (f *File) Validate() error {
 		if p.Model == "" {
 			p.Model = DefaultModel(p.Kind)
 		}
-		if p.Kind == KindBedrock && p.Model == "" {
-			bad("model is required for bedrock (a model id or inference profile, e.g. anthropic.claude-3-haiku-20240307-v1:0)")
-		}
-		if p.Kind == KindMock && p.BaseURL == "" {
-			bad("base_url is required for mock (the mock-llm server's http://HOST:PORT/v1)")
-		}
-		if p.Kind == KindSim && p.BaseURL != "" {
-			bad("base_url is not used by sim (the simulator runs in-process)")
+		for _, r := range kindRules(*p) {
+			bad("%s", r.message(p.Kind, fileNames))
 		}
 		if p.BaseURL != "" && !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://") {
 			bad("base_url %q: must start with http:// or https://", p.BaseURL)
-		}
-		if p.Region != "" && p.Kind != KindBedrock {
-			bad("region is only used by bedrock")
 		}
 		if p.APIKeyParam != "" {
 			switch {

@@ -1,6 +1,7 @@
 package providerfile
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -55,6 +56,56 @@ type Single struct {
 	// Latency and Jitter shape the simulator's calls (kind sim only; other
 	// kinds ignore them).
 	Latency, Jitter time.Duration
+	// Names are what the entry point calls the settings, for its errors;
+	// the zero value uses the file's keys.
+	Names SettingNames
+}
+
+// SettingNames are what an entry point calls the settings that depend on
+// the provider kind (run's --provider and --model, the stack's
+// MODEL_PROVIDER and MODEL_NAME), so that the kind rules, written once in
+// kindRules, word a Single's errors in its caller's terms.
+type SettingNames struct{ Kind, Model, BaseURL, Region string }
+
+// fileNames are a providers file's keys.
+var fileNames = SettingNames{Kind: "kind", Model: "model", BaseURL: "base_url", Region: "region"}
+
+// kindRule is a setting that p's kind requires or does not use.
+type kindRule struct {
+	// field names the setting: one of fileNames's values.
+	field string
+	// required: the kind needs the setting (else it does not use it).
+	required bool
+	// hint says what to give.
+	hint string
+}
+
+// kindRules are the settings an entry's kind requires and it lacks, or
+// does not use and it has: the one statement of which kind takes what.
+func kindRules(p Provider) []kindRule {
+	var out []kindRule
+	if p.Kind == KindBedrock && p.Model == "" {
+		out = append(out, kindRule{field: fileNames.Model, required: true, hint: "a Bedrock model id (amazon.nova-lite-v1:0), inference profile id (us.amazon.nova-lite-v1:0) or ARN"})
+	}
+	if p.Kind == KindMock && p.BaseURL == "" {
+		out = append(out, kindRule{field: fileNames.BaseURL, required: true, hint: "the batchgen mock-llm server's http://HOST:PORT/v1"})
+	}
+	if p.Kind == KindSim && p.BaseURL != "" {
+		out = append(out, kindRule{field: fileNames.BaseURL, hint: "the simulator runs in-process"})
+	}
+	if p.Region != "" && p.Kind != KindBedrock {
+		out = append(out, kindRule{field: fileNames.Region, hint: "only bedrock has a region"})
+	}
+	return out
+}
+
+// message words r for kind k in names.
+func (r kindRule) message(k Kind, names SettingNames) string {
+	field := map[string]string{fileNames.Model: names.Model, fileNames.BaseURL: names.BaseURL, fileNames.Region: names.Region}[r.field]
+	if r.required {
+		return fmt.Sprintf("%s %s needs %s: %s", names.Kind, k, field, r.hint)
+	}
+	return fmt.Sprintf("%s is not used by %s %s (%s)", field, names.Kind, k, r.hint)
 }
 
 // File returns the one-entry providers file of s, validated. The entry is
@@ -76,6 +127,15 @@ func (s Single) File() (*File, error) {
 	case KindSim:
 		entry.BaseURL = ""
 		entry.Latency, entry.Jitter = s.Latency, s.Jitter
+	}
+	names := s.Names
+	if names == (SettingNames{}) {
+		names = fileNames
+	}
+	// The kind rules first, in the caller's terms; Validate checks them
+	// again in the file's, and the rest.
+	if rules := kindRules(entry); len(rules) > 0 {
+		return nil, errors.New(rules[0].message(s.Kind, names))
 	}
 	f := &File{Providers: []Provider{entry}}
 	if err := f.Validate(); err != nil {

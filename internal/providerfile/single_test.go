@@ -60,7 +60,7 @@ func TestSingle(t *testing.T) {
 			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
 		}
 	}
-	if _, err := (providerfile.Single{Kind: providerfile.KindBedrock}).File(); err == nil || !strings.Contains(err.Error(), "model is required for bedrock") {
+	if _, err := (providerfile.Single{Kind: providerfile.KindBedrock}).File(); err == nil || !strings.Contains(err.Error(), "kind bedrock needs model") {
 		t.Errorf("bedrock without a model: %v, want the model asked for", err)
 	}
 	if _, err := (providerfile.Single{Kind: providerfile.KindSim, RPM: -1}).File(); err == nil || !strings.Contains(err.Error(), "rpm -1") {
