@@ -300,17 +300,18 @@ func drainQueue(t *testing.T, e *env) map[string]int {
 	}
 }
 
-// TestSweeperNotStarvedByCancelledTask: a cancelled task leaves thousands of
-// open batches at the oldest end of the index. One sweep still finds the
-// live task's lost batch behind them, and parks the stranded batches so the
-// next sweeps do not even list them.
+// TestSweeperNotStarvedByCancelledTask: a cancelled task leaves many pages
+// of open batches at the oldest end of the index (thousands at the default
+// page of 500; pages of 50 here keep the test fast). One sweep still finds
+// the live task's lost batch behind them, and parks the stranded batches so
+// the next sweeps do not even list them.
 func TestSweeperNotStarvedByCancelledTask(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: clk})
-	const stranded = 3000
+	const stranded, page = 330, 50
 	dead := e.splitProducts("cancelled", "{{id}}", stranded, 1).TaskID
 	if _, err := e.store.TransitionTask(ctx, store.TransitionTaskParams{ID: dead, From: []store.TaskState{store.TaskRunning}, To: store.TaskCancelled, Now: clk.Now()}); err != nil {
 		t.Fatal(err)
@@ -320,7 +321,7 @@ func TestSweeperNotStarvedByCancelledTask(t *testing.T) {
 	drainQueue(t, e) // every message is lost
 
 	clk.Advance(6 * time.Minute)
-	sw := pipeline.NewSweeper(e.store, e.queue, &pipeline.ExportSignal{}, pipeline.SweeperConfig{Clock: clk})
+	sw := pipeline.NewSweeper(e.store, e.queue, &pipeline.ExportSignal{}, pipeline.SweeperConfig{Clock: clk, Limit: page})
 	report, err := sw.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +370,9 @@ func TestSweeperResumesWhereItRanOutOfTime(t *testing.T) {
 	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
 	fake := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: fake})
-	const leased, page = 1200, 500
+	// More than two pages of them; pages of 50, not the default 500, keep
+	// the test fast.
+	const leased, page = 120, 50
 	busy := e.splitProducts("busy", "{{id}}", leased, 1).TaskID
 	for no := 1; no <= leased; no++ {
 		if _, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: busy, BatchNo: no, Owner: "slow", Now: fake.Now(), LeaseUntil: fake.Now().Add(24 * time.Hour)}); err != nil {
