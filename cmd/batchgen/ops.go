@@ -250,17 +250,11 @@ func cancelTask(ctx context.Context, dir, id string, stdout io.Writer) error {
 		exports = pipeline.NewExporter(data.Store, data.Blobs, pipeline.ExporterConfig{})
 	}
 	task, err := pipeline.Cancel(ctx, st, pipeline.CancelParams{TaskID: id, Reason: "cancelled by operator", Now: time.Now(), Exports: exports})
-	var state *pipeline.StateError
-	var export *pipeline.ExportNotStartedError
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
-	case errors.As(err, &state):
-		return &report.ExitError{Code: report.Rejected, Err: state}
-	case errors.As(err, &export):
+	if export := (*pipeline.ExportNotStartedError)(nil); errors.As(err, &export) {
 		return fmt.Errorf("%w; the task stays cancelled: run batchgen cancel again, or batchgen retry %s", export, id)
-	case err != nil:
-		return err
+	}
+	if err != nil {
+		return refused(err, id, dir, "batchgen tasks --data "+dir)
 	}
 	if exports == nil {
 		fmt.Fprintf(stdout, "task %s cancelled; the running batchgen finishes the rows in flight and writes the partial result\n", id)
@@ -342,17 +336,8 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	outcome, err := retrier.Retry(ctx, pipeline.RetryParams{
 		TaskID: id, ErrorClass: errorClass, Provider: spec.Provider, Model: spec.Model, Now: time.Now(),
 	})
-	var state *pipeline.StateError
-	var mismatch *pipeline.MismatchError
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no task %s in %s (batchgen tasks --data %s lists them)", id, dir, dir)}
-	case errors.As(err, &state):
-		return &report.ExitError{Code: report.Rejected, Err: state}
-	case errors.As(err, &mismatch):
-		return &report.ExitError{Code: report.Rejected, Err: mismatch}
-	case err != nil:
-		return err
+	if err != nil {
+		return refused(err, id, dir, "batchgen tasks --data "+dir)
 	}
 	task := outcome.Task
 	if j.opts.out == "" {
@@ -382,16 +367,12 @@ func retryAWS(ctx context.Context, table, queueURL, id, errorClass string, stdou
 	r := pipeline.Retrier{Store: stack.Store(table), Queue: stack.Queue(queueURL, "")}
 	out, err := r.Retry(ctx, pipeline.RetryParams{TaskID: id, ErrorClass: errorClass, Now: time.Now()})
 	task, n := out.Task, out.Batches
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no task %s in %s (batchgen tasks --table %s lists them)", id, table, table)}
-	case errors.Is(err, store.ErrConflict):
-		return &report.ExitError{Code: report.Rejected, Err: err}
-	case err != nil && task.ID != "":
+	if err != nil && task.ID != "" {
 		fmt.Fprintf(stdout, "task %s reopened, but enqueueing failed (%v); the stack's sweeper re-enqueues its batches within minutes\n", id, err)
 		return nil
-	case err != nil:
-		return err
+	}
+	if err != nil {
+		return refused(err, id, table, "batchgen tasks --table "+table)
 	}
 	if n == 0 {
 		fmt.Fprintf(stdout, "task %s has no failed rows%s; nothing to retry\n", id, classSuffix(errorClass))
@@ -400,6 +381,22 @@ func retryAWS(ctx context.Context, table, queueURL, id, errorClass string, stdou
 	fmt.Fprintf(stdout, "task %s: %d batch(es) with failed rows%s re-enqueued; the stack exports it again when they finish (export generation %d)\n",
 		id, n, classSuffix(errorClass), task.ExportGen)
 	return nil
+}
+
+// refused turns the core's refusals of an operation on task id (no such
+// task in where, a state that does not allow it, a mismatch with how it
+// ran, a concurrent change) into a rejection (exit 2) that says what lists
+// the tasks; any other error is returned as it is.
+func refused(err error, id, where, list string) error {
+	var state *pipeline.StateError
+	var mismatch *pipeline.MismatchError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return report.Rejectf("no task %s in %s (%s lists them)", id, where, list)
+	case errors.As(err, &state), errors.As(err, &mismatch), errors.Is(err, store.ErrConflict):
+		return &report.ExitError{Code: report.Rejected, Err: err}
+	}
+	return err
 }
 
 func classSuffix(class string) string {

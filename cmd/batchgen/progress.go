@@ -10,6 +10,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
@@ -108,7 +109,7 @@ func heldBack(now time.Time, last429, lastQuotaWait int64, rpm int) string {
 // every interval otherwise, nothing with --quiet; and a final line at 100%.
 type progress struct {
 	w        io.Writer
-	stats    *runStats
+	stats    *embedded.Stats
 	meter    *rateMeter
 	rpm      int
 	bar      *progressbar.ProgressBar
@@ -118,7 +119,7 @@ type progress struct {
 	finished bool
 }
 
-func newProgress(w io.Writer, total, done int, stats *runStats, quiet bool, interval time.Duration, rpm int) *progress {
+func newProgress(w io.Writer, total, done int, stats *embedded.Stats, quiet bool, interval time.Duration, rpm int) *progress {
 	now := time.Now()
 	p := &progress{w: w, stats: stats, meter: newRateMeter(total, done, now, rpm), rpm: rpm, interval: interval, last: now, quiet: quiet}
 	if quiet {
@@ -142,10 +143,10 @@ func (p *progress) update() {
 		return
 	}
 	now := time.Now()
-	done := p.meter.base + int(p.stats.rowsDone.Load())
+	done := p.meter.base + int(p.stats.RowsDone.Load())
 	p.meter.add(now, min(done, p.meter.total))
-	failed := p.stats.rowsFailed.Load()
-	held := heldBack(now, p.stats.last429.Load(), p.stats.lastQuotaWait.Load(), p.rpm)
+	failed := p.stats.RowsFailed.Load()
+	held := heldBack(now, p.stats.Last429.Load(), p.stats.LastQuotaWait.Load(), p.rpm)
 	if p.bar != nil {
 		// The bar's own rate is an average; the description carries the
 		// recent rate, the ETA and what holds the job back.
@@ -175,7 +176,7 @@ func (p *progress) complete() {
 	}
 	p.update()
 	p.finish()
-	fmt.Fprintln(p.w, p.meter.final(time.Now(), p.stats.rowsFailed.Load()))
+	fmt.Fprintln(p.w, p.meter.final(time.Now(), p.stats.RowsFailed.Load()))
 }
 
 func (p *progress) finish() {

@@ -1,25 +1,16 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"os"
 	"strconv"
 	"time"
 
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/spf13/pflag"
 
-	"github.com/batchgen/batchgen/internal/clock"
-	"github.com/batchgen/batchgen/internal/llm"
-	bedrockllm "github.com/batchgen/batchgen/internal/llm/bedrock"
-	"github.com/batchgen/batchgen/internal/metrics"
-	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/providerfile"
-	"github.com/batchgen/batchgen/internal/providers"
 )
 
 // providerOptions are the model provider flags shared by the commands that
@@ -146,50 +137,4 @@ func (o *runOptions) providers() (*providerfile.File, error) {
 		return nil, err
 	}
 	return f, nil
-}
-
-// buildProviders builds f's providers for the embedded runtime: keys from
-// the environment, each provider paced in-process to the quota given, or
-// learnt from its headers and 429s where none is given (or one too high);
-// every call and every quota wait counted in stats, for the summary and
-// the progress line.
-func buildProviders(ctx context.Context, f *providerfile.File, clk clock.Clock, stats *runStats, logger *slog.Logger, rec metrics.Recorder) (*providers.Set, error) {
-	return providers.Build(f, providers.Config{
-		Builder: providers.Builder{
-			Clock:   clk,
-			Bedrock: func(p providerfile.Provider) (llm.Provider, error) { return bedrockProvider(ctx, p) },
-			Logger:  logger,
-		},
-		Limiters: providers.Limiters{Clock: clk, Logger: logger},
-		Wrap:     func(_ providerfile.Provider, lp llm.Provider) llm.Provider { return countingProvider{lp, stats} },
-		Router:   pipeline.RouterConfig{Logger: logger, Metrics: rec, OnQuotaWait: stats.quotaWaited},
-	})
-}
-
-// bedrockProvider builds a Bedrock provider signed from the default
-// credential chain: environment, profile, SSO, the instance or task role.
-// Nothing to configure here, no key.
-func bedrockProvider(ctx context.Context, p providerfile.Provider) (llm.Provider, error) {
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("AWS configuration: %w", err)
-	}
-	cfg := bedrockllm.Config{Model: p.Model, Region: p.Region, BaseURL: p.BaseURL}
-	if cfg.Region == "" && awsCfg.Region == "" {
-		return nil, errors.New("no AWS region: give region (--region) or set AWS_REGION")
-	}
-	return bedrockllm.New(bedrockllm.NewClient(awsCfg, cfg), cfg)
-}
-
-// countingProvider counts calls and their outcomes for the run summary.
-type countingProvider struct {
-	llm.Provider
-	stats *runStats
-}
-
-// Generate calls the wrapped provider and counts the call and its outcome.
-func (c countingProvider) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
-	resp, err := c.Provider.Generate(ctx, req)
-	c.stats.countCall(err)
-	return resp, err
 }

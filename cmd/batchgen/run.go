@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/metrics"
@@ -246,7 +245,7 @@ type runJob struct {
 	// calls.
 	engine *embedded.Engine
 	set    *providers.Set
-	stats  *runStats
+	stats  *embedded.Stats
 }
 
 func newRunJob(o runOptions, stderr io.Writer) (*runJob, error) {
@@ -449,15 +448,15 @@ func (j *runJob) openEngine(taskID string) error {
 // the flags ask for.
 func (j *runJob) openEngineOn(cfg embedded.EngineConfig) error {
 	o := j.opts
-	j.stats = newRunStats()
-	set, err := buildProviders(context.Background(), j.providers, clock.Real{}, j.stats, j.logger, j.metrics)
+	j.stats = embedded.NewStats()
+	set, err := embedded.Providers(context.Background(), j.providers, j.stats, j.logger, j.metrics)
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: err}
 	}
 	j.set = set
 	cfg.Logger, cfg.Metrics = j.logger, j.metrics
 	cfg.Generator = pipeline.GeneratorConfig{
-		Observer: j.stats.observe,
+		Observer: j.stats.Observe,
 		// Rows in flight: every provider's slots can be busy at once.
 		Concurrency: j.providers.Concurrency(), Lease: o.retry.lease, CallTimeout: set.Router.MaxTimeout(),
 		CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
@@ -478,23 +477,11 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 			return err
 		}
 	}
-	task, err := j.data.Store.GetTask(ctx, task.ID)
+	task, err := j.engine.Finish(ctx, task.ID, j.opts.out)
 	if err != nil {
-		return fmt.Errorf("read task %s: %w", task.ID, err)
-	}
-	if task.NeedsExport() {
-		// Cancelled: its partial result is this run's to write.
-		if task, err = j.engine.Exporter.Export(ctx, task.ID); err != nil {
-			return fmt.Errorf("export the partial result: %w", err)
-		}
-	}
-	if task, err = j.engine.RebuildLostResult(ctx, task); err != nil {
 		return err
 	}
-	if err := j.engine.CopyResult(ctx, task, j.opts.out); err != nil {
-		return err
-	}
-	summary, failed, err := summarize(ctx, j.data.Store, task, j.stats, time.Since(j.started), j.opts.out)
+	summary, failed, err := embedded.Summarize(ctx, j.data.Store, task, j.stats, time.Since(j.started), j.opts.out)
 	if err != nil {
 		return err
 	}

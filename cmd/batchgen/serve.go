@@ -95,63 +95,14 @@ loopback interface only, and every caller is --drop-owner.`,
 	return cmd
 }
 
-// checkListen refuses to listen beyond this machine without API tokens:
-// anyone who can reach the port could run jobs on the provider's account.
-func checkListen(addr string, tokens bool) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:8080", addr)
-	}
-	if tokens || isLoopback(host) {
-		return nil
-	}
-	return fmt.Errorf("--addr %s listens beyond this machine, but no API tokens are set: "+
-		"without tokens anyone who reaches the port could run jobs on your provider account; "+
-		"listen on 127.0.0.1 or set API tokens", addr)
-}
-
-// loadTokens reads the API tokens from the token file and the
-// environment's list; nil when there are none.
-func loadTokens(file, env string) (*api.Tokens, error) {
-	var list []string
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", embedded.UnwrapPathError(err))
-		}
-		list = append(list, string(b))
-	}
-	if strings.TrimSpace(env) != "" {
-		list = append(list, env)
-	}
-	if len(list) == 0 {
-		return nil, nil
-	}
-	tokens, err := api.ParseTokens(strings.Join(list, "\n"))
-	if err != nil {
-		return nil, fmt.Errorf("API tokens (--token-file, BATCHGEN_API_TOKENS): %w", err)
-	}
-	return tokens, nil
-}
-
-// isLoopback reports whether host names only the loopback interface.
-// "localhost" counts; an empty host (all interfaces) does not.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // serve wires the embedded adapters into the API, the drop folder and the
 // workers, and runs them until ctx ends.
 func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error {
-	tokens, err := loadTokens(o.tokenFile, os.Getenv("BATCHGEN_API_TOKENS"))
+	tokens, err := embedded.LoadTokens(o.tokenFile, os.Getenv("BATCHGEN_API_TOKENS"))
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: err}
 	}
-	if err := checkListen(o.addr, tokens != nil); err != nil {
+	if err := embedded.CheckListen(o.addr, tokens != nil); err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: err}
 	}
 	if o.dropOwner == "" {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -16,7 +15,6 @@ import (
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/report"
-	"github.com/batchgen/batchgen/internal/store"
 )
 
 // newStatusCmd shows one task: counts, rate, ETA, failures by class with
@@ -43,11 +41,8 @@ func newStatusCmd(stdout io.Writer) *cobra.Command {
 			}
 			defer d.close()
 			s, err := pipeline.Status(cmd.Context(), d.store, args[0], time.Now())
-			if errors.Is(err, store.ErrNotFound) {
-				return report.Rejectf("no task %s in %s (batchgen tasks lists them)", args[0], d.where)
-			}
 			if err != nil {
-				return err
+				return refused(err, args[0], d.where, "batchgen tasks")
 			}
 			return writeStatus(stdout, s, prices)
 		},

@@ -250,3 +250,24 @@ func (e *Engine) CopyResult(ctx context.Context, task store.Task, path string) e
 	}
 	return nil
 }
+
+// Finish writes the result of a task whose run has ended to path: the
+// partial result of a cancelled task nobody exported yet, a result lost
+// from the data directory rebuilt from the stored rows, then the copy. It
+// returns the task as it is afterwards.
+func (e *Engine) Finish(ctx context.Context, taskID, path string) (store.Task, error) {
+	task, err := e.Data.Store.GetTask(ctx, taskID)
+	if err != nil {
+		return task, fmt.Errorf("read task %s: %w", taskID, err)
+	}
+	if task.NeedsExport() {
+		// Cancelled: its partial result is this run's to write.
+		if task, err = e.Exporter.Export(ctx, task.ID); err != nil {
+			return task, fmt.Errorf("export the partial result: %w", err)
+		}
+	}
+	if task, err = e.RebuildLostResult(ctx, task); err != nil {
+		return task, err
+	}
+	return task, e.CopyResult(ctx, task, path)
+}

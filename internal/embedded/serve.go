@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,4 +190,53 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	stopWork()
 	wg.Wait()
 	return runErr
+}
+
+// CheckListen refuses to listen beyond this machine without API tokens:
+// anyone who can reach the port could run jobs on the provider's account.
+func CheckListen(addr string, tokens bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:8080", addr)
+	}
+	if tokens || IsLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("--addr %s listens beyond this machine, but no API tokens are set: "+
+		"without tokens anyone who reaches the port could run jobs on your provider account; "+
+		"listen on 127.0.0.1 or set API tokens", addr)
+}
+
+// LoadTokens reads the API tokens from the token file and the
+// environment's list; nil when there are none.
+func LoadTokens(file, env string) (*api.Tokens, error) {
+	var list []string
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", UnwrapPathError(err))
+		}
+		list = append(list, string(b))
+	}
+	if strings.TrimSpace(env) != "" {
+		list = append(list, env)
+	}
+	if len(list) == 0 {
+		return nil, nil
+	}
+	tokens, err := api.ParseTokens(strings.Join(list, "\n"))
+	if err != nil {
+		return nil, fmt.Errorf("API tokens (--token-file, BATCHGEN_API_TOKENS): %w", err)
+	}
+	return tokens, nil
+}
+
+// IsLoopback reports whether host names only the loopback interface.
+// "localhost" counts; an empty host (all interfaces) does not.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
