@@ -429,7 +429,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		fmt.Fprintf(j.stderr, "batchgen: %s task %s: %d rows in %d batches%s (data: %s)\n", verb, task.ID, task.RowsTotal, task.BatchesTotal, read, j.data.Dir)
 	}
 	if existed && !task.State.Final() {
-		if err := j.engine.Resume(ctx, task.ID); err != nil {
+		if err := j.engine.Resume(ctx, task); err != nil {
 			return err
 		}
 	}

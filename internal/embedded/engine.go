@@ -121,13 +121,13 @@ func NewEngine(d *DataDir, router llm.Provider, cfg EngineConfig) (*Engine, erro
 // Resume makes a task whose previous run was killed runnable at once: the
 // engine's process holds the data directory's lock, so every RUNNING lease
 // belongs to a dead process (pipeline.Resume).
-func (e *Engine) Resume(ctx context.Context, taskID string) error {
-	n, err := pipeline.Resume(ctx, e.Data.Store, e.Queue, taskID, time.Now())
+func (e *Engine) Resume(ctx context.Context, task store.Task) error {
+	n, err := pipeline.Resume(ctx, e.Data.Store, e.Queue, task, time.Now())
 	if err != nil {
 		return err
 	}
 	if n > 0 {
-		e.logger.Info("recovered unfinished batches", "task_id", taskID, "batches", n)
+		e.logger.Info("recovered unfinished batches", "task_id", task.ID, "batches", n)
 	}
 	return nil
 }

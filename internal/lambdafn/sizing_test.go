@@ -10,6 +10,12 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
+// sqsNoisyInFlight is how many of its messages a tenant of an SQS fair
+// queue must have in flight before SQS can take it for a noisy neighbour
+// by its share of the messages in flight (the SQS Developer Guide, "How
+// Amazon SQS fair queues work").
+const sqsNoisyInFlight = 30
+
 // TestGeneratorSizing checks the arithmetic behind the generator's settings
 // in template.yaml (see its BatchgenSizing metadata and the README): the
 // queue outlives an invocation, an invocation's work fits its time budget
@@ -81,6 +87,16 @@ func TestGeneratorSizing(t *testing.T) {
 	}
 	if want := math.Ceil(quotaRPM / 60 * latency / perInstance); instances != want {
 		t.Errorf("MaxConcurrency default %v, want ceil(QuotaRpm %v / 60 x latency %vs / %v in flight) = %v", instances, quotaRPM, latency, perInstance, want)
+	}
+	// Batch messages carry their principal as MessageGroupId, which makes
+	// the work queue an SQS fair queue: SQS takes a tenant for a noisy
+	// neighbour, and delivers the others' messages first, once it holds
+	// more than 10% of the messages in flight and at least 30 of its own,
+	// or more than 10% of the consumers' processing time. One principal's
+	// backlog can fill every instance; for the first measure to see it,
+	// the instances must hold 30 messages between them.
+	if inFlight := instances * messages; inFlight < sqsNoisyInFlight {
+		t.Errorf("MaxConcurrency %v x %v messages an invocation = %v messages in flight, under the %d an SQS fair queue needs to see one tenant's backlog by its in-flight share", instances, messages, inFlight, sqsNoisyInFlight)
 	}
 	if lease := time.Duration(num("Parameters", "LeaseSeconds", "MinValue")) * time.Second; lease <= time.Duration(timeout)*time.Second {
 		t.Errorf("LeaseSeconds MinValue %v must exceed the generator Timeout %vs", lease, timeout)

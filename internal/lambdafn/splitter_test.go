@@ -170,11 +170,16 @@ func TestSplitterSplits(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if d.Group != m.Owner {
+					t.Errorf("batch %d sent in group %q, its body names owner %q", m.BatchNo, d.Group, m.Owner)
+				}
 				got = append(got, m)
 			}
+			// Each message in its task's principal's group.
+			owner := e.tasks()[0].Owner
 			var want []pipeline.BatchMessage
 			for b := 1; b <= tc.wantMsgs; b++ {
-				want = append(want, pipeline.BatchMessage{TaskID: tc.want.ID, BatchNo: b})
+				want = append(want, pipeline.BatchMessage{TaskID: tc.want.ID, BatchNo: b, Owner: owner})
 			}
 			sortMsgs := cmpopts.SortSlices(func(a, b pipeline.BatchMessage) bool { return a.BatchNo < b.BatchNo })
 			if diff := cmp.Diff(want, got, sortMsgs); diff != "" {

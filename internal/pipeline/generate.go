@@ -280,7 +280,8 @@ type Generator struct {
 	router  *Router
 	exports ExportStarter
 	cfg     GeneratorConfig
-	sem     chan struct{}
+	// slots are the rows in flight, granted to the principals in turn.
+	slots *rowSlots
 }
 
 // NewGenerator returns a Generator that claims batches in st, calls
@@ -310,7 +311,7 @@ func NewGenerator(st store.Store, provider llm.Provider, exports ExportStarter, 
 	if err != nil {
 		panic("pipeline.NewGenerator: " + err.Error())
 	}
-	return &Generator{store: st, router: router, exports: exports, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
+	return &Generator{store: st, router: router, exports: exports, cfg: cfg, slots: newRowSlots(cfg.Concurrency)}
 }
 
 // singleRoute names the one route of a Generator given a plain provider;
@@ -614,22 +615,20 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 				outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 			}
 		}
-		select {
-		case g.sem <- struct{}{}:
-		case <-startCtx.Done():
+		if !g.slots.acquire(startCtx, task.Owner) {
 			abort()
 			return
 		}
 		if stopNow() || startCtx.Err() != nil {
 			// Both were ready: a cancel learnt meanwhile wins.
-			<-g.sem
+			g.slots.release()
 			abort()
 			return
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-g.sem }()
+			defer g.slots.release()
 			defer func() {
 				// A panic in a provider or in this code is a bug; it must
 				// not kill the worker process and every other batch with

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/queue"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -33,6 +34,27 @@ import (
 type BatchMessage struct {
 	TaskID  string `json:"task_id"`
 	BatchNo int    `json:"batch_no"`
+	// Owner is the task's principal and the message's group
+	// (queue.Outgoing.Group), so that the queue shares its consumers among
+	// principals; a message sent again from its body (Settlement.Apply)
+	// keeps it. Messages sent before it existed have none.
+	Owner string `json:"owner,omitempty"`
+}
+
+// Outgoing is m as a message to send after delay, in its owner's group.
+func (m BatchMessage) Outgoing(delay time.Duration) queue.Outgoing {
+	b, _ := json.Marshal(m) // cannot fail: strings and ints
+	return queue.Outgoing{Body: b, Delay: delay, Group: m.Owner}
+}
+
+// BatchMessages are the messages of task's batches nos, in its owner's
+// group.
+func BatchMessages(task store.Task, nos []int) []queue.Outgoing {
+	msgs := make([]queue.Outgoing, len(nos))
+	for i, no := range nos {
+		msgs[i] = BatchMessage{TaskID: task.ID, BatchNo: no, Owner: task.Owner}.Outgoing(0)
+	}
+	return msgs
 }
 
 // EncodeBatchMessage returns the queue body for a batch.

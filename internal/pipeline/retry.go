@@ -46,19 +46,11 @@ func Reopen(ctx context.Context, r RetryStore, q queue.Queue, taskID, errorClass
 			return task, 0, fmt.Errorf("reopen task %s: %w", taskID, err)
 		}
 	}
-	if err := q.Send(ctx, batchMessages(taskID, batches)); err != nil {
+	if err := q.Send(ctx, BatchMessages(task, batches)); err != nil {
 		// The batches are PENDING; the sweeper re-enqueues them.
 		return task, 0, fmt.Errorf("reopen task %s: enqueue: %w", taskID, err)
 	}
 	return task, len(batches), nil
-}
-
-func batchMessages(taskID string, batches []int) []queue.Outgoing {
-	msgs := make([]queue.Outgoing, len(batches))
-	for i, no := range batches {
-		msgs[i] = queue.Outgoing{Body: EncodeBatchMessage(taskID, no)}
-	}
-	return msgs
 }
 
 // Resume makes an unfinished task whose workers are known to be dead (the
@@ -67,13 +59,13 @@ func batchMessages(taskID string, batches []int) []queue.Outgoing {
 // timeouts to run out: every RUNNING batch is released and every unfinished
 // batch gets a fresh message (duplicates are harmless: claims are
 // conditional). It returns how many batches were re-enqueued.
-func Resume(ctx context.Context, st store.Store, q queue.Queue, taskID string, now time.Time) (int, error) {
-	nos, err := releaseDeadLeases(ctx, st, taskID, now)
+func Resume(ctx context.Context, st store.Store, q queue.Queue, task store.Task, now time.Time) (int, error) {
+	nos, err := releaseDeadLeases(ctx, st, task.ID, now)
 	if err != nil {
-		return 0, fmt.Errorf("resume task %s: %w", taskID, err)
+		return 0, fmt.Errorf("resume task %s: %w", task.ID, err)
 	}
-	if err := q.Send(ctx, batchMessages(taskID, nos)); err != nil {
-		return 0, fmt.Errorf("resume task %s: enqueue: %w", taskID, err)
+	if err := q.Send(ctx, BatchMessages(task, nos)); err != nil {
+		return 0, fmt.Errorf("resume task %s: enqueue: %w", task.ID, err)
 	}
 	return len(nos), nil
 }
@@ -178,7 +170,7 @@ func (r Retrier) Retry(ctx context.Context, p RetryParams) (RetryOutcome, error)
 		if !r.OwnsWorkers {
 			return RetryOutcome{}, &StateError{Task: task, Action: "retried", Event: store.EventReopen}
 		}
-		n, err := Resume(ctx, r.Store, r.Queue, task.ID, p.Now)
+		n, err := Resume(ctx, r.Store, r.Queue, task, p.Now)
 		return RetryOutcome{Task: task, Resumed: true, Batches: n}, err
 	}
 	reopened, n, err := Reopen(ctx, r.Store, r.Queue, task.ID, p.ErrorClass, p.Now, r.OwnsWorkers)
@@ -231,7 +223,7 @@ func ResumeUnfinished(ctx context.Context, st store.Store, q queue.Queue, export
 				report.Exports++
 			}
 		case t.State == store.TaskRunning:
-			n, err := Resume(ctx, st, q, t.ID, now)
+			n, err := Resume(ctx, st, q, t, now)
 			if err != nil {
 				errs = append(errs, err)
 				continue

@@ -109,6 +109,14 @@ type Message struct {
 	ReceiveCount int
 }
 
+// again is m sent again after delay, in the group its body names.
+func (m Message) again(delay time.Duration) queue.Outgoing {
+	if bm, err := DecodeBatchMessage(m.Body); err == nil {
+		return queue.Outgoing{Body: m.Body, Delay: delay, Group: bm.Owner}
+	}
+	return queue.Outgoing{Body: m.Body, Delay: delay}
+}
+
 // Apply carries out s on m through q, except for the deletion itself: it
 // reports whether m is to be removed, which the caller does its own way
 // (LocalWorkers deletes it; the Lambda handler leaves it out of the batch
@@ -136,7 +144,7 @@ func (s Settlement) Apply(ctx context.Context, q queue.Queue, m Message, log *sl
 		return false
 	}
 	if s.Action == SettleResend {
-		if err := q.Send(ctx, []queue.Outgoing{{Body: m.Body, Delay: s.Delay}}); err != nil {
+		if err := q.Send(ctx, []queue.Outgoing{m.again(s.Delay)}); err != nil {
 			// Fall back to the normal retry: it uses up a receive, but the
 			// batch is not left without a message.
 			log.WarnContext(ctx, "resend handed-back message failed; retrying it instead", "error", err)
@@ -155,7 +163,7 @@ func (s Settlement) Apply(ctx context.Context, q queue.Queue, m Message, log *sl
 	if !errors.Is(err, queue.ErrNotFound) {
 		log.WarnContext(ctx, "change visibility failed; sending a fresh message", "error", err)
 	}
-	if err := q.Send(ctx, []queue.Outgoing{{Body: m.Body, Delay: s.Delay}}); err != nil {
+	if err := q.Send(ctx, []queue.Outgoing{m.again(s.Delay)}); err != nil {
 		log.ErrorContext(ctx, "re-send message failed; it comes back when its visibility ends, or the sweeper re-enqueues the batch", "error", err)
 		return false
 	}

@@ -368,7 +368,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 			return false
 		})
 	}
-	if err := s.enqueue(ctx, task.ID, toSend); err != nil {
+	if err := s.enqueue(ctx, task, toSend); err != nil {
 		return store.Task{}, err
 	}
 	t, err := s.store.TransitionTask(ctx, store.EventSplit.Params(task.ID, s.cfg.Clock.Now()))
@@ -575,13 +575,13 @@ func (s *Splitter) unsent(ctx context.Context, taskID string, batches int, resum
 	return out, nil
 }
 
-func (s *Splitter) enqueue(ctx context.Context, taskID string, batches []int) error {
+func (s *Splitter) enqueue(ctx context.Context, task store.Task, batches []int) error {
 	if len(batches) == 0 {
 		return nil
 	}
 	// One Send: the queue adapters split it as their backend needs.
-	if err := s.queue.Send(ctx, batchMessages(taskID, batches)); err != nil {
-		return fmt.Errorf("split %s: enqueue %d batches: %w", taskID, len(batches), err)
+	if err := s.queue.Send(ctx, BatchMessages(task, batches)); err != nil {
+		return fmt.Errorf("split %s: enqueue %d batches: %w", task.ID, len(batches), err)
 	}
 	return nil
 }

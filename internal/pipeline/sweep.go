@@ -155,7 +155,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 		dl, ok := ctx.Deadline()
 		return ok && time.Until(dl) < cfg.DeadlineMargin
 	}
-	finished := map[string]bool{} // per task: no batch of it needs work
+	tasks := map[string]sweptTask{} // per task: whether any batch of it needs work, and its owner
 	seen := 0
 	for {
 		batches, err := s.store.ListOpenBatches(ctx, store.ListOpenBatchesParams{UpdatedBefore: now.Add(-cfg.PendingAfter), After: after, Limit: cfg.Limit})
@@ -165,7 +165,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepReport, error) {
 			return report, errors.Join(append(errs, fmt.Errorf("sweep: list open batches: %w", err))...)
 		}
 		seen += len(batches)
-		errs = s.sweepPage(ctx, cfg, batches, finished, now, log, &report, errs)
+		errs = s.sweepPage(ctx, cfg, batches, tasks, now, log, &report, errs)
 		if len(batches) < cfg.Limit {
 			after = store.OpenCursor{}
 			break
@@ -195,33 +195,41 @@ func (s *Sweeper) keepPlace(c store.OpenCursor) {
 	s.resume = c
 }
 
+// sweptTask is what a sweep learnt of a task with open batches.
+type sweptTask struct {
+	// done: no batch of it needs work (finished, cancelled or gone).
+	done bool
+	// owner is its principal, the group of its messages.
+	owner string
+}
+
 // sweepPage acts on one page of open batches: parks those of tasks with no
 // work left, fails stuck ones, re-enqueues stale ones and resets expired
 // leases.
-func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []store.Batch, finished map[string]bool, now time.Time, log *slog.Logger, report *SweepReport, errs []error) []error {
+func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []store.Batch, tasks map[string]sweptTask, now time.Time, log *slog.Logger, report *SweepReport, errs []error) []error {
 	var msgs []queue.Outgoing
 	parked := map[string]int{}
 	for _, b := range batches {
 		if cfg.TaskID != "" && b.TaskID != cfg.TaskID {
 			continue
 		}
-		done, seen := finished[b.TaskID]
+		task, seen := tasks[b.TaskID]
 		if !seen {
 			t, err := s.store.GetTask(ctx, b.TaskID)
 			switch {
 			case errors.Is(err, store.ErrNotFound):
-				done = true // expired or deleted: nothing will ever run it
+				task.done = true // expired or deleted: nothing will ever run it
 			case err != nil:
 				errs = append(errs, fmt.Errorf("task of batch %s/%d: %w", b.TaskID, b.No, err))
 				continue
 			default:
 				// A cancelled or failed task's open batches stay as they
 				// are: its remaining rows are not to run.
-				done = t.State.Final()
+				task = sweptTask{done: t.State.Final(), owner: t.Owner}
 			}
-			finished[b.TaskID] = done
+			tasks[b.TaskID] = task
 		}
-		if done {
+		if task.done {
 			err := s.store.ParkBatch(ctx, store.ParkBatchParams{TaskID: b.TaskID, BatchNo: b.No, UpdatedAt: b.UpdatedAt})
 			switch {
 			case err == nil:
@@ -271,7 +279,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 		default:
 			continue
 		}
-		msgs = append(msgs, queue.Outgoing{Body: EncodeBatchMessage(b.TaskID, b.No)})
+		msgs = append(msgs, BatchMessage{TaskID: b.TaskID, BatchNo: b.No, Owner: task.owner}.Outgoing(0))
 	}
 	for id, n := range parked {
 		log.InfoContext(ctx, "sweeper parked the open batches of a task with no work left", logging.TaskID, id, "batches", n)

@@ -20,6 +20,12 @@ type Outgoing struct {
 	Body []byte
 	// Delay keeps the message invisible for this long after sending.
 	Delay time.Duration
+	// Group names the tenant whose work the message carries (a batch's
+	// principal). Queues share their consumers fairly among groups with
+	// work waiting: the embedded queue serves them in turn, and an SQS
+	// standard queue takes it as the MessageGroupId of a fair queue. ""
+	// is a group of its own.
+	Group string
 }
 
 // Delivery is a received message.
@@ -32,6 +38,10 @@ type Delivery struct {
 	// ReceiveCount is how many times the message has been received, this
 	// delivery included.
 	ReceiveCount int
+	// Group is the group the message was sent in (Outgoing.Group), where
+	// the adapter reports it: the dead letters that SQS redrives by hand
+	// keep their group.
+	Group string
 }
 
 // Queue is an at-least-once queue. A received message stays invisible for the

@@ -122,11 +122,11 @@ func (q *Queue) Send(ctx context.Context, msgs []queue.Outgoing) error {
 			if body == nil {
 				body = []byte{} // nil binds as NULL
 			}
-			args = append(args, q.name, body, now+m.Delay.Milliseconds(), now)
+			args = append(args, q.name, body, now+m.Delay.Milliseconds(), now, m.Group)
 		}
-		tuple := "(?, ?, ?, NULL, 0, 0, ?)"
+		tuple := "(?, ?, ?, NULL, 0, 0, ?, ?)"
 		if _, err := tx.ExecContext(ctx, `INSERT INTO queue_messages
-			(queue, body, visible_at, receipt, receive_count, dead, created_at) VALUES `+
+			(queue, body, visible_at, receipt, receive_count, dead, created_at, grp) VALUES `+
 			strings.TrimSuffix(strings.Repeat(tuple+", ", len(part)), ", "), args...); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -148,20 +148,170 @@ func (q *Queue) buryExhausted(ctx context.Context, tx *sql.Tx, now int64) error 
 	return nil
 }
 
-// Receive delivers up to max visible messages, oldest first, hiding them for
-// the visibility timeout. It never waits for messages to arrive.
+// Receive delivers up to max visible messages, hiding them for the
+// visibility timeout. It serves the groups (queue.Outgoing.Group) that have
+// messages visible in turn: the group served least recently first, then
+// the others, round and round, each time with its oldest visible message.
+// So a group with a backlog of thousands takes every other message while a
+// second group has work waiting, instead of all of them until its backlog
+// is gone. With one group, the oldest visible messages come first. It never
+// waits for messages to arrive.
 func (q *Queue) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
+	return q.receive(ctx, max, nil)
+}
+
+// ReceiveOutside is Receive of the messages of groups other than busy
+// ones: for a worker kept for principals that have nothing in flight, so
+// that a newcomer's first batch starts at once instead of after one of the
+// batches in hand (pipeline.LocalWorkers).
+func (q *Queue) ReceiveOutside(ctx context.Context, max int, busy []string) ([]queue.Delivery, error) {
+	return q.receive(ctx, max, busy)
+}
+
+func (q *Queue) receive(ctx context.Context, max int, busy []string) ([]queue.Delivery, error) {
 	return q.deliveries(ctx, "receive from queue "+q.name, max, func(tx *sql.Tx, now int64) (*sql.Rows, error) {
+		groups, err := q.groupsInTurn(ctx, tx, now)
+		if err != nil {
+			return nil, err
+		}
+		groups = slices.DeleteFunc(groups, func(g string) bool { return slices.Contains(busy, g) })
+		hide := now + q.visibility.Milliseconds()
+		if len(groups) == 0 {
+			return tx.QueryContext(ctx, `SELECT id, receipt, body, receive_count, grp FROM queue_messages WHERE 0`)
+		}
+		if len(groups) == 1 && len(busy) == 0 {
+			// One group (a run's own queue): no turns to take.
+			return tx.QueryContext(ctx, `UPDATE queue_messages SET
+				receive_count = receive_count + 1,
+				receipt = lower(hex(randomblob(16))),
+				visible_at = ?
+			WHERE id IN (SELECT id FROM queue_messages
+				WHERE queue = ? AND dead = 0 AND visible_at <= ?
+				ORDER BY visible_at, id LIMIT ?)
+			RETURNING id, receipt, body, receive_count, grp`, hide, q.name, now, max)
+		}
+		ids, served, err := q.takeTurns(ctx, tx, now, groups, max)
+		if err != nil {
+			return nil, err
+		}
+		// The turns: the groups served, in the order of their last message
+		// taken, move behind every other group.
+		for _, grp := range served {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO queue_groups (queue, grp, turn)
+				VALUES (?1, ?2, (SELECT COALESCE(MAX(turn), 0) + 1 FROM queue_groups WHERE queue = ?1))
+				ON CONFLICT (queue, grp) DO UPDATE SET turn = excluded.turn`, q.name, grp); err != nil {
+				return nil, fmt.Errorf("record the turn of group %q: %w", grp, err)
+			}
+		}
 		return tx.QueryContext(ctx, `UPDATE queue_messages SET
 			receive_count = receive_count + 1,
 			receipt = lower(hex(randomblob(16))),
 			visible_at = ?
-		WHERE id IN (SELECT id FROM queue_messages
-			WHERE queue = ? AND dead = 0 AND visible_at <= ?
-			ORDER BY visible_at, id LIMIT ?)
-		RETURNING id, receipt, body, receive_count`,
-			now+q.visibility.Milliseconds(), q.name, now, max)
+		WHERE id IN (SELECT value FROM json_each(?))
+		RETURNING id, receipt, body, receive_count, grp`, hide, jsonIDs(ids))
 	})
+}
+
+// groupsInTurn lists the groups with messages visible at now, the one
+// served least recently (or never) first, ties to the older message. The
+// groups come from a skip scan of the group index: a few lookups a group,
+// however many messages wait.
+func (q *Queue) groupsInTurn(ctx context.Context, tx *sql.Tx, now int64) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `
+WITH RECURSIVE groups(grp) AS (
+	SELECT MIN(grp) FROM queue_messages WHERE queue = ?1 AND dead = 0
+	UNION ALL
+	SELECT (SELECT MIN(grp) FROM queue_messages WHERE queue = ?1 AND dead = 0 AND grp > groups.grp)
+	FROM groups WHERE groups.grp IS NOT NULL
+),
+heads AS (
+	SELECT grp, (SELECT id FROM queue_messages m
+		WHERE m.queue = ?1 AND m.dead = 0 AND m.grp = groups.grp AND m.visible_at <= ?2
+		ORDER BY m.visible_at, m.id LIMIT 1) AS id
+	FROM groups WHERE grp IS NOT NULL
+)
+SELECT heads.grp FROM heads
+LEFT JOIN queue_groups g ON g.queue = ?1 AND g.grp = heads.grp
+WHERE heads.id IS NOT NULL
+ORDER BY COALESCE(g.turn, 0), heads.id`, q.name, now)
+	if err != nil {
+		return nil, fmt.Errorf("list the groups waiting: %w", err)
+	}
+	defer rows.Close()
+	var groups []string
+	for rows.Next() {
+		var g string
+		if err := rows.Scan(&g); err != nil {
+			return nil, fmt.Errorf("list the groups waiting: %w", err)
+		}
+		groups = append(groups, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list the groups waiting: %w", err)
+	}
+	return groups, nil
+}
+
+// takeTurns picks up to max visible messages from groups in turn (groups
+// in the order they are due), and returns their ids and the groups served,
+// in the order of the last message each gave.
+func (q *Queue) takeTurns(ctx context.Context, tx *sql.Tx, now int64, groups []string, max int) ([]any, []string, error) {
+	heads := make([][]int64, len(groups))
+	for i, g := range groups {
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM queue_messages
+			WHERE queue = ? AND dead = 0 AND grp = ? AND visible_at <= ?
+			ORDER BY visible_at, id LIMIT ?`, q.name, g, now, max)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read group %q: %w", g, err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, nil, fmt.Errorf("read group %q: %w", g, err)
+			}
+			heads[i] = append(heads[i], id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, nil, fmt.Errorf("read group %q: %w", g, err)
+		}
+	}
+	var ids []any
+	last := make([]int, len(groups)) // position of each group's last pick, 0 for none
+	for taken := true; taken && len(ids) < max; {
+		taken = false
+		for i := range groups {
+			if len(ids) == max || len(heads[i]) == 0 {
+				continue
+			}
+			ids = append(ids, heads[i][0])
+			heads[i] = heads[i][1:]
+			last[i] = len(ids)
+			taken = true
+		}
+	}
+	order := make([]int, 0, len(groups))
+	for i := range groups {
+		if last[i] > 0 {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(last[a], last[b]) })
+	served := make([]string, len(order))
+	for k, i := range order {
+		served[k] = groups[i]
+	}
+	return ids, served, nil
+}
+
+// jsonIDs is ids as a JSON array, for one statement whatever their number.
+func jsonIDs(ids []any) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprint(id)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
 }
 
 // deliveries reads up to max deliveries with query in one transaction,
@@ -194,7 +344,7 @@ func (q *Queue) deliveries(ctx context.Context, what string, max int, query func
 	return ds, nil
 }
 
-// scanDeliveries reads id, receipt token, body, receive count rows, closes
+// scanDeliveries reads id, receipt token, body, receive count, group rows, closes
 // them and returns the deliveries ordered by message ID.
 func scanDeliveries(rows *sql.Rows) ([]queue.Delivery, error) {
 	defer rows.Close()
@@ -209,7 +359,7 @@ func scanDeliveries(rows *sql.Rows) ([]queue.Delivery, error) {
 			token sql.NullString
 			d     queue.Delivery
 		)
-		if err := rows.Scan(&id, &token, &d.Body, &d.ReceiveCount); err != nil {
+		if err := rows.Scan(&id, &token, &d.Body, &d.ReceiveCount, &d.Group); err != nil {
 			return nil, err
 		}
 		d.ID = strconv.FormatInt(id, 10)
@@ -287,7 +437,7 @@ func (q *Queue) ChangeVisibility(ctx context.Context, receipt string, d time.Dur
 // The deliveries carry no receipt.
 func (q *Queue) ListDead(ctx context.Context, max int) ([]queue.Delivery, error) {
 	return q.deliveries(ctx, "list dead letters of queue "+q.name, max, func(tx *sql.Tx, _ int64) (*sql.Rows, error) {
-		return tx.QueryContext(ctx, `SELECT id, NULL, body, receive_count FROM queue_messages
+		return tx.QueryContext(ctx, `SELECT id, NULL, body, receive_count, grp FROM queue_messages
 		WHERE queue = ? AND dead = 1 ORDER BY id LIMIT ?`, q.name, max)
 	})
 }

@@ -405,3 +405,44 @@ func TestBacklog(t *testing.T) {
 	}
 	check("a dead-lettered, b and c in flight", backlog{Visible: 0, Oldest: 66 * time.Second})
 }
+
+// BenchmarkReceiveFromBacklog: one receive and delete while 20,000 messages
+// of two groups wait (a 200,000-row task in batches of 10 beside a small
+// one): taking turns must cost a few index lookups a group, not a scan of
+// the backlog.
+func BenchmarkReceiveFromBacklog(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "batchgen.db")
+	s, err := sqlitestore.Open(path, sqlitestore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	q, err := sqlitequeue.New(s.DB(), sqlitequeue.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	var msgs []queue.Outgoing
+	for i := range 20_000 {
+		group := "big"
+		if i%1000 == 0 {
+			group = "small"
+		}
+		msgs = append(msgs, queue.Outgoing{Body: []byte(`{"task_id":"t","batch_no":1}`), Group: group})
+	}
+	if err := q.Send(ctx, msgs); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		ds, err := q.Receive(ctx, 1)
+		if err != nil || len(ds) != 1 {
+			b.Fatalf("receive = %d, %v", len(ds), err)
+		}
+		if err := q.Send(ctx, []queue.Outgoing{{Body: ds[0].Body, Group: ds[0].Group}}); err != nil {
+			b.Fatal(err)
+		}
+		if err := q.Delete(ctx, ds[0].Receipt); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

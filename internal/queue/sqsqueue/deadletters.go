@@ -233,7 +233,7 @@ func (q *Queue) redriveByHand(ctx context.Context) (int, error) {
 			MaxNumberOfMessages:         maxBatch,
 			WaitTimeSeconds:             seconds(max(q.opts.WaitTime, time.Second), maxWait),
 			VisibilityTimeout:           seconds(redriveHidden, MaxVisibility),
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameMessageGroupId},
 		})
 		if err != nil {
 			return moved, fmt.Errorf("receive dead letters: %w", err)
@@ -243,7 +243,8 @@ func (q *Queue) redriveByHand(ctx context.Context) (int, error) {
 		}
 		send := make([]types.SendMessageBatchRequestEntry, len(ds))
 		for i, d := range ds {
-			send[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(d.Body))}
+			// The group is already a valid MessageGroupId: it was sent as one.
+			send[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(d.Body)), MessageGroupId: messageGroupID(d.Group)}
 		}
 		out, err := q.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.url), Entries: send})
 		if err != nil {

@@ -43,6 +43,8 @@ package sqsqueue
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -185,9 +187,10 @@ func (q *Queue) sendChunk(ctx context.Context, msgs []queue.Outgoing, start, end
 	entries := make([]types.SendMessageBatchRequestEntry, 0, end-start)
 	for i := start; i < end; i++ {
 		entries = append(entries, types.SendMessageBatchRequestEntry{
-			Id:           aws.String(strconv.Itoa(i)),
-			MessageBody:  aws.String(string(msgs[i].Body)),
-			DelaySeconds: seconds(msgs[i].Delay, MaxDelay),
+			Id:             aws.String(strconv.Itoa(i)),
+			MessageBody:    aws.String(string(msgs[i].Body)),
+			DelaySeconds:   seconds(msgs[i].Delay, MaxDelay),
+			MessageGroupId: messageGroupID(msgs[i].Group),
 		})
 	}
 	out, err := q.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.url), Entries: entries})
@@ -210,6 +213,29 @@ func batchFailures(what string, failed []types.BatchResultErrorEntry) error {
 	return fmt.Errorf("%d failed: %s", len(failed), strings.Join(parts, "; "))
 }
 
+// maxGroupID is the longest MessageGroupId SQS takes.
+const maxGroupID = 128
+
+// messageGroupID is group as an SQS MessageGroupId: on a standard queue it
+// names the tenant of a fair queue. SQS takes up to 128 letters, digits and
+// ASCII punctuation; a group it would refuse (a principal with other
+// characters, or a longer one) is sent as a digest of itself, which
+// tells the same tenants apart. nil for no group.
+func messageGroupID(group string) *string {
+	if group == "" {
+		return nil
+	}
+	ok := len(group) <= maxGroupID
+	for i := 0; ok && i < len(group); i++ {
+		ok = group[i] > ' ' && group[i] <= '~'
+	}
+	if ok {
+		return aws.String(group)
+	}
+	sum := sha256.Sum256([]byte(group))
+	return aws.String("sha256-" + hex.EncodeToString(sum[:]))
+}
+
 // Receive long-polls for up to max messages (at most 10, SQS's limit) for
 // Options.WaitTime, and returns as soon as any arrive.
 func (q *Queue) Receive(ctx context.Context, max int) ([]queue.Delivery, error) {
@@ -221,7 +247,7 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]queue.Delivery, error) 
 		QueueUrl:                    aws.String(q.url),
 		MaxNumberOfMessages:         int32(min(max, maxBatch)),
 		WaitTimeSeconds:             seconds(q.opts.WaitTime, maxWait),
-		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount, types.MessageSystemAttributeNameMessageGroupId},
 	}
 	if q.opts.Visibility > 0 {
 		in.VisibilityTimeout = seconds(q.opts.Visibility, MaxVisibility)
@@ -262,6 +288,7 @@ func delivery(m types.Message) (queue.Delivery, error) {
 		Receipt:      aws.ToString(m.ReceiptHandle),
 		Body:         []byte(aws.ToString(m.Body)),
 		ReceiveCount: count,
+		Group:        m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
 	}, nil
 }
 
