@@ -44,7 +44,7 @@ bench: ## the benchmark table: every figure against its target (met/MISSED), JSO
 	./scripts/bench.sh
 
 .PHONY: bench-quick
-bench-quick: ## the reduced benchmark table (quota, overhead, speedup, columns), under two minutes
+bench-quick: ## the reduced benchmark table (quota, overhead, speedup, columns, fairness), about two minutes
 	./scripts/bench.sh --quick
 
 # make bench-compare OLD NEW, or make bench-compare OLD=a.json NEW=b.json

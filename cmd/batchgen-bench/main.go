@@ -134,6 +134,7 @@ var measures = []measure{
 	{"kill-loop", false, measureKillLoop},              // 7
 	{"rerun", false, measureRerun},                     // issue 18: a result sent back in
 	{"columns", true, measureColumns},                  // issue 17: typed columns, several rows per call
+	{"fairness", true, measureFairness},                // issue 20: two principals share the quota
 }
 
 func main() {

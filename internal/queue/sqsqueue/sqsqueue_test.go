@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,5 +162,36 @@ func TestDelivery(t *testing.T) {
 	}
 	if _, err := delivery(types.Message{MessageId: aws.String("m2")}); err == nil {
 		t.Error("delivery without a receive count succeeded, want an error")
+	}
+}
+
+// TestMessageGroupID: a principal SQS takes as a MessageGroupId goes as it
+// is; one it would refuse (other characters, over 128 of them) as a digest
+// that still tells principals apart; no group, no MessageGroupId.
+func TestMessageGroupID(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 129)
+	tests := []struct{ group, want string }{
+		{"", ""},
+		{"alice", "alice"},
+		{"token-0123abcd", "token-0123abcd"},
+		{"auth0|5f1c2a!~", "auth0|5f1c2a!~"},
+		{strings.Repeat("y", 128), strings.Repeat("y", 128)},
+	}
+	for _, tc := range tests {
+		if got := aws.ToString(messageGroupID(tc.group)); got != tc.want {
+			t.Errorf("messageGroupID(%q) = %q, want %q", tc.group, got, tc.want)
+		}
+	}
+	seen := map[string]string{}
+	for _, g := range []string{"张三", "李四", "bob smith", long, long + "z"} {
+		id := aws.ToString(messageGroupID(g))
+		if len(id) > maxGroupID || !strings.HasPrefix(id, "sha256-") {
+			t.Errorf("messageGroupID(%q) = %q, want a digest of at most %d characters", g, id, maxGroupID)
+		}
+		if other, dup := seen[id]; dup {
+			t.Errorf("%q and %q share the MessageGroupId %q", g, other, id)
+		}
+		seen[id] = g
 	}
 }
