@@ -90,3 +90,42 @@ func TestServeSharesTheQuotaBetweenPrincipals(t *testing.T) {
 		t.Errorf("alice finished %d rows while bob's 40 ran; the principals did not share the quota", meanwhile)
 	}
 }
+
+// TestServePrincipalLimits: serve's --max-active-tasks reaches the API: a
+// principal with one task running is refused a second with 429 and
+// Retry-After, and another principal is not.
+func TestServePrincipalLimits(t *testing.T) {
+	t.Parallel()
+	tokens := map[string]string{"alice": strings.Repeat("a", 24), "bob": strings.Repeat("b", 24)}
+	srv := startServeWith(t, filepath.Join(t.TempDir(), "data"), []string{"BATCHGEN_API_TOKENS=alice:" + tokens["alice"] + ",bob:" + tokens["bob"]},
+		"--provider", "sim", "--sim-latency", "500ms", "--concurrency", "1", "--max-active-tasks", "1", "--log-level", "warn")
+	upload := func(who string) *http.Response {
+		t.Helper()
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		fw, _ := mw.CreateFormFile("file", who+".csv")
+		_, _ = io.WriteString(fw, "name\n"+strings.Repeat("brick\n", 20))
+		_ = mw.WriteField("prompt", "{{name}}")
+		_ = mw.Close()
+		req, _ := http.NewRequest("POST", srv.url+"/api/tasks", &body)
+		req.Header.Set("Authorization", "Bearer "+tokens[who])
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	if resp := upload("alice"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("alice's first task: %s", resp.Status)
+	}
+	resp := upload("alice")
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(msg), "max active tasks 1") {
+		t.Errorf("alice's second task while the first runs: %s, Retry-After %q, %s; want 429 naming the limit", resp.Status, resp.Header.Get("Retry-After"), msg)
+	}
+	if resp := upload("bob"); resp.StatusCode != http.StatusCreated {
+		t.Errorf("bob's first task: %s, want 201", resp.Status)
+	}
+}

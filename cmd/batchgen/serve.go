@@ -41,7 +41,9 @@ type serveOptions struct {
 	allowModels    []string
 	maxTokensLimit int
 	maxBatchSize   int
-	maxFileBytes   int64
+	// The per-principal limits (api.Limits).
+	maxActiveTasks, maxRowsPerDay, maxStreams int
+	maxFileBytes                              int64
 	// maxInlineBytes is web.Config.MaxInlineBytes: the largest sheet the
 	// page sends inside one request.
 	maxInlineBytes int64
@@ -83,6 +85,9 @@ loopback interface only, and every caller is --drop-owner.`,
 	fs.StringSliceVar(&o.allowModels, "allow-models", nil, "models an API request may name, comma-separated (the default --model is always allowed); empty allows the default only")
 	fs.IntVar(&o.maxTokensLimit, "max-tokens-limit", 100_000, "largest max_tokens an API request may ask for")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", 1000, "largest batch_size an API request may ask for")
+	fs.IntVar(&o.maxActiveTasks, "max-active-tasks", 20, "most unfinished tasks one principal may have; another is answered 429 (0: no limit)")
+	fs.IntVar(&o.maxRowsPerDay, "max-rows-per-day", 1_000_000, "most rows of the tasks one principal creates in 24 hours; a sheet that would pass it is answered 429 (0: no limit)")
+	fs.IntVar(&o.maxStreams, "max-streams", 20, "most progress streams (the page's live view) one principal may have open; another is answered 429 (0: no limit)")
 	fs.Int64Var(&o.maxFileBytes, "max-file-bytes", pipeline.DefaultMaxInputBytes, "largest sheet accepted, through the API or the drop folder, in bytes")
 	fs.Int64Var(&o.maxInlineBytes, "max-inline-bytes", 0, "largest sheet the web page sends inside one request, in bytes; it uploads a larger one to its task's upload URL, as it must behind a proxy that bounds requests (0: any sheet up to --max-file-bytes)")
 	o.registerSpec(fs)
@@ -111,6 +116,9 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	dropFormat, err := store.ParseResultFormat(o.dropResultFormat)
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--drop-result-format: %w", err)}
+	}
+	if o.maxActiveTasks < 0 || o.maxRowsPerDay < 0 || o.maxStreams < 0 {
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-active-tasks, --max-rows-per-day and --max-streams must be 0 (no limit) or more")}
 	}
 	if o.maxTokensLimit < 1 || o.maxBatchSize < 1 || o.maxFileBytes < 1 {
 		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-tokens-limit, --max-batch-size and --max-file-bytes must be at least 1")}
@@ -165,6 +173,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		Engine: j.engine, Bucket: bucket, Auth: auth, Spec: spec, DropSpec: dropSpec,
 		Limits: api.Limits{
 			Models: o.allowModels, ModelFixed: j.providers.FixedModels(), MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
+			MaxActiveTasks: o.maxActiveTasks, MaxRowsPerDay: o.maxRowsPerDay, MaxStreams: o.maxStreams,
 			MaxFileBytes: o.maxFileBytes, MaxRows: o.maxRows,
 		},
 		MaxInlineBytes: o.maxInlineBytes, DropOwner: o.dropOwner, DropInterval: o.dropInterval,

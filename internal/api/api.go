@@ -85,6 +85,13 @@ type Limits struct {
 	// MaxRows is the most data rows a sheet may have; 0 takes the sheet
 	// reader's default.
 	MaxRows int
+
+	// The per-principal limits, each 0 for none. MaxActiveTasks caps a
+	// principal's unfinished tasks; MaxRowsPerDay the rows of the tasks it
+	// created in the last 24 hours (a sheet sent to its upload URL counts
+	// from then on: its rows are not known when its task is created);
+	// MaxStreams its event streams open at once, per server process.
+	MaxActiveTasks, MaxRowsPerDay, MaxStreams int
 }
 
 // Route is an extra route served behind the same authentication, such as
@@ -340,6 +347,8 @@ func newHandler(name string, cfg Config, routes []route) http.Handler {
 
 type server struct {
 	cfg Config
+	// streams counts the open event streams per principal.
+	streams streams
 }
 
 // recoverer turns a panic in a handler into a logged 500: net/http would

@@ -106,6 +106,16 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	leave, ok := s.streams.enter(principal(r), s.cfg.Limits.MaxStreams)
+	if !ok {
+		(&refusal{
+			message: fmt.Sprintf("%s has %d event streams open, the most one principal may have (max streams); close one, or poll GET /api/tasks/%s",
+				principal(r), s.cfg.Limits.MaxStreams, id),
+			retryAfter: reconnectMillis * time.Millisecond,
+		}).write(w)
+		return
+	}
+	defer leave()
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")

@@ -178,7 +178,11 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, CreatedAt: s.cfg.Clock.Now().UTC()}
 	// A sheet sent inside the request creates no task when it is
 	// rejected: the answer is the only record, on both runtimes.
-	if ok, _ := s.check(w, file, rec); !ok {
+	ok, _, rows := s.check(w, file, rec)
+	if !ok {
+		return
+	}
+	if !s.admitted(w, r, rec.Owner, rows) {
 		return
 	}
 	s.store(w, r, http.StatusCreated, file, rec)
@@ -271,8 +275,8 @@ func (s *server) receiveError(w http.ResponseWriter, r *http.Request, filename s
 // not its name), 413 for limits of size, 400 for the rest. It reports
 // whether the sheet passed, and whether it was rejected (rather than
 // failed to be read for an internal reason).
-func (s *server) check(w http.ResponseWriter, file string, rec pipeline.UploadRecord) (ok, rejected bool) {
-	_, err := pipeline.Validate(pipeline.SplitParams{
+func (s *server) check(w http.ResponseWriter, file string, rec pipeline.UploadRecord) (ok, rejected bool, rows int) {
+	v, err := pipeline.Validate(pipeline.SplitParams{
 		TaskID: rec.TaskID, Path: file, Source: rec.Filename, Owner: rec.Owner, Spec: rec.Spec, Encoding: rec.Encoding,
 		Limits:        sheet.Limits{MaxRows: s.cfg.Limits.MaxRows, MaxFileBytes: s.cfg.Limits.MaxFileBytes},
 		DefaultPrompt: s.cfg.DefaultSpec.Prompt, DefaultColumns: s.cfg.DefaultSpec.Columns,
@@ -280,7 +284,7 @@ func (s *server) check(w http.ResponseWriter, file string, rec pipeline.UploadRe
 	var rej *pipeline.RejectedError
 	switch {
 	case err == nil:
-		return true, false
+		return true, false, v.Summary.Rows
 	case errors.As(err, &rej) && errors.Is(err, sheet.ErrUnsupportedFormat):
 		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", rej.Error())
 	case errors.As(err, &rej) && errors.Is(err, sheet.ErrFileTooLarge):
@@ -290,9 +294,25 @@ func (s *server) check(w http.ResponseWriter, file string, rec pipeline.UploadRe
 	default:
 		s.cfg.Logger.Error("api: validate upload", "task_id", rec.TaskID, "error", err)
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
-		return false, false
+		return false, false, 0
 	}
-	return false, true
+	return false, true, 0
+}
+
+// admitted checks a new task of owner with rows rows against the principal
+// limits and answers the refusal if there is one.
+func (s *server) admitted(w http.ResponseWriter, r *http.Request, owner string, rows int) bool {
+	refused, err := s.admit(r.Context(), owner, rows)
+	if err != nil {
+		s.internalError(w, r, "check the principal limits", err)
+		return false
+	}
+	if refused != nil {
+		s.cfg.Logger.Info("task refused: principal limit", "owner", owner, "reason", refused.message)
+		refused.write(w)
+		return false
+	}
+	return true
 }
 
 // store puts a checked sheet where the splitter takes it
@@ -401,6 +421,9 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
+	if !s.admitted(w, r, principal(r), 0) {
+		return
+	}
 	contentType := UploadContentType(req.Filename)
 	ctx := r.Context()
 	id := s.cfg.NewID()
@@ -478,7 +501,7 @@ func (s *server) uploadTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("the body is not the %d bytes task %s was created for", rec.Size, id))
 		return
 	}
-	if ok, rejected := s.check(w, file, rec); !ok {
+	if ok, rejected, _ := s.check(w, file, rec); !ok {
 		if rejected {
 			s.recordRejected(r, file, rec)
 		}

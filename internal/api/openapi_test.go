@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/store"
 )
 
 func loadOpenAPI(t *testing.T) *openapi3.T {
@@ -319,4 +320,30 @@ func provokeEveryStatus(t *testing.T, o *observer) {
 	noRetry := e.config
 	noRetry.Retrier = nil
 	o.serve(api.New(noRetry), "alice", request("POST", "/api/tasks/"+partial+"/retry", "", nil))
+
+	// The per-principal limits: a sheet past the day's rows, and a second
+	// stream of alice's while her first is open.
+	limited := e.config
+	limited.Limits.MaxRowsPerDay, limited.Limits.MaxStreams = 1, 1
+	lh := api.New(limited)
+	ct, body = csv(map[string]string{"prompt": "{{name}}"})
+	o.serve(lh, "alice", request("POST", "/api/tasks", ct, body))
+	const watched = "abcdef0123456789abcdef0123456789"
+	if err := e.store.CreateTask(ctx, store.Task{ID: watched, Owner: "alice", State: store.TaskRunning, Source: "w.csv", Header: []string{"a"},
+		RowsTotal: 1, BatchesTotal: 1, Spec: store.TaskSpec{Prompt: "{{a}}", Provider: "sim", BatchSize: 1}, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(lh)
+	defer srv.Close()
+	first, err := http.NewRequest("GET", srv.URL+"/api/tasks/"+watched+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Header.Set("Authorization", "Bearer "+tokens["alice"])
+	open, err := http.DefaultClient.Do(first)
+	if err != nil || open.StatusCode != http.StatusOK {
+		t.Fatalf("alice's first stream: %v %v", open, err)
+	}
+	defer open.Body.Close()
+	o.serve(lh, "alice", request("GET", "/api/tasks/"+watched+"/events", "", nil))
 }

@@ -118,6 +118,10 @@ type Env struct {
 	// MaxTokensLimit caps a request's max_tokens (MAX_TOKENS_LIMIT,
 	// optional); 0 takes the API's default.
 	MaxTokensLimit int
+	// MaxActiveTasks and MaxRowsPerDay are the per-principal limits of the
+	// api function (MAX_ACTIVE_TASKS, MAX_ROWS_PER_DAY; 0 or unset: none),
+	// api.Limits's.
+	MaxActiveTasks, MaxRowsPerDay int
 	// MaxBatchSize caps a request's batch_size (MAX_BATCH_SIZE, optional);
 	// 0 takes the API's default.
 	MaxBatchSize int
@@ -192,6 +196,8 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		e.DefaultRowsPerCall = 0
 	}
 	e.MaxTokensLimit = intVar("MAX_TOKENS_LIMIT", 0, 0)
+	e.MaxActiveTasks = intVar("MAX_ACTIVE_TASKS", 0, 0)
+	e.MaxRowsPerDay = intVar("MAX_ROWS_PER_DAY", 0, 0)
 	e.MaxBatchSize = intVar("MAX_BATCH_SIZE", 0, 0)
 	e.AllowedModels = list(getenv("ALLOWED_MODELS"))
 	e.ProviderAPIKeyParams = list(getenv("PROVIDER_API_KEY_PARAMS"))

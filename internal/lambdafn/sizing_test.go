@@ -10,6 +10,10 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
+// accountConcurrency is a new account's Lambda concurrency in a region, and
+// unreservedConcurrency what Lambda keeps out of reserved concurrency.
+const accountConcurrency, unreservedConcurrency = 1000, 100
+
 // sqsNoisyInFlight is how many of its messages a tenant of an SQS fair
 // queue must have in flight before SQS can take it for a noisy neighbour
 // by its share of the messages in flight (the SQS Developer Guide, "How
@@ -97,6 +101,18 @@ func TestGeneratorSizing(t *testing.T) {
 	// the instances must hold 30 messages between them.
 	if inFlight := instances * messages; inFlight < sqsNoisyInFlight {
 		t.Errorf("MaxConcurrency %v x %v messages an invocation = %v messages in flight, under the %d an SQS fair queue needs to see one tenant's backlog by its in-flight share", instances, messages, inFlight, sqsNoisyInFlight)
+	}
+	// The events function's reserved concurrency bounds the open streams,
+	// so viewers cannot take the generators' concurrency; it is taken out
+	// of the account's (1,000 by default, of which Lambda keeps 100
+	// unreserved), and the generators' instances must still fit beside it.
+	events := num("Parameters", "EventsConcurrency", "Default")
+	if ref := get("Resources", "EventsFunction", "Properties", "ReservedConcurrentExecutions"); fmt.Sprint(ref) != fmt.Sprint(map[string]any{"!Ref": "EventsConcurrency"}) {
+		t.Errorf("EventsFunction ReservedConcurrentExecutions = %v, want !Ref EventsConcurrency", ref)
+	}
+	if events+instances > accountConcurrency-unreservedConcurrency {
+		t.Errorf("EventsConcurrency %v + MaxConcurrency %v generators exceed the %d a default account can give beside the %d Lambda keeps unreserved",
+			events, instances, accountConcurrency-unreservedConcurrency, unreservedConcurrency)
 	}
 	if lease := time.Duration(num("Parameters", "LeaseSeconds", "MinValue")) * time.Second; lease <= time.Duration(timeout)*time.Second {
 		t.Errorf("LeaseSeconds MinValue %v must exceed the generator Timeout %vs", lease, timeout)

@@ -429,7 +429,7 @@ func TestTemplateFunctions(t *testing.T) {
 			}
 			if name == "api" {
 				// The API's request limits (api.Limits).
-				wantEnv = append(wantEnv, "ALLOWED_MODELS", "MAX_BATCH_SIZE", "MAX_TOKENS_LIMIT")
+				wantEnv = append(wantEnv, "ALLOWED_MODELS", "MAX_BATCH_SIZE", "MAX_TOKENS_LIMIT", "MAX_ACTIVE_TASKS", "MAX_ROWS_PER_DAY")
 				// Task links point at the events function's URL: API Gateway cannot stream.
 				wantEnv = append(wantEnv, "EVENTS_URL")
 			}

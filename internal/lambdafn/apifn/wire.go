@@ -46,6 +46,7 @@ func New(d *awswire.Deps) (*Handler, error) {
 	auth := GatewayAuth{}
 	limits := api.Limits{
 		Models: d.Env.AllowedModels, ModelFixed: providers.FixedModels(), MaxTokens: d.Env.MaxTokensLimit, MaxBatchSize: d.Env.MaxBatchSize,
+		MaxActiveTasks: d.Env.MaxActiveTasks, MaxRowsPerDay: d.Env.MaxRowsPerDay,
 		MaxFileBytes: d.Env.MaxInputBytes, MaxRows: d.Env.MaxRows,
 	}
 	handler := api.New(api.Config{
