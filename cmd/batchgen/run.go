@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +48,8 @@ type runOptions struct {
 	tpm                 int
 	noCache             bool
 	cacheMode           string
+	// cacheScope is serve's --cache-scope; run's one principal shares.
+	cacheScope pipeline.CacheScope
 	// cacheTTL is --cache-ttl, read by pipeline.ParseCacheTTL.
 	cacheTTL         string
 	prices           string
@@ -460,7 +463,7 @@ func (j *runJob) openEngineOn(cfg embedded.EngineConfig) error {
 		// Rows in flight: every provider's slots can be busy at once.
 		Concurrency: j.providers.Concurrency(), Lease: o.retry.lease, CallTimeout: set.Router.MaxTimeout(),
 		CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
-		PackTokens: j.providers.PackTokens(),
+		PackTokens: j.providers.PackTokens(), CacheScope: cmp.Or(o.cacheScope, pipeline.CacheShared),
 	}
 	if mode := pipeline.CacheMode(o.cacheMode); !o.noCache && mode != pipeline.CacheOff {
 		cfg.Generator.Cache, cfg.Generator.CacheMode = j.data.Store, mode

@@ -41,6 +41,8 @@ type serveOptions struct {
 	allowModels    []string
 	maxTokensLimit int
 	maxBatchSize   int
+	// cacheScope is --cache-scope, read into runOptions.cacheScope.
+	cacheScope string
 	// The per-principal limits (api.Limits).
 	maxActiveTasks, maxRowsPerDay, maxStreams int
 	maxFileBytes                              int64
@@ -85,6 +87,7 @@ loopback interface only, and every caller is --drop-owner.`,
 	fs.StringSliceVar(&o.allowModels, "allow-models", nil, "models an API request may name, comma-separated (the default --model is always allowed); empty allows the default only")
 	fs.IntVar(&o.maxTokensLimit, "max-tokens-limit", 100_000, "largest max_tokens an API request may ask for")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", 1000, "largest batch_size an API request may ask for")
+	fs.StringVar(&o.cacheScope, "cache-scope", string(pipeline.CachePerPrincipal), "whose cached answers a task reuses: principal (its own principal's), or deployment (every principal's: fewer calls, but a cache hit tells anyone that someone sent the same prompt)")
 	fs.IntVar(&o.maxActiveTasks, "max-active-tasks", 20, "most unfinished tasks one principal may have; another is answered 429 (0: no limit)")
 	fs.IntVar(&o.maxRowsPerDay, "max-rows-per-day", 1_000_000, "most rows of the tasks one principal creates in 24 hours; a sheet that would pass it is answered 429 (0: no limit)")
 	fs.IntVar(&o.maxStreams, "max-streams", 20, "most progress streams (the page's live view) one principal may have open; another is answered 429 (0: no limit)")
@@ -117,6 +120,11 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--drop-result-format: %w", err)}
 	}
+	scope, err := pipeline.ParseCacheScope(o.cacheScope)
+	if err != nil {
+		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--cache-scope: %w", err)}
+	}
+	o.runOptions.cacheScope = scope
 	if o.maxActiveTasks < 0 || o.maxRowsPerDay < 0 || o.maxStreams < 0 {
 		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-active-tasks, --max-rows-per-day and --max-streams must be 0 (no limit) or more")}
 	}

@@ -74,6 +74,10 @@ type Env struct {
 	// CacheMode says when the generator reuses cached outputs (CACHE_MODE,
 	// optional: auto, always or off; defaults to auto), as run's --cache.
 	CacheMode pipeline.CacheMode
+	// CacheScope says whose cached answers the generator reuses
+	// (CACHE_SCOPE, optional: principal, the default, or deployment), as
+	// serve's --cache-scope.
+	CacheScope pipeline.CacheScope
 	// CacheTTL is how long a cached output is reused (CACHE_TTL, optional:
 	// whole days such as 30d or a Go duration; defaults to
 	// store.DefaultCacheTTL), as run's --cache-ttl.
@@ -234,6 +238,9 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		errs = append(errs, fmt.Errorf("CACHE_MODE: %w", err))
 	}
 	e.CacheMode = mode
+	if e.CacheScope, err = pipeline.ParseCacheScope(getenv("CACHE_SCOPE")); err != nil {
+		errs = append(errs, fmt.Errorf("CACHE_SCOPE: %w", err))
+	}
 	if e.CacheTTL, err = pipeline.ParseCacheTTL(getenv("CACHE_TTL")); err != nil {
 		errs = append(errs, fmt.Errorf("CACHE_TTL: %w", err))
 	}

@@ -62,7 +62,7 @@ func TestLoadEnv(t *testing.T) {
 		QuotaRPM: 2000, MaxConcurrency: 10, Concurrency: 8, SimLatency: 300 * time.Millisecond,
 		BatchSize: 100, MaxRows: 100000, MaxInputBytes: 100 << 20, Lease: 360 * time.Second,
 		LogLevel: slog.LevelWarn, StackName: "batchgen",
-		CacheMode: pipeline.CacheAuto, CacheTTL: store.DefaultCacheTTL,
+		CacheMode: pipeline.CacheAuto, CacheScope: pipeline.CachePerPrincipal, CacheTTL: store.DefaultCacheTTL,
 	}
 	if diff := cmp.Diff(want, env); diff != "" {
 		t.Errorf("env mismatch (-want +got):\n%s", diff)

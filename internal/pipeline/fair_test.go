@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"testing"
@@ -84,5 +85,46 @@ func TestPrincipalsTakeTurns(t *testing.T) {
 	// about 4 of the big task's are done (5 with the one a worker holds).
 	if b.BatchesDone > 6 {
 		t.Errorf("the big task had %d of its 40 batches done when the small task of 4 finished; the principals were not served in turn", b.BatchesDone)
+	}
+}
+
+// TestCacheIsPerPrincipal: bob's task asks the prompts alice's asked
+// before. By default his rows are called, not answered from her cache (a
+// hit would tell him she sent them); with CacheShared they are reused.
+func TestCacheIsPerPrincipal(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		scope     pipeline.CacheScope
+		wantCalls int
+	}{
+		{"", 2 * 5},
+		{pipeline.CacheShared, 5},
+	} {
+		t.Run(string(cmp.Or(tc.scope, pipeline.CachePerPrincipal)), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			provider := newCounting(sim.New(sim.Config{}))
+			e := newEnv(t, provider, pipeline.GeneratorConfig{CacheScope: tc.scope})
+			for _, owner := range []string{"alice", "bob"} {
+				spec := store.TaskSpec{Prompt: "{{id}} {{name}}", Provider: "sim", BatchSize: 5}
+				p := pipeline.SplitParams{
+					TaskID: pipeline.DeriveTaskID(owner, spec), Source: owner + ".csv", Spec: spec, Owner: owner,
+					Path: e.writeCSV(owner+".csv", []string{"id", "name"}, productRows(5)),
+				}
+				if _, err := e.splitter.Split(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+				if done := e.runToCompletion(ctx, p.TaskID); done.State != store.TaskSucceeded {
+					t.Fatalf("%s's task: %s", owner, done.State)
+				}
+			}
+			calls := 0
+			for _, n := range provider.snapshot() {
+				calls += n
+			}
+			if calls != tc.wantCalls {
+				t.Errorf("%d model calls for two principals' same 5 prompts, want %d", calls, tc.wantCalls)
+			}
+		})
 	}
 }

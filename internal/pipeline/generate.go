@@ -75,6 +75,32 @@ func ParseCacheMode(s string) (CacheMode, error) {
 	return "", fmt.Errorf("cache mode %q: use auto, always or off", s)
 }
 
+// CacheScope says whose answers a task may reuse.
+type CacheScope string
+
+// Cache scopes.
+const (
+	// CachePerPrincipal reuses only answers to the task's own principal's
+	// calls, so that no principal learns from a cache hit (cached: true, no
+	// tokens) that another sent the same prompt. The default.
+	CachePerPrincipal CacheScope = "principal"
+	// CacheShared reuses answers across a deployment's principals: fewer
+	// calls, but anyone can tell whether anyone sent a prompt within the
+	// cache's lifetime. batchgen run, where there is one principal, uses it.
+	CacheShared CacheScope = "deployment"
+)
+
+// ParseCacheScope reads a --cache-scope value ("" is the default).
+func ParseCacheScope(s string) (CacheScope, error) {
+	switch c := CacheScope(s); c {
+	case "":
+		return CachePerPrincipal, nil
+	case CachePerPrincipal, CacheShared:
+		return c, nil
+	}
+	return "", fmt.Errorf("cache scope %q: use principal (each principal its own answers) or deployment (shared, and revealing)", s)
+}
+
 // ParseCacheTTL reads how long a cached output is reused: whole days
 // ("30d", as the CacheTtlDays template parameter gives it) or a Go duration
 // ("12h"). Both entry points (run/serve's --cache-ttl and the generator
@@ -152,6 +178,9 @@ type GeneratorConfig struct {
 	// CacheMode says when Cache's outputs are reused. Defaults to
 	// CacheAuto.
 	CacheMode CacheMode
+	// CacheScope says whose answers are reused. Defaults to
+	// CachePerPrincipal.
+	CacheScope CacheScope
 	// Limiter, when non-nil, paces calls to the provider's quota.
 	Limiter Limiter
 	// Observer, when non-nil, receives row events.
@@ -222,6 +251,7 @@ const FlushAtOnce time.Duration = -1
 
 func (c GeneratorConfig) withDefaults() GeneratorConfig {
 	c.CacheMode = cmp.Or(c.CacheMode, CacheAuto)
+	c.CacheScope = cmp.Or(c.CacheScope, CachePerPrincipal)
 	c.Owner = cmp.Or(c.Owner, "generator")
 	c.Clock = orClock(c.Clock)
 	c.Logger = orLogger(c.Logger)
@@ -253,6 +283,9 @@ func (c GeneratorConfig) validate() error {
 		errs = append(errs, fmt.Errorf("config: Concurrency %d, CallsPerRound %d, Rounds %d, FlushRows %d: each must be at least 1", c.Concurrency, c.CallsPerRound, c.Rounds, c.FlushRows))
 	}
 	if _, err := ParseCacheMode(string(c.CacheMode)); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := ParseCacheScope(string(c.CacheScope)); err != nil {
 		errs = append(errs, err)
 	}
 	positive("Lease", c.Lease)
@@ -583,7 +616,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			Temperature: spec.Temperature, TopP: spec.TopP, MaxTokens: spec.MaxTokens,
 			Columns: spec.Columns,
 		}
-		keys[i] = CacheKey(spec.Provider, reqs[i], spec.RowsPerCall)
+		keys[i] = cacheKey(g.cacheOwner(task), spec.Provider, reqs[i], spec.RowsPerCall)
 		if !r.Fresh { // a row that asks for a new answer is not looked up
 			open = append(open, keys[i])
 		}
@@ -831,6 +864,28 @@ func ProviderLabel(spec store.TaskSpec) string {
 // value, and a request without columns asked alone hashes as it did before
 // either existed, so caches filled then still answer.
 func CacheKey(provider string, req llm.Request, rowsPerCall int) string {
+	return cacheKey("", provider, req, rowsPerCall)
+}
+
+// PrincipalCacheKey is CacheKey of owner's calls alone
+// (CachePerPrincipal).
+func PrincipalCacheKey(owner, provider string, req llm.Request, rowsPerCall int) string {
+	return cacheKey(owner, provider, req, rowsPerCall)
+}
+
+// cacheOwner is whose answers task's rows may reuse: its principal's, or
+// with CacheShared everyone's (""; a task without an owner, stored before
+// tasks had owners, shares too).
+func (g *Generator) cacheOwner(task store.Task) string {
+	if g.cfg.CacheScope == CacheShared {
+		return ""
+	}
+	return task.Owner
+}
+
+// cacheKey is the key of req for owner ("" for the shared key, the same as
+// before keys had owners, so older entries still answer).
+func cacheKey(owner, provider string, req llm.Request, rowsPerCall int) string {
 	var columns json.RawMessage
 	if len(req.Columns) > 0 {
 		columns = req.Columns.JSONSchema()
@@ -848,7 +903,8 @@ func CacheKey(provider string, req llm.Request, rowsPerCall int) string {
 		MaxTokens   int             `json:"mt,omitempty"`
 		Columns     json.RawMessage `json:"c,omitempty"`
 		RowsPerCall int             `json:"n,omitempty"`
-	}{provider, req.Model, req.System, req.Prompt, req.Temperature, req.TopP, req.MaxTokens, columns, rowsPerCall})
+		Owner       string          `json:"o,omitempty"`
+	}{provider, req.Model, req.System, req.Prompt, req.Temperature, req.TopP, req.MaxTokens, columns, rowsPerCall, owner})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

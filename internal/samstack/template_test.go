@@ -417,7 +417,7 @@ func TestTemplateFunctions(t *testing.T) {
 				wantEnv = append(wantEnv, "GENERATOR_CONCURRENCY")
 				// The cache policy (CacheMode, CacheTtlDays): only the
 				// generator reads or writes the cache.
-				wantEnv = append(wantEnv, "CACHE_MODE", "CACHE_TTL")
+				wantEnv = append(wantEnv, "CACHE_MODE", "CACHE_SCOPE", "CACHE_TTL")
 				// What the role is granted for the providers file, checked
 				// at cold start.
 				wantEnv = append(wantEnv, "PROVIDER_API_KEY_PARAMS", "PROVIDER_BEDROCK_MODELS")

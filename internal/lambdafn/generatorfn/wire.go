@@ -106,11 +106,11 @@ func New(ctx context.Context, d *awswire.Deps) (*Handler, error) {
 	var st store.Store = d.Store(overflow)
 	cfg := pipeline.GeneratorConfig{
 		Cache:     d.Store(overflow),
-		CacheMode: d.Env.CacheMode,
-		Metrics:   counter,
-		Owner:     instanceName(d.Env.LogStream),
-		Clock:     d.Clock,
-		Logger:    d.Logger,
+		CacheMode: d.Env.CacheMode, CacheScope: d.Env.CacheScope,
+		Metrics: counter,
+		Owner:   instanceName(d.Env.LogStream),
+		Clock:   d.Clock,
+		Logger:  d.Logger,
 		// Rows in flight: every provider's slots can be busy at once.
 		Concurrency: f.Concurrency(),
 		CallTimeout: router.MaxTimeout(),
