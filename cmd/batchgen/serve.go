@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,8 @@ type serveOptions struct {
 	allowModels    []string
 	maxTokensLimit int
 	maxBatchSize   int
+	// publicURL is --public-url: the server's address as clients reach it.
+	publicURL string
 	// cacheScope is --cache-scope, read into runOptions.cacheScope.
 	cacheScope string
 	// The per-principal limits (api.Limits).
@@ -87,6 +90,7 @@ loopback interface only, and every caller is --drop-owner.`,
 	fs.StringSliceVar(&o.allowModels, "allow-models", nil, "models an API request may name, comma-separated (the default --model is always allowed); empty allows the default only")
 	fs.IntVar(&o.maxTokensLimit, "max-tokens-limit", 100_000, "largest max_tokens an API request may ask for")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", 1000, "largest batch_size an API request may ask for")
+	fs.StringVar(&o.publicURL, "public-url", "", "the server's address as its clients reach it (https://batchgen.example.com behind a proxy), for the upload URLs it hands out; default: relative to the API's address")
 	fs.StringVar(&o.cacheScope, "cache-scope", string(pipeline.CachePerPrincipal), "whose cached answers a task reuses: principal (its own principal's), or deployment (every principal's: fewer calls, but a cache hit tells anyone that someone sent the same prompt)")
 	fs.IntVar(&o.maxActiveTasks, "max-active-tasks", 20, "most unfinished tasks one principal may have; another is answered 429 (0: no limit)")
 	fs.IntVar(&o.maxRowsPerDay, "max-rows-per-day", 1_000_000, "most rows of the tasks one principal creates in 24 hours; a sheet that would pass it is answered 429 (0: no limit)")
@@ -195,6 +199,12 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		// and no cross-origin changes from a page the user visits.
 		cfg.LocalOnly = true
 	}
+	if o.publicURL != "" {
+		if u, err := url.Parse(o.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--public-url %q: want http(s)://host[:port], as clients reach the server", o.publicURL)}
+		}
+	}
+	cfg.PublicURL = o.publicURL
 	if cfg.Listener, err = net.Listen("tcp", o.addr); err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--addr %s: %w", o.addr, err)}
 	}

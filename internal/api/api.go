@@ -122,6 +122,12 @@ type Config struct {
 	// GET. Without it uploads go to PUT /api/tasks/{id}/upload and results
 	// are streamed.
 	Presigner Presigner
+	// PublicURL is the server's address as its clients reach it
+	// (scheme://host[:port], no trailing slash): the upload URLs of a
+	// server without a Presigner are built on it, never on a request's
+	// Host, which the client (or a page rebinding a name to this server)
+	// chooses. Empty, they are relative to the API's own address.
+	PublicURL string
 	// Intake, when non-nil, splits an input as soon as the API has stored
 	// it (the embedded runtime); see Intake.
 	Intake Intake

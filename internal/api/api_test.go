@@ -328,8 +328,21 @@ func TestCreateTaskWithoutPresigner(t *testing.T) {
 		t.Fatalf("got %d %v, want 201", res.status, res.body)
 	}
 	// The embedded runtime takes the upload itself.
-	if got, want := res.body["upload_url"], "http://example.com/api/tasks/0123456789abcdef0123456789abcdef/upload"; got != want {
+	if got, want := res.body["upload_url"], "/api/tasks/0123456789abcdef0123456789abcdef/upload"; got != want {
 		t.Errorf("upload_url = %v, want %v", got, want)
+	}
+	// With the public address configured, the URL is built on it, whatever
+	// Host the request names (a client's choice, or a rebinding page's).
+	f.config.PublicURL = "https://batchgen.example.com"
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	req := httptest.NewRequest("POST", "/api/tasks", strings.NewReader(`{"filename": "a.csv", "size": 10}`))
+	req.Host = "evil.example"
+	req.Header = hdr
+	req.Header.Set("Authorization", "Bearer "+tokens["alice"])
+	rec := httptest.NewRecorder()
+	api.New(f.config).ServeHTTP(rec, req)
+	if want := `"upload_url":"https://batchgen.example.com/api/tasks/0123456789abcdef0123456789abcdef/upload"`; !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("with a public URL and Host evil.example: %d %s, want %s", rec.Code, rec.Body, want)
 	}
 }
 

@@ -433,7 +433,7 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.cfg.Clock.Now().UTC()
 	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Size: size, Encoding: req.Encoding, CreatedAt: now}
-	url := absoluteURL(r, "/api/tasks/"+id+"/upload")
+	url := s.cfg.PublicURL + "/api/tasks/" + id + "/upload"
 	if s.cfg.Presigner != nil {
 		// Presign before writing the record: signing is local and cheap,
 		// and a failure then leaves nothing behind.
@@ -453,19 +453,6 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 		TaskView: s.recordView(rec), UploadURL: url, UploadMethod: http.MethodPut, ExpiresAt: now.Add(s.cfg.UploadTTL),
 		UploadHeaders: map[string]string{"Content-Type": contentType, "Content-Length": strconv.FormatInt(size, 10)},
 	})
-}
-
-// absoluteURL makes p absolute against the request's host, so a client can
-// use an upload URL as given.
-func absoluteURL(r *http.Request, p string) string {
-	scheme := "http"
-	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
-		scheme = "https"
-	}
-	if r.Host == "" {
-		return p
-	}
-	return scheme + "://" + r.Host + p
 }
 
 // uploadTask is PUT /api/tasks/{id}/upload: the sheet of a task created

@@ -47,6 +47,11 @@ type ServeConfig struct {
 	Bucket *fileblob.Store
 	// Listener is where the API and the page are served.
 	Listener net.Listener
+	// PublicURL is the server's address as clients reach it, for the upload
+	// URLs it hands out (api.Config.PublicURL); "" hands them out relative
+	// to the API's address, which is the page's own origin whatever name
+	// the user typed (localhost or 127.0.0.1).
+	PublicURL string
 	// Auth authenticates API callers; PageAuth, when set, the page's.
 	Auth     api.Authenticator
 	PageAuth func(*http.Request) error
@@ -124,8 +129,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	handler := api.New(api.Config{
 		Auth:  cfg.Auth,
 		Store: st, Blobs: cfg.Bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: cfg.Spec,
-		Limits:  cfg.Limits,
-		Exports: e.Exporter, Retrier: pipeline.Retrier{Store: st, Queue: e.Queue},
+		Limits:    cfg.Limits,
+		PublicURL: strings.TrimSuffix(cfg.PublicURL, "/"),
+		Exports:   e.Exporter, Retrier: pipeline.Retrier{Store: st, Queue: e.Queue},
 		Prices: cfg.Prices,
 	})
 	page := web.Config{Limits: cfg.Limits, MaxInlineBytes: cfg.MaxInlineBytes, TempDir: tmp, Logger: logger, Authenticate: cfg.PageAuth}

@@ -78,6 +78,14 @@ func TestTemplateProviderGrants(t *testing.T) {
 			if diff := cmp.Diff(tc.keys, resources(t, stmts["ReadProviderApiKeys"])); diff != "" {
 				t.Errorf("ReadProviderApiKeys resources (-want +got):\n%s", diff)
 			}
+			// The ARNs' wildcards (CloudFormation cannot prefix a list with the
+			// stack's account and region) are held to the stack's own.
+			if tc.keys != nil {
+				want := map[string]any{"StringEquals": map[string]any{"aws:ResourceAccount": AccountID, "aws:RequestedRegion": "us-east-1"}}
+				if diff := cmp.Diff(want, stmts["ReadProviderApiKeys"]["Condition"]); diff != "" {
+					t.Errorf("ReadProviderApiKeys condition (-want +got):\n%s", diff)
+				}
+			}
 			if diff := cmp.Diff(tc.mods, resources(t, stmts["InvokeProviderModels"])); diff != "" {
 				t.Errorf("InvokeProviderModels resources (-want +got):\n%s", diff)
 			}

@@ -547,17 +547,20 @@ func TestTemplateAPIRoutes(t *testing.T) {
 // TestTemplateBucketCORS: the page PUTs large sheets to their presigned
 // upload URL from the API's origin (or an allowed one), which the browser
 // does only if the bucket answers CORS for it: PUT with the signed
-// Content-Type, nothing more.
+// Content-Type. It also fetches the result through the API, whose 302 to a
+// presigned GET the browser follows with the page's Origin: GET, with the
+// Content-Disposition the page names the download after.
 func TestTemplateBucketCORS(t *testing.T) {
 	t.Parallel()
 	tpl, ev := contractTemplate(t)
 	got := evalPath(t, tpl, ev, "Bucket", "CorsConfiguration")
 	rule := func(id string, origins ...any) map[string]any {
-		return map[string]any{"Id": id, "AllowedMethods": []any{"PUT"}, "AllowedOrigins": origins, "AllowedHeaders": []any{"content-type"}, "MaxAge": 600}
+		return map[string]any{"Id": id, "AllowedMethods": []any{"PUT", "GET"}, "AllowedOrigins": origins, "AllowedHeaders": []any{"content-type"},
+			"ExposedHeaders": []any{"Content-Disposition"}, "MaxAge": 600}
 	}
 	want := map[string]any{"CorsRules": []any{
-		rule("page-uploads", "https://*.execute-api.us-east-1.amazonaws.com"),
-		rule("allowed-origins-uploads", "http://localhost:8080"),
+		rule("page-uploads-and-results", "https://*.execute-api.us-east-1.amazonaws.com"),
+		rule("allowed-origins-uploads-and-results", "http://localhost:8080"),
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("bucket CORS (-want +got):\n%s", diff)
