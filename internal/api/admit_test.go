@@ -128,3 +128,42 @@ func TestStreamLimit(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestSlowUploadIsCut: a client that sends a sheet's first bytes and then
+// trickles (or stalls) is cut at the upload's deadline, the grace plus its
+// declared size at the slowest rate accepted, with 408; the server does not
+// wait for it.
+func TestSlowUploadIsCut(t *testing.T) {
+	t.Parallel()
+	e := newEmbedded(t)
+	e.config.UploadGrace, e.config.UploadRate = 300*time.Millisecond, 1<<20
+	srv := httptest.NewServer(api.New(e.config))
+	t.Cleanup(srv.Close)
+	created := send(t, e.handler, "alice", "POST", "/api/tasks", "application/json", []byte(`{"filename": "slow.csv", "size": 4096, "prompt": "{{name}}"}`))
+	if created.status != http.StatusCreated {
+		t.Fatalf("POST = %d %s", created.status, created.body)
+	}
+	body, stall := io.Pipe()
+	go func() {
+		_, _ = stall.Write([]byte("name\nbrick\n"))
+		time.Sleep(10 * time.Second) // far past the deadline of 0.3 s + 4 KiB at 1 MiB/s
+		stall.Close()
+	}()
+	req, _ := http.NewRequest("PUT", srv.URL+created.json(t)["upload_url"].(string), body)
+	req.ContentLength = 4096
+	req.Header.Set("Authorization", "Bearer "+tokens["alice"])
+	req.Header.Set("Content-Type", "text/csv")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("PUT: %v after %v", err, time.Since(start))
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(answer), "upload_timeout") {
+		t.Errorf("stalled upload: %d %s after %v, want 408 upload_timeout", resp.StatusCode, answer, time.Since(start))
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("the server waited %v for the stalled upload, past its deadline", waited)
+	}
+}

@@ -122,6 +122,12 @@ type Config struct {
 	// GET. Without it uploads go to PUT /api/tasks/{id}/upload and results
 	// are streamed.
 	Presigner Presigner
+	// UploadRate is the slowest a sheet may arrive, in bytes a second, and
+	// UploadGrace the time every upload gets besides: a request carrying a
+	// sheet must be read within UploadGrace plus its size at UploadRate.
+	// Default 64 KiB/s and 30 s (100 MiB then get 27 minutes).
+	UploadRate  int64
+	UploadGrace time.Duration
 	// PublicURL is the server's address as its clients reach it
 	// (scheme://host[:port], no trailing slash): the upload URLs of a
 	// server without a Presigner are built on it, never on a request's
@@ -212,6 +218,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Limits.MaxBatchSize <= 0 {
 		c.Limits.MaxBatchSize = 1000
+	}
+	if c.UploadRate <= 0 {
+		c.UploadRate = 64 << 10
+	}
+	if c.UploadGrace <= 0 {
+		c.UploadGrace = 30 * time.Second
 	}
 	if c.Limits.MaxTokens <= 0 {
 		c.Limits.MaxTokens = 100_000

@@ -97,7 +97,12 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) {
 // the CLI checks it before anything is stored or queued.
 func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 	// The form's other fields and part headers fit well within 1 MiB.
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxFileBytes+1<<20)
+	limit := s.cfg.Limits.MaxFileBytes + 1<<20
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	if r.ContentLength > 0 {
+		limit = min(limit, r.ContentLength)
+	}
+	s.uploadDeadline(w, limit)
 	mr, err := r.MultipartReader()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "the multipart body cannot be read: "+err.Error())
@@ -226,7 +231,28 @@ func (s *server) formError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusRequestEntityTooLarge, "file_too_large", s.tooLargeMessage())
 		return
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		s.uploadTimedOut(w)
+		return
+	}
 	writeError(w, http.StatusBadRequest, "invalid_request", "the multipart body cannot be read")
+}
+
+// uploadDeadline gives the request's body size bytes to arrive: the grace,
+// plus the size at the slowest rate accepted. A client trickling a body
+// cannot hold a connection (and a temporary file) open for ever. Where the
+// server cannot set deadlines (API Gateway, which bounds a request
+// itself), nothing changes.
+func (s *server) uploadDeadline(w http.ResponseWriter, size int64) {
+	d := s.cfg.UploadGrace + time.Duration(float64(size)/float64(s.cfg.UploadRate)*float64(time.Second))
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+}
+
+// uploadTimedOut answers an upload cut by its deadline.
+func (s *server) uploadTimedOut(w http.ResponseWriter) {
+	writeError(w, http.StatusRequestTimeout, "upload_timeout", fmt.Sprintf(
+		"the upload did not arrive in time: a sheet gets %s plus a second for each %d KiB; send it over a faster connection",
+		s.cfg.UploadGrace, s.cfg.UploadRate>>10))
 }
 
 func (s *server) tooLargeMessage() string {
@@ -262,6 +288,8 @@ func (s *server) receiveError(w http.ResponseWriter, r *http.Request, filename s
 	switch {
 	case errors.Is(err, errFileTooLarge), errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, "file_too_large", filename+": "+s.tooLargeMessage())
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.uploadTimedOut(w)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		writeError(w, http.StatusBadRequest, "invalid_request", filename+": the upload was cut short")
 	default:
@@ -478,6 +506,7 @@ func (s *server) uploadTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("the body is %d bytes; task %s was created for %d", r.ContentLength, id, rec.Size))
 		return
 	}
+	s.uploadDeadline(w, rec.Size)
 	file, err := s.receive(http.MaxBytesReader(w, r.Body, rec.Size), rec.Size)
 	if err != nil {
 		s.receiveError(w, r, rec.Filename, err)

@@ -149,6 +149,10 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	srv := &http.Server{
 		Handler:           site,
 		ReadHeaderTimeout: 10 * time.Second,
+		// No ReadTimeout: a server-wide one would also end the event
+		// streams (the connection's background read fails at it, and the
+		// request's context ends). The API gives each request that carries
+		// a sheet a read deadline by its size instead (api.Config.UploadRate).
 		// A kept-alive connection that sends nothing is closed: a client
 		// cannot hold the server's sockets for ever.
 		IdleTimeout: 2 * time.Minute,
