@@ -47,8 +47,8 @@ type serveOptions struct {
 	// cacheScope is --cache-scope, read into runOptions.cacheScope.
 	cacheScope string
 	// The per-principal limits (api.Limits).
-	maxActiveTasks, maxRowsPerDay, maxStreams int
-	maxFileBytes                              int64
+	maxActiveTasks, maxRowsPerDay, maxStreams, maxUploads int
+	maxFileBytes                                          int64
 	// maxInlineBytes is web.Config.MaxInlineBytes: the largest sheet the
 	// page sends inside one request.
 	maxInlineBytes int64
@@ -94,6 +94,7 @@ loopback interface only, and every caller is --drop-owner.`,
 	fs.StringVar(&o.cacheScope, "cache-scope", string(pipeline.CachePerPrincipal), "whose cached answers a task reuses: principal (its own principal's), or deployment (every principal's: fewer calls, but a cache hit tells anyone that someone sent the same prompt)")
 	fs.IntVar(&o.maxActiveTasks, "max-active-tasks", 20, "most unfinished tasks one principal may have; another is answered 429 (0: no limit)")
 	fs.IntVar(&o.maxRowsPerDay, "max-rows-per-day", 1_000_000, "most rows of the tasks one principal creates in 24 hours; a sheet that would pass it is answered 429 (0: no limit)")
+	fs.IntVar(&o.maxUploads, "max-uploads", 4, "most sheets one principal may be sending at once; another is answered 429 (0: no limit)")
 	fs.IntVar(&o.maxStreams, "max-streams", 20, "most progress streams (the page's live view) one principal may have open; another is answered 429 (0: no limit)")
 	fs.Int64Var(&o.maxFileBytes, "max-file-bytes", pipeline.DefaultMaxInputBytes, "largest sheet accepted, through the API or the drop folder, in bytes")
 	fs.Int64Var(&o.maxInlineBytes, "max-inline-bytes", 0, "largest sheet the web page sends inside one request, in bytes; it uploads a larger one to its task's upload URL, as it must behind a proxy that bounds requests (0: any sheet up to --max-file-bytes)")
@@ -129,8 +130,8 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--cache-scope: %w", err)}
 	}
 	o.runOptions.cacheScope = scope
-	if o.maxActiveTasks < 0 || o.maxRowsPerDay < 0 || o.maxStreams < 0 {
-		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-active-tasks, --max-rows-per-day and --max-streams must be 0 (no limit) or more")}
+	if o.maxActiveTasks < 0 || o.maxRowsPerDay < 0 || o.maxStreams < 0 || o.maxUploads < 0 {
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-active-tasks, --max-rows-per-day, --max-streams and --max-uploads must be 0 (no limit) or more")}
 	}
 	if o.maxTokensLimit < 1 || o.maxBatchSize < 1 || o.maxFileBytes < 1 {
 		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-tokens-limit, --max-batch-size and --max-file-bytes must be at least 1")}
@@ -185,7 +186,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		Engine: j.engine, Bucket: bucket, Auth: auth, Spec: spec, DropSpec: dropSpec,
 		Limits: api.Limits{
 			Models: o.allowModels, ModelFixed: j.providers.FixedModels(), MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
-			MaxActiveTasks: o.maxActiveTasks, MaxRowsPerDay: o.maxRowsPerDay, MaxStreams: o.maxStreams,
+			MaxActiveTasks: o.maxActiveTasks, MaxRowsPerDay: o.maxRowsPerDay, MaxStreams: o.maxStreams, MaxUploads: o.maxUploads,
 			MaxFileBytes: o.maxFileBytes, MaxRows: o.maxRows,
 		},
 		MaxInlineBytes: o.maxInlineBytes, DropOwner: o.dropOwner, DropInterval: o.dropInterval,

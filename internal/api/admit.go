@@ -33,6 +33,19 @@ type refusal struct {
 	retryAfter time.Duration
 }
 
+// uploading counts an upload of r's principal, or answers the refusal when
+// it has MaxUploads in progress.
+func (s *server) uploading(w http.ResponseWriter, r *http.Request) (leave func(), ok bool) {
+	leave, ok = s.uploads.enter(principal(r), s.cfg.Limits.MaxUploads)
+	if !ok {
+		(&refusal{
+			message:    fmt.Sprintf("%s is sending %d sheets already, the most one principal may send at once (max uploads); send this one when one has arrived", principal(r), s.cfg.Limits.MaxUploads),
+			retryAfter: 10 * time.Second,
+		}).write(w)
+	}
+	return leave, ok
+}
+
 // write answers r's 429.
 func (f *refusal) write(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(int(f.retryAfter.Round(time.Second)/time.Second), 1)))
@@ -92,15 +105,15 @@ func (s *server) admit(ctx context.Context, owner string, rows int) (*refusal, e
 	return nil, nil
 }
 
-// streams counts each principal's open event streams.
-type streams struct {
+// counter counts each principal's requests of a kind in progress.
+type counter struct {
 	mu   sync.Mutex
 	open map[string]int
 }
 
-// enter counts a stream of owner's, unless owner has max open (max <= 0:
-// no cap); the returned func ends it.
-func (s *streams) enter(owner string, max int) (leave func(), ok bool) {
+// enter counts a request of owner's, unless owner has max in progress
+// (max <= 0: no cap); the returned func ends it.
+func (s *counter) enter(owner string, max int) (leave func(), ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if max > 0 && s.open[owner] >= max {

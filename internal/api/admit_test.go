@@ -2,11 +2,13 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +168,64 @@ func TestSlowUploadIsCut(t *testing.T) {
 	if waited := time.Since(start); waited > 5*time.Second {
 		t.Errorf("the server waited %v for the stalled upload, past its deadline", waited)
 	}
+}
+
+// TestUploadLimit: while one of alice's sheets is still arriving, a second
+// is refused with 429 naming the limit; bob's is taken.
+func TestUploadLimit(t *testing.T) {
+	t.Parallel()
+	e := newEmbedded(t)
+	e.config.Limits.MaxUploads = 1
+	h := api.New(e.config)
+	// reading is closed when the handler first reads the PUT's body: it
+	// has counted the upload by then.
+	reading := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "PUT" {
+			r.Body = readHook{r.Body, func() { once.Do(func() { close(reading) }) }}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	created := send(t, h, "alice", "POST", "/api/tasks", "application/json", []byte(`{"filename": "slow.csv", "size": 4096, "prompt": "{{name}}"}`))
+	if created.status != http.StatusCreated {
+		t.Fatalf("POST = %d %s", created.status, created.body)
+	}
+	body, stall := io.Pipe()
+	t.Cleanup(func() { stall.CloseWithError(errors.New("test over")) })
+	req, _ := http.NewRequest("PUT", srv.URL+created.json(t)["upload_url"].(string), body)
+	req.ContentLength = 4096
+	req.Header.Set("Authorization", "Bearer "+tokens["alice"])
+	req.Header.Set("Content-Type", "text/csv")
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	go func() { _, _ = stall.Write([]byte("name\nbrick\n")) }()
+	select {
+	case <-reading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first upload never reached its handler")
+	}
+	ct, form2 := form(t, "second.csv", []byte("name\nbrick\n"), map[string]string{"prompt": "{{name}}"})
+	res := send(t, h, "alice", "POST", "/api/tasks", ct, form2)
+	if res.status != http.StatusTooManyRequests || !strings.Contains(string(res.body), "max uploads") || res.header.Get("Retry-After") == "" {
+		t.Errorf("a second upload while the first arrives: %d %s (Retry-After %q), want 429 naming the limit", res.status, res.body, res.header.Get("Retry-After"))
+	}
+	if res := send(t, h, "bob", "POST", "/api/tasks", ct, form2); res.status != http.StatusCreated {
+		t.Errorf("bob's upload: %d %s, want 201", res.status, res.body)
+	}
+}
+
+// readHook calls read before each Read of the body it wraps.
+type readHook struct {
+	io.ReadCloser
+	read func()
+}
+
+func (h readHook) Read(p []byte) (int, error) {
+	h.read()
+	return h.ReadCloser.Read(p)
 }

@@ -90,8 +90,10 @@ type Limits struct {
 	// principal's unfinished tasks; MaxRowsPerDay the rows of the tasks it
 	// created in the last 24 hours (a sheet sent to its upload URL counts
 	// from then on: its rows are not known when its task is created);
-	// MaxStreams its event streams open at once, per server process.
-	MaxActiveTasks, MaxRowsPerDay, MaxStreams int
+	// MaxStreams its event streams open at once, and MaxUploads the sheets
+	// it sends through the API at once, each per server process (on AWS
+	// sheets go straight to S3).
+	MaxActiveTasks, MaxRowsPerDay, MaxStreams, MaxUploads int
 }
 
 // Route is an extra route served behind the same authentication, such as
@@ -365,8 +367,9 @@ func newHandler(name string, cfg Config, routes []route) http.Handler {
 
 type server struct {
 	cfg Config
-	// streams counts the open event streams per principal.
-	streams streams
+	// streams and uploads count the open event streams and the uploads
+	// being received, per principal.
+	streams, uploads counter
 }
 
 // recoverer turns a panic in a handler into a logged 500: net/http would

@@ -96,6 +96,11 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) {
 // createFromForm takes the sheet in the request: it is checked exactly as
 // the CLI checks it before anything is stored or queued.
 func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
+	leave, ok := s.uploading(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
 	// The form's other fields and part headers fit well within 1 MiB.
 	limit := s.cfg.Limits.MaxFileBytes + 1<<20
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
@@ -506,6 +511,11 @@ func (s *server) uploadTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("the body is %d bytes; task %s was created for %d", r.ContentLength, id, rec.Size))
 		return
 	}
+	leave, ok := s.uploading(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
 	s.uploadDeadline(w, rec.Size)
 	file, err := s.receive(http.MaxBytesReader(w, r.Body, rec.Size), rec.Size)
 	if err != nil {
