@@ -105,6 +105,45 @@ func (s *server) admit(ctx context.Context, owner string, rows int) (*refusal, e
 	return nil, nil
 }
 
+// StreamGate admits a principal's event streams, at most max open at once
+// (max <= 0: no cap), each ending by until; leave ends an admitted one.
+// dynamostore.Store is one.
+type StreamGate interface {
+	EnterStream(ctx context.Context, owner string, max int, until time.Time) (leave func(context.Context) error, ok bool, err error)
+}
+
+// streamLease is how long a stream is counted when its request has no
+// deadline (a server's, not a Lambda invocation's).
+const streamLease = time.Hour
+
+// enterStream admits a stream of owner's through the StreamGate, or the
+// server's own count without one; the returned func ends it.
+func (s *server) enterStream(ctx context.Context, owner string) (leave func(), ok bool, err error) {
+	max := s.cfg.Limits.MaxStreams
+	if max <= 0 {
+		return func() {}, true, nil
+	}
+	if s.cfg.StreamGate == nil {
+		leave, ok = s.streams.enter(owner, max)
+		return leave, ok, nil
+	}
+	until, has := ctx.Deadline()
+	if !has {
+		until = s.cfg.Clock.Now().Add(streamLease)
+	}
+	end, ok, err := s.cfg.StreamGate.EnterStream(ctx, owner, max, until)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return func() {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := end(lctx); err != nil {
+			s.cfg.Logger.Warn("close a stream", "owner", owner, "error", err)
+		}
+	}, true, nil
+}
+
 // counter counts each principal's requests of a kind in progress.
 type counter struct {
 	mu   sync.Mutex

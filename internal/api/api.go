@@ -124,6 +124,11 @@ type Config struct {
 	// GET. Without it uploads go to PUT /api/tasks/{id}/upload and results
 	// are streamed.
 	Presigner Presigner
+	// StreamGate, when non-nil, counts each principal's event streams for
+	// Limits.MaxStreams across every server that serves them: the events
+	// function's instances serve one stream each, so on AWS the count lives
+	// in the table. Without it the server counts its own.
+	StreamGate StreamGate
 	// UploadRate is the slowest a sheet may arrive, in bytes a second, and
 	// UploadGrace the time every upload gets besides: a request carrying a
 	// sheet must be read within UploadGrace plus its size at UploadRate.

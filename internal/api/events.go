@@ -106,7 +106,11 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	leave, ok := s.streams.enter(principal(r), s.cfg.Limits.MaxStreams)
+	leave, ok, err := s.enterStream(ctx, principal(r))
+	if err != nil {
+		s.internalError(w, r, "count the open streams", err)
+		return
+	}
 	if !ok {
 		(&refusal{
 			message: fmt.Sprintf("%s has %d event streams open, the most one principal may have (max streams); close one, or poll GET /api/tasks/%s",

@@ -126,6 +126,10 @@ type Env struct {
 	// api function (MAX_ACTIVE_TASKS, MAX_ROWS_PER_DAY; 0 or unset: none),
 	// api.Limits's.
 	MaxActiveTasks, MaxRowsPerDay int
+	// MaxStreams caps one principal's open event streams, counted in the
+	// table across the events function's instances (MAX_STREAMS; 0 or
+	// unset: none).
+	MaxStreams int
 	// MaxBatchSize caps a request's batch_size (MAX_BATCH_SIZE, optional);
 	// 0 takes the API's default.
 	MaxBatchSize int
@@ -202,6 +206,7 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 	e.MaxTokensLimit = intVar("MAX_TOKENS_LIMIT", 0, 0)
 	e.MaxActiveTasks = intVar("MAX_ACTIVE_TASKS", 0, 0)
 	e.MaxRowsPerDay = intVar("MAX_ROWS_PER_DAY", 0, 0)
+	e.MaxStreams = intVar("MAX_STREAMS", 0, 0)
 	e.MaxBatchSize = intVar("MAX_BATCH_SIZE", 0, 0)
 	e.AllowedModels = list(getenv("ALLOWED_MODELS"))
 	e.ProviderAPIKeyParams = list(getenv("PROVIDER_API_KEY_PARAMS"))

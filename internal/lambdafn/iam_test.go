@@ -136,7 +136,10 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	call("GET", "/api/tasks/"+created.ID, "", http.StatusOK) // awaiting upload
 	// The event stream, through the Function URL adapter as the events
 	// function serves it: a task awaiting its sheet (its upload record).
-	evDeps := awswire.NewDeps(e.stack.Env, ops.For("events").Attach(cfg), "events")
+	// With the template's cap on a principal's streams, counted in the table.
+	evEnv := e.stack.Env
+	evEnv.MaxStreams = 10
+	evDeps := awswire.NewDeps(evEnv, ops.For("events").Attach(cfg), "events")
 	stream, err := eventsfn.New(ctx, evDeps, api.Fixed(pipeline.LocalOwner))
 	if err != nil {
 		t.Fatal(err)

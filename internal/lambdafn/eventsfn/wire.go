@@ -36,10 +36,14 @@ func New(ctx context.Context, d *awswire.Deps, auth api.Authenticator) (*Handler
 		return nil, err
 	}
 	blobs := s3blob.FromConfig(d.AWS, d.Env.BucketName, s3blob.Options{})
+	st := d.Store(blobs)
 	return &Handler{
 		Handler: api.NewEvents(api.Config{
-			Auth: auth, Store: d.Store(blobs), Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
+			Auth: auth, Store: st, Blobs: blobs, Presigner: blobs, Clock: d.Clock, Logger: d.Logger,
 			Prices: pricing.Default().FromProviders(providers),
+			// Each instance serves one stream: the principal's count is kept
+			// in the table, across the instances.
+			StreamGate: st, Limits: api.Limits{MaxStreams: d.Env.MaxStreams},
 		}),
 		Logger: d.Logger,
 	}, nil
