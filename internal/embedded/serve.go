@@ -209,7 +209,7 @@ func CheckListen(addr string, tokens bool) error {
 	if err != nil {
 		return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:8080", addr)
 	}
-	if tokens || IsLoopback(host) {
+	if tokens || isLoopback(host) {
 		return nil
 	}
 	return fmt.Errorf("--addr %s listens beyond this machine, but no API tokens are set: "+
@@ -241,9 +241,9 @@ func LoadTokens(file, env string) (*api.Tokens, error) {
 	return tokens, nil
 }
 
-// IsLoopback reports whether host names only the loopback interface.
+// isLoopback reports whether host names only the loopback interface.
 // "localhost" counts; an empty host (all interfaces) does not.
-func IsLoopback(host string) bool {
+func isLoopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}

@@ -867,12 +867,6 @@ func CacheKey(provider string, req llm.Request, rowsPerCall int) string {
 	return cacheKey("", provider, req, rowsPerCall)
 }
 
-// PrincipalCacheKey is CacheKey of owner's calls alone
-// (CachePerPrincipal).
-func PrincipalCacheKey(owner, provider string, req llm.Request, rowsPerCall int) string {
-	return cacheKey(owner, provider, req, rowsPerCall)
-}
-
 // cacheOwner is whose answers task's rows may reuse: its principal's, or
 // with CacheShared everyone's (""; a task without an owner, stored before
 // tasks had owners, shares too).
