@@ -124,31 +124,39 @@ func newTasksCmd(stdout io.Writer) *cobra.Command {
 type deployment struct {
 	// where names it in messages: the directory or the table.
 	where string
+	// store is nil for a stack whose table was not given (dlq).
 	store store.Store
-	// dead is its dead-letter queue; nil for a stack whose --dlq-url was
-	// not given.
-	dead queue.DeadLetters
+	// dead is its dead-letter queue, deadWhere its name in messages, and
+	// back where a redrive moves the letters; dead is nil for a stack whose
+	// --dlq-url was not given.
+	dead            queue.DeadLetters
+	deadWhere, back string
 	// local is the data directory's database, nil for a stack.
 	local *sqlitestore.Store
 	// rerun says what to do about a task that stopped progressing.
 	rerun string
 }
 
-// openDeployment opens the data directory dir, or with table set the
-// stack's table and, when given, its queues.
+// openDeployment opens the data directory dir, or the stack: its table
+// when table is set, its dead-letter queue when dlqURL is (with queueURL,
+// where a redrive moves the letters).
 func openDeployment(ctx context.Context, dir, table, queueURL, dlqURL string) (*deployment, error) {
-	if table == "" {
+	if table == "" && queueURL == "" {
 		st, err := openStateReadOnly(dir)
 		if err != nil {
 			return nil, err
 		}
-		return &deployment{where: dir, store: st, local: st, dead: embedded.DeadLetters{Store: st}, rerun: "rerun batchgen run"}, nil
+		return &deployment{where: dir, store: st, local: st, dead: embedded.DeadLetters{Store: st}, rerun: "rerun batchgen run",
+			deadWhere: dir, back: "their queues; run batchgen run, retry or serve to process them"}, nil
 	}
 	stack, err := opswire.Open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	d := &deployment{where: table, store: stack.Store(table), rerun: "the sweeper re-enqueues; check the alarms"}
+	d := &deployment{where: table, rerun: "the sweeper re-enqueues; check the alarms", deadWhere: dlqURL, back: queueURL}
+	if table != "" {
+		d.store = stack.Store(table)
+	}
 	if dlqURL != "" {
 		d.dead = stack.Queue(queueURL, dlqURL)
 	}
@@ -447,22 +455,12 @@ func newDLQCmd(stdout io.Writer) *cobra.Command {
 // with queueURL and dlqURL of the deployed queues (redrive uses SQS's
 // message-move task).
 func dlq(ctx context.Context, verb, dir, queueURL, dlqURL string, stdout io.Writer) error {
-	where, back := dir, "their queues; run batchgen run, retry or serve to process them"
-	var dead queue.DeadLetters
-	if dlqURL == "" {
-		st, err := openStateReadOnly(dir)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		dead = embedded.DeadLetters{Store: st}
-	} else {
-		stack, err := opswire.Open(ctx)
-		if err != nil {
-			return err
-		}
-		dead, where, back = stack.Queue(queueURL, dlqURL), dlqURL, queueURL
+	d, err := openDeployment(ctx, dir, "", queueURL, dlqURL)
+	if err != nil {
+		return err
 	}
+	defer d.close()
+	dead, where := d.dead, d.deadWhere
 	if verb == "redrive" {
 		n, err := dead.Redrive(ctx)
 		if err != nil {
@@ -472,7 +470,7 @@ func dlq(ctx context.Context, verb, dir, queueURL, dlqURL string, stdout io.Writ
 			fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", where)
 			return nil
 		}
-		fmt.Fprintf(stdout, "%d message(s) moved back to %s\n", n, back)
+		fmt.Fprintf(stdout, "%d message(s) moved back to %s\n", n, d.back)
 		return nil
 	}
 	ds, err := pipeline.ListDeadLetters(ctx, dead, 1000)
@@ -485,12 +483,12 @@ func dlq(ctx context.Context, verb, dir, queueURL, dlqURL string, stdout io.Writ
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tBATCH\tRECEIVES\tMESSAGE\tBODY")
-	for _, d := range ds {
+	for _, l := range ds {
 		task, batch := "?", "?"
-		if d.TaskID != "" {
-			task, batch = d.TaskID, fmt.Sprint(d.BatchNo)
+		if l.TaskID != "" {
+			task, batch = l.TaskID, fmt.Sprint(l.BatchNo)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.60q\n", task, batch, d.ReceiveCount, d.ID, d.Body)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.60q\n", task, batch, l.ReceiveCount, l.ID, l.Body)
 	}
 	return tw.Flush()
 }

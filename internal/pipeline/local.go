@@ -118,22 +118,21 @@ func (w *LocalWorkers) Run(ctx context.Context) error { return w.RunUntil(ctx, n
 // next batch to end.
 func (w *LocalWorkers) RunUntil(ctx context.Context, drain <-chan struct{}) error {
 	var wg sync.WaitGroup
-	receive := func(ctx context.Context) ([]queue.Delivery, error) { return w.queue.Receive(ctx, 1) }
-	loops := []func(context.Context) ([]queue.Delivery, error){receive}
-	if gr, ok := w.queue.(groupReceiver); ok {
-		loops = append(loops, func(ctx context.Context) ([]queue.Delivery, error) {
-			busy, held := w.busyGroups()
-			if held < w.cfg.Workers {
-				return nil, nil // a worker is free: the queue's turns are enough
-			}
-			return gr.ReceiveOutside(ctx, 1, busy)
+	for range w.cfg.Workers {
+		wg.Go(func() {
+			w.loop(ctx, drain, func(ctx context.Context) ([]queue.Delivery, error) { return w.queue.Receive(ctx, 1) })
 		})
 	}
-	for range w.cfg.Workers {
-		wg.Go(func() { w.loop(ctx, drain, loops[0]) })
-	}
-	for _, receive := range loops[1:] {
-		wg.Go(func() { w.loop(ctx, drain, receive) })
+	if gr, ok := w.queue.(groupReceiver); ok {
+		wg.Go(func() {
+			w.loop(ctx, drain, func(ctx context.Context) ([]queue.Delivery, error) {
+				busy, held := w.busyGroups()
+				if held < w.cfg.Workers {
+					return nil, nil // a worker is free: the queue's turns are enough
+				}
+				return gr.ReceiveOutside(ctx, 1, busy)
+			})
+		})
 	}
 	wg.Wait()
 	return nil

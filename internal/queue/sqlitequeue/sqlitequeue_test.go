@@ -331,17 +331,23 @@ func TestEmptyAndNilBodies(t *testing.T) {
 	}
 }
 
-func BenchmarkSendReceiveDelete(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "batchgen.db")
-	s, err := sqlitestore.Open(path, sqlitestore.Options{})
+// benchQueue is a queue on a fresh database, closed with the benchmark.
+func benchQueue(b *testing.B) *sqlitequeue.Queue {
+	b.Helper()
+	s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "batchgen.db"), sqlitestore.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
 	q, err := sqlitequeue.New(s.DB(), sqlitequeue.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return q
+}
+
+func BenchmarkSendReceiveDelete(b *testing.B) {
+	q := benchQueue(b)
 	ctx := b.Context()
 	msgs := make([]queue.Outgoing, 10)
 	for i := range msgs {
@@ -411,16 +417,7 @@ func TestBacklog(t *testing.T) {
 // one): taking turns must cost a few index lookups a group, not a scan of
 // the backlog.
 func BenchmarkReceiveFromBacklog(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "batchgen.db")
-	s, err := sqlitestore.Open(path, sqlitestore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	q, err := sqlitequeue.New(s.DB(), sqlitequeue.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	q := benchQueue(b)
 	ctx := b.Context()
 	var msgs []queue.Outgoing
 	for i := range 20_000 {
