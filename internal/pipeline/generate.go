@@ -1329,34 +1329,11 @@ func (f *flusher) failure(rowNo int) error {
 	return f.failed[rowNo]
 }
 
-// storeAttempts bounds retries of a store write whose failure would waste
-// a paid model call (a save) or a whole batch (a finish).
-const storeAttempts = 6
-
-// retryStore runs fn until it succeeds, returns a store verdict
-// (ErrConflict, ErrNotFound) or storeAttempts tries have failed, backing off
-// exponentially from 50 ms: a database that is briefly locked, unavailable
-// or throttled must not lose a result the model was already paid for.
-func (g *Generator) retryStore(ctx context.Context, fn func() error) error {
-	delay := 50 * time.Millisecond
-	var err error
-	for i := 0; i < storeAttempts; i++ {
-		err = fn()
-		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		if i == storeAttempts-1 {
-			break
-		}
-		g.cfg.Logger.WarnContext(ctx, "store write failed; retrying", "try", i+1, "delay", delay, "error", err)
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-g.cfg.Clock.After(delay):
-		}
-		delay *= 2
-	}
-	return err
+// retryStore runs a store write under the store's one retry layer
+// (store.Retry): a database that is briefly locked, unavailable or
+// throttled must not lose a result the model was already paid for.
+func (g *Generator) retryStore(ctx context.Context, write func() error) error {
+	return store.Retry(ctx, g.cfg.Clock, g.cfg.Logger, write)
 }
 
 func (g *Generator) observe(e Event) {

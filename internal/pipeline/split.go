@@ -486,7 +486,7 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 		if len(rows) == 0 {
 			return nil
 		}
-		if err := s.store.PutRows(ctx, rows); err != nil {
+		if err := store.Retry(ctx, s.cfg.Clock, s.cfg.Logger, func() error { return s.store.PutRows(ctx, rows) }); err != nil {
 			return fmt.Errorf("split %s: write rows %d-%d: %w", task.ID, rows[0].No, rows[len(rows)-1].No, err)
 		}
 		rows = rows[:0]
@@ -538,7 +538,7 @@ func (s *Splitter) writeRows(ctx context.Context, p SplitParams, opts sheet.Opti
 	}
 	for start := 0; start < len(batches); start += rowChunk {
 		end := min(start+rowChunk, len(batches))
-		if err := s.store.PutBatches(ctx, batches[start:end]); err != nil {
+		if err := store.Retry(ctx, s.cfg.Clock, s.cfg.Logger, func() error { return s.store.PutBatches(ctx, batches[start:end]) }); err != nil {
 			return nil, fmt.Errorf("split %s: write batches %d-%d: %w", task.ID, start+1, end, err)
 		}
 	}

@@ -15,19 +15,22 @@
 //
 // # Retries
 //
-// The SDK's standard retryer stays on: throttling (ProvisionedThroughput
+// Each method makes one attempt; store.Retry is the one retry layer above
+// it, and its comment states the budget. Under it stays the SDK's standard
+// retryer, which belongs to the call: throttling (ProvisionedThroughput
 // Exceeded, ThrottlingException, RequestLimitExceeded), 5xx and connection
-// errors are retried with backoff, up to the client's RetryMaxAttempts
-// (DynamoDB's default: 4 attempts). On top of it this package retries
-// TransactionConflictException (a single-item write that met an ongoing
-// transaction) and transactions cancelled only by TransactionConflict or
-// throttling: both were rejected without effect, so retrying is safe.
-// TransactWriteItems carries an idempotency token that the SDK keeps across
-// its own retries, so a transaction that committed before a lost response is
-// not applied twice. A plain conditional UpdateItem has no such token: if the
-// SDK retries one that had in fact committed, the retry fails its condition
-// and the caller sees ErrConflict, which the pipeline treats as a lost batch
-// (the lease then expires and the batch is redone, keeping saved rows).
+// errors, and for single-item writes TransactionConflictException (the
+// item met a transaction in progress), all rejected without effect, are
+// re-sent up to the client's RetryMaxAttempts (DynamoDB's default: 4
+// attempts). TransactWriteItems carries an idempotency token that the SDK
+// keeps across those re-sends, so a transaction that committed before a
+// lost response is not applied twice. A transaction cancelled by
+// contention is returned, not re-sent under the same token: store.Retry
+// sends it again as a new request, safe because it changed nothing. A
+// plain conditional UpdateItem has no token: if the SDK re-sends one that
+// had in fact committed, the retry fails its condition and the caller sees
+// ErrConflict, which the pipeline treats as a lost batch (the lease then
+// expires and the batch is redone, keeping saved rows).
 //
 // # Consistency
 //
@@ -63,8 +66,6 @@ package dynamostore
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -174,35 +175,18 @@ func retryConflicts(o *dynamodb.Options) {
 	o.Retryer = retry.AddWithErrorCodes(o.Retryer, (&types.TransactionConflictException{}).ErrorCode())
 }
 
-// maxTxAttempts bounds the attempts of a transaction cancelled by
-// contention.
-const maxTxAttempts = 8
-
-// transact runs a TransactWriteItems, retrying cancellations caused only by
-// contention (TransactionConflict) or throttling, with jittered backoff.
+// transact runs one TransactWriteItems. A transaction cancelled only by
+// contention or throttling comes back as it is, for store.Retry to send
+// again as a new request (see the package comment).
 func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
-	for attempt := 1; ; attempt++ {
-		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, retryConflicts)
-		if err == nil || attempt == maxTxAttempts || !contentionOnly(err) {
-			return err
-		}
-		// Full jitter over 10 ms, 20 ms, ... capped at 500 ms.
-		wait := time.Duration(rand.Int64N(int64(min(10*time.Millisecond<<attempt, 500*time.Millisecond))))
-		select {
-		case <-s.opts.Clock.After(wait):
-		case <-ctx.Done():
-			return fmt.Errorf("%w (retry stopped: %w)", err, ctx.Err())
-		}
-	}
+	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	return err
 }
 
 // Cancellation reason codes of TransactionCanceledException.
 const (
-	reasonNone        = "None"
-	reasonCondition   = "ConditionalCheckFailed"
-	reasonConflict    = "TransactionConflict"
-	reasonThrottled   = "ThrottlingError"
-	reasonProvisioned = "ProvisionedThroughputExceeded"
+	reasonNone      = "None"
+	reasonCondition = "ConditionalCheckFailed"
 )
 
 // cancelReasons returns the reasons of a cancelled transaction.
@@ -220,26 +204,6 @@ func reasonCode(reasons []types.CancellationReason, i int) string {
 		return ""
 	}
 	return *reasons[i].Code
-}
-
-// contentionOnly reports whether err is a transaction cancelled only by
-// contention or throttling, so that trying again may succeed.
-func contentionOnly(err error) bool {
-	reasons, ok := cancelReasons(err)
-	if !ok {
-		return false
-	}
-	retry := false
-	for i := range reasons {
-		switch reasonCode(reasons, i) {
-		case reasonNone, "":
-		case reasonConflict, reasonThrottled, reasonProvisioned:
-			retry = true
-		default:
-			return false
-		}
-	}
-	return retry
 }
 
 // updateIf is the store's one conditional UpdateItem: u applied to item k

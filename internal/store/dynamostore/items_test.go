@@ -193,29 +193,6 @@ func cancelled(reasons ...types.CancellationReason) error {
 	return fmt.Errorf("operation error: %w", &types.TransactionCanceledException{Message: aws.String("cancelled"), CancellationReasons: reasons})
 }
 
-func TestContentionOnly(t *testing.T) {
-	tests := []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{"nil", nil, false},
-		{"other error", errors.New("boom"), false},
-		{"conflict", cancelled(reason("None", nil), reason("TransactionConflict", nil)), true},
-		{"throttled", cancelled(reason("ThrottlingError", nil), reason("None", nil)), true},
-		{"condition failed", cancelled(reason("ConditionalCheckFailed", nil), reason("TransactionConflict", nil)), false},
-		{"validation", cancelled(reason("ValidationError", nil)), false},
-		{"no reason given", cancelled(reason("None", nil)), false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := contentionOnly(tt.err); got != tt.want {
-				t.Errorf("contentionOnly = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestSaveRowsError(t *testing.T) {
 	batch, err := marshal(batchItem{TaskID: "t", No: 1, State: "RUNNING", Attempt: 2, Owner: "w2"})
 	if err != nil {
