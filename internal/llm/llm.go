@@ -1,10 +1,11 @@
 // Package llm is the model provider port: one chat-style call per row, with
 // typed errors that tell the pipeline whether to retry.
 //
-// Adapters: llm/sim (in-process simulator, the embedded default) and
-// llm/openai (any OpenAI-compatible chat completions server). The
-// mockserver sub-package is an OpenAI-compatible HTTP server for tests and
-// benchmarks.
+// Adapters: llm/sim (in-process simulator, the embedded default),
+// llm/openai (any OpenAI-compatible chat completions server), llm/anthropic
+// (Anthropic's Messages API) and llm/bedrock (Amazon Bedrock's Converse).
+// The mockserver sub-package serves the OpenAI and Anthropic wire formats
+// for tests and benchmarks.
 package llm
 
 import (

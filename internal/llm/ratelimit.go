@@ -59,6 +59,46 @@ func ParseRateLimits(h http.Header) RateLimits {
 	return RateLimits{Requests: window("requests"), Tokens: window("tokens")}
 }
 
+// ParseAnthropicRateLimits reads Anthropic's
+// anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset} headers
+// (per minute; reset is an RFC 3339 time, made a duration from now). The
+// tokens window is Anthropic's most restrictive token limit in force.
+// Malformed values count as not sent, as in ParseRateLimits.
+func ParseAnthropicRateLimits(h http.Header, now time.Time) RateLimits {
+	if h == nil {
+		return RateLimits{}
+	}
+	window := func(kind string) RateWindow {
+		prefix := "Anthropic-Ratelimit-" + kind + "-"
+		v, err := strconv.Atoi(strings.TrimSpace(h.Get(prefix + "Limit")))
+		if err != nil || v <= 0 {
+			return RateWindow{}
+		}
+		w := RateWindow{Limit: v, Remaining: -1}
+		if v, err := strconv.Atoi(strings.TrimSpace(h.Get(prefix + "Remaining"))); err == nil && v >= 0 {
+			w.Remaining = v
+		}
+		if at, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get(prefix+"Reset"))); err == nil && at.After(now) {
+			w.Reset = at.Sub(now)
+		}
+		return w
+	}
+	return RateLimits{Requests: window("Requests"), Tokens: window("Tokens")}
+}
+
+// SpentReset is how long until the longest spent window (nothing
+// remaining) is whole again: a wait hint for an answer without
+// Retry-After. 0 when no window is spent or none says.
+func (r RateLimits) SpentReset() time.Duration {
+	var d time.Duration
+	for _, w := range []RateWindow{r.Requests, r.Tokens} {
+		if w.Limit > 0 && w.Remaining == 0 {
+			d = max(d, w.Reset)
+		}
+	}
+	return d
+}
+
 // RetryAfter reads how long a provider asked the client to wait:
 // retry-after-ms (OpenAI, Azure: the most precise), then Retry-After
 // (seconds or an HTTP date), then, when a limit is spent, its

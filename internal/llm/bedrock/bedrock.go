@@ -30,9 +30,6 @@ import (
 	"github.com/batchgen/batchgen/internal/llm"
 )
 
-// maxMessageRunes bounds the provider message kept in an error.
-const maxMessageRunes = 500
-
 // Converser is the part of *bedrockruntime.Client the provider uses.
 type Converser interface {
 	Converse(ctx context.Context, in *bedrockruntime.ConverseInput, optFns ...func(*bedrockruntime.Options)) (*bedrockruntime.ConverseOutput, error)
@@ -274,7 +271,7 @@ func (p *Provider) classify(ctx, callCtx context.Context, err error) error {
 // field Bedrock documents per failure.
 func fromAPIError(apiErr smithy.APIError, status int, err error) *llm.Error {
 	code := apiErr.ErrorCode()
-	msg := clean(apiErr.ErrorMessage())
+	msg := llm.CleanMessage(apiErr.ErrorMessage(), "")
 	if msg == "" {
 		msg = strings.TrimSpace(fmt.Sprintf("%d %s", status, http.StatusText(status)))
 	}
@@ -333,13 +330,4 @@ func fromStatus(status int, msg string, err error) *llm.Error {
 		msg = strings.TrimSpace(fmt.Sprintf("%d %s", status, http.StatusText(status)))
 	}
 	return &llm.Error{Class: llm.ClassOfStatus(status), StatusCode: status, Message: msg, Err: err}
-}
-
-// clean bounds the length of a provider message.
-func clean(msg string) string {
-	msg = strings.TrimSpace(msg)
-	if r := []rune(msg); len(r) > maxMessageRunes {
-		msg = string(r[:maxMessageRunes]) + "…"
-	}
-	return msg
 }

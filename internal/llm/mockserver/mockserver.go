@@ -1,5 +1,7 @@
-// Package mockserver is an OpenAI-compatible chat completions server for
-// tests, demos and benchmarks (`batchgen mock-llm`). It enforces a request
+// Package mockserver is a model server for tests, demos and benchmarks
+// (`batchgen mock-llm`): OpenAI's chat completions API, and Anthropic's
+// Messages API at /v1/messages (anthropic.go), both over the same quota,
+// faults and counts. It enforces a request
 // quota over a sliding window the way a provider does, injects faults
 // deterministically (by seed and by markers in the prompt), and counts what it
 // answered per prompt, so a test can prove that a job stayed under the quota
@@ -46,7 +48,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -307,6 +308,7 @@ func (s *Server) Reset() {
 // ServeHTTP routes:
 //
 //	POST /v1/chat/completions (also /chat/completions)
+//	POST /v1/messages (Anthropic's Messages API; see anthropic.go)
 //	GET  /stats   (JSON Stats; ?summary=1 leaves out per_prompt)
 //	POST /reset
 //	GET  /healthz
@@ -321,7 +323,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.URL.Path {
 	case "/v1/chat/completions", "/chat/completions":
-		route(http.MethodPost, s.serveCompletion)
+		route(http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.serveCall(openAI{}, w, r) })
+	case "/v1/messages":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			anthropic{}.writeError(w, http.StatusMethodNotAllowed, apiError{Message: fmt.Sprintf("use POST for %s", r.URL.Path), Type: "invalid_request_error"})
+			return
+		}
+		s.serveCall(anthropic{}, w, r)
 	case "/stats":
 		route(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 			s.mu.Lock()
@@ -357,7 +366,9 @@ const (
 	resetConn
 )
 
-func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
+// serveCall answers one model call in dialect d: the quota, the faults,
+// the answer and the counts are the server's, whatever the protocol.
+func (s *Server) serveCall(d dialect, w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.stats.Requests++
 	if s.stats.QuotaExhausted > 0 {
@@ -368,16 +379,20 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	defer s.count(func(st *Stats) { st.InFlight-- })
 
-	if key := s.cfg.RequireAPIKey; key != "" && r.Header.Get("Authorization") != "Bearer "+key {
+	if key := s.cfg.RequireAPIKey; key != "" && !d.authorized(r, key) {
 		s.count(func(st *Stats) { st.BadRequests++ })
 		// Never echo the presented key back.
-		writeError(w, http.StatusUnauthorized, apiError{Message: "Incorrect API key provided.", Type: "invalid_request_error", Code: "invalid_api_key"})
+		d.writeError(w, http.StatusUnauthorized, apiError{Message: "Incorrect API key provided.", Type: "invalid_request_error", Code: "invalid_api_key"})
 		return
 	}
-	req, aerr, status := s.parse(w, r)
+	body, aerr, status := s.readBody(w, r)
+	var req chatRequest
+	if aerr == nil {
+		req, aerr, status = d.parse(s, body)
+	}
 	if aerr != nil {
 		s.count(func(st *Stats) { st.BadRequests++ })
-		writeError(w, status, *aerr)
+		d.writeError(w, status, *aerr)
 		return
 	}
 
@@ -387,7 +402,7 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	if strings.Contains(req.text, s.cfg.QuotaMarker) {
 		s.stats.QuotaExhausted++
 		s.mu.Unlock()
-		writeError(w, http.StatusTooManyRequests, apiError{
+		d.writeError(w, http.StatusTooManyRequests, apiError{
 			Message: "You exceeded your current quota, please check your plan and billing details.",
 			Type:    "insufficient_quota", Code: "insufficient_quota",
 		})
@@ -397,21 +412,19 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	s.seq++
 	id := s.seq
 	retryAfter, what, ok := s.admitLocked(now, id, charge)
-	s.rateHeadersLocked(w.Header(), now)
+	if !s.cfg.NoRateLimitHeaders {
+		d.limitHeaders(w.Header(), now, s.limitsLocked(now))
+	}
 	if !ok {
 		s.stats.RateLimited++
 		s.mu.Unlock()
-		secs := int(math.Ceil(retryAfter.Seconds()))
-		secs = max(secs, 1)
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
-		if !s.cfg.NoRateLimitHeaders {
-			w.Header().Set("Retry-After-Ms", strconv.FormatInt(max(retryAfter.Milliseconds(), 1), 10))
-		}
+		secs := max(int(math.Ceil(retryAfter.Seconds())), 1)
+		d.retryHeaders(w.Header(), retryAfter, !s.cfg.NoRateLimitHeaders)
 		limit := s.cfg.Quota
 		if what == "tokens" {
 			limit = s.cfg.TokenQuota
 		}
-		writeError(w, http.StatusTooManyRequests, apiError{
+		d.writeError(w, http.StatusTooManyRequests, apiError{
 			Message: fmt.Sprintf("Rate limit reached for %s: limit %d per %v. Please try again in %ds.", what, limit, s.cfg.QuotaWindow, secs),
 			Type:    "rate_limit_exceeded", Code: "rate_limit_exceeded",
 		})
@@ -434,39 +447,39 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	switch out {
 	case resetConn:
 		s.count(func(st *Stats) { st.Resets++ })
-		resetConnection(w)
+		resetConnection(w, d)
 	case hang:
 		select {
 		case <-s.cfg.Clock.After(s.cfg.HangTimeout):
 			s.count(func(st *Stats) { st.ServerErrors++ })
-			writeError(w, http.StatusGatewayTimeout, apiError{Message: "The server timed out generating a response.", Type: "timeout"})
+			d.writeError(w, http.StatusGatewayTimeout, apiError{Message: "The server timed out generating a response.", Type: "timeout"})
 		case <-ctx.Done():
 			s.count(func(st *Stats) { st.Canceled++ })
 		}
 	case failServer:
 		s.count(func(st *Stats) { st.ServerErrors++ })
-		writeError(w, http.StatusInternalServerError, apiError{Message: "The server had an error while processing your request.", Type: "server_error"})
+		d.writeError(w, http.StatusInternalServerError, apiError{Message: "The server had an error while processing your request.", Type: "server_error"})
 	case failUnavailable:
 		s.count(func(st *Stats) { st.ServerErrors++ })
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, apiError{Message: "The engine is currently overloaded, please try again later.", Type: "server_error"})
+		d.writeError(w, http.StatusServiceUnavailable, apiError{Message: "The engine is currently overloaded, please try again later.", Type: "server_error"})
 	case failFilter:
 		s.count(func(st *Stats) { st.Filtered++ })
 		param := "messages"
-		writeError(w, http.StatusBadRequest, apiError{
+		d.writeError(w, http.StatusBadRequest, apiError{
 			Message: "The response was filtered due to the prompt triggering content management policy.",
 			Type:    "invalid_request_error", Code: "content_filter", Param: &param,
 		})
 	case failTooLong:
 		s.count(func(st *Stats) { st.BadRequests++ })
 		param := "messages"
-		writeError(w, http.StatusBadRequest, apiError{
+		d.writeError(w, http.StatusBadRequest, apiError{
 			Message: "This model's maximum context length is 8192 tokens. However, your messages resulted in more tokens. Please reduce the length of the messages.",
 			Type:    "invalid_request_error", Code: "context_length_exceeded", Param: &param,
 		})
 	case failOutputFilter:
 		s.count(func(st *Stats) { st.Filtered++ })
-		writeJSON(w, http.StatusOK, s.completion(id, now, req, "", "content_filter"))
+		d.answer(w, id, now, req, "", "content_filter")
 	default:
 		text, finish := truncate("Copy for: "+req.prompt, req.maxTokens)
 		if req.columns != nil || req.jsonObject || req.packed {
@@ -496,16 +509,16 @@ func (s *Server) serveCompletion(w http.ResponseWriter, r *http.Request) {
 			_, _ = s.cfg.PaidLog.Write(append(line, '\n'))
 		}
 		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, s.completion(id, now, req, text, finish))
+		d.answer(w, id, now, req, text, finish)
 	}
 }
 
 // resetConnection drops the client's connection with a TCP RST and no
 // answer. If the connection cannot be hijacked (HTTP/2), it answers 502.
-func resetConnection(w http.ResponseWriter) {
+func resetConnection(w http.ResponseWriter, d dialect) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
-		writeError(w, http.StatusBadGateway, apiError{Message: "connection reset", Type: "server_error"})
+		d.writeError(w, http.StatusBadGateway, apiError{Message: "connection reset", Type: "server_error"})
 		return
 	}
 	conn, _, err := hj.Hijack()
@@ -617,37 +630,42 @@ func (s *Server) correctLocked(id int64, used int) {
 	s.toks[i].tok = used
 }
 
-// rateHeadersLocked sets OpenAI's x-ratelimit-* headers for the quotas in
-// force: per minute, as OpenAI states them, and reset is when the window
-// is whole again (one window after its newest request).
-func (s *Server) rateHeadersLocked(h http.Header, now time.Time) {
-	if s.cfg.NoRateLimitHeaders {
-		return
-	}
+// limitWindow is one quota in force as a provider states it: per minute,
+// what is left of it, and when the window is whole again (one window after
+// its newest request).
+type limitWindow struct {
+	// kind is "requests" or "tokens".
+	kind             string
+	limit, remaining int
+	reset            time.Duration
+}
+
+// limitsLocked returns the quotas in force, scaled to a minute.
+func (s *Server) limitsLocked(now time.Time) []limitWindow {
 	perMinute := float64(time.Minute) / float64(s.cfg.QuotaWindow)
-	set := func(kind string, limit, used int, newest time.Time) {
-		h.Set("X-Ratelimit-Limit-"+kind, strconv.Itoa(int(float64(limit)*perMinute)))
-		h.Set("X-Ratelimit-Remaining-"+kind, strconv.Itoa(int(float64(max(limit-used, 0))*perMinute)))
-		reset := time.Duration(0)
+	window := func(kind string, limit, used int, newest time.Time) limitWindow {
+		w := limitWindow{kind: kind, limit: int(float64(limit) * perMinute), remaining: int(float64(max(limit-used, 0)) * perMinute)}
 		if used > 0 {
-			reset = max(newest.Add(s.cfg.QuotaWindow).Sub(now), time.Millisecond)
+			w.reset = max(newest.Add(s.cfg.QuotaWindow).Sub(now), time.Millisecond)
 		}
-		h.Set("X-Ratelimit-Reset-"+kind, reset.String())
+		return w
 	}
+	var out []limitWindow
 	if q := s.cfg.Quota; q > 0 {
 		var newest time.Time
 		if s.n > 0 {
 			newest = s.window[(s.head+s.n-1)%len(s.window)]
 		}
-		set("Requests", q, s.n, newest)
+		out = append(out, window("requests", q, s.n, newest))
 	}
 	if tq := s.cfg.TokenQuota; tq > 0 {
 		var newest time.Time
 		if len(s.toks) > 0 {
 			newest = s.toks[len(s.toks)-1].at
 		}
-		set("Tokens", tq, s.tokSum, newest)
+		out = append(out, window("tokens", tq, s.tokSum, newest))
 	}
+	return out
 }
 
 func cmpOr(v, def int) int {
@@ -753,24 +771,33 @@ type wireRequest struct {
 	} `json:"response_format"`
 }
 
-// parse reads and validates the request body. On failure it returns the
-// error body and status to answer with.
-func (s *Server) parse(w http.ResponseWriter, r *http.Request) (chatRequest, *apiError, int) {
+// readBody reads a request's body, up to MaxBodyBytes. On failure it
+// returns the error to answer with and its status.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError, int) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return chatRequest{}, &apiError{Message: fmt.Sprintf("request body larger than %d bytes", s.cfg.MaxBodyBytes), Type: "invalid_request_error", Code: "request_too_large"}, http.StatusRequestEntityTooLarge
+			return nil, &apiError{Message: fmt.Sprintf("request body larger than %d bytes", s.cfg.MaxBodyBytes), Type: "invalid_request_error", Code: "request_too_large"}, http.StatusRequestEntityTooLarge
 		}
-		return chatRequest{}, &apiError{Message: "could not read request body", Type: "invalid_request_error"}, http.StatusBadRequest
+		return nil, &apiError{Message: "could not read request body", Type: "invalid_request_error"}, http.StatusBadRequest
 	}
-	bad := func(param, format string, args ...any) (chatRequest, *apiError, int) {
-		var p *string
-		if param != "" {
-			p = &param
-		}
-		return chatRequest{}, &apiError{Message: fmt.Sprintf(format, args...), Type: "invalid_request_error", Param: p}, http.StatusBadRequest
+	return body, nil, 0
+}
+
+// badRequest is the answer to a request that is wrong in param (or as a
+// whole, for ""), in the server's terms.
+func badRequest(param, format string, args ...any) (chatRequest, *apiError, int) {
+	var p *string
+	if param != "" {
+		p = &param
 	}
+	return chatRequest{}, &apiError{Message: fmt.Sprintf(format, args...), Type: "invalid_request_error", Param: p}, http.StatusBadRequest
+}
+
+// parse reads and validates a chat completions request body.
+func (openAI) parse(s *Server, body []byte) (chatRequest, *apiError, int) {
+	bad := badRequest
 	var wr wireRequest
 	if err := json.Unmarshal(body, &wr); err != nil {
 		return bad("", "We could not parse the JSON body of your request: %v", err)
@@ -1043,7 +1070,7 @@ type usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
-func (s *Server) completion(id int64, now time.Time, req chatRequest, text, finish string) completion {
+func newCompletion(id int64, now time.Time, req chatRequest, text, finish string) completion {
 	c := choice{FinishReason: finish}
 	c.Message.Role = "assistant"
 	c.Message.Content = text

@@ -30,10 +30,6 @@ import (
 // DefaultBaseURL is OpenAI's API.
 const DefaultBaseURL = "https://api.openai.com/v1"
 
-// maxMessageRunes bounds the provider message kept in an error: a proxy's
-// HTML error page does not belong in a result sheet.
-const maxMessageRunes = 500
-
 // Config configures a Provider.
 type Config struct {
 	// BaseURL is the API root, up to and including the version segment
@@ -83,7 +79,7 @@ func New(cfg Config) (*Provider, error) {
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		// The URL is shown without its query: it may carry a key.
-		return nil, fmt.Errorf("openai base URL %q: want an absolute http or https URL", redactURL(cfg.BaseURL))
+		return nil, fmt.Errorf("openai base URL %q: want an absolute http or https URL", llm.RedactURL(cfg.BaseURL))
 	}
 	if cfg.HTTPClient == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -166,7 +162,7 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 			// not billed, so asking again at once costs nothing.
 			if !p.jsonMode.Swap(true) {
 				p.cfg.Logger.Warn("the server refused structured outputs (response_format json_schema); asking for JSON mode instead and checking every answer",
-					"base_url", redactURL(p.cfg.BaseURL), "error", e.Error())
+					"base_url", llm.RedactURL(p.cfg.BaseURL), "error", e.Error())
 			}
 			return p.Generate(ctx, req)
 		}
@@ -256,7 +252,7 @@ func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *h
 		}
 		return &llm.Error{Class: llm.ClassTimeout, Message: msg, Err: callCtx.Err()}
 	}
-	err = &redacted{err: err, key: p.cfg.APIKey}
+	err = llm.HideKey(err, p.cfg.APIKey)
 	var e *llm.Error
 	if llm.IsConnectionError(err) {
 		e = &llm.Error{Class: llm.ClassConnection, Message: err.Error(), Err: err}
@@ -307,44 +303,8 @@ func (p *Provider) describe(status int, code, message string) string {
 }
 
 // clean removes the API key and bounds the length of a provider message.
-func (p *Provider) clean(msg string) string {
-	msg = redact(msg, p.cfg.APIKey)
-	if r := []rune(msg); len(r) > maxMessageRunes {
-		msg = string(r[:maxMessageRunes]) + "…"
-	}
-	return msg
-}
+func (p *Provider) clean(msg string) string { return llm.CleanMessage(msg, p.cfg.APIKey) }
 
 // retryAfter is llm.RetryAfter; a variable so the adapter's tests keep
 // their name for it.
 var retryAfter = llm.RetryAfter
-
-// redacted hides the API key in a transport error's text (a base URL may
-// carry it as a query parameter) while keeping the chain for errors.Is/As.
-type redacted struct {
-	err error
-	key string
-}
-
-func (r *redacted) Error() string { return redact(r.err.Error(), r.key) }
-func (r *redacted) Unwrap() error { return r.err }
-
-func redact(s, key string) string {
-	if key == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, key, "[redacted]")
-}
-
-// redactURL drops the query and user info, where credentials live.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		if i := strings.IndexAny(raw, "?@"); i >= 0 {
-			return raw[:i] + "…"
-		}
-		return raw
-	}
-	u.RawQuery, u.User = "", nil
-	return u.String()
-}

@@ -1,0 +1,311 @@
+// Package anthropicllm is the llm.Provider for Anthropic's Messages API,
+// through the official anthropic-sdk-go.
+//
+// As with the other adapters, the SDK's own retries are off: the pipeline
+// owns retries, because it must account for them against the quota and the
+// row's attempt budget. What this adapter adds is the translation of each
+// failure into an *llm.Error of the classes every provider shares, and of
+// Anthropic's rate-limit headers (anthropic-ratelimit-*, retry-after) into
+// llm.RateLimits for the quota learner.
+//
+// Answers of declared columns are asked for with structured outputs
+// (output_config.format of type json_schema). A model that refuses them is
+// learnt once and asked in words from then on, the schema in the system
+// prompt; the pipeline checks every answer either way.
+package anthropicllm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/llm"
+)
+
+// DefaultBaseURL is Anthropic's API root. The SDK adds /v1/messages.
+const DefaultBaseURL = "https://api.anthropic.com"
+
+// DefaultMaxTokens is the completion cap sent when a request sets none:
+// the Messages API requires one. A call is billed for what it used, not
+// for the cap.
+const DefaultMaxTokens = 4096
+
+// Config configures a Provider.
+type Config struct {
+	// BaseURL is the API root without /v1, as the SDK takes it. Defaults to
+	// DefaultBaseURL.
+	BaseURL string
+	// APIKey is sent as the SDK sends it (a bearer token). It never
+	// appears in errors.
+	APIKey string
+	// Model is used when a Request names none.
+	Model string
+	// Timeout bounds each call; 0 leaves only the caller's ctx. A call that
+	// runs out of it fails with ClassTimeout.
+	Timeout time.Duration
+	// HTTPClient sends the requests. Defaults to a client that keeps up to
+	// 256 idle connections per host (the default 2 makes every concurrent
+	// worker beyond the second dial anew).
+	HTTPClient *http.Client
+	// Clock turns reset times and HTTP-date Retry-After into durations.
+	// Defaults to clock.Real.
+	Clock clock.Clock
+	// Logger says, once, that the model refused structured outputs.
+	// Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Provider calls the Messages API. It is safe for concurrent use.
+type Provider struct {
+	cfg      Config
+	messages anthropic.MessageService
+	// inWords is set once the model refused structured outputs.
+	inWords atomic.Bool
+}
+
+var _ llm.Provider = (*Provider)(nil)
+
+// New returns a Provider for cfg. It fails only on a BaseURL that is not an
+// absolute http(s) URL.
+func New(cfg Config) (*Provider, error) {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("anthropic base URL %q: want an absolute http or https URL", llm.RedactURL(cfg.BaseURL))
+	}
+	if strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1") {
+		// The SDK adds /v1/messages itself: a root ending in /v1 would
+		// call /v1/v1/messages and get 404s for every row.
+		return nil, fmt.Errorf("anthropic base URL %q: give the API root without /v1 (the SDK adds /v1/messages)", llm.RedactURL(cfg.BaseURL))
+	}
+	if cfg.HTTPClient == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 256
+		t.MaxIdleConnsPerHost = 256
+		cfg.HTTPClient = &http.Client{Transport: t}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	// NewMessageService rather than anthropic.NewClient: the client reads
+	// ANTHROPIC_* environment variables, and only main reads the
+	// environment here.
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithHTTPClient(cfg.HTTPClient),
+		option.WithMaxRetries(0),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	return &Provider{cfg: cfg, messages: anthropic.NewMessageService(opts...)}, nil
+}
+
+// Generate sends req as one message (a system prompt, the user's prompt,
+// and a re-ask's earlier exchanges) and returns the answer's text. Failures
+// are *llm.Error, except a cancelled ctx, which is returned wrapped as is.
+func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
+	model := req.Model
+	if model == "" {
+		model = p.cfg.Model
+	}
+	if model == "" {
+		return llm.Response{}, &llm.Error{Class: llm.ClassBadRequest, Message: "no model configured for the Anthropic provider"}
+	}
+	maxTokens := req.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = DefaultMaxTokens
+	}
+	params := anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: int64(maxTokens)}
+	params.Messages = append(params.Messages, anthropic.NewUserMessage(anthropic.NewTextBlock(req.Prompt)))
+	for _, c := range req.Corrections {
+		params.Messages = append(params.Messages,
+			anthropic.NewAssistantMessage(anthropic.NewTextBlock(c.Answer)),
+			anthropic.NewUserMessage(anthropic.NewTextBlock(c.FollowUp)))
+	}
+	system := req.System
+	sch := req.ResponseSchema()
+	inWords := sch != nil && p.inWords.Load()
+	switch {
+	case inWords:
+		system = strings.TrimSpace(req.SchemaInstructions() + "\n\n" + system)
+	case sch != nil:
+		var format map[string]any
+		if err := json.Unmarshal(sch, &format); err != nil {
+			return llm.Response{}, &llm.Error{Class: llm.ClassBadRequest, Message: fmt.Sprintf("answer schema: %v", err)}
+		}
+		params.OutputConfig = anthropic.OutputConfigParam{Format: anthropic.JSONOutputFormatParam{Schema: format}}
+	}
+	if system != "" {
+		params.System = []anthropic.TextBlockParam{{Text: system}}
+	}
+	// req.Temperature and req.TopP are not sent: the Messages API has
+	// deprecated sampling settings, and this SDK no longer carries them.
+
+	callCtx := ctx
+	timeout := p.cfg.Timeout
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	} else {
+		timeout = 10 * time.Minute
+	}
+	var httpResp *http.Response
+	// A request timeout of our own: without one the SDK refuses a large
+	// max_tokens outright ("streaming is required").
+	msg, err := p.messages.New(callCtx, params, option.WithResponseInto(&httpResp), option.WithRequestTimeout(timeout))
+	if err != nil {
+		e := p.classify(ctx, callCtx, err, httpResp)
+		if sch != nil && !inWords && refusesStructuredOutputs(e) {
+			// A model without structured outputs: learn it once, say so,
+			// and ask in words from now on. A refused request is not
+			// billed, so asking again at once costs nothing.
+			if !p.inWords.Swap(true) {
+				p.cfg.Logger.Warn("the model refused structured outputs (output_config.format); asking for JSON in the system prompt instead and checking every answer",
+					"model", model, "error", e.Error())
+			}
+			return p.Generate(ctx, req)
+		}
+		return llm.Response{}, e
+	}
+	out, err := p.response(msg)
+	if err == nil && httpResp != nil {
+		out.RateLimits = llm.ParseAnthropicRateLimits(httpResp.Header, p.cfg.Clock.Now())
+	}
+	return out, err
+}
+
+// StructuredInWords reports whether the model refused structured outputs
+// and answers with columns are asked for in the system prompt, for the
+// run's summary.
+func (p *Provider) StructuredInWords() bool { return p.inWords.Load() }
+
+// refusesStructuredOutputs reports whether a failed call is the model
+// refusing structured outputs (a 400 that names output_config or
+// structured outputs), not the request being wrong otherwise.
+func refusesStructuredOutputs(e error) bool {
+	var le *llm.Error
+	if !errors.As(e, &le) || le.Class != llm.ClassBadRequest {
+		return false
+	}
+	msg := strings.ToLower(le.Message)
+	return strings.Contains(msg, "output_config") || strings.Contains(msg, "structured output") || strings.Contains(msg, "output_format")
+}
+
+// response turns a message into the answer: its text blocks, in order.
+func (p *Provider) response(msg *anthropic.Message) (llm.Response, error) {
+	if msg == nil {
+		return llm.Response{}, &llm.Error{Class: llm.ClassServer, StatusCode: http.StatusOK, Message: "empty answer"}
+	}
+	var text strings.Builder
+	for _, block := range msg.Content {
+		if block.Type == "text" {
+			text.WriteString(block.Text)
+		}
+	}
+	if msg.StopReason == anthropic.StopReasonRefusal {
+		return llm.Response{}, &llm.Error{Class: llm.ClassContentFilter, StatusCode: http.StatusOK,
+			Message: p.clean("the model declined to answer (stop_reason refusal)")}
+	}
+	u := msg.Usage
+	// Anthropic's input_tokens leaves out what was read from or written to
+	// its prompt cache; llm.Usage counts every prompt token as input.
+	return llm.Response{
+		Text: text.String(),
+		Usage: llm.Usage{
+			InputTokens:       int(u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens),
+			OutputTokens:      int(u.OutputTokens),
+			CachedInputTokens: int(u.CacheReadInputTokens),
+		},
+	}, nil
+}
+
+// classify turns a failed call into an *llm.Error. ctx is the caller's,
+// callCtx the one with this call's timeout.
+func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *http.Response) error {
+	var apiErr *anthropic.Error
+	switch {
+	case errors.As(err, &apiErr):
+		var h http.Header
+		if apiErr.Response != nil {
+			h = apiErr.Response.Header
+		}
+		return p.fromStatus(apiErr.StatusCode, string(apiErr.Type()), apiErr.Message, h)
+	case httpResp != nil && httpResp.StatusCode >= 400:
+		// An error body the SDK could not decode (a proxy's HTML page):
+		// the status still says what happened.
+		return p.fromStatus(httpResp.StatusCode, "", "", httpResp.Header)
+	case errors.Is(ctx.Err(), context.Canceled):
+		return fmt.Errorf("anthropic message: %w", ctx.Err())
+	case errors.Is(callCtx.Err(), context.DeadlineExceeded):
+		msg := "model call timed out"
+		if ctx.Err() == nil {
+			msg = fmt.Sprintf("model call timed out after %v", p.cfg.Timeout)
+		}
+		return &llm.Error{Class: llm.ClassTimeout, Message: msg, Err: callCtx.Err()}
+	}
+	err = llm.HideKey(err, p.cfg.APIKey)
+	var e *llm.Error
+	if llm.IsConnectionError(err) {
+		e = &llm.Error{Class: llm.ClassConnection, Message: err.Error(), Err: err}
+	} else {
+		e = llm.Classify(fmt.Errorf("anthropic message: %w", err))
+	}
+	if httpResp != nil && e.StatusCode == 0 {
+		e.StatusCode = httpResp.StatusCode
+	}
+	return e
+}
+
+// fromStatus classifies an error answer from its status and Anthropic's
+// error type (its body's error.type).
+func (p *Provider) fromStatus(status int, typ, message string, h http.Header) *llm.Error {
+	msg := strings.TrimSpace(message)
+	if msg == "" {
+		msg = strings.TrimSpace(fmt.Sprintf("%d %s", status, http.StatusText(status)))
+	}
+	if typ != "" && !strings.Contains(msg, typ) {
+		msg += " (" + typ + ")"
+	}
+	e := &llm.Error{StatusCode: status, Message: p.clean(msg), RateLimits: llm.ParseAnthropicRateLimits(h, p.cfg.Clock.Now())}
+	e.Class = llm.ClassOfStatus(status)
+	lower := strings.ToLower(message)
+	// What Anthropic's types and words say beyond the status.
+	switch {
+	case typ == "billing_error" || status == http.StatusPaymentRequired || strings.Contains(lower, "credit balance"):
+		e.Class = llm.ClassQuotaExhausted
+	case typ == "overloaded_error" || typ == "api_error" || typ == "timeout_error":
+		e.Class = llm.ClassServer
+	case e.Class == llm.ClassBadRequest && strings.Contains(lower, "prompt is too long"):
+		e.Class = llm.ClassPromptTooLong
+	case e.Class == llm.ClassBadRequest && strings.Contains(lower, "content filtering"):
+		e.Class = llm.ClassContentFilter
+	}
+	if e.Class == llm.ClassRateLimited || e.Class == llm.ClassServer {
+		e.RetryAfter = llm.RetryAfter(h, p.cfg.Clock.Now())
+		if e.RetryAfter == 0 {
+			e.RetryAfter = e.RateLimits.SpentReset()
+		}
+	}
+	return e
+}
+
+// clean removes the API key and bounds the length of a provider message.
+func (p *Provider) clean(msg string) string { return llm.CleanMessage(msg, p.cfg.APIKey) }

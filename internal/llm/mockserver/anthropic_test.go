@@ -1,0 +1,124 @@
+package mockserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/clock"
+	"github.com/batchgen/batchgen/internal/llm"
+)
+
+func messagesBody(prompt string) string {
+	return fmt.Sprintf(`{"model":"claude-mock","max_tokens":100,"system":"be brief","messages":[{"role":"user","content":%q}]}`, prompt)
+}
+
+// postMessages sends a Messages API request straight to the handler.
+func postMessages(s *Server, body string, header ...string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body))
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	s.ServeHTTP(rec, r)
+	return rec
+}
+
+// TestAnthropicAnswers: the Messages API's answer, its usage and its
+// rate-limit headers, which llm reads back as the quota in force.
+func TestAnthropicAnswers(t *testing.T) {
+	clk := clock.NewFake(t0)
+	s := New(Config{Quota: 2, TokenQuota: 10_000, Clock: clk})
+	rec := postMessages(s, messagesBody("a lamp"))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var msg struct {
+		Type       string `json:"type"`
+		StopReason string `json:"stop_reason"`
+		Content    []struct{ Type, Text string }
+		Usage      struct {
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+		}
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &msg); err != nil {
+		t.Fatal(err)
+	}
+	if msg.Type != "message" || msg.StopReason != "end_turn" || len(msg.Content) != 1 || msg.Content[0].Text != "Copy for: a lamp" {
+		t.Errorf("answer %s: want a message with the copy and end_turn", rec.Body)
+	}
+	if msg.Usage.InputTokens <= 0 || msg.Usage.OutputTokens <= 0 {
+		t.Errorf("usage %+v: want tokens both ways", msg.Usage)
+	}
+	rl := llm.ParseAnthropicRateLimits(rec.Header(), t0)
+	if rl.Requests.Limit != 2 || rl.Requests.Remaining != 1 || rl.Requests.Reset != time.Minute || rl.Tokens.Limit != 10_000 {
+		t.Errorf("rate limits %+v from %v: want 2 a minute, 1 left, whole in a minute, and the token quota", rl, rec.Header())
+	}
+	if rec.Header().Get("X-Ratelimit-Limit-Requests") != "" {
+		t.Error("OpenAI's headers on an Anthropic answer")
+	}
+}
+
+// TestAnthropicErrors: each fault in the Messages API's words and status.
+func TestAnthropicErrors(t *testing.T) {
+	tests := []struct {
+		name, body   string
+		cfg          Config
+		header       []string
+		status       int
+		typ, message string
+	}{
+		{"rate limited", messagesBody("b"), Config{Quota: 1}, nil, 429, "rate_limit_error", "Rate limit reached"},
+		{"billing", messagesBody("x [[quota]]"), Config{}, nil, 402, "billing_error", "credit balance"},
+		{"overloaded", messagesBody("x [[flaky]]"), Config{}, nil, 529, "overloaded_error", "Overloaded"},
+		{"server error", messagesBody("x [[5xx]]"), Config{}, nil, 500, "api_error", "Internal server error"},
+		{"prompt too long", messagesBody("x [[too_long]]"), Config{}, nil, 400, "invalid_request_error", "prompt is too long"},
+		{"filtered", messagesBody("x [[filter]]"), Config{}, nil, 400, "invalid_request_error", "content filtering"},
+		{"bad key", messagesBody("x"), Config{RequireAPIKey: "k"}, []string{"X-Api-Key", "nope"}, 401, "authentication_error", "invalid x-api-key"},
+		{"no max_tokens", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, Config{}, nil, 400, "invalid_request_error", "max_tokens"},
+		{"a system turn", `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"x"}]}`, Config{}, nil, 400, "invalid_request_error", "messages.0.role"},
+		{"no structured outputs", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":false}}}}`,
+			Config{NoStructuredOutputs: true}, nil, 400, "invalid_request_error", "output_config.format"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New(tt.cfg)
+			if tt.cfg.Quota > 0 {
+				postMessages(s, messagesBody("a"))
+			}
+			rec := postMessages(s, tt.body, tt.header...)
+			var e struct {
+				Type  string `json:"type"`
+				Error struct{ Type, Message string }
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+				t.Fatalf("body %s: %v", rec.Body, err)
+			}
+			if rec.Code != tt.status || e.Type != "error" || e.Error.Type != tt.typ || !strings.Contains(e.Error.Message, tt.message) {
+				t.Errorf("%d %s, want %d with error type %s saying %q", rec.Code, rec.Body, tt.status, tt.typ, tt.message)
+			}
+			if tt.status == 429 && rec.Header().Get("Retry-After") == "" {
+				t.Error("a 429 without retry-after")
+			}
+		})
+	}
+	// The key as the official SDK sends it is accepted too.
+	s := New(Config{RequireAPIKey: "k"})
+	if rec := postMessages(s, messagesBody("x"), "Authorization", "Bearer k"); rec.Code != http.StatusOK {
+		t.Errorf("bearer key: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestAnthropicRefusal: the output filter marker ends the answer with
+// stop_reason refusal and no text.
+func TestAnthropicRefusal(t *testing.T) {
+	rec := postMessages(New(Config{}), messagesBody("x [[filter_output]]"))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"stop_reason":"refusal"`) || !strings.Contains(rec.Body.String(), `"content":[]`) {
+		t.Errorf("%d %s: want a refusal without content", rec.Code, rec.Body)
+	}
+}
