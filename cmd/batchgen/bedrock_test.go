@@ -68,7 +68,9 @@ func runWithAWSEnv(t *testing.T, args ...string) result {
 	cmd := exec.CommandContext(context.Background(), binary, args...)
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AWS_") {
+		// No AWS settings but the fake ones below, and no vendor key, so
+		// that the checks of a missing key run wherever the test does.
+		if !strings.HasPrefix(kv, "AWS_") && !strings.HasPrefix(kv, "ANTHROPIC_") {
 			env = append(env, kv)
 		}
 	}
@@ -151,8 +153,10 @@ func TestRunBedrockFlags(t *testing.T) {
 	}{
 		{"no model", []string{"--provider", "bedrock", "--region", "us-east-1"}, "--provider bedrock needs --model"},
 		{"region for openai", []string{"--provider", "openai", "--base-url", "http://127.0.0.1:1/v1", "--region", "us-east-1"}, "--region is not used by --provider openai"},
-		{"unknown provider", []string{"--provider", "vertex"}, `--provider "vertex": use openai, bedrock, sim or mock`},
+		{"unknown provider", []string{"--provider", "vertex"}, `--provider "vertex": use openai, anthropic, bedrock, sim or mock`},
 		{"mock without its server", []string{"--provider", "mock"}, "--provider mock needs --base-url"},
+		{"anthropic without a key", []string{"--provider", "anthropic"}, "--provider anthropic needs ANTHROPIC_API_KEY in the environment"},
+		{"anthropic's root with /v1", []string{"--provider", "anthropic", "--base-url", "http://127.0.0.1:1/v1"}, "anthropic takes the API root without /v1"},
 	}
 	for _, tc := range tests {
 		r := runWithAWSEnv(t, append([]string{"run", "--in", in, "--prompt", "{{sku}}"}, tc.args...)...)

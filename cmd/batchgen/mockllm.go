@@ -15,13 +15,14 @@ import (
 	"github.com/batchgen/batchgen/internal/report"
 )
 
-// newMockLLMCmd serves an OpenAI-compatible test server until interrupted.
+// newMockLLMCmd serves a test model server, in OpenAI's and Anthropic's
+// wire formats, until interrupted.
 func newMockLLMCmd(stdout io.Writer) *cobra.Command {
 	var addr, paidLog string
 	var cfg mockserver.Config
 	cmd := &cobra.Command{
 		Use:   "mock-llm [flags]",
-		Short: "Serve an OpenAI-compatible test server with latency, quotas and faults",
+		Short: "Serve a test model server (OpenAI chat completions and Anthropic Messages) with latency, quotas and faults",
 		Example: `  batchgen mock-llm --addr 127.0.0.1:8089 --quota 2000 --latency 290ms
   batchgen mock-llm --quota 600 --token-quota 40000 --no-ratelimit-headers`,
 		Args: cobra.NoArgs,
@@ -62,7 +63,7 @@ func serveMockLLM(ctx context.Context, addr string, cfg mockserver.Config, stdou
 	if err != nil {
 		return &report.ExitError{Code: report.Failure, Err: fmt.Errorf("listen on %s: %w", addr, err)}
 	}
-	fmt.Fprintf(stdout, "mock-llm listening on http://%s/v1 (stats: http://%s/stats)\n", ln.Addr(), ln.Addr())
+	fmt.Fprintf(stdout, "mock-llm listening on http://%s/v1 (Anthropic's root: http://%s; stats: http://%s/stats)\n", ln.Addr(), ln.Addr(), ln.Addr())
 	if err := mockserver.New(cfg).Serve(ctx, ln); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

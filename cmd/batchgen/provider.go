@@ -35,9 +35,9 @@ type providerOptions struct {
 func (p *providerOptions) register(fs *pflag.FlagSet) {
 	p.fs = fs
 	fs.StringVar(&p.file, "providers", "", "providers file (YAML): several providers, each with its own rpm, tpm, concurrency and timeout, routed in order or by weight, with failover; replaces --provider, --base-url, --model, --region, --rpm, --tpm, --concurrency, --call-timeout")
-	fs.StringVar(&p.name, "provider", "sim", "model provider: sim (in-process simulator, no key), openai (any OpenAI-compatible server) or bedrock (Amazon Bedrock Converse, AWS credentials from the default chain)")
-	fs.StringVar(&p.baseURL, "base-url", "", "OpenAI-compatible API base URL, e.g. http://127.0.0.1:8089/v1; default $OPENAI_BASE_URL, else OpenAI's (bedrock: an endpoint override)")
-	fs.StringVar(&p.model, "model", "", "model name; default sim-1 for sim, gpt-4o-mini for openai; bedrock: a model id, inference profile id or ARN (required)")
+	fs.StringVar(&p.name, "provider", "sim", "model provider: sim (in-process simulator, no key), openai (any OpenAI-compatible server, key in $OPENAI_API_KEY), anthropic (the Messages API, key in $ANTHROPIC_API_KEY) or bedrock (Amazon Bedrock Converse, AWS credentials from the default chain)")
+	fs.StringVar(&p.baseURL, "base-url", "", "API root: openai's ends in /v1 (http://127.0.0.1:8089/v1; default $OPENAI_BASE_URL, else OpenAI's), anthropic's does not (http://127.0.0.1:8089; default $ANTHROPIC_BASE_URL, else Anthropic's); bedrock: an endpoint override")
+	fs.StringVar(&p.model, "model", "", "model name; default sim-1 for sim, gpt-4o-mini for openai, claude-haiku-4-5 for anthropic; bedrock: a model id, inference profile id or ARN (required)")
 	fs.StringVar(&p.region, "region", "", "bedrock: AWS region of the endpoint; default the AWS configuration's (AWS_REGION)")
 	p.temperature = math.NaN()
 	fs.Var(optionalFloat{&p.temperature}, "temperature", "sampling temperature, 0 to 2; default the provider's")
@@ -87,12 +87,12 @@ func (p *providerOptions) validate() error {
 		return fmt.Errorf("--provider %w", err)
 	}
 	p.kind = kind
-	if p.baseURL == "" {
-		// As the OpenAI SDKs and tools read it.
-		p.baseURL = os.Getenv("OPENAI_BASE_URL")
+	if env := providerfile.BaseURLEnv(kind); p.baseURL == "" && env != "" {
+		// As the vendor's SDKs and tools read it.
+		p.baseURL = os.Getenv(env)
 	}
-	if kind == providerfile.KindOpenAI && p.baseURL == "" && os.Getenv("OPENAI_API_KEY") == "" {
-		return errors.New("--provider openai needs OPENAI_API_KEY in the environment (or --base-url for a local OpenAI-compatible server)")
+	if env := providerfile.KeyEnv(kind); env != "" && p.baseURL == "" && os.Getenv(env) == "" {
+		return fmt.Errorf("--provider %s needs %s in the environment (or --base-url for a local server)", kind, env)
 	}
 	return p.validateSettings()
 }

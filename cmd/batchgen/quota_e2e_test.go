@@ -18,16 +18,19 @@ import (
 // and without rate-limit headers: every row succeeds and is paid once, few
 // calls are answered 429, and all of those come while the quota is being
 // learned (the first half of the calls: the job's first window goes out
-// unpaced), none after.
+// unpaced), none after. Anthropic's headers (anthropic-ratelimit-*, reset
+// as a time) teach the limiter as OpenAI's do.
 func TestRunLearnsUnknownQuota(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
+		provider  string // openai when empty
 		noHeaders bool
 		max429    int
 		maxLate   int // 429s allowed in the second half of the calls
 	}{
 		{name: "from headers", max429: 2},
+		{name: "from Anthropic's headers", provider: "anthropic", max429: 2},
 		// The first window goes out unpaced: the calls in flight when it
 		// fills (8) are answered 429 before the first one is back. A
 		// ceiling learned from 429s alone is probed upward after 20 s of
@@ -48,7 +51,7 @@ func TestRunLearnsUnknownQuota(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 				mock.ServeHTTP(rec, r)
-				if r.URL.Path == "/v1/chat/completions" {
+				if r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/messages" {
 					mu.Lock()
 					statuses = append(statuses, rec.status)
 					mu.Unlock()
@@ -58,8 +61,12 @@ func TestRunLearnsUnknownQuota(t *testing.T) {
 			dir := t.TempDir()
 			const rows = 200
 			in := productsCSV(t, dir, rows, func(int) string { return "" })
-			r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", "openai",
-				"--base-url", srv.URL+"/v1", "--concurrency", "8", "--batch-size", "25", "--quiet")
+			provider, baseURL := "openai", srv.URL+"/v1"
+			if tc.provider == "anthropic" {
+				provider, baseURL = "anthropic", srv.URL // the API root, without /v1
+			}
+			r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", provider,
+				"--base-url", baseURL, "--concurrency", "8", "--batch-size", "25", "--quiet")
 			if r.code != 0 {
 				t.Fatalf("exit %d, want 0; stderr:\n%s", r.code, r.stderr)
 			}

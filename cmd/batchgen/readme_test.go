@@ -61,10 +61,12 @@ func TestReadmeCommands(t *testing.T) {
 	}
 
 	// The model: the mock server, where the README says --provider openai
-	// (OPENAI_BASE_URL points the binary at it, as it would any SDK).
+	// or anthropic (OPENAI_BASE_URL and ANTHROPIC_BASE_URL point the binary
+	// at it, as they would any SDK).
 	srv := httptest.NewServer(mockserver.New(mockserver.Config{Latency: time.Millisecond}))
 	t.Cleanup(srv.Close)
-	env := append(os.Environ(), "OPENAI_BASE_URL="+srv.URL+"/v1", "OPENAI_API_KEY=test-key")
+	env := append(os.Environ(), "OPENAI_BASE_URL="+srv.URL+"/v1", "OPENAI_API_KEY=test-key",
+		"ANTHROPIC_BASE_URL="+srv.URL, "ANTHROPIC_API_KEY=test-key")
 
 	// The files the README's commands name, in a fresh working directory.
 	work := t.TempDir()

@@ -41,7 +41,7 @@ func startMockLLM(t *testing.T, dir, name string, args ...string) *mockLLM {
 	if err != nil {
 		t.Fatalf("mock-llm %s did not start: %v", name, err)
 	}
-	f := strings.Fields(line) // mock-llm listening on http://ADDR/v1 (stats: ...)
+	f := strings.Fields(line) // mock-llm listening on http://ADDR/v1 (Anthropic's root: ...)
 	if len(f) < 4 || !strings.HasSuffix(f[3], "/v1") {
 		t.Fatalf("mock-llm %s said %q", name, line)
 	}
@@ -176,6 +176,41 @@ providers:
 	for name, m := range map[string]*mockLLM{"a": a, "b": b} {
 		if st := m.stats(t); st.RateLimited != 0 {
 			t.Errorf("endpoint %s answered %d requests 429, want none", name, st.RateLimited)
+		}
+	}
+}
+
+// TestAnthropicBesideOpenAI: a providers file routing over an Anthropic
+// Messages endpoint and an OpenAI one (two mock-llm servers, one speaking
+// each protocol to batchgen), each with its own quota: every row answered
+// once, by both, labelled by the route that answered it, and not one 429.
+func TestAnthropicBesideOpenAI(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a := startMockLLM(t, dir, "claude", "--latency", "20ms", "--quota", "18", "--quota-window", "1s")
+	o := startMockLLM(t, dir, "gpt", "--latency", "20ms", "--quota", "18", "--quota-window", "1s")
+	providers := writeFile(t, filepath.Join(dir, "providers.yaml"), fmt.Sprintf(`routing: weighted
+providers:
+  - {name: claude, kind: anthropic, base_url: %q, rpm: 900, concurrency: 8}
+  - {name: gpt, kind: mock, base_url: %q, rpm: 900, concurrency: 8}
+`, strings.TrimSuffix(a.baseURL, "/v1"), o.baseURL))
+	const rows = 150
+	in := productsCSV(t, dir, rows, nil)
+	r := runBinary(t, context.Background(), "run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--providers", providers, "--batch-size", "25", "--quiet")
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	by := checkRouted(t, dir, rows, []string{"claude", "gpt"}, nil, 0, a, o)
+	if by["claude"] == 0 || by["gpt"] == 0 {
+		t.Errorf("rows by provider %v: want both endpoints used", by)
+	}
+	for name, m := range map[string]*mockLLM{"claude": a, "gpt": o} {
+		st := m.stats(t)
+		if st.RateLimited != 0 {
+			t.Errorf("endpoint %s answered %d requests 429, want none", name, st.RateLimited)
+		}
+		if want := map[string]int64{"claude": st.Requests, "gpt": 0}[name]; st.Messages != want {
+			t.Errorf("endpoint %s got %d of its %d calls on the Messages API, want %d", name, st.Messages, st.Requests, want)
 		}
 	}
 }

@@ -397,6 +397,12 @@ func TestDefaultSpecFollowsProviders(t *testing.T) {
 			provider: "bedrock", model: "us.amazon.nova-lite-v1:0",
 		},
 		{
+			// The template's ModelName is empty by default: the kind's
+			// default model.
+			name: "no file: anthropic, its default model", single: map[string]string{"MODEL_PROVIDER": "anthropic", "MODEL_NAME": "", "MODEL_API_KEY_PARAM": "/batchgen/anthropic-key"},
+			provider: "anthropic", model: "claude-haiku-4-5",
+		},
+		{
 			name: "bad file", file: "providers:\n  - name: east\n    kind: mock\n    rmp: 600\n",
 			wantErr: "PROVIDERS_FILE:4",
 		},

@@ -45,6 +45,8 @@ type Kind string
 const (
 	// KindOpenAI is any OpenAI-compatible chat completions server.
 	KindOpenAI Kind = "openai"
+	// KindAnthropic is Anthropic's Messages API.
+	KindAnthropic Kind = "anthropic"
 	// KindBedrock is Amazon Bedrock's Converse API.
 	KindBedrock Kind = "bedrock"
 	// KindSim is the in-process simulator (no network, no key).
@@ -59,7 +61,6 @@ const (
 	DefaultConcurrency = 8
 	DefaultTimeout     = 60 * time.Second
 	DefaultWeight      = 1
-	DefaultAPIKeyEnv   = "OPENAI_API_KEY"
 )
 
 // File is the providers file.
@@ -78,11 +79,12 @@ type Provider struct {
 	// Name identifies the provider in logs, metrics and the result's
 	// provider column. Required, unique.
 	Name string `yaml:"name"`
-	// Kind is openai, bedrock, sim or mock. Required.
+	// Kind is openai, anthropic, bedrock, sim or mock. Required.
 	Kind Kind `yaml:"kind"`
-	// BaseURL is the API root (".../v1") of an openai or mock provider, or
-	// an endpoint override for bedrock. Required for mock; for openai it
-	// defaults to OpenAI's.
+	// BaseURL is the API root of an openai or mock provider (".../v1"),
+	// of an anthropic one (without /v1, as its SDK takes it), or an
+	// endpoint override for bedrock. Required for mock; openai and
+	// anthropic default to the vendor's.
 	BaseURL string `yaml:"base_url"`
 	// Model is the model id sent. Defaults per kind (DefaultModel);
 	// required for bedrock.
@@ -90,13 +92,15 @@ type Provider struct {
 	// Region is the AWS region of a bedrock provider. Defaults to the SDK's
 	// (AWS_REGION).
 	Region string `yaml:"region"`
-	// APIKeyEnv names the environment variable holding the key of an openai
-	// provider (the key itself never goes in the file). Defaults to
-	// OPENAI_API_KEY.
+	// APIKeyEnv names the environment variable holding the key of an
+	// openai, anthropic or mock provider (the key itself never goes in the
+	// file). Defaults per kind (KeyEnv): OPENAI_API_KEY,
+	// ANTHROPIC_API_KEY.
 	APIKeyEnv string `yaml:"api_key_env"`
 	// APIKeyParam names the SSM SecureString parameter holding the key of
-	// an openai or mock provider, read by the generator Lambda at cold
-	// start (its role must be allowed to read it). Instead of APIKeyEnv.
+	// an openai, anthropic or mock provider, read by the generator Lambda
+	// at cold start (its role must be allowed to read it). Instead of
+	// APIKeyEnv.
 	APIKeyParam string `yaml:"api_key_param"`
 	// RPM and TPM are this provider's requests and tokens per minute
 	// quotas; 0 means unlimited (or unknown: learnt from 429s).
@@ -387,19 +391,22 @@ func (f *File) Validate() error {
 		}
 		if p.APIKeyParam != "" {
 			switch {
-			case p.Kind != KindOpenAI && p.Kind != KindMock:
-				bad("api_key_param is only used by openai and mock (bedrock signs with IAM credentials)")
+			case !TakesKey(p.Kind):
+				bad("api_key_param is only used by %s (bedrock signs with IAM credentials, sim needs no key)", keyKinds())
 			case p.APIKeyEnv != "":
 				bad("api_key_env and api_key_param are both set: give one (api_key_param on AWS, api_key_env elsewhere)")
 			case !ssmName.MatchString(p.APIKeyParam):
 				bad("api_key_param %q: want an SSM parameter name such as /batchgen/openai-key", p.APIKeyParam)
 			}
 		}
-		if p.Kind == KindOpenAI && p.APIKeyEnv == "" && p.APIKeyParam == "" {
-			p.APIKeyEnv = DefaultAPIKeyEnv
+		if p.APIKeyEnv == "" && p.APIKeyParam == "" {
+			p.APIKeyEnv = KeyEnv(p.Kind)
 		}
-		if p.APIKeyEnv != "" && p.Kind != KindOpenAI && p.Kind != KindMock {
-			bad("api_key_env is only used by openai and mock (bedrock signs with IAM credentials)")
+		if p.APIKeyEnv != "" && !TakesKey(p.Kind) {
+			bad("api_key_env is only used by %s (bedrock signs with IAM credentials, sim needs no key)", keyKinds())
+		}
+		if p.Kind == KindAnthropic && strings.HasSuffix(strings.TrimRight(p.BaseURL, "/"), "/v1") {
+			bad("base_url %q: anthropic takes the API root without /v1 (its SDK adds /v1/messages)", p.BaseURL)
 		}
 		if (p.Latency != 0 || p.Jitter != 0) && p.Kind != KindSim {
 			bad("latency and jitter are only used by sim")

@@ -8,7 +8,7 @@ import (
 )
 
 // Kinds are the provider kinds, in the order messages list them.
-var Kinds = []Kind{KindOpenAI, KindBedrock, KindSim, KindMock}
+var Kinds = []Kind{KindOpenAI, KindAnthropic, KindBedrock, KindSim, KindMock}
 
 // ParseKind reads a provider kind as every entry point takes it: a file's
 // `kind:`, batchgen's --provider, the template's MODEL_PROVIDER.
@@ -29,12 +29,56 @@ func kindList() string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
+// kindDefaults are what each provider kind takes by default: the one
+// statement of them, read by every entry point through the functions
+// below.
+var kindDefaults = map[Kind]struct {
+	// model is the model of a provider that names none ("" for bedrock,
+	// which must name one).
+	model string
+	// keyEnv is the environment variable the key is read from when the
+	// entry names neither api_key_env nor api_key_param ("" for none).
+	keyEnv string
+	// baseURLEnv is the environment variable batchgen's --base-url
+	// defaults to, as the provider's own SDKs and tools read it.
+	baseURLEnv string
+	// takesKey: the kind is called with an API key (bedrock signs with
+	// IAM credentials, sim needs none).
+	takesKey bool
+}{
+	KindOpenAI:    {model: "gpt-4o-mini", keyEnv: "OPENAI_API_KEY", baseURLEnv: "OPENAI_BASE_URL", takesKey: true},
+	KindAnthropic: {model: "claude-haiku-4-5", keyEnv: "ANTHROPIC_API_KEY", baseURLEnv: "ANTHROPIC_BASE_URL", takesKey: true},
+	KindBedrock:   {},
+	KindSim:       {model: "sim-1"},
+	KindMock:      {model: "mock-1", baseURLEnv: "OPENAI_BASE_URL", takesKey: true},
+}
+
 // DefaultModel is the model of a provider of kind k that names none ("" for
 // bedrock, which must name one).
-func DefaultModel(k Kind) string { return defaultModels[k] }
+func DefaultModel(k Kind) string { return kindDefaults[k].model }
 
-// defaultModels is the model of a provider that names none.
-var defaultModels = map[Kind]string{KindOpenAI: "gpt-4o-mini", KindSim: "sim-1", KindMock: "mock-1"}
+// KeyEnv is the environment variable a provider of kind k reads its API key
+// from by default: OPENAI_API_KEY, ANTHROPIC_API_KEY, or "" for kinds that
+// take none by default.
+func KeyEnv(k Kind) string { return kindDefaults[k].keyEnv }
+
+// BaseURLEnv is the environment variable batchgen's --base-url defaults to
+// for kind k (OPENAI_BASE_URL, ANTHROPIC_BASE_URL), or "".
+func BaseURLEnv(k Kind) string { return kindDefaults[k].baseURLEnv }
+
+// TakesKey reports whether kind k is called with an API key.
+func TakesKey(k Kind) bool { return kindDefaults[k].takesKey }
+
+// keyKinds lists the kinds that take an API key, for messages.
+func keyKinds() string {
+	var names []string
+	for _, k := range Kinds {
+		if TakesKey(k) {
+			names = append(names, string(k))
+		}
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
 
 // Single is one provider given by an entry point's own settings instead of
 // a file: batchgen's single-provider flags (--provider, --model, --rpm,
@@ -111,7 +155,8 @@ func (r kindRule) message(k Kind, names SettingNames) string {
 // File returns the one-entry providers file of s, validated. The entry is
 // named kind/model, as rows answered by a task's own provider are labelled.
 // A sim entry takes no base URL ($OPENAI_BASE_URL is not the simulator's)
-// and only sim takes a latency; only openai takes an API key parameter.
+// and only sim takes a latency; only openai and anthropic take an API key
+// parameter.
 func (s Single) File() (*File, error) {
 	model := s.Model
 	if model == "" {
@@ -121,10 +166,10 @@ func (s Single) File() (*File, error) {
 		Name: string(s.Kind) + "/" + model, Kind: s.Kind, BaseURL: s.BaseURL, Model: model, Region: s.Region,
 		RPM: s.RPM, TPM: s.TPM, Concurrency: s.Concurrency, Timeout: s.Timeout,
 	}
-	switch s.Kind {
-	case KindOpenAI:
+	switch {
+	case TakesKey(s.Kind) && s.Kind != KindMock:
 		entry.APIKeyParam = s.APIKeyParam
-	case KindSim:
+	case s.Kind == KindSim:
 		entry.BaseURL = ""
 		entry.Latency, entry.Jitter = s.Latency, s.Jitter
 	}

@@ -20,7 +20,7 @@ func TestParseKind(t *testing.T) {
 	}
 	for _, bad := range []string{"", "OpenAI", "vertex", "sim "} {
 		_, err := providerfile.ParseKind(bad)
-		if err == nil || !strings.HasSuffix(err.Error(), ": use openai, bedrock, sim or mock") {
+		if err == nil || !strings.HasSuffix(err.Error(), ": use openai, anthropic, bedrock, sim or mock") {
 			t.Errorf("ParseKind(%q) = %v, want the kinds listed", bad, err)
 		}
 	}
@@ -45,6 +45,10 @@ func TestSingle(t *testing.T) {
 			providerfile.Single{Kind: providerfile.KindOpenAI, APIKeyParam: "/k", Concurrency: 3, Latency: time.Second},
 			providerfile.Provider{Name: "openai/gpt-4o-mini", Kind: providerfile.KindOpenAI, Model: "gpt-4o-mini", APIKeyParam: "/k",
 				Concurrency: 3, Timeout: providerfile.DefaultTimeout, Weight: &one}},
+		{"anthropic: default model, key parameter kept",
+			providerfile.Single{Kind: providerfile.KindAnthropic, BaseURL: "http://127.0.0.1:8089", APIKeyParam: "/a"},
+			providerfile.Provider{Name: "anthropic/claude-haiku-4-5", Kind: providerfile.KindAnthropic, Model: "claude-haiku-4-5", BaseURL: "http://127.0.0.1:8089",
+				APIKeyParam: "/a", Concurrency: providerfile.DefaultConcurrency, Timeout: providerfile.DefaultTimeout, Weight: &one}},
 		{"bedrock: its model, region kept, key parameter dropped",
 			providerfile.Single{Kind: providerfile.KindBedrock, Model: "amazon.nova-lite-v1:0", Region: "us-west-2", APIKeyParam: "/k", Timeout: time.Minute},
 			providerfile.Provider{Name: "bedrock/amazon.nova-lite-v1:0", Kind: providerfile.KindBedrock, Model: "amazon.nova-lite-v1:0", Region: "us-west-2",
@@ -58,6 +62,16 @@ func TestSingle(t *testing.T) {
 		}
 		if diff := cmp.Diff([]providerfile.Provider{tc.want}, f.Providers, cmpopts.IgnoreUnexported(providerfile.Provider{}), cmpopts.IgnoreFields(providerfile.Provider{}, "APIKeyEnv")); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+	}
+	// Each kind's key variable, when neither a variable nor a parameter is
+	// named.
+	for kind, env := range map[providerfile.Kind]string{providerfile.KindOpenAI: "OPENAI_API_KEY", providerfile.KindAnthropic: "ANTHROPIC_API_KEY", providerfile.KindSim: ""} {
+		f, err := providerfile.Single{Kind: kind}.File()
+		if err != nil {
+			t.Errorf("%s: %v", kind, err)
+		} else if got := f.Providers[0].APIKeyEnv; got != env {
+			t.Errorf("%s: key variable %q, want %q", kind, got, env)
 		}
 	}
 	if _, err := (providerfile.Single{Kind: providerfile.KindBedrock}).File(); err == nil || !strings.Contains(err.Error(), "kind bedrock needs model") {

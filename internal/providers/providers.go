@@ -1,6 +1,6 @@
 // Package providers builds the llm.Provider of a providers-file entry: the
 // one place that maps an entry's kind to its adapter (simulator, OpenAI or
-// an OpenAI-compatible server, Bedrock). It is kept apart from package
+// an OpenAI-compatible server, Anthropic, Bedrock). It is kept apart from package
 // providerfile so that code which only reads the file (prices, labels)
 // links no model SDK.
 package providers
@@ -13,17 +13,20 @@ import (
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
+	anthropicllm "github.com/batchgen/batchgen/internal/llm/anthropic"
 	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
 	"github.com/batchgen/batchgen/internal/llm/sim"
 	"github.com/batchgen/batchgen/internal/providerfile"
 )
 
-// Builder turns entries into providers. The zero value builds sim, openai
-// and mock entries with keys from the environment and rejects bedrock.
+// Builder turns entries into providers. The zero value builds sim, openai,
+// anthropic and mock entries with keys from the environment and rejects
+// bedrock.
 type Builder struct {
 	// Clock drives the simulator. Defaults to clock.Real.
 	Clock clock.Clock
-	// Key returns the API key of an openai or mock provider ("" for none).
+	// Key returns the API key of an openai, anthropic or mock provider (""
+	// for none).
 	// Defaults to reading the environment variable p.APIKeyEnv (and
 	// refusing p.APIKeyParam, which the Lambda wiring reads from SSM).
 	Key func(p providerfile.Provider) (string, error)
@@ -58,6 +61,15 @@ func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
 			return nil, fmt.Errorf("needs an API key in $%s (or a base_url for a local OpenAI-compatible server)", p.APIKeyEnv)
 		}
 		return openaillm.New(openaillm.Config{BaseURL: p.BaseURL, APIKey: key, Model: p.Model, Logger: b.Logger.With("provider", p.Name)})
+	case providerfile.KindAnthropic:
+		key, err := b.key(p)
+		if err != nil {
+			return nil, err
+		}
+		if p.BaseURL == "" && key == "" {
+			return nil, fmt.Errorf("needs an API key in $%s (or a base_url for a local server, such as batchgen mock-llm)", p.APIKeyEnv)
+		}
+		return anthropicllm.New(anthropicllm.Config{BaseURL: p.BaseURL, APIKey: key, Model: p.Model, Logger: b.Logger.With("provider", p.Name)})
 	case providerfile.KindBedrock:
 		if b.Bedrock == nil {
 			return nil, fmt.Errorf("kind bedrock is not available in this build")

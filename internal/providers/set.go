@@ -92,7 +92,7 @@ type Set struct {
 }
 
 // jsonModer is an adapter that may learn that its server refused
-// structured outputs (openaillm.Provider).
+// structured outputs (openaillm.Provider, anthropicllm.Provider).
 type jsonModer interface{ JSONMode() bool }
 
 // JSONMode names the providers whose server refused structured outputs in

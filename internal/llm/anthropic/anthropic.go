@@ -192,10 +192,10 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	return out, err
 }
 
-// StructuredInWords reports whether the model refused structured outputs
-// and answers with columns are asked for in the system prompt, for the
-// run's summary.
-func (p *Provider) StructuredInWords() bool { return p.inWords.Load() }
+// JSONMode reports whether the model refused structured outputs and
+// answers with columns are asked for in the system prompt, for the run's
+// summary (named as the OpenAI adapter's, whose fallback is JSON mode).
+func (p *Provider) JSONMode() bool { return p.inWords.Load() }
 
 // refusesStructuredOutputs reports whether a failed call is the model
 // refusing structured outputs (a 400 that names output_config or

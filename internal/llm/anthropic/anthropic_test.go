@@ -207,8 +207,8 @@ func TestModelWithoutStructuredOutputs(t *testing.T) {
 			t.Errorf("call %d: answer %s does not fit: %v", i, resp.Text, err)
 		}
 	}
-	if refused.Load() != 1 || !p.StructuredInWords() {
-		t.Errorf("%d refusals (asked in words: %v), want 1: the refusal is learnt once", refused.Load(), p.StructuredInWords())
+	if refused.Load() != 1 || !p.JSONMode() {
+		t.Errorf("%d refusals (asked in words: %v), want 1: the refusal is learnt once", refused.Load(), p.JSONMode())
 	}
 }
 

@@ -152,8 +152,11 @@ type Config struct {
 // Stats is a snapshot of what the server answered since start or the last
 // reset.
 type Stats struct {
-	// Requests counts every chat completion request received.
+	// Requests counts every model call received, in either protocol.
 	Requests int64 `json:"requests"`
+	// Messages counts those that came in on Anthropic's Messages API (the
+	// rest came in on chat completions).
+	Messages int64 `json:"messages"`
 	// Succeeded counts completions returned (finish_reason stop or length).
 	Succeeded int64 `json:"succeeded"`
 	// RateLimited counts 429 rate_limit_exceeded answers.
@@ -371,6 +374,9 @@ const (
 func (s *Server) serveCall(d dialect, w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.stats.Requests++
+	if _, ok := d.(anthropic); ok {
+		s.stats.Messages++
+	}
 	if s.stats.QuotaExhausted > 0 {
 		s.stats.AfterQuota++
 	}
