@@ -337,6 +337,11 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 			return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--out %s: task %s writes its result as %s; use a name ending in %s", j.opts.out, id, t.Spec.ResultFormat.Ext(), t.Spec.ResultFormat.Ext())}
 		}
 	}
+	if t, err := j.data.Store.GetTask(ctx, id); err == nil {
+		if _, err := j.applyMaxCost(ctx, t); err != nil {
+			return err
+		}
+	}
 	spec := j.providers.Spec(store.TaskSpec{})
 	// This process holds the data directory's lock: the task's only
 	// workers are its own.

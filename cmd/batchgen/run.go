@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,8 +52,10 @@ type runOptions struct {
 	// cacheScope is serve's --cache-scope; run's one principal shares.
 	cacheScope pipeline.CacheScope
 	// cacheTTL is --cache-ttl, read by pipeline.ParseCacheTTL.
-	cacheTTL         string
-	prices           string
+	cacheTTL string
+	prices   string
+	// maxCost is --max-cost: NaN when not given.
+	maxCost          float64
 	quiet            bool
 	logLevel         string
 	progressInterval time.Duration
@@ -174,6 +177,8 @@ func (o *runOptions) registerEngine(fs *pflag.FlagSet) {
 	fs.StringVar(&o.cacheMode, "cache", "auto", "reuse outputs cached for identical calls: auto (unless --temperature > 0), always, or off")
 	fs.StringVar(&o.cacheTTL, "cache-ttl", "30d", "how long a cached output is reused: whole days (30d) or a duration (12h)")
 	fs.StringVar(&o.prices, "prices", "", "price table (YAML, models: {MODEL: {input_per_mtok, output_per_mtok, cached_input_per_mtok}}) overriding the built-in one, for the estimated cost")
+	o.maxCost = math.NaN()
+	fs.Var(optionalFloat{&o.maxCost}, "max-cost", "spending cap of the task in USD, at the price table's prices: no call starts that could pass it, and the rows left are marked not_started (retry with a higher --max-cost runs them); 0 removes a cap set before")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress output")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
 	fs.DurationVar(&o.progressInterval, "progress-interval", 5*time.Second, "interval of plain progress lines when stderr is not a terminal")
@@ -302,6 +307,9 @@ func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if o.tpm < 0 {
 		return nil, reject("--tpm %d: must be 0 (learn the quota) or more", o.tpm)
 	}
+	if !math.IsNaN(o.maxCost) && (o.maxCost < 0 || math.IsInf(o.maxCost, 0)) {
+		return nil, reject("--max-cost %v: must be a positive amount in USD (0 removes the cap)", o.maxCost)
+	}
 	if o.sweepAfter < time.Second {
 		return nil, reject("--sweep-after %s: must be at least 1s", o.sweepAfter)
 	}
@@ -420,6 +428,9 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("split %s: %w", o.in, err)
 	}
+	if task, err = j.applyMaxCost(ctx, task); err != nil {
+		return err
+	}
 	if !o.quiet {
 		verb := "started"
 		if existed {
@@ -437,6 +448,19 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		}
 	}
 	return j.complete(ctx, task, stdout)
+}
+
+// applyMaxCost gives task the cap --max-cost asks for, if it asks for one
+// other than the task's (a task keeps its cap from run to run).
+func (j *runJob) applyMaxCost(ctx context.Context, task store.Task) (store.Task, error) {
+	if math.IsNaN(j.opts.maxCost) || task.MaxCost == j.opts.maxCost {
+		return task, nil
+	}
+	t, err := j.data.Store.SetMaxCost(ctx, task.ID, j.opts.maxCost)
+	if err != nil {
+		return task, fmt.Errorf("--max-cost: %w", err)
+	}
+	return t, nil
 }
 
 // openEngine builds the engine of one task over the opened data
@@ -464,6 +488,7 @@ func (j *runJob) openEngineOn(cfg embedded.EngineConfig) error {
 		Concurrency: j.providers.Concurrency(), Lease: o.retry.lease, CallTimeout: set.Router.MaxTimeout(),
 		CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
 		PackTokens: j.providers.PackTokens(), CacheScope: cmp.Or(o.cacheScope, pipeline.CacheShared),
+		Prices: j.prices,
 	}
 	if mode := pipeline.CacheMode(o.cacheMode); !o.noCache && mode != pipeline.CacheOff {
 		cfg.Generator.Cache, cfg.Generator.CacheMode = j.data.Store, mode

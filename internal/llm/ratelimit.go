@@ -172,25 +172,31 @@ func EstimateTokens(s string) int {
 }
 
 // EstimateRequestTokens is what a call is charged against a tokens-per-minute
-// quota before it is sent: the prompt's estimated tokens (system prompt,
-// the columns' schema and a re-ask's earlier exchanges included) plus the most the
-// completion may use (MaxTokens, or DefaultOutputTokens when unset), the
-// way providers count a request at admission. The usage the provider
-// returns replaces the estimate afterwards (Limiter.Settle).
+// quota before it is sent: the prompt's estimated tokens
+// (EstimateInputTokens) plus the most the completion may use (MaxTokens, or
+// DefaultOutputTokens when unset), the way providers count a request at
+// admission. The usage the provider returns replaces the estimate
+// afterwards (Limiter.Settle).
 func EstimateRequestTokens(req Request) int {
+	if req.MaxTokens > 0 {
+		return EstimateInputTokens(req) + req.MaxTokens
+	}
+	return EstimateInputTokens(req) + DefaultOutputTokens
+}
+
+// EstimateInputTokens is the estimated prompt of a call: the system prompt,
+// the prompt, the columns' schema (which travels with the request) and a
+// re-ask's earlier exchanges, with each message's overhead.
+func EstimateInputTokens(req Request) int {
 	n := EstimateTokens(req.Prompt) + messageOverheadTokens
 	if req.System != "" {
 		n += EstimateTokens(req.System) + messageOverheadTokens
 	}
 	if sch := req.ResponseSchema(); sch != nil {
-		// The schema travels with the request and counts as prompt.
 		n += EstimateTokens(string(sch))
 	}
 	for _, c := range req.Corrections {
 		n += EstimateTokens(c.Answer) + EstimateTokens(c.FollowUp) + 2*messageOverheadTokens
 	}
-	if req.MaxTokens > 0 {
-		return n + req.MaxTokens
-	}
-	return n + DefaultOutputTokens
+	return n
 }

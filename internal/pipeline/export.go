@@ -167,6 +167,10 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 	final := exported.To()
 	mark := exported.Params(taskID, e.cfg.Clock.Now())
 	mark.ResultKey = key
+	if cancelled {
+		// Its batches never finished to count their tokens: its rows do.
+		mark.Usage = &counts.usage
+	}
 	done, err := e.store.TransitionTask(ctx, mark)
 	if isConflict(err) {
 		return e.store.GetTask(ctx, taskID)
@@ -182,7 +186,12 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 	return done, nil
 }
 
-type exportCounts struct{ rows, failed int }
+// exportCounts are what an export read: its rows, those without a result,
+// and their tokens (a cancelled task's sums come from them).
+type exportCounts struct {
+	rows, failed int
+	usage        store.TaskUsage
+}
 
 // WriteResult streams the result workbook of task to w. For a workbook input
 // kept at InputKey it is the user's own workbook (sheet.AddColumns): every
@@ -430,6 +439,14 @@ func (r *rowReader) next(ctx context.Context) (store.Row, error) {
 	r.counts.rows++
 	if row.State != store.RowSucceeded && row.State != store.RowSkipped {
 		r.counts.failed++
+	}
+	if row.Usage != (store.Usage{}) {
+		u := &r.counts.usage
+		u.Total = u.Total.Add(row.Usage)
+		if u.ByProvider == nil {
+			u.ByProvider = map[string]store.Usage{}
+		}
+		u.ByProvider[row.Provider] = u.ByProvider[row.Provider].Add(row.Usage)
 	}
 	return row, nil
 }

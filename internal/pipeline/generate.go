@@ -22,6 +22,7 @@ import (
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/metrics"
+	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/prompt"
 	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/store"
@@ -183,6 +184,12 @@ type GeneratorConfig struct {
 	CacheScope CacheScope
 	// Limiter, when non-nil, paces calls to the provider's quota.
 	Limiter Limiter
+	// Prices price the calls of a task with a spending cap
+	// (store.Task.MaxCost; see budget.go), looked up by the answering
+	// route's name, then the model, then the task's provider. Without them
+	// a capped task is stopped at its first call rather than spend without
+	// bound.
+	Prices *pricing.Table
 	// Observer, when non-nil, receives row events.
 	Observer Observer
 	// Owner names this worker in claims, for operators. Defaults to
@@ -315,6 +322,8 @@ type Generator struct {
 	cfg     GeneratorConfig
 	// slots are the rows in flight, granted to the principals in turn.
 	slots *rowSlots
+	// budgets hold capped tasks to their caps.
+	budgets *budgets
 }
 
 // NewGenerator returns a Generator that claims batches in st, calls
@@ -344,7 +353,8 @@ func NewGenerator(st store.Store, provider llm.Provider, exports ExportStarter, 
 	if err != nil {
 		panic("pipeline.NewGenerator: " + err.Error())
 	}
-	return &Generator{store: st, router: router, exports: exports, cfg: cfg, slots: newRowSlots(cfg.Concurrency)}
+	return &Generator{store: st, router: router, exports: exports, cfg: cfg, slots: newRowSlots(cfg.Concurrency),
+		budgets: &budgets{store: st, prices: cfg.Prices}}
 }
 
 // singleRoute names the one route of a Generator given a plain provider;
@@ -506,6 +516,9 @@ type rowOutcome struct {
 	// limiter (or right after the wait, the stop time having come meanwhile),
 	// without a model call in this delivery.
 	starved bool
+	// overBudget, when set, is why the row's next call was not made: the
+	// task's spending cap.
+	overBudget *BudgetError
 }
 
 func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch, d Delivery) Outcome {
@@ -574,6 +587,16 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	// mayStart reports whether a row may still start a model call: checked
 	// again after the wait for the quota, which can outlast the stop time.
 	mayStart := func() bool { return !stopNow() && startCtx.Err() == nil }
+	// The task's spending cap, if it has one; the first call it refuses
+	// stops the batch, and the task (below).
+	spend, err := g.budgets.forTask(batchCtx, task)
+	if err != nil {
+		g.release(ctx, b, err.Error(), log)
+		cancel()
+		<-hbDone
+		return Outcome{Err: fmt.Errorf("batch %s/%d: %w", task.ID, b.No, err)}
+	}
+	var overBudget atomic.Pointer[BudgetError]
 	f := &flusher{
 		g: g, b: b, ctx: ctx, log: log, stop: make(chan struct{}),
 		onFenced:    func() { lost.Store(true); cancel() },
@@ -675,11 +698,14 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			}()
 			var got []rowOutcome
 			if len(idx) == 1 {
-				got = []rowOutcome{g.generateRow(batchCtx, startCtx, mayStart, task, rows[idx[0]], reqs[idx[0]], keys[idx[0]])}
+				got = []rowOutcome{g.generateRow(batchCtx, startCtx, mayStart, spend, task, rows[idx[0]], reqs[idx[0]], keys[idx[0]])}
 			} else {
-				got = g.generatePack(batchCtx, startCtx, mayStart, task, pick(rows, idx), pick(reqs, idx), pick(keys, idx))
+				got = g.generatePack(batchCtx, startCtx, mayStart, spend, task, pick(rows, idx), pick(reqs, idx), pick(keys, idx))
 			}
 			for k, i := range idx {
+				if be := got[k].overBudget; be != nil && overBudget.CompareAndSwap(nil, be) {
+					stopStarting() // no row starts past the cap
+				}
 				if got[k].save {
 					// The rows keep their concurrency slot while they
 					// write a group, so results never pile up faster than
@@ -736,6 +762,13 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 				aborted: true,
 			}
 		}
+	}
+	if be := overBudget.Load(); be != nil {
+		// The cap is reached: the task stops as a cancel stops it, saying
+		// why; its partial result marks the rows not started, and a retry
+		// with a higher cap runs them.
+		g.stopOverBudget(ctx, task, be, log)
+		cancelled.Store(true)
 	}
 	if cancelled.Load() {
 		// Rows that had started are saved; the rest stay PENDING and are
@@ -797,6 +830,21 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		return finish(Outcome{Err: err})
 	}
 	return finish(Outcome{Ack: true})
+}
+
+// stopOverBudget cancels task, whose spending cap refused a call, with
+// the reason; a task another batch stopped already is left as it is.
+func (g *Generator) stopOverBudget(ctx context.Context, task store.Task, be *BudgetError, log *slog.Logger) {
+	_, err := Cancel(ctx, g.store, CancelParams{TaskID: task.ID, Reason: be.Reason(), Now: g.cfg.Clock.Now(), Exports: g.exports})
+	var state *StateError
+	switch {
+	case err == nil:
+		log.WarnContext(ctx, "task stopped at its spending cap", "max_cost", task.MaxCost, "reason", be.Error())
+	case errors.As(err, &state):
+		// Stopped already (another batch met the cap first), or finished.
+	default:
+		log.ErrorContext(ctx, "could not stop the task at its spending cap; its rows stay not started", "error", err)
+	}
 }
 
 // heartbeat renews the lease every Lease/3 until ctx ends. If the lease is
@@ -908,7 +956,7 @@ func cacheKey(owner, provider string, req llm.Request, rowsPerCall int) string {
 // startCtx, which ends when no new call may start (shutdown, lost lease,
 // task cancelled, the stop time); mayStart is asked again after each wait,
 // so no call starts after the stop time however long the wait took.
-func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() bool, task store.Task, row store.Row, req llm.Request, key string) rowOutcome {
+func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() bool, spend *budget, task store.Task, row store.Row, req llm.Request, key string) rowOutcome {
 	done := func(res store.RowResult, calls int, class string) rowOutcome {
 		return rowOutcome{result: res, save: true, event: Event{
 			TaskID: task.ID, RowNo: row.No, State: res.State, Cached: res.Cached, Calls: calls, ErrorClass: class,
@@ -934,16 +982,20 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 		if !mayStart() {
 			return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
 		}
-		resp, err := g.router.route(ctx, startCtx, mayStart, req)
+		resp, err := g.router.route(ctx, startCtx, mayStart, req, spend)
 		if errors.Is(err, errNotStarted) {
 			// Stopped before any call: while waiting for the quota (a
 			// token taken just as the time came is left unused: a call
-			// started now could not be saved in time), or for a slot. A
-			// limiter that failed on its own (its store) is not starvation.
+			// started now could not be saved in time), or for a slot, or
+			// by the task's spending cap. A limiter that failed on its own
+			// (its store) is not starvation.
+			var over *BudgetError
+			errors.As(err, &over)
 			return rowOutcome{
-				result:  g.pendingResult(prior, attempts, last),
-				aborted: true,
-				starved: attempts == prior.Attempts && errors.Is(err, errStarved),
+				result:     g.pendingResult(prior, attempts, last),
+				aborted:    true,
+				starved:    attempts == prior.Attempts && errors.Is(err, errStarved),
+				overBudget: over,
 			}
 		}
 		for _, c := range resp.Log {

@@ -63,7 +63,7 @@ func (p *packer) take() []int {
 // is: a retryable failure backs off and tries again within the round, and every try counts as a call of every row
 // in it. A packed call refused for good (a content filter, a prompt too long, a bad request: perhaps one row's
 // doing) asks every row alone instead.
-func (g *Generator) generatePack(ctx, startCtx context.Context, mayStart func() bool, task store.Task, rows []store.Row, reqs []llm.Request, keys []string) []rowOutcome {
+func (g *Generator) generatePack(ctx, startCtx context.Context, mayStart func() bool, spend *budget, task store.Task, rows []store.Row, reqs []llm.Request, keys []string) []rowOutcome {
 	out := make([]rowOutcome, len(rows))
 	items := make([]schema.PackItem, len(rows))
 	ids := make([]string, len(rows))
@@ -77,9 +77,9 @@ func (g *Generator) generatePack(ctx, startCtx context.Context, mayStart func() 
 	req.Prompt, req.Pack = schema.PackPrompt(items), items
 	req.MaxTokens *= len(rows) // each row's cap, for every row
 
-	aborted := func(starved bool) []rowOutcome {
+	aborted := func(starved bool, over *BudgetError) []rowOutcome {
 		for i, r := range rows {
-			out[i] = rowOutcome{result: r.RowResult, aborted: true, starved: starved}
+			out[i] = rowOutcome{result: r.RowResult, aborted: true, starved: starved, overBudget: over}
 		}
 		return out
 	}
@@ -91,12 +91,18 @@ func (g *Generator) generatePack(ctx, startCtx context.Context, mayStart func() 
 		if !mayStart() {
 			return g.afterPackCalls(task, rows, calls, last, true)
 		}
-		r, err := g.router.route(ctx, startCtx, mayStart, req)
+		r, err := g.router.route(ctx, startCtx, mayStart, req, spend)
 		if errors.Is(err, errNotStarted) {
+			var over *BudgetError
+			errors.As(err, &over)
 			if calls > 0 {
-				return g.afterPackCalls(task, rows, calls, last, true)
+				o := g.afterPackCalls(task, rows, calls, last, true)
+				if over != nil {
+					o[0].overBudget = over
+				}
+				return o
 			}
-			return aborted(errors.Is(err, errStarved))
+			return aborted(errors.Is(err, errStarved), over)
 		}
 		for _, c := range r.Log {
 			g.recordCall(cmp.Or(c.Response.Provider, c.Route, ProviderLabel(task.Spec)), c.Latency, c.Response, c.Err, c.Aborted)
@@ -107,7 +113,7 @@ func (g *Generator) generatePack(ctx, startCtx context.Context, mayStart func() 
 			break
 		}
 		if ctx.Err() != nil {
-			return aborted(false)
+			return aborted(false, nil)
 		}
 		calls++
 		last = llm.Classify(err)
@@ -156,7 +162,7 @@ func (g *Generator) generatePack(ctx, startCtx context.Context, mayStart func() 
 		}
 		// Asked alone: what the packed calls cost it and counted against it go with it.
 		r.Attempts = prior.Attempts + calls
-		o := g.generateRow(ctx, startCtx, mayStart, task, r, single(reqs[i]), keys[i])
+		o := g.generateRow(ctx, startCtx, mayStart, spend, task, r, single(reqs[i]), keys[i])
 		if o.save {
 			o.result.Usage = o.result.Usage.Add(shares[i])
 		} else if calls > 0 {

@@ -313,7 +313,7 @@ func (r *Router) Generate(ctx context.Context, req llm.Request) (llm.Response, e
 // Route is route without a stop time of its own: start alone says when no
 // new call may begin.
 func (r *Router) Route(ctx, start context.Context, req llm.Request) (RoutedResponse, error) {
-	return r.route(ctx, start, nil, req)
+	return r.route(ctx, start, nil, req, nil)
 }
 
 // route makes the call on the first route that can take it and fails over
@@ -325,7 +325,10 @@ func (r *Router) Route(ctx, start context.Context, req llm.Request) (RoutedRespo
 //
 // mayStart, when non-nil, is asked again right before each call (after the
 // quota wait, which can outlast a stop time): false stops like start's end.
-func (r *Router) route(ctx, start context.Context, mayStart func() bool, req llm.Request) (RoutedResponse, error) {
+// spend, when non-nil, is the task's spending cap: a call whose worst case
+// does not fit is not made, and the error wraps errNotStarted and a
+// *BudgetError.
+func (r *Router) route(ctx, start context.Context, mayStart func() bool, req llm.Request, spend *budget) (RoutedResponse, error) {
 	if mayStart == nil {
 		mayStart = func() bool { return start.Err() == nil }
 	}
@@ -356,7 +359,7 @@ func (r *Router) route(ctx, start context.Context, mayStart func() bool, req llm
 			}
 			return notStarted(nil)
 		}
-		resp, err := r.call(ctx, start, mayStart, x, req)
+		resp, err := r.call(ctx, start, mayStart, x, req, spend)
 		// A refusal for good takes the route out before its slot is
 		// released: a call waiting for the slot must find it out, not make
 		// one more call that the provider would refuse (and might bill).
@@ -546,7 +549,7 @@ func (r *Router) release(x *route) {
 
 // call makes one call on x, holding one of its slots: the quota wait (under
 // start), the breaker's permission, then the call under ctx and x.Timeout.
-func (r *Router) call(ctx, start context.Context, mayStart func() bool, x *route, req llm.Request) (RoutedResponse, error) {
+func (r *Router) call(ctx, start context.Context, mayStart func() bool, x *route, req llm.Request, spend *budget) (RoutedResponse, error) {
 	if x.Model != "" {
 		req.Model = x.Model
 	}
@@ -568,10 +571,27 @@ func (r *Router) call(ctx, start context.Context, mayStart func() bool, x *route
 	if !mayStart() {
 		return RoutedResponse{}, fmt.Errorf("%w: %w", errNotStarted, cmp.Or(start.Err(), context.Canceled))
 	}
+	// The task's cap, held right before the call, at the price of the
+	// route that makes it.
+	label := x.Name
+	if x.anonymous {
+		label = ""
+	}
+	held := 0.0
+	settle := func(llm.Usage) {}
+	if spend != nil {
+		h, err := spend.hold(label, req)
+		if err != nil {
+			return RoutedResponse{}, fmt.Errorf("%w: %w", errNotStarted, err)
+		}
+		held = h
+		settle = func(u llm.Usage) { spend.settle(label, req, held, u) }
+	}
 	done := func(error) {}
 	if x.cb != nil {
 		d, err := x.cb.Allow()
 		if err != nil {
+			settle(llm.Usage{})
 			return RoutedResponse{}, err
 		}
 		done = d
@@ -589,6 +609,11 @@ func (r *Router) call(ctx, start context.Context, mayStart func() bool, x *route
 		err = errors.Join(err, context.Canceled)
 	}
 	done(err)
+	if err == nil {
+		settle(resp.Usage)
+	} else {
+		settle(llm.Usage{}) // a failed call is not billed
+	}
 	if x.Limiter != nil {
 		// The route's limiter learns from its own answers only.
 		if err == nil {

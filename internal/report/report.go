@@ -82,7 +82,11 @@ func ForTask(t store.Task, failedRows int) error {
 	case t.State == store.TaskFailed:
 		return &ExitError{Code: Failure, Err: fmt.Errorf("task %s failed: %s", t.ID, t.Error)}
 	case t.State == store.TaskCancelled:
-		return &ExitError{Code: RowsFailed, Err: fmt.Errorf("task %s was cancelled; rows that did not run are marked not_started (batchgen retry %s runs them)", t.ID, t.ID)}
+		why := ""
+		if t.Error != "" {
+			why = " (" + t.Error + ")" // an operator, or the task's spending cap
+		}
+		return &ExitError{Code: RowsFailed, Err: fmt.Errorf("task %s was cancelled%s; rows that did not run are marked not_started (batchgen retry %s runs them)", t.ID, why, t.ID)}
 	case t.State == store.TaskPartial || failedRows > 0 || t.RowsFailed > 0:
 		return &ExitError{Code: RowsFailed}
 	case t.State == store.TaskSucceeded:

@@ -206,6 +206,12 @@ type Task struct {
 	// (then its sum falls short of Usage: see UsageUnattributed).
 	UsageByProvider map[string]Usage
 
+	// MaxCost caps what the task may spend on model calls, in the price
+	// table's currency (USD); 0 for no cap. It is not part of the spec (nor
+	// of the task's id): a task stopped at its cap is the same task when it
+	// is run again with a higher one (SetMaxCost).
+	MaxCost float64
+
 	// ResultKey is the blob key of the exported result, once exported.
 	ResultKey string
 	// ExportGen counts the times the task was reopened (retried) after an
@@ -420,7 +426,17 @@ type TransitionTaskParams struct {
 	// NextExportGen bumps the task's ExportGen by one, for a transition
 	// that starts another export of the same task (a re-export).
 	NextExportGen bool
-	Now           time.Time
+	// Usage, when non-nil, replaces the task's token sums (Task.Usage and
+	// Task.UsageByProvider): a cancelled task's partial export counts them
+	// from its rows, whose batches never finished to count them.
+	Usage *TaskUsage
+	Now   time.Time
+}
+
+// TaskUsage are a task's token sums, in all and per provider label.
+type TaskUsage struct {
+	Total      Usage
+	ByProvider map[string]Usage
 }
 
 // ListRowsParams selects rows of a task in row order.
@@ -654,6 +670,10 @@ type Store interface {
 	// returns the updated task. Idempotent callers treat ErrConflict by
 	// re-reading the task.
 	TransitionTask(ctx context.Context, p TransitionTaskParams) (Task, error)
+	// SetMaxCost sets a task's spending cap (Task.MaxCost; 0 removes it),
+	// whatever its state, and returns the updated task; ErrNotFound for an
+	// unknown task.
+	SetMaxCost(ctx context.Context, taskID string, maxCost float64) (Task, error)
 
 	// PutRows stores input rows. Rows that already exist are left unchanged,
 	// so a resumed split never overwrites a result. A row whose State is

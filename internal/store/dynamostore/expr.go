@@ -47,6 +47,11 @@ func (e *expr) i(i int64) string {
 	return e.v(&types.AttributeValueMemberN{Value: strconv.FormatInt(i, 10)})
 }
 
+// f returns a placeholder for number value f.
+func (e *expr) f(f float64) string {
+	return e.v(&types.AttributeValueMemberN{Value: strconv.FormatFloat(f, 'g', -1, 64)})
+}
+
 // in returns "#attr IN (:a, :b, ...)" for string values; vals must not be
 // empty.
 func (e *expr) in(attr string, vals []string) string {
@@ -106,6 +111,15 @@ func (u *update) setIOrRemove(attr string, val int64) {
 		return
 	}
 	u.setI(attr, val)
+}
+
+// setFOrRemove sets attr to val, or removes it when val is 0.
+func (u *update) setFOrRemove(attr string, val float64) {
+	if val == 0 {
+		u.del(attr)
+		return
+	}
+	u.set = append(u.set, u.e.n(attr)+" = "+u.e.f(val))
 }
 
 // del removes attr.

@@ -35,6 +35,7 @@ const (
 	attrLastRow        = "last_row"
 	attrError          = "error"
 	attrResultKey      = "result_key"
+	attrMaxCost        = "max_cost"
 	attrExpiresAt      = "expires_at"
 	attrListPK         = "list_pk"
 	// attrTaskOwner and attrOwnerSK put a task in the tasks-by-owner
@@ -101,6 +102,8 @@ type taskItem struct {
 	ResultKey     string   `dynamodbav:"result_key,omitempty"`
 	Error         string   `dynamodbav:"error,omitempty"`
 	ExportGen     int      `dynamodbav:"export_gen,omitempty"`
+	// MaxCost is store.Task.MaxCost; absent for none.
+	MaxCost float64 `dynamodbav:"max_cost,omitempty"`
 	// Token sums of the task's finished batches.
 	InputTokens       int64 `dynamodbav:"input_tokens,omitempty"`
 	OutputTokens      int64 `dynamodbav:"output_tokens,omitempty"`
@@ -238,6 +241,7 @@ func taskToItem(t store.Task) (taskItem, error) {
 		ResultKey:         t.ResultKey,
 		Error:             t.Error,
 		ExportGen:         t.ExportGen,
+		MaxCost:           t.MaxCost,
 		InputTokens:       t.Usage.InputTokens,
 		OutputTokens:      t.Usage.OutputTokens,
 		CachedInputTokens: t.Usage.CachedInputTokens,
@@ -346,6 +350,7 @@ func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 		ResultKey:     it.ResultKey,
 		Error:         it.Error,
 		ExportGen:     it.ExportGen,
+		MaxCost:       it.MaxCost,
 		Owner:         it.Owner,
 		Usage:         store.Usage{InputTokens: it.InputTokens, OutputTokens: it.OutputTokens, CachedInputTokens: it.CachedInputTokens},
 	}

@@ -176,6 +176,16 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 	if p.NextExportGen {
 		u.addI(attrExportGen, 1)
 	}
+	if tu := p.Usage; tu != nil {
+		u.setI(attrInputTokens, tu.Total.InputTokens)
+		u.setI(attrOutputTokens, tu.Total.OutputTokens)
+		u.setI(attrCachedInputTokens, tu.Total.CachedInputTokens)
+		for label, pu := range tu.ByProvider {
+			u.setI(usageInPrefix+label, pu.InputTokens)
+			u.setI(usageOutPrefix+label, pu.OutputTokens)
+			u.setI(usageCachedPrefix+label, pu.CachedInputTokens)
+		}
+	}
 	if p.To.Final() {
 		u.setS(attrFinishedAt, encodeTime(p.Now))
 		if s.opts.ResultTTL > 0 {
@@ -284,4 +294,24 @@ func (s *Store) requireTasks(ctx context.Context, ids []string) (map[string]int6
 		horizons[id] = s.horizon(created)
 	}
 	return horizons, nil
+}
+
+// SetMaxCost implements store.Store.
+func (s *Store) SetMaxCost(ctx context.Context, taskID string, maxCost float64) (store.Task, error) {
+	what := fmt.Sprintf("set max cost of task %s", taskID)
+	e := newExpr()
+	u := &update{e: e}
+	u.setFOrRemove(attrMaxCost, maxCost)
+	updated, err := s.updateIf(ctx, key(taskPK(taskID), taskSK), "attribute_exists("+e.n(attrPK)+")", u, true)
+	if _, ok := conditionFailed(err); ok {
+		return store.Task{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", what, err)
+	}
+	t, err := taskFromAV(updated)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return t, nil
 }

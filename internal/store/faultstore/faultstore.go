@@ -112,6 +112,14 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 	return s.inner.TransitionTask(ctx, p)
 }
 
+// SetMaxCost implements store.Store.
+func (s *Store) SetMaxCost(ctx context.Context, taskID string, maxCost float64) (store.Task, error) {
+	if err := s.fault("SetMaxCost"); err != nil {
+		return store.Task{}, err
+	}
+	return s.inner.SetMaxCost(ctx, taskID, maxCost)
+}
+
 // PutRows implements store.Store.
 func (s *Store) PutRows(ctx context.Context, rows []store.Row) error {
 	if err := s.fault("PutRows"); err != nil {

@@ -239,6 +239,7 @@ func TestMigrationSplitsUsageByProvider(t *testing.T) {
 		`ALTER TABLE batches DROP COLUMN saved_succeeded`,
 		`ALTER TABLE batches DROP COLUMN saved_failed`,
 		`ALTER TABLE batches DROP COLUMN saved_skipped`,
+		`ALTER TABLE tasks DROP COLUMN max_cost`,
 		`UPDATE schema_version SET version = 7 WHERE component = 'sqlitestore'`,
 	} {
 		if _, err := s.DB().Exec(q); err != nil {

@@ -13,7 +13,7 @@ import (
 
 const taskColumns = `id, state, spec, source, sheet, header, rows_total, batches_total, batches_done,
 	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding, export_gen, owner,
-	input_tokens, output_tokens, cached_input_tokens, usage_by_provider, delimiter, rerun`
+	input_tokens, output_tokens, cached_input_tokens, usage_by_provider, delimiter, rerun, max_cost`
 
 // providerUsage is one provider's sums in the tasks.usage_by_provider JSON
 // object; the names are the ones the SQL that maintains it uses.
@@ -65,7 +65,7 @@ func scanTask(sc scanner) (store.Task, error) {
 	err := sc.Scan(&t.ID, &t.State, &spec, &t.Source, &t.Sheet, &header, &t.RowsTotal, &t.BatchesTotal,
 		&t.BatchesDone, &t.RowsSucceeded, &t.RowsFailed, &t.RowsSkipped, &t.ResultKey, &t.Error,
 		&created, &updated, &finished, &t.Encoding, &t.ExportGen, &t.Owner,
-		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage, &t.Delimiter, &rerun)
+		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage, &t.Delimiter, &rerun, &t.MaxCost)
 	if err != nil {
 		return store.Task{}, err
 	}
@@ -117,12 +117,12 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 		rerun = string(b)
 	}
 	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
 		t.BatchesDone, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped, t.ResultKey, t.Error,
 		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding, t.ExportGen, t.Owner,
-		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage, t.Delimiter, rerun)
+		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage, t.Delimiter, rerun, t.MaxCost)
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
@@ -135,6 +135,18 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 		return fmt.Errorf("create task %s: %w", t.ID, store.ErrConflict)
 	}
 	return nil
+}
+
+// SetMaxCost implements store.Store.
+func (s *Store) SetMaxCost(ctx context.Context, taskID string, maxCost float64) (store.Task, error) {
+	t, err := scanTask(s.write.QueryRowContext(ctx, `UPDATE tasks SET max_cost = ? WHERE id = ? RETURNING `+taskColumns, maxCost, taskID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Task{}, fmt.Errorf("set max cost of task %s: %w", taskID, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Task{}, fmt.Errorf("set max cost of task %s: %w", taskID, err)
+	}
+	return t, nil
 }
 
 // GetTask returns the task or ErrNotFound.
@@ -227,7 +239,16 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 		if p.NextExportGen {
 			bump = 1
 		}
-		args := []any{p.To, millis(p.Now), p.Error, p.ResultKey, p.To.Final(), millis(p.Now), bump, p.ID}
+		// Usage, when given, replaces the sums; NULLs keep them.
+		var in, out, cached, byProvider any
+		if u := p.Usage; u != nil {
+			enc, err := encodeUsage(u.ByProvider)
+			if err != nil {
+				return store.Task{}, fmt.Errorf("%s: %w", what, err)
+			}
+			in, out, cached, byProvider = u.Total.InputTokens, u.Total.OutputTokens, u.Total.CachedInputTokens, enc
+		}
+		args := []any{p.To, millis(p.Now), p.Error, p.ResultKey, p.To.Final(), millis(p.Now), bump, in, out, cached, byProvider, p.ID}
 		for _, st := range p.From {
 			args = append(args, st)
 		}
@@ -237,7 +258,11 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 				error = coalesce(nullif(?, ''), error),
 				result_key = coalesce(nullif(?, ''), result_key),
 				finished_at = CASE WHEN ? THEN ? ELSE finished_at END,
-				export_gen = export_gen + ?
+				export_gen = export_gen + ?,
+				input_tokens = coalesce(?, input_tokens),
+				output_tokens = coalesce(?, output_tokens),
+				cached_input_tokens = coalesce(?, cached_input_tokens),
+				usage_by_provider = coalesce(?, usage_by_provider)
 			WHERE id = ? AND state IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(p.From)), ", ")+`)
 			RETURNING `+taskColumns, args...))
 		if err == nil {

@@ -69,6 +69,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"TaskRoundTrip", testTaskRoundTrip},
 		{"CreateTaskConflict", testCreateTaskConflict},
 		{"GetTaskNotFound", testGetTaskNotFound},
+		{"SetMaxCost", testSetMaxCost},
+		{"TransitionTaskUsage", testTransitionTaskUsage},
 		{"ListTasks", testListTasks},
 		{"ListTasksByOwner", testListTasksByOwner},
 		{"TransitionTask", testTransitionTask},
@@ -336,6 +338,53 @@ func testCreateTaskConflict(t *testing.T, s store.Store) {
 func testGetTaskNotFound(t *testing.T, s store.Store) {
 	_, err := s.GetTask(t.Context(), newID("missing"))
 	wantErr(t, err, store.ErrNotFound, "get unknown task")
+}
+
+// testSetMaxCost: a task's cap is kept from its create, changed in any
+// state, removed with 0, and refused for an unknown task.
+func testSetMaxCost(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := sampleTask()
+	task.MaxCost = 1.25
+	noErr(t, s.CreateTask(ctx, task), "create task")
+	got, err := s.GetTask(ctx, task.ID)
+	noErr(t, err, "get task")
+	diff(t, "max cost as created", 1.25, got.MaxCost)
+	for _, cap := range []float64{7.5, 0.000125, 0} {
+		updated, err := s.SetMaxCost(ctx, task.ID, cap)
+		noErr(t, err, "set max cost")
+		diff(t, "max cost returned", cap, updated.MaxCost)
+		diff(t, "the rest of the task", task.Spec, updated.Spec)
+		got, err := s.GetTask(ctx, task.ID)
+		noErr(t, err, "get task")
+		diff(t, "max cost read back", cap, got.MaxCost)
+	}
+	_, err = s.SetMaxCost(ctx, newID("missing"), 1)
+	wantErr(t, err, store.ErrNotFound, "set max cost of an unknown task")
+}
+
+// testTransitionTaskUsage: a transition with Usage replaces the task's
+// token sums, in all and per provider; one without keeps them.
+func testTransitionTaskUsage(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	task := sampleTask()
+	task.State = store.TaskCancelled
+	task.Usage = store.Usage{InputTokens: 1, OutputTokens: 2}
+	task.UsageByProvider = map[string]store.Usage{"a": {InputTokens: 1, OutputTokens: 2}}
+	noErr(t, s.CreateTask(ctx, task), "create task")
+	want := store.TaskUsage{
+		Total:      store.Usage{InputTokens: 30, OutputTokens: 50, CachedInputTokens: 5},
+		ByProvider: map[string]store.Usage{"a": {InputTokens: 10, OutputTokens: 20}, "b/m-1": {InputTokens: 20, OutputTokens: 30, CachedInputTokens: 5}},
+	}
+	got, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskCancelled}, To: store.TaskCancelled, Usage: &want, Now: base})
+	noErr(t, err, "transition with usage")
+	diff(t, "sums returned", want, store.TaskUsage{Total: got.Usage, ByProvider: got.UsageByProvider})
+	got, err = s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskCancelled}, To: store.TaskCancelled, Now: base})
+	noErr(t, err, "transition without usage")
+	read, err := s.GetTask(ctx, task.ID)
+	noErr(t, err, "get task")
+	diff(t, "sums kept", want, store.TaskUsage{Total: read.Usage, ByProvider: read.UsageByProvider})
+	diff(t, "sums returned, kept", want, store.TaskUsage{Total: got.Usage, ByProvider: got.UsageByProvider})
 }
 
 func testListTasks(t *testing.T, s store.Store) {

@@ -1,0 +1,134 @@
+package pipeline_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// billingProvider answers every call after a short while, billing its
+// prompt as estimated and 500 output tokens, as a model would.
+type billingProvider struct{}
+
+func (billingProvider) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
+	select {
+	case <-ctx.Done():
+		return llm.Response{}, ctx.Err()
+	case <-time.After(2 * time.Millisecond):
+	}
+	return llm.Response{Text: "copy: " + req.Prompt, Usage: llm.Usage{InputTokens: llm.EstimateInputTokens(req), OutputTokens: 500}}, nil
+}
+
+// TestMaxCostStopsTheTask: a task capped at $10, whose calls cost about
+// $0.51 each (and are held at $1.01, their worst case), stops before its
+// calls pass the cap: cancelled, saying why, with the rows it did not
+// start left for later; a retry with a higher cap runs just those, and no
+// row is paid twice.
+func TestMaxCostStopsTheTask(t *testing.T) {
+	t.Parallel()
+	price := pricing.Price{InputPerMTok: 1000, OutputPerMTok: 1000}
+	prices := pricing.Default().With(map[string]pricing.Price{"sim": price})
+	provider := newCounting(billingProvider{})
+	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 4, Prices: prices})
+	spec := store.TaskSpec{Prompt: "{{id}} {{name}}", Provider: "sim", BatchSize: 10, MaxTokens: 1000}
+	p := pipeline.SplitParams{TaskID: pipeline.DeriveTaskID("capped", spec), Source: "in.csv", Spec: spec,
+		Path: e.writeCSV("in.csv", []string{"id", "name"}, productRows(60))}
+	ctx := context.Background()
+	if _, err := e.splitter.Split(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	const capUSD = 10.0
+	if _, err := e.store.SetMaxCost(ctx, p.TaskID, capUSD); err != nil {
+		t.Fatal(err)
+	}
+	spent := func() (float64, int) {
+		rows, err := e.store.ListRows(ctx, store.ListRowsParams{TaskID: p.TaskID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cost, done := 0.0, 0
+		for _, r := range rows {
+			cost += price.Cost(r.Usage)
+			if r.State == store.RowSucceeded {
+				done++
+			}
+		}
+		return cost, done
+	}
+
+	stopped := e.runToCompletion(ctx, p.TaskID)
+	cost, done := spent()
+	t.Logf("stopped at $%.4f with %d rows answered", cost, done)
+	if stopped.State != store.TaskCancelled || !strings.Contains(stopped.Error, "max cost $10.0000 reached") {
+		t.Fatalf("task %s (%q), want CANCELLED at its max cost", stopped.State, stopped.Error)
+	}
+	if cost > capUSD {
+		t.Errorf("calls cost $%.4f, past the cap of $%.2f", cost, capUSD)
+	}
+	// The stopped task's own sums count its rows, though their batches
+	// never finished: its status shows what it spent.
+	if est := prices.Task(stopped); !est.Known || est.Cost < cost-1e-9 || est.Cost > cost+1e-9 {
+		t.Errorf("the stopped task is priced at %s, want its rows' $%.4f", est, cost)
+	}
+	// Calls are held at their worst case ($1.01) while up to 4 run: the
+	// task stops within 4 of them of the cap, not far below it.
+	if done == 0 || cost < capUSD-4*1.02 {
+		t.Errorf("%d rows answered for $%.4f: the cap stopped the task too early", done, cost)
+	}
+	cells := e.resultCells(stopped)
+	notStarted := 0
+	for _, row := range cells[1:] {
+		if strings.Contains(strings.Join(row, "|"), "not_started") {
+			notStarted++
+		}
+	}
+	if notStarted != 60-done {
+		t.Errorf("%d rows marked not_started in the result, want the %d not answered", notStarted, 60-done)
+	}
+
+	// A higher cap: the retry runs the rest, and only the rest.
+	if _, err := e.store.SetMaxCost(ctx, p.TaskID, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (pipeline.Retrier{Store: e.store, Queue: e.queue, OwnsWorkers: true}).Retry(ctx, pipeline.RetryParams{TaskID: p.TaskID, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	finished := e.runToCompletion(ctx, p.TaskID)
+	if finished.State != store.TaskSucceeded {
+		t.Fatalf("after the retry: %s (%q), want SUCCEEDED", finished.State, finished.Error)
+	}
+	for prompt, n := range provider.snapshot() {
+		if n != 1 {
+			t.Errorf("prompt %q paid %d times", prompt, n)
+		}
+	}
+	if _, done := spent(); done != 60 {
+		t.Errorf("%d rows answered after the retry, want 60", done)
+	}
+}
+
+// TestMaxCostWithoutPrices: a generator that cannot price calls stops a
+// capped task at once rather than spend without bound.
+func TestMaxCostWithoutPrices(t *testing.T) {
+	t.Parallel()
+	provider := newCounting(billingProvider{})
+	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 2})
+	p := e.splitProducts("unpriced", "{{id}} {{name}}", 20, 10)
+	ctx := context.Background()
+	if _, err := e.store.SetMaxCost(ctx, p.TaskID, 5); err != nil {
+		t.Fatal(err)
+	}
+	stopped := e.runToCompletion(ctx, p.TaskID)
+	if stopped.State != store.TaskCancelled || !strings.Contains(stopped.Error, "cannot hold a task to a cap") {
+		t.Errorf("task %s (%q), want CANCELLED, saying it cannot be held to its cap", stopped.State, stopped.Error)
+	}
+	if n := len(provider.snapshot()); n != 0 {
+		t.Errorf("%d prompts called, want none", n)
+	}
+}
