@@ -92,6 +92,7 @@ written with them marked); 2 input rejected or bad usage; 1 anything else; 130 i
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	for _, c := range []*cobra.Command{
 		newRunCmd(stdout, stderr),
+		newQuoteCmd(stdout, stderr),
 		newServeCmd(stdout, stderr),
 		newTasksCmd(stdout),
 		newStatusCmd(stdout),

@@ -367,10 +367,26 @@ func (j *runJob) close() {
 }
 
 func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
+	task, existed, err := j.start(ctx)
+	if err != nil {
+		return err
+	}
+	if existed && !task.State.Final() {
+		if err := j.engine.Resume(ctx, task); err != nil {
+			return err
+		}
+	}
+	return j.complete(ctx, task, stdout)
+}
+
+// start reads the input, opens the data directory and the engine, and
+// splits the input into its task, or finds the task an earlier run made
+// of it (existed), with the cap --max-cost asks for.
+func (j *runJob) start(ctx context.Context) (task store.Task, existed bool, err error) {
 	o := j.opts
 	identity, err := embedded.FileIdentity(o.in)
 	if err != nil {
-		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("input %s: %w", o.in, err)}
+		return task, false, &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("input %s: %w", o.in, err)}
 	}
 	identity += "|sheet=" + o.sheetName + "|max-rows=" + fmt.Sprint(o.maxRows)
 	if o.encoding != "" {
@@ -388,10 +404,10 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 	validated, err := pipeline.Validate(params)
 	var rejected *pipeline.RejectedError
 	if errors.As(err, &rejected) {
-		return &report.ExitError{Code: report.Rejected, Err: rejected}
+		return task, false, &report.ExitError{Code: report.Rejected, Err: rejected}
 	}
 	if err != nil {
-		return fmt.Errorf("read %s: %w", o.in, err)
+		return task, false, fmt.Errorf("read %s: %w", o.in, err)
 	}
 	defer validated.Close()
 	params.Validated = &validated
@@ -406,30 +422,29 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 
 	j.data, err = embedded.Open(o.dataDir, o.in, j.cacheTTL)
 	if err != nil {
-		return err
+		return task, false, err
 	}
 	if err := j.openEngine(taskID); err != nil {
-		return err
+		return task, false, err
 	}
 
-	existed := false
 	if t, err := j.data.Store.GetTask(ctx, taskID); err == nil {
 		existed = true
 		j.logger.Info("continuing task", "task_id", taskID, "state", t.State)
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("read task %s: %w", taskID, err)
+		return task, false, fmt.Errorf("read task %s: %w", taskID, err)
 	}
 
 	splitter := pipeline.NewSplitter(j.data.Store, j.engine.Queue, pipeline.SplitterConfig{Logger: j.logger, Inputs: j.data.Blobs, Exports: j.engine.Exports})
-	task, err := splitter.Split(ctx, params)
+	task, err = splitter.Split(ctx, params)
 	if errors.As(err, &rejected) {
-		return &report.ExitError{Code: report.Rejected, Err: rejected}
+		return task, existed, &report.ExitError{Code: report.Rejected, Err: rejected}
 	}
 	if err != nil {
-		return fmt.Errorf("split %s: %w", o.in, err)
+		return task, existed, fmt.Errorf("split %s: %w", o.in, err)
 	}
 	if task, err = j.applyMaxCost(ctx, task); err != nil {
-		return err
+		return task, existed, err
 	}
 	if !o.quiet {
 		verb := "started"
@@ -442,12 +457,7 @@ func (j *runJob) run(ctx context.Context, stdout io.Writer) error {
 		}
 		fmt.Fprintf(j.stderr, "batchgen: %s task %s: %d rows in %d batches%s (data: %s)\n", verb, task.ID, task.RowsTotal, task.BatchesTotal, read, j.data.Dir)
 	}
-	if existed && !task.State.Final() {
-		if err := j.engine.Resume(ctx, task); err != nil {
-			return err
-		}
-	}
-	return j.complete(ctx, task, stdout)
+	return task, existed, nil
 }
 
 // applyMaxCost gives task the cap --max-cost asks for, if it asks for one

@@ -383,6 +383,11 @@ type Delivery struct {
 	// handed back. The embedded server closes it when it is told to shut
 	// down, so that no call already paid for is cut off.
 	Stop <-chan struct{}
+	// RowLimit, when positive, starts at most that many of the batch's rows
+	// that have no result yet (and no cached answer): a quote's sample
+	// (Generator.Sample). The batch is handed back with its other rows
+	// pending, and Outcome.Started says how many started.
+	RowLimit int
 }
 
 // InvocationEnd is how a runtime that is killed at a deadline spends the
@@ -432,6 +437,9 @@ type Outcome struct {
 	// work that ran out of time, not a failing message (see Settle).
 	HandedBack bool
 	Progress   int
+	// Started counts the rows this delivery started, with
+	// Delivery.RowLimit.
+	Started int
 	// QuotaStarved, with HandedBack and no Progress, means the batch made no
 	// model call in this delivery because its rows were still waiting for
 	// the quota limiter when the time came: the quota was busy with other
@@ -717,6 +725,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		}()
 	}
 	pack := newPacker(task.Spec.RowsPerCall, g.cfg.PackTokens)
+	started := 0
 	for i := range rows {
 		if rows[i].State.Final() {
 			outcomes[i] = rowOutcome{result: rows[i].RowResult}
@@ -735,6 +744,11 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			f.addCached(rows[i].No, outcomes[i])
 			continue
 		}
+		if d.RowLimit > 0 && started >= d.RowLimit {
+			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
+			continue
+		}
+		started++
 		if pack.size == 1 {
 			launch([]int{i})
 			continue
@@ -811,7 +825,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			return finish(Outcome{HandedBack: true, Progress: progress, QuotaStarved: starved})
 		}
 		log.InfoContext(ctx, "batch released for a later attempt", "pending_rows", pending, "delay", delay, "last_error", lastErr)
-		return finish(Outcome{RetryAfter: delay})
+		return finish(Outcome{RetryAfter: delay, Started: started})
 	}
 	t, err := finishBatch(ctx, g.store, g.exports, b, tally, g.cfg.Clock.Now(), func(write func() error) error {
 		return g.retryStore(ctx, write)
@@ -827,9 +841,9 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	if err != nil {
 		// The batch is done but its export did not start; a redelivery of
 		// this message finds it DONE and starts it (see ensureExport).
-		return finish(Outcome{Err: err})
+		return finish(Outcome{Err: err, Started: started})
 	}
-	return finish(Outcome{Ack: true})
+	return finish(Outcome{Ack: true, Started: started})
 }
 
 // stopOverBudget cancels task, whose spending cap refused a call, with

@@ -1,0 +1,172 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// Sample answers up to n rows of task taskID that have no result yet, for
+// a quote. The rows are spread over the sheet, the first ones of batches
+// spread evenly over the task, so that a sheet sorted by anything (short
+// descriptions first, one category after another) is measured across its
+// length. Each batch is worked as a worker would work it (claimed, fenced,
+// each result saved), starting only the rows the sample takes from it, and
+// handed back with its other rows pending. The task keeps the answers, so
+// the run that follows does not pay for them again. It returns how many
+// rows it started.
+func (g *Generator) Sample(ctx context.Context, taskID string, n int) (int, error) {
+	task, err := g.store.GetTask(ctx, taskID)
+	if err != nil {
+		return 0, fmt.Errorf("sample task %s: %w", taskID, err)
+	}
+	batches := min(n, task.BatchesTotal)
+	started := 0
+	for i := 0; i < batches; i++ {
+		no := 1 + i*task.BatchesTotal/batches
+		want := n / batches
+		if i < n%batches {
+			want++
+		}
+		out := g.Process(ctx, Delivery{Body: EncodeBatchMessage(taskID, no), RowLimit: want})
+		if out.Err != nil {
+			return started, fmt.Errorf("sample task %s: batch %d: %w", taskID, no, out.Err)
+		}
+		started += out.Started
+		if err := ctx.Err(); err != nil {
+			return started, err
+		}
+	}
+	return started, nil
+}
+
+// QuoteParams are what a quote is computed from besides the task's rows.
+type QuoteParams struct {
+	// Prices price each answered row at the provider that answered it.
+	Prices *pricing.Table
+	// RequestsPerSecond is the pace the quota allows (configured, or learnt
+	// during the sample); 0 when not known.
+	RequestsPerSecond float64
+	// Concurrency is how many calls run at once.
+	Concurrency int
+}
+
+// Spread is an expected value with the 90% interval around it.
+type Spread struct{ Low, Mid, High float64 }
+
+// Quote is what the rows of a task still without a result are expected to
+// cost and take, measured on the rows already answered (a sample).
+type Quote struct {
+	// Rows is the task's rows; Left those without a result (not answered,
+	// failed or skipped).
+	Rows, Left int
+	// Measured is how many answered rows the figures come from: rows a
+	// model answered (cached answers cost nothing and say nothing).
+	Measured int
+	// Spent is what the measured rows cost.
+	Spent float64
+	// InputTokens and OutputTokens are per row.
+	InputTokens, OutputTokens Spread
+	// Cost is what the rows left are expected to cost; CostKnown is false
+	// when a measured row's provider has no price.
+	Cost      Spread
+	CostKnown bool
+	// Duration is how long the rows left are expected to take online at
+	// the quota (or, when it is not known, at Concurrency calls of the
+	// measured latency at once; then QuotaKnown is false).
+	Duration   [3]time.Duration
+	QuotaKnown bool
+}
+
+// ErrNothingMeasured: no row of the task was answered by a model, so there
+// is nothing to quote from.
+var ErrNothingMeasured = errors.New("no row answered by a model to measure")
+
+// QuoteTask quotes task from its answered rows. The intervals are those of
+// the mean per row (±1.645 standard errors), scaled to the rows left: what
+// the total of many rows is expected to land within, not the spread of one
+// row.
+func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuoteParams) (Quote, error) {
+	q := Quote{Rows: task.RowsTotal, CostKnown: p.Prices != nil, QuotaKnown: p.RequestsPerSecond > 0}
+	var in, out, cost, latency []float64
+	const page = 1000
+	for from := 1; from <= task.RowsTotal; from += page {
+		rows, err := st.ListRows(ctx, store.ListRowsParams{TaskID: task.ID, FromNo: from, ToNo: from + page - 1})
+		if err != nil {
+			return Quote{}, fmt.Errorf("quote task %s: %w", task.ID, err)
+		}
+		for _, r := range rows {
+			if r.State != store.RowSucceeded && r.State != store.RowSkipped {
+				q.Left++
+			}
+			if r.State != store.RowSucceeded || r.Cached || r.Usage == (store.Usage{}) {
+				continue
+			}
+			in = append(in, float64(r.Usage.InputTokens))
+			out = append(out, float64(r.Usage.OutputTokens))
+			if r.LatencyMS > 0 {
+				latency = append(latency, float64(r.LatencyMS)/1000)
+			}
+			if p.Prices != nil {
+				e := p.Prices.Task(store.Task{Spec: task.Spec, UsageByProvider: map[string]store.Usage{r.Provider: r.Usage}})
+				q.CostKnown = q.CostKnown && e.Known
+				cost = append(cost, e.Cost)
+				q.Spent += e.Cost
+			}
+		}
+	}
+	q.Measured = len(in)
+	if q.Measured == 0 {
+		return q, fmt.Errorf("quote task %s: %w", task.ID, ErrNothingMeasured)
+	}
+	left := float64(q.Left)
+	q.InputTokens, q.OutputTokens = meanSpread(in, 1), meanSpread(out, 1)
+	if q.CostKnown {
+		q.Cost = meanSpread(cost, left)
+	}
+	// Rows a second: the quota's pace, or what the calls in flight manage
+	// at the measured latency, whichever binds.
+	lat := meanSpread(latency, 1)
+	pace := func(seconds float64) float64 {
+		r := math.Inf(1)
+		if seconds > 0 && p.Concurrency > 0 {
+			r = float64(p.Concurrency) / seconds
+		}
+		if p.RequestsPerSecond > 0 {
+			r = math.Min(r, p.RequestsPerSecond)
+		}
+		return r
+	}
+	for i, seconds := range []float64{lat.Low, lat.Mid, lat.High} {
+		if r := pace(seconds); !math.IsInf(r, 1) && r > 0 {
+			q.Duration[i] = time.Duration(left / r * float64(time.Second))
+		}
+	}
+	return q, nil
+}
+
+// meanSpread is the mean of xs with its 90% interval, times scale.
+func meanSpread(xs []float64, scale float64) Spread {
+	if len(xs) == 0 {
+		return Spread{}
+	}
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	mean := sum / float64(len(xs))
+	half := 0.0
+	if len(xs) > 1 {
+		ss := 0.0
+		for _, x := range xs {
+			ss += (x - mean) * (x - mean)
+		}
+		half = 1.645 * math.Sqrt(ss/float64(len(xs)-1)/float64(len(xs)))
+	}
+	return Spread{Low: math.Max(mean-half, 0) * scale, Mid: mean * scale, High: (mean + half) * scale}
+}

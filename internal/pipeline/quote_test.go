@@ -1,0 +1,71 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// TestSampleThenRun: a quote's sample answers rows spread over the task
+// (the first ones of batches spread over it), the quote is measured on
+// them, and the run that follows answers the rest, paying for no row
+// twice.
+func TestSampleThenRun(t *testing.T) {
+	t.Parallel()
+	provider := newCounting(billingProvider{})
+	prices := pricing.Default().With(map[string]pricing.Price{"sim": {InputPerMTok: 1, OutputPerMTok: 2}})
+	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 4, Prices: prices})
+	p := e.splitProducts("sampled", "{{id}} {{name}}", 50, 10)
+	ctx := context.Background()
+	started, err := e.gen.Sample(ctx, p.TaskID, 7)
+	if err != nil || started != 7 {
+		t.Fatalf("sample: %d rows started, %v; want 7", started, err)
+	}
+	rows, err := e.store.ListRows(ctx, store.ListRowsParams{TaskID: p.TaskID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answered []int
+	for _, r := range rows {
+		if r.State == store.RowSucceeded {
+			answered = append(answered, r.No)
+		}
+	}
+	// Five batches of ten: two rows from the first two, one from each of
+	// the others.
+	if want := []int{1, 2, 11, 12, 21, 31, 41}; fmt.Sprint(answered) != fmt.Sprint(want) {
+		t.Errorf("rows answered by the sample %v, want %v", answered, want)
+	}
+	task, err := e.store.GetTask(ctx, p.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := pipeline.QuoteTask(ctx, e.store, task, pipeline.QuoteParams{Prices: prices, RequestsPerSecond: 10, Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every row is billed 500 output tokens: no spread there; 43 rows
+	// left at 10 a second.
+	if q.Measured != 7 || q.Left != 43 || q.OutputTokens != (pipeline.Spread{Low: 500, Mid: 500, High: 500}) || q.Duration[1] != 4300*time.Millisecond {
+		t.Errorf("quote %+v: want 7 measured, 43 left, 500 output tokens a row, 4.3s", q)
+	}
+	wantCost := 43 * (q.InputTokens.Mid*1 + 500*2) / 1e6
+	if !q.CostKnown || math.Abs(q.Cost.Mid-wantCost) > 1e-12 || q.Cost.Low > q.Cost.Mid || q.Cost.High < q.Cost.Mid {
+		t.Errorf("cost %+v, want %.6f in the middle of its interval", q.Cost, wantCost)
+	}
+	done := e.runToCompletion(ctx, p.TaskID)
+	if done.State != store.TaskSucceeded {
+		t.Fatalf("after the sample: %s", done.State)
+	}
+	for prompt, n := range provider.snapshot() {
+		if n != 1 {
+			t.Errorf("prompt %q paid %d times", prompt, n)
+		}
+	}
+}
