@@ -26,16 +26,8 @@ default), measures their tokens and latency, and prints what the rows left are e
 cost and how long they would take online at the quota, each with its 90% interval. The task
 keeps the sample's answers: the run that follows continues it and does not pay for them again.`,
 		Example: `  batchgen quote --in skus.xlsx --prompt '为商品{{商品名称}}写一段营销文案' --provider openai --rpm 2000`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 1 || (len(args) == 1 && o.in != "") {
-				return fmt.Errorf("unexpected arguments %q: give the input once, as --in FILE or FILE", args)
-			}
-			return nil
-		},
+		Args:    inputArg(&o.in),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 {
-				o.in = args[0]
-			}
 			if sample < 1 {
 				return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--sample %d: must be at least 1", sample)}
 			}

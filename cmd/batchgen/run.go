@@ -202,16 +202,8 @@ same task: rows that already have a result are never sent to the model again.`,
 		Example: `  batchgen run --in skus.xlsx --prompt '为商品{{商品名称}}写一段营销文案'
   batchgen run skus.csv --out copy.xlsx --prompt-file prompt.txt --provider openai --rpm 2000
   batchgen run export.csv --out export.result.csv --prompt-file prompt.txt`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 1 || (len(args) == 1 && o.in != "") {
-				return fmt.Errorf("unexpected arguments %q: give the input once, as --in FILE or FILE", args)
-			}
-			return nil
-		},
+		Args: inputArg(&o.in),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 {
-				o.in = args[0]
-			}
 			job, err := newRunJob(o, stderr)
 			if err != nil {
 				return err
@@ -227,6 +219,20 @@ same task: rows that already have a result are never sent to the model again.`,
 	_ = cmd.MarkFlagFilename("schema", "json")
 	_ = cmd.MarkFlagDirname("data")
 	return cmd
+}
+
+// inputArg takes the input as the one argument or as --in, once: the
+// argument, when given, is stored in in.
+func inputArg(in *string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > 1 || (len(args) == 1 && *in != "") {
+			return fmt.Errorf("unexpected arguments %q: give the input once, as --in FILE or FILE", args)
+		}
+		if len(args) == 1 {
+			*in = args[0]
+		}
+		return nil
+	}
 }
 
 // runJob is one `batchgen run`: the wiring of embedded adapters around the

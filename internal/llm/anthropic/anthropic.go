@@ -54,9 +54,7 @@ type Config struct {
 	// Timeout bounds each call; 0 leaves only the caller's ctx. A call that
 	// runs out of it fails with ClassTimeout.
 	Timeout time.Duration
-	// HTTPClient sends the requests. Defaults to a client that keeps up to
-	// 256 idle connections per host (the default 2 makes every concurrent
-	// worker beyond the second dial anew).
+	// HTTPClient sends the requests. Defaults to llm.HTTPClient.
 	HTTPClient *http.Client
 	// Clock turns reset times and HTTP-date Retry-After into durations.
 	// Defaults to clock.Real.
@@ -82,20 +80,16 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("anthropic base URL %q: want an absolute http or https URL", llm.RedactURL(cfg.BaseURL))
+	if err := llm.CheckBaseURL("anthropic", cfg.BaseURL); err != nil {
+		return nil, err
 	}
-	if strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1") {
+	if u, _ := url.Parse(cfg.BaseURL); strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1") {
 		// The SDK adds /v1/messages itself: a root ending in /v1 would
 		// call /v1/v1/messages and get 404s for every row.
 		return nil, fmt.Errorf("anthropic base URL %q: give the API root without /v1 (the SDK adds /v1/messages)", llm.RedactURL(cfg.BaseURL))
 	}
 	if cfg.HTTPClient == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns = 256
-		t.MaxIdleConnsPerHost = 256
-		cfg.HTTPClient = &http.Client{Transport: t}
+		cfg.HTTPClient = llm.HTTPClient()
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -252,26 +246,8 @@ func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *h
 		// An error body the SDK could not decode (a proxy's HTML page):
 		// the status still says what happened.
 		return p.fromStatus(httpResp.StatusCode, "", "", httpResp.Header)
-	case errors.Is(ctx.Err(), context.Canceled):
-		return fmt.Errorf("anthropic message: %w", ctx.Err())
-	case errors.Is(callCtx.Err(), context.DeadlineExceeded):
-		msg := "model call timed out"
-		if ctx.Err() == nil {
-			msg = fmt.Sprintf("model call timed out after %v", p.cfg.Timeout)
-		}
-		return &llm.Error{Class: llm.ClassTimeout, Message: msg, Err: callCtx.Err()}
 	}
-	err = llm.HideKey(err, p.cfg.APIKey)
-	var e *llm.Error
-	if llm.IsConnectionError(err) {
-		e = &llm.Error{Class: llm.ClassConnection, Message: err.Error(), Err: err}
-	} else {
-		e = llm.Classify(fmt.Errorf("anthropic message: %w", err))
-	}
-	if httpResp != nil && e.StatusCode == 0 {
-		e.StatusCode = httpResp.StatusCode
-	}
-	return e
+	return llm.CallFailure(ctx, callCtx, p.cfg.Timeout, err, httpResp, p.cfg.APIKey, "anthropic message")
 }
 
 // fromStatus classifies an error answer from its status and Anthropic's

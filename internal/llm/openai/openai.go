@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -43,9 +42,7 @@ type Config struct {
 	// Timeout bounds each call; 0 leaves only the caller's ctx. A call that
 	// runs out of it fails with ClassTimeout.
 	Timeout time.Duration
-	// HTTPClient sends the requests. Defaults to a client whose connection
-	// pool keeps up to 256 idle connections per host, because the default
-	// of 2 makes every concurrent worker beyond the second dial anew.
+	// HTTPClient sends the requests. Defaults to llm.HTTPClient.
 	HTTPClient *http.Client
 	// LegacyMaxTokens sends Request.MaxTokens as max_tokens instead of
 	// max_completion_tokens, for servers that predate the latter. OpenAI's
@@ -76,16 +73,11 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
 	}
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		// The URL is shown without its query: it may carry a key.
-		return nil, fmt.Errorf("openai base URL %q: want an absolute http or https URL", llm.RedactURL(cfg.BaseURL))
+	if err := llm.CheckBaseURL("openai", cfg.BaseURL); err != nil {
+		return nil, err
 	}
 	if cfg.HTTPClient == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns = 256
-		t.MaxIdleConnsPerHost = 256
-		cfg.HTTPClient = &http.Client{Transport: t}
+		cfg.HTTPClient = llm.HTTPClient()
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -243,27 +235,8 @@ func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *h
 		// An error body the SDK could not decode (a proxy's HTML page):
 		// the status still says what happened.
 		return p.fromStatus(httpResp.StatusCode, "", "", "", httpResp.Header)
-	case errors.Is(ctx.Err(), context.Canceled):
-		return fmt.Errorf("chat completion: %w", ctx.Err())
-	case errors.Is(callCtx.Err(), context.DeadlineExceeded):
-		msg := "model call timed out"
-		if ctx.Err() == nil {
-			msg = fmt.Sprintf("model call timed out after %v", p.cfg.Timeout)
-		}
-		return &llm.Error{Class: llm.ClassTimeout, Message: msg, Err: callCtx.Err()}
 	}
-	err = llm.HideKey(err, p.cfg.APIKey)
-	var e *llm.Error
-	if llm.IsConnectionError(err) {
-		e = &llm.Error{Class: llm.ClassConnection, Message: err.Error(), Err: err}
-	} else {
-		e = llm.Classify(fmt.Errorf("chat completion: %w", err))
-	}
-	if httpResp != nil && e.StatusCode == 0 {
-		// The answer arrived but could not be read or decoded.
-		e.StatusCode = httpResp.StatusCode
-	}
-	return e
+	return llm.CallFailure(ctx, callCtx, p.cfg.Timeout, err, httpResp, p.cfg.APIKey, "chat completion")
 }
 
 // fromStatus classifies an HTTP error answer from its status and OpenAI's
