@@ -313,8 +313,10 @@ func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if o.tpm < 0 {
 		return nil, reject("--tpm %d: must be 0 (learn the quota) or more", o.tpm)
 	}
-	if !math.IsNaN(o.maxCost) && (o.maxCost < 0 || math.IsInf(o.maxCost, 0)) {
-		return nil, reject("--max-cost %v: must be a positive amount in USD (0 removes the cap)", o.maxCost)
+	if !math.IsNaN(o.maxCost) {
+		if err := pipeline.CheckMaxCost("--max-cost", o.maxCost); err != nil {
+			return nil, reject("%w", err)
+		}
 	}
 	if o.sweepAfter < time.Second {
 		return nil, reject("--sweep-after %s: must be at least 1s", o.sweepAfter)
@@ -403,6 +405,9 @@ func (j *runJob) start(ctx context.Context) (task store.Task, existed bool, err 
 	params := pipeline.SplitParams{
 		TaskID: taskID, Path: o.in, Source: filepath.Base(o.in), Owner: pipeline.LocalOwner, Spec: j.spec, Sheet: o.sheetName,
 		Encoding: o.encoding, Limits: sheet.Limits{MaxRows: o.maxRows}, Spool: true,
+	}
+	if !math.IsNaN(o.maxCost) {
+		params.MaxCost = o.maxCost // a new task is capped from its creation
 	}
 	// Validate before touching the data directory: rejected input writes
 	// nothing but the error. The rows it reads are spooled for the split,

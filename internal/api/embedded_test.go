@@ -516,3 +516,41 @@ func TestUploadDeclaresColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestUploadWithMaxCost: a spending cap in the form becomes the task's,
+// shown in its view; an amount that is not one is refused, as is any cap
+// on a deployment that cannot hold a task to one; a retry sets a new cap.
+func TestUploadWithMaxCost(t *testing.T) {
+	t.Parallel()
+	fields := func(maxCost string) map[string]string {
+		return map[string]string{"prompt": "Copy for {{name}}", "max_cost_usd": maxCost}
+	}
+	uncapped := newEmbedded(t)
+	if res := uncapped.upload(t, "alice", "a.csv", goodCSV, fields("2.5")); res.status != http.StatusBadRequest || !strings.Contains(res.message(t), "cannot hold a task to a spending cap") {
+		t.Errorf("a cap where none is held: %d %s, want 400 saying so", res.status, res.body)
+	}
+
+	e := newEmbedded(t)
+	e.config.CostCaps = true
+	e.handler = api.New(e.config)
+	for _, bad := range []string{"-1", "lots", "NaN"} {
+		if res := e.upload(t, "alice", "a.csv", goodCSV, fields(bad)); res.status != http.StatusBadRequest || !strings.Contains(res.message(t), "max_cost_usd") {
+			t.Errorf("max_cost_usd %q: %d %s, want 400 naming the field", bad, res.status, res.body)
+		}
+	}
+	res := e.upload(t, "alice", "a.csv", goodCSV, fields("2.5"))
+	if res.status != http.StatusCreated || res.json(t)["max_cost_usd"] != 2.5 {
+		t.Fatalf("POST = %d %s, want 201 with the cap", res.status, res.body)
+	}
+	id := res.json(t)["id"].(string)
+	task, err := e.store.GetTask(t.Context(), id)
+	if err != nil || task.MaxCost != 2.5 {
+		t.Fatalf("stored task's cap %v (%v), want 2.5", task.MaxCost, err)
+	}
+	// A retry raises the cap (this task is still running, so the retry
+	// itself is refused: the new cap holds at once all the same).
+	res = send(t, e.handler, "alice", "POST", "/api/tasks/"+id+"/retry", "application/json", []byte(`{"max_cost_usd": 40}`))
+	if task, _ := e.store.GetTask(t.Context(), id); task.MaxCost != 40 {
+		t.Errorf("after the retry (%d %s) the cap is %v, want 40", res.status, res.body, task.MaxCost)
+	}
+}

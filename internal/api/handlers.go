@@ -180,12 +180,17 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 		s.specError(w, err)
 		return
 	}
+	maxCost, err := s.maxCost(req.MaxCostUSD)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
 	id := s.cfg.NewID()
 	if !ValidTaskID(id) {
 		s.internalError(w, r, "create task", fmt.Errorf("NewID returned an invalid task id %q", id))
 		return
 	}
-	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, CreatedAt: s.cfg.Clock.Now().UTC()}
+	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, MaxCost: maxCost, CreatedAt: s.cfg.Clock.Now().UTC()}
 	// A sheet sent inside the request creates no task when it is
 	// rejected: the answer is the only record, on both runtimes.
 	ok, _, rows := s.check(w, file, rec)
@@ -199,7 +204,7 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 }
 
 // formFields are the multipart fields besides "file".
-var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format", "columns", "rows_per_call"}
+var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format", "columns", "rows_per_call", "max_cost_usd"}
 
 // formRequest fills req from the form's text fields.
 func formRequest(fields map[string]string, req *CreateTaskRequest) error {
@@ -216,6 +221,13 @@ func formRequest(fields map[string]string, req *CreateTaskRequest) error {
 			return fmt.Errorf("temperature %q: must be a number between 0 and 2", v)
 		}
 		req.Temperature = &f
+	}
+	if v, ok := fields["max_cost_usd"]; ok && strings.TrimSpace(v) != "" {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return fmt.Errorf("max_cost_usd %q: must be an amount in USD", v)
+		}
+		req.MaxCostUSD = &f
 	}
 	for name, dst := range map[string]*int{"max_tokens": &req.MaxTokens, "batch_size": &req.BatchSize, "rows_per_call": &req.RowsPerCall} {
 		if v, ok := fields[name]; ok && strings.TrimSpace(v) != "" {
@@ -444,6 +456,11 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 		s.specError(w, err)
 		return
 	}
+	maxCost, err := s.maxCost(req.MaxCostUSD)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
 	size, err := s.uploadSize(req)
 	var tooBig *tooLargeError
 	if errors.As(err, &tooBig) {
@@ -465,7 +482,7 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Clock.Now().UTC()
-	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Size: size, Encoding: req.Encoding, CreatedAt: now}
+	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Size: size, Encoding: req.Encoding, MaxCost: maxCost, CreatedAt: now}
 	url := s.cfg.PublicURL + "/api/tasks/" + id + "/upload"
 	if s.cfg.Presigner != nil {
 		// Presign before writing the record: signing is local and cheap,
@@ -759,6 +776,25 @@ type retryRequest struct {
 	// ErrorClass, when set, reruns only rows that failed with this class
 	// (e.g. "content_filter", "retry_exhausted", "stuck").
 	ErrorClass string `json:"error_class"`
+	// MaxCostUSD, when set, is the task's spending cap from now on (0
+	// removes it): a task stopped at its cap runs the rest with a higher
+	// one.
+	MaxCostUSD *float64 `json:"max_cost_usd"`
+}
+
+// maxCost reads a request's spending cap: 0 when absent; an error for an
+// amount that is not one, or for a cap this deployment cannot hold.
+func (s *server) maxCost(v *float64) (float64, error) {
+	if v == nil {
+		return 0, nil
+	}
+	if err := pipeline.CheckMaxCost("max_cost_usd", *v); err != nil {
+		return 0, err
+	}
+	if *v > 0 && !s.cfg.CostCaps {
+		return 0, errors.New("max_cost_usd: this deployment cannot hold a task to a spending cap yet (batchgen serve can)")
+	}
+	return *v, nil
 }
 
 // errorClassPattern bounds an error class to what classes look like.
@@ -789,6 +825,17 @@ func (s *server) retryTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	if req.MaxCostUSD != nil {
+		maxCost, err := s.maxCost(req.MaxCostUSD)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+			return
+		}
+		if _, err := s.cfg.Store.SetMaxCost(ctx, id, maxCost); err != nil {
+			s.internalError(w, r, "set the spending cap", err)
+			return
+		}
+	}
 	out, err := s.cfg.Retrier.Retry(ctx, pipeline.RetryParams{TaskID: id, ErrorClass: req.ErrorClass, Now: s.cfg.Clock.Now()})
 	task, n := out.Task, out.Batches
 	switch {
@@ -1062,6 +1109,10 @@ func (s *server) viewOf(t store.Task) TaskView {
 	}
 	if est := s.cfg.Prices.Task(t); est.Known {
 		v.EstimatedCost = &est.Cost
+	}
+	if t.MaxCost > 0 {
+		c := t.MaxCost
+		v.MaxCostUSD = &c
 	}
 	p := pipeline.TaskProgress(t, s.cfg.Clock.Now())
 	if p.RowsPerSecond > 0 {

@@ -70,6 +70,10 @@ type CreateTaskRequest struct {
 	// RowsPerCall packs up to that many rows into one model call (1 to
 	// 100; 0 or absent: one).
 	RowsPerCall int `json:"rows_per_call,omitempty"`
+	// MaxCostUSD caps what the task may spend on model calls (at the
+	// deployment's prices); absent or 0 for no cap. A deployment that
+	// cannot hold a task to a cap (Config.CostCaps) refuses it.
+	MaxCostUSD *float64 `json:"max_cost_usd,omitempty"`
 	// Size is the sheet's length in bytes; required. The upload URL is
 	// signed for exactly this length, and a size over the deployment's
 	// input limit is refused with 413.
@@ -127,15 +131,17 @@ type TaskView struct {
 	Columns schema.Columns `json:"columns,omitempty"`
 	// RowsPerCall is how many rows one model call answers, when more than
 	// one.
-	RowsPerCall   int    `json:"rows_per_call,omitempty"`
-	Provider      string `json:"provider,omitempty"`
-	Model         string `json:"model,omitempty"`
-	RowsTotal     int    `json:"rows_total"`
-	RowsSucceeded int    `json:"rows_succeeded"`
-	RowsFailed    int    `json:"rows_failed"`
-	RowsSkipped   int    `json:"rows_skipped"`
-	BatchesDone   int    `json:"batches_done"`
-	BatchesTotal  int    `json:"batches_total"`
+	RowsPerCall int `json:"rows_per_call,omitempty"`
+	// MaxCostUSD is the task's spending cap; absent for none.
+	MaxCostUSD    *float64 `json:"max_cost_usd,omitempty"`
+	Provider      string   `json:"provider,omitempty"`
+	Model         string   `json:"model,omitempty"`
+	RowsTotal     int      `json:"rows_total"`
+	RowsSucceeded int      `json:"rows_succeeded"`
+	RowsFailed    int      `json:"rows_failed"`
+	RowsSkipped   int      `json:"rows_skipped"`
+	BatchesDone   int      `json:"batches_done"`
+	BatchesTotal  int      `json:"batches_total"`
 	// InputTokens, CachedInputTokens and OutputTokens sum the tokens of the
 	// rows of the finished batches.
 	InputTokens       int64 `json:"input_tokens"`

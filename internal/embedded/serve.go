@@ -133,6 +133,8 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		PublicURL: strings.TrimSuffix(cfg.PublicURL, "/"),
 		Exports:   e.Exporter, Retrier: pipeline.Retrier{Store: st, Queue: e.Queue},
 		Prices: cfg.Prices,
+		// The engine's generator prices every call (GeneratorConfig.Prices).
+		CostCaps: true,
 	})
 	page := web.Config{Limits: cfg.Limits, MaxInlineBytes: cfg.MaxInlineBytes, TempDir: tmp, Logger: logger, Authenticate: cfg.PageAuth}
 	// Long-lived requests (event streams) end when the server stops.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 
@@ -59,6 +60,16 @@ func (e *BudgetError) Reason() string {
 		return e.Error()
 	}
 	return e.Error() + "; a retry with a higher --max-cost runs the rest"
+}
+
+// CheckMaxCost refuses a spending cap that is not an amount: negative, NaN
+// or infinite (0 means no cap). name is what the caller calls the setting
+// (--max-cost, max_cost_usd).
+func CheckMaxCost(name string, v float64) error {
+	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Errorf("%s %v: must be an amount in USD, 0 (no cap) or more", name, v)
+	}
+	return nil
 }
 
 // money formats an amount as pricing.Estimate does.

@@ -456,7 +456,7 @@ func TestIntakeSettingsSidecar(t *testing.T) {
 	intake := pipeline.NewIntake(e.splitter, e.blobs, e.signal, pipeline.IntakeConfig{DefaultSpec: def, Sidecars: true, TempDir: t.TempDir()})
 	put := func(key, content string) { must(t, e.blobs.Put(ctx, key, strings.NewReader(content))) }
 	put("incoming/s.csv", "id,name\n1,brick\n2,ball\n")
-	put(pipeline.SidecarSettingsKey("incoming/s.csv"), `{"columns": "score:number!", "rows_per_call": 10}`)
+	put(pipeline.SidecarSettingsKey("incoming/s.csv"), `{"columns": "score:number!", "rows_per_call": 10, "max_cost_usd": 2.5}`)
 	res, err := intake.Accept(ctx, "incoming/s.csv", "v1")
 	if err != nil {
 		t.Fatal(err)
@@ -465,8 +465,8 @@ func TestIntakeSettingsSidecar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if task.Spec.RowsPerCall != 10 || !slices.Equal(task.Spec.Columns.Names(), []string{"score"}) {
-		t.Errorf("spec %+v", task.Spec)
+	if task.Spec.RowsPerCall != 10 || !slices.Equal(task.Spec.Columns.Names(), []string{"score"}) || task.MaxCost != 2.5 {
+		t.Errorf("spec %+v, max cost %v", task.Spec, task.MaxCost)
 	}
 	put("incoming/t.csv", "id,name\n1,brick\n")
 	put(pipeline.SidecarSettingsKey("incoming/t.csv"), `{"rows_per_call": 500}`)
@@ -477,5 +477,14 @@ func TestIntakeSettingsSidecar(t *testing.T) {
 	task, _ = e.store.GetTask(ctx, res.TaskID)
 	if task.State != store.TaskFailed || !strings.Contains(task.Error, "t.batchgen.json: rows per call 500: must be between 1 and 100") {
 		t.Errorf("a bad settings file: %s %q", task.State, task.Error)
+	}
+	put("incoming/u.csv", "id,name\n1,brick\n")
+	put(pipeline.SidecarSettingsKey("incoming/u.csv"), `{"max_cost_usd": -3}`)
+	if res, err = intake.Accept(ctx, "incoming/u.csv", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	task, _ = e.store.GetTask(ctx, res.TaskID)
+	if task.State != store.TaskFailed || !strings.Contains(task.Error, "u.batchgen.json: max_cost_usd -3: must be an amount") {
+		t.Errorf("a negative cap: %s %q", task.State, task.Error)
 	}
 }

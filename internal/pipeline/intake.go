@@ -52,6 +52,8 @@ type Upload struct {
 	Owner string
 	// Encoding names the text encoding of a CSV input; empty detects it.
 	Encoding string
+	// MaxCost is the task's spending cap; 0 for none.
+	MaxCost float64
 }
 
 // UploadRecords finds the records of inputs uploaded through the API.
@@ -218,6 +220,9 @@ type input struct {
 	owner string
 	// encoding is the CSV encoding asked for; empty detects it.
 	encoding string
+	// maxCost is the task's spending cap (an upload's, or the settings
+	// sidecar's max_cost_usd); 0 for none.
+	maxCost float64
 	// upload is true when an API upload record supplied the spec.
 	upload bool
 	// sidecar is the template of the input's sidecar prompt file; empty
@@ -325,7 +330,7 @@ func (in *Intake) accept(ctx context.Context, key, version string) (IntakeResult
 	if src.columnsErr != nil {
 		return in.reject(ctx, src, fmt.Sprintf("%s: %v", src.display, src.columnsErr))
 	}
-	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Owner: src.owner, Spec: src.spec, Encoding: src.encoding, Limits: limits,
+	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Owner: src.owner, Spec: src.spec, Encoding: src.encoding, MaxCost: src.maxCost, Limits: limits,
 		Spool: true, TempDir: in.cfg.TempDir, DefaultColumns: in.cfg.DefaultSpec.Columns}
 	if len(src.columns) > 0 {
 		params.DefaultColumns = src.columns
@@ -388,7 +393,7 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 		up, err := in.cfg.Uploads.LookupUpload(ctx, id)
 		switch {
 		case err == nil:
-			return input{key: key, taskID: id, spec: up.Spec, source: up.Filename, display: up.Filename, owner: up.Owner, encoding: up.Encoding, upload: true}, nil
+			return input{key: key, taskID: id, spec: up.Spec, source: up.Filename, display: up.Filename, owner: up.Owner, encoding: up.Encoding, maxCost: up.MaxCost, upload: true}, nil
 		case !errors.Is(err, blob.ErrNotFound):
 			return input{}, fmt.Errorf("split %s: %w", key, err)
 		}
@@ -443,7 +448,8 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 
 // SidecarSettingsKey is the file beside a drop-folder input at key that may
 // set what a request sets for an upload: a JSON object with "columns" (any
-// form schema.ParseJSON reads) and "rows_per_call". Its columns come after
+// form schema.ParseJSON reads), "rows_per_call" and "max_cost_usd" (the
+// task's spending cap). Its columns come after
 // a columns sidecar's (SidecarColumnsKey) and before the deployment's.
 func SidecarSettingsKey(key string) string {
 	return strings.TrimSuffix(key, path.Ext(key)) + ".batchgen.json"
@@ -454,11 +460,18 @@ func applySettings(src *input, text string) error {
 	var s struct {
 		Columns     json.RawMessage `json:"columns"`
 		RowsPerCall *int            `json:"rows_per_call"`
+		MaxCostUSD  *float64        `json:"max_cost_usd"`
 	}
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return fmt.Errorf(`not a JSON object of settings ("columns", "rows_per_call"): %w`, err)
+		return fmt.Errorf(`not a JSON object of settings ("columns", "rows_per_call", "max_cost_usd"): %w`, err)
+	}
+	if s.MaxCostUSD != nil {
+		if err := CheckMaxCost("max_cost_usd", *s.MaxCostUSD); err != nil {
+			return err
+		}
+		src.maxCost = *s.MaxCostUSD
 	}
 	if s.RowsPerCall != nil {
 		if err := checkRowsPerCall(*s.RowsPerCall); err != nil {

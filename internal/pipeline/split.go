@@ -86,6 +86,10 @@ type SplitParams struct {
 	// Owner is the principal the task belongs to (see store.Task.Owner);
 	// the CLI passes LocalOwner.
 	Owner string
+	// MaxCost is the task's spending cap (store.Task.MaxCost); 0 for none.
+	// It is the new task's from its first batch on: no worker runs a row of
+	// it uncapped.
+	MaxCost float64
 	// Spec is what to run. An empty Spec.Prompt takes the workbook's
 	// "prompt" sheet (cell A1); with neither, the input is rejected.
 	Spec store.TaskSpec
@@ -338,6 +342,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		Delimiter:    summary.Delimiter,
 		Header:       summary.Header,
 		Rerun:        v.Rerun,
+		MaxCost:      p.MaxCost,
 		RowsTotal:    summary.Rows,
 		BatchesTotal: batches,
 		CreatedAt:    now,

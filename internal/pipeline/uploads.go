@@ -24,8 +24,10 @@ type UploadRecord struct {
 	// Owner is the principal that created the task; the task is theirs.
 	Owner string `json:"owner,omitempty"`
 	// Size is the declared length of a sheet still to be uploaded.
-	Size      int64     `json:"size,omitempty"`
-	Encoding  string    `json:"encoding,omitempty"`
+	Size     int64  `json:"size,omitempty"`
+	Encoding string `json:"encoding,omitempty"`
+	// MaxCost is the task's spending cap (store.Task.MaxCost); 0 for none.
+	MaxCost   float64   `json:"max_cost,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	// Uploaded is set once the API has stored the sheet.
 	Uploaded bool `json:"uploaded,omitempty"`
@@ -78,5 +80,5 @@ func (u BlobUploads) LookupUpload(ctx context.Context, taskID string) (Upload, e
 	if err != nil {
 		return Upload{}, err
 	}
-	return Upload{Spec: rec.Spec, Filename: rec.Filename, Owner: rec.Owner, Encoding: rec.Encoding}, nil
+	return Upload{Spec: rec.Spec, Filename: rec.Filename, Owner: rec.Owner, Encoding: rec.Encoding, MaxCost: rec.MaxCost}, nil
 }
