@@ -164,11 +164,18 @@ func (b *budget) setLimit(v float64) {
 	b.mu.Unlock()
 }
 
+// maxCost is the cap now.
+func (b *budget) maxCost() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.limit
+}
+
 // price is the price of a call answered by route label (empty for a lone
 // route, whose calls the task's provider answers) with model.
 func (b *budget) price(label, model string) (pricing.Price, error) {
 	if b.prices == nil {
-		return pricing.Price{}, &BudgetError{TaskID: b.taskID, MaxCost: b.limit, Unpriced: "this runtime cannot hold a task to a cap yet (it has no price table)"}
+		return pricing.Price{}, &BudgetError{TaskID: b.taskID, MaxCost: b.maxCost(), Unpriced: "this runtime cannot hold a task to a cap yet (it has no price table)"}
 	}
 	var keys []string
 	if label != "" {
@@ -184,7 +191,7 @@ func (b *budget) price(label, model string) (pricing.Price, error) {
 		if label != "" {
 			who = label + " (" + model + ")"
 		}
-		return pricing.Price{}, &BudgetError{TaskID: b.taskID, MaxCost: b.limit,
+		return pricing.Price{}, &BudgetError{TaskID: b.taskID, MaxCost: b.maxCost(),
 			Unpriced: fmt.Sprintf("%s: %s; give its price in the providers file (price: {input_per_mtok, output_per_mtok}) or --prices", errUnpriced, who)}
 	}
 	return p, nil
