@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/batchgen/batchgen/internal/llm/mockserver"
 )
 
 // The routing figures of issue 10, against two `batchgen mock-llm`
@@ -152,12 +153,12 @@ providers:
 		if err != nil {
 			return nil, err
 		}
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			var prompt string
-			if line == "" || json.Unmarshal([]byte(line), &prompt) != nil {
-				continue
-			}
-			paid[prompt]++
+		calls, err := mockserver.ParsePaidLog(b)
+		if err != nil {
+			return nil, err
+		}
+		for prompt, p := range calls {
+			paid[prompt] += p.Calls()
 		}
 	}
 	twice := 0

@@ -51,13 +51,17 @@ func newMockLLMCmd(stdout io.Writer) *cobra.Command {
 	fs.BoolVar(&cfg.NoStructuredOutputs, "no-structured-outputs", false, "refuse response_format json_schema with a 400, as servers without structured outputs do (json_object still works)")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the fault injection")
 	fs.StringVar(&cfg.FilterMarker, "filter-marker", "[[filter]]", "prompts containing this get a 400 content_filter")
+	fs.DurationVar(&cfg.BatchDelay, "batch-delay", mockserver.DefaultBatchDelay, "Batch API (/v1/files, /v1/batches): how long a batch takes to finish all its lines")
+	fs.Float64Var(&cfg.BatchErrorRate, "batch-error-rate", 0, "Batch API: fraction of a batch's lines answered with an error (500) in its error file")
+	fs.BoolVar(&cfg.BatchExpire, "batch-expire", false, "Batch API: a batch expires at --batch-delay with half its lines done, the rest in its error file")
 	fs.StringVar(&paidLog, "paid-log", "", "append one line per completion returned (the prompt, JSON-quoted) to this file, written before the answer so it survives a kill")
 	return cmd
 }
 
 func serveMockLLM(ctx context.Context, addr string, cfg mockserver.Config, stdout io.Writer) error {
-	if cfg.Quota < 0 || cfg.TokenQuota < 0 || cfg.FailRate < 0 || cfg.FailRate > 1 || cfg.InvalidRate < 0 || cfg.InvalidRate > 1 || cfg.Latency < 0 {
-		return &report.ExitError{Code: report.Rejected, Err: errors.New("--quota and --token-quota must be >= 0, --fail-rate and --invalid-rate within 0..1, --latency >= 0")}
+	if cfg.Quota < 0 || cfg.TokenQuota < 0 || cfg.FailRate < 0 || cfg.FailRate > 1 || cfg.InvalidRate < 0 || cfg.InvalidRate > 1 || cfg.Latency < 0 ||
+		cfg.BatchErrorRate < 0 || cfg.BatchErrorRate > 1 || cfg.BatchDelay <= 0 {
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--quota and --token-quota must be >= 0, --fail-rate, --invalid-rate and --batch-error-rate within 0..1, --latency >= 0, --batch-delay > 0")}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

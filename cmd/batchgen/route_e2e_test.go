@@ -74,15 +74,12 @@ func paid(t *testing.T, servers ...*mockLLM) map[string]int {
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			if line == "" {
-				continue
-			}
-			var prompt string
-			if err := json.Unmarshal([]byte(line), &prompt); err != nil {
-				t.Fatalf("paid log %s: %q: %v", m.paidLog, line, err)
-			}
-			n[prompt]++
+		calls, err := mockserver.ParsePaidLog(b)
+		if err != nil {
+			t.Fatalf("paid log %s: %v", m.paidLog, err)
+		}
+		for prompt, p := range calls {
+			n[prompt] += p.Calls()
 		}
 	}
 	return n

@@ -142,9 +142,19 @@ type Config struct {
 	// NoStructuredOutputs answers 400 to a response_format of json_schema,
 	// as servers without structured outputs do; json_object is accepted.
 	NoStructuredOutputs bool
+	// BatchDelay is how long a Batch API job takes to finish all its
+	// lines (see batch.go). Defaults to DefaultBatchDelay.
+	BatchDelay time.Duration
+	// BatchErrorRate is the fraction of a batch's lines answered with a
+	// 500 in its error file.
+	BatchErrorRate float64
+	// BatchExpire makes a batch expire at BatchDelay with half its lines
+	// done.
+	BatchExpire bool
 	// PaidLog, when non-nil, gets one line per completion returned, the
 	// prompt as a JSON string, written before the answer: what a provider
-	// bills. Written to a file, it survives the server being killed (Stats
+	// bills. A batch line answered is written as {"prompt": ..., "batch":
+	// true}: billed at half the price. Written to a file, it survives the server being killed (Stats
 	// do not), so a test can count every row's paid calls across a kill.
 	PaidLog io.Writer
 }
@@ -189,6 +199,10 @@ type Stats struct {
 	BrokenItems int64 `json:"broken_items"`
 	// Resets counts connections reset on purpose (ResetMarker).
 	Resets int64 `json:"resets"`
+	// BatchLines counts the Batch API lines finished, BatchFailed those
+	// of them answered with an error.
+	BatchLines  int64 `json:"batch_lines"`
+	BatchFailed int64 `json:"batch_failed"`
 	// Canceled counts requests whose client went away before the answer.
 	Canceled int64 `json:"canceled"`
 	// InFlight is the number of requests being handled now, PeakInFlight
@@ -230,6 +244,8 @@ type Server struct {
 	stats  Stats
 	prompt map[string]*PromptStats
 	seq    int64
+	// batch holds the Batch API's files and jobs.
+	batch batches
 }
 
 // New returns a server for cfg, filling defaults.
@@ -240,6 +256,7 @@ func New(cfg Config) *Server {
 	cfg.Quota = max(cfg.Quota, 0)
 	cfg.TokenQuota = max(cfg.TokenQuota, 0)
 	cfg.FailRate = min(max(cfg.FailRate, 0), 1)
+	cfg.BatchErrorRate = min(max(cfg.BatchErrorRate, 0), 1)
 	cfg.Latency = max(cfg.Latency, 0)
 	cfg.Jitter = max(cfg.Jitter, 0)
 	defaultString(&cfg.FilterMarker, DefaultFilterMarker)
@@ -268,6 +285,7 @@ func New(cfg Config) *Server {
 	return &Server{
 		cfg:    cfg,
 		prompt: map[string]*PromptStats{},
+		batch:  batches{files: map[string]*mockFile{}, batches: map[string]*mockBatch{}},
 	}
 }
 
@@ -312,6 +330,7 @@ func (s *Server) Reset() {
 //
 //	POST /v1/chat/completions (also /chat/completions)
 //	POST /v1/messages (Anthropic's Messages API; see anthropic.go)
+//	/v1/files, /v1/batches (OpenAI's Batch API; see batch.go)
 //	GET  /stats   (JSON Stats; ?summary=1 leaves out per_prompt)
 //	POST /reset
 //	GET  /healthz
@@ -323,6 +342,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h(w, r)
+	}
+	if s.serveBatchAPI(w, r) {
+		return
 	}
 	switch r.URL.Path {
 	case "/v1/chat/completions", "/chat/completions":
@@ -462,46 +484,17 @@ func (s *Server) serveCall(d dialect, w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			s.count(func(st *Stats) { st.Canceled++ })
 		}
-	case failServer:
-		s.count(func(st *Stats) { st.ServerErrors++ })
-		d.writeError(w, http.StatusInternalServerError, apiError{Message: "The server had an error while processing your request.", Type: "server_error"})
-	case failUnavailable:
-		s.count(func(st *Stats) { st.ServerErrors++ })
-		w.Header().Set("Retry-After", "1")
-		d.writeError(w, http.StatusServiceUnavailable, apiError{Message: "The engine is currently overloaded, please try again later.", Type: "server_error"})
-	case failFilter:
-		s.count(func(st *Stats) { st.Filtered++ })
-		param := "messages"
-		d.writeError(w, http.StatusBadRequest, apiError{
-			Message: "The response was filtered due to the prompt triggering content management policy.",
-			Type:    "invalid_request_error", Code: "content_filter", Param: &param,
-		})
-	case failTooLong:
-		s.count(func(st *Stats) { st.BadRequests++ })
-		param := "messages"
-		d.writeError(w, http.StatusBadRequest, apiError{
-			Message: "This model's maximum context length is 8192 tokens. However, your messages resulted in more tokens. Please reduce the length of the messages.",
-			Type:    "invalid_request_error", Code: "context_length_exceeded", Param: &param,
-		})
+	case failServer, failUnavailable, failFilter, failTooLong:
+		status, e := s.failure(out)
+		if out == failUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		d.writeError(w, status, e)
 	case failOutputFilter:
 		s.count(func(st *Stats) { st.Filtered++ })
 		d.answer(w, id, now, req, "", "content_filter")
 	default:
-		text, finish := truncate("Copy for: "+req.prompt, req.maxTokens)
-		if req.columns != nil || req.jsonObject || req.packed {
-			a := s.structured(req, calls)
-			text, finish = a.text, "stop"
-			s.count(func(st *Stats) {
-				st.Structured++
-				if a.items > 0 {
-					st.Packed++
-					st.PackedItems += int64(a.items)
-					st.BrokenItems += int64(a.broken)
-				} else if a.broken > 0 {
-					st.Broken++
-				}
-			})
-		}
+		text, finish := s.answerText(req, calls)
 		used := req.inTokens + estimateTokens(text)
 		s.mu.Lock()
 		s.correctLocked(id, used)
@@ -517,6 +510,50 @@ func (s *Server) serveCall(d dialect, w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		d.answer(w, id, now, req, text, finish)
 	}
+}
+
+// failure is the error answer of a failing outcome, counted.
+func (s *Server) failure(out outcome) (int, apiError) {
+	param := "messages"
+	switch out {
+	case failUnavailable:
+		s.count(func(st *Stats) { st.ServerErrors++ })
+		return http.StatusServiceUnavailable, apiError{Message: "The engine is currently overloaded, please try again later.", Type: "server_error"}
+	case failFilter:
+		s.count(func(st *Stats) { st.Filtered++ })
+		return http.StatusBadRequest, apiError{
+			Message: "The response was filtered due to the prompt triggering content management policy.",
+			Type:    "invalid_request_error", Code: "content_filter", Param: &param,
+		}
+	case failTooLong:
+		s.count(func(st *Stats) { st.BadRequests++ })
+		return http.StatusBadRequest, apiError{
+			Message: "This model's maximum context length is 8192 tokens. However, your messages resulted in more tokens. Please reduce the length of the messages.",
+			Type:    "invalid_request_error", Code: "context_length_exceeded", Param: &param,
+		}
+	}
+	s.count(func(st *Stats) { st.ServerErrors++ })
+	return http.StatusInternalServerError, apiError{Message: "The server had an error while processing your request.", Type: "server_error"}
+}
+
+// answerText is the answer to an accepted call and its finish reason: the
+// row's copy, or JSON of the shape asked for (counted).
+func (s *Server) answerText(req chatRequest, calls int64) (string, string) {
+	if req.columns == nil && !req.jsonObject && !req.packed {
+		return truncate("Copy for: "+req.prompt, req.maxTokens)
+	}
+	a := s.structured(req, calls)
+	s.count(func(st *Stats) {
+		st.Structured++
+		if a.items > 0 {
+			st.Packed++
+			st.PackedItems += int64(a.items)
+			st.BrokenItems += int64(a.broken)
+		} else if a.broken > 0 {
+			st.Broken++
+		}
+	})
+	return a.text, "stop"
 }
 
 // resetConnection drops the client's connection with a TCP RST and no

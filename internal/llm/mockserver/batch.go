@@ -1,0 +1,522 @@
+package mockserver
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// OpenAI's Batch API, for the tests and benchmarks of provider batch jobs:
+//
+//	POST /v1/files                 multipart: purpose "batch", file a JSONL of requests
+//	GET  /v1/files/{id}            the file's object
+//	GET  /v1/files/{id}/content    its bytes
+//	POST /v1/batches               {input_file_id, endpoint, completion_window, metadata}
+//	GET  /v1/batches               the batches, newest first (?limit, ?after)
+//	GET  /v1/batches/{id}          one batch, as it stands now
+//	POST /v1/batches/{id}/cancel   cancel it: the lines finished are kept
+//
+// A batch's lines finish one at a time, in a shuffled order, spread evenly
+// over Config.BatchDelay; each is answered as a call to /v1/chat/completions
+// would be (its markers, its columns), without the request quota, and a
+// Config.BatchErrorRate share of them fail with a 500. With
+// Config.BatchExpire the batch expires at its delay with half its lines
+// done. Finished lines go to the output file (answers) or the error file
+// (error answers; lines expired or cancelled unfinished, with their error
+// code), each in the order it finished, never the input's. A line answered
+// is written to the paid log as {"prompt": ..., "batch": true} (billed at
+// half the online price), before the batch reports it.
+
+// Limits of OpenAI's Batch API.
+const (
+	maxBatchLines     = 50_000
+	maxBatchFileBytes = 200 << 20
+)
+
+// DefaultBatchDelay is how long a batch takes unless Config.BatchDelay says.
+const DefaultBatchDelay = time.Minute
+
+// mockFile is an uploaded file.
+type mockFile struct {
+	id, filename, purpose string
+	bytes                 []byte
+	createdAt             time.Time
+}
+
+// batchLine is one request of a batch's input file.
+type batchLine struct {
+	customID string
+	body     json.RawMessage
+}
+
+// mockBatch is a batch job and how far it has come.
+type mockBatch struct {
+	id, inputFileID, endpoint, window string
+	metadata                          map[string]string
+	createdAt                         time.Time
+	lines                             []batchLine
+	// order is the line indexes in the order they finish; done is how
+	// many of them have.
+	order []int
+	done  int
+	// out and failed are the output and error files' lines so far.
+	out, failed [][]byte
+	status      string
+	// cancelling is set by a cancel; the next read finalizes the batch.
+	cancelling bool
+	// finishedAt and the files are set when the batch reaches a final
+	// status.
+	finishedAt                time.Time
+	outputFileID, errorFileID string
+}
+
+// batches holds the Batch API's files and jobs.
+type batches struct {
+	mu      sync.Mutex
+	files   map[string]*mockFile
+	batches map[string]*mockBatch
+	seq     int
+}
+
+func (b *batches) nextID(prefix string) string {
+	b.seq++
+	return fmt.Sprintf("%s-mock-%08d", prefix, b.seq)
+}
+
+// serveBatchAPI routes the Batch API's paths; false when path is not one.
+func (s *Server) serveBatchAPI(w http.ResponseWriter, r *http.Request) bool {
+	path := r.URL.Path
+	switch {
+	case path == "/v1/files" && r.Method == http.MethodPost:
+		s.uploadFile(w, r)
+	case strings.HasPrefix(path, "/v1/files/") && r.Method == http.MethodGet:
+		id, content := strings.CutSuffix(strings.TrimPrefix(path, "/v1/files/"), "/content")
+		s.getFile(w, id, content)
+	case path == "/v1/batches" && r.Method == http.MethodPost:
+		s.createBatch(w, r)
+	case path == "/v1/batches" && r.Method == http.MethodGet:
+		s.listBatches(w, r)
+	case strings.HasPrefix(path, "/v1/batches/") && r.Method == http.MethodGet:
+		s.getBatch(w, strings.TrimPrefix(path, "/v1/batches/"), false)
+	case strings.HasPrefix(path, "/v1/batches/") && strings.HasSuffix(path, "/cancel") && r.Method == http.MethodPost:
+		s.getBatch(w, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/batches/"), "/cancel"), true)
+	case path == "/v1/files" || strings.HasPrefix(path, "/v1/files/") || path == "/v1/batches" || strings.HasPrefix(path, "/v1/batches/"):
+		writeError(w, http.StatusMethodNotAllowed, apiError{Message: fmt.Sprintf("%s is not served for %s", r.Method, path), Type: "invalid_request_error"})
+	default:
+		return false
+	}
+	return true
+}
+
+// uploadFile stores a batch input file, checking every line as OpenAI
+// does: a JSON request with a unique custom_id, to /v1/chat/completions.
+func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) {
+	if key := s.cfg.RequireAPIKey; key != "" && !(openAI{}).authorized(r, key) {
+		writeError(w, http.StatusUnauthorized, apiError{Message: "Incorrect API key provided.", Type: "invalid_request_error", Code: "invalid_api_key"})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBatchFileBytes+1<<20)
+	if err := r.ParseMultipartForm(32 << 20); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Message: "send multipart/form-data with purpose and file: " + err.Error(), Type: "invalid_request_error"})
+		return
+	}
+	defer r.MultipartForm.RemoveAll()
+	purpose := r.FormValue("purpose")
+	if purpose != "batch" {
+		writeError(w, http.StatusBadRequest, apiError{Message: fmt.Sprintf("purpose %q: the mock takes batch files only", purpose), Type: "invalid_request_error", Code: "invalid_purpose"})
+		return
+	}
+	f, hdr, err := r.FormFile("file")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Message: "field file is required", Type: "invalid_request_error"})
+		return
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxBatchFileBytes+1))
+	if err != nil || len(data) > maxBatchFileBytes {
+		writeError(w, http.StatusBadRequest, apiError{Message: fmt.Sprintf("the file is over %d bytes", maxBatchFileBytes), Type: "invalid_request_error", Code: "file_too_large"})
+		return
+	}
+	if _, err := parseBatchFile(data); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Message: err.Error(), Type: "invalid_request_error", Code: "invalid_file"})
+		return
+	}
+	s.batch.mu.Lock()
+	mf := &mockFile{id: s.batch.nextID("file"), filename: hdr.Filename, purpose: purpose, bytes: data, createdAt: s.cfg.Clock.Now()}
+	s.batch.files[mf.id] = mf
+	s.batch.mu.Unlock()
+	writeJSON(w, http.StatusOK, fileObject(mf))
+}
+
+// parseBatchFile reads a batch input file's lines.
+func parseBatchFile(data []byte) ([]batchLine, error) {
+	var lines []batchLine
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), maxBatchFileBytes)
+	for n := 1; sc.Scan(); n++ {
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		var l struct {
+			CustomID string          `json:"custom_id"`
+			Method   string          `json:"method"`
+			URL      string          `json:"url"`
+			Body     json.RawMessage `json:"body"`
+		}
+		switch err := json.Unmarshal(text, &l); {
+		case err != nil:
+			return nil, fmt.Errorf("line %d: not a JSON request: %v", n, err)
+		case l.CustomID == "":
+			return nil, fmt.Errorf("line %d: custom_id is required", n)
+		case seen[l.CustomID]:
+			return nil, fmt.Errorf("line %d: custom_id %q is used twice; each must be unique", n, l.CustomID)
+		case l.Method != http.MethodPost || l.URL != "/v1/chat/completions":
+			return nil, fmt.Errorf("line %d: want method POST and url /v1/chat/completions, got %s %s", n, l.Method, l.URL)
+		case len(l.Body) == 0:
+			return nil, fmt.Errorf("line %d: body is required", n)
+		}
+		seen[l.CustomID] = true
+		lines = append(lines, batchLine{customID: l.CustomID, body: l.Body})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read the file: %v", err)
+	}
+	if len(lines) == 0 || len(lines) > maxBatchLines {
+		return nil, fmt.Errorf("the file has %d requests; a batch takes 1 to %d", len(lines), maxBatchLines)
+	}
+	return lines, nil
+}
+
+func fileObject(f *mockFile) map[string]any {
+	return map[string]any{"id": f.id, "object": "file", "bytes": len(f.bytes), "created_at": f.createdAt.Unix(), "filename": f.filename, "purpose": f.purpose}
+}
+
+func (s *Server) getFile(w http.ResponseWriter, id string, content bool) {
+	s.batch.mu.Lock()
+	f, ok := s.batch.files[id]
+	s.batch.mu.Unlock()
+	switch {
+	case !ok:
+		writeError(w, http.StatusNotFound, apiError{Message: fmt.Sprintf("No such File object: %s", id), Type: "invalid_request_error"})
+	case content:
+		w.Header().Set("Content-Type", "application/jsonl")
+		_, _ = w.Write(f.bytes)
+	default:
+		writeJSON(w, http.StatusOK, fileObject(f))
+	}
+}
+
+// createBatch starts a batch over an uploaded file.
+func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
+	if key := s.cfg.RequireAPIKey; key != "" && !(openAI{}).authorized(r, key) {
+		writeError(w, http.StatusUnauthorized, apiError{Message: "Incorrect API key provided.", Type: "invalid_request_error", Code: "invalid_api_key"})
+		return
+	}
+	var req struct {
+		InputFileID      string            `json:"input_file_id"`
+		Endpoint         string            `json:"endpoint"`
+		CompletionWindow string            `json:"completion_window"`
+		Metadata         map[string]string `json:"metadata"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Message: "body: " + err.Error(), Type: "invalid_request_error"})
+		return
+	}
+	if req.Endpoint != "/v1/chat/completions" || req.CompletionWindow != "24h" {
+		writeError(w, http.StatusBadRequest, apiError{Message: fmt.Sprintf("endpoint %q, completion_window %q: the mock takes /v1/chat/completions and 24h", req.Endpoint, req.CompletionWindow), Type: "invalid_request_error"})
+		return
+	}
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	f, ok := s.batch.files[req.InputFileID]
+	if !ok || f.purpose != "batch" {
+		writeError(w, http.StatusBadRequest, apiError{Message: fmt.Sprintf("input_file_id %q: no batch file has it", req.InputFileID), Type: "invalid_request_error", Code: "invalid_file"})
+		return
+	}
+	lines, _ := parseBatchFile(f.bytes) // checked at upload
+	b := &mockBatch{
+		id: s.batch.nextID("batch"), inputFileID: f.id, endpoint: req.Endpoint, window: req.CompletionWindow,
+		metadata: req.Metadata, createdAt: s.cfg.Clock.Now(), lines: lines, status: "validating",
+	}
+	// The order the lines finish in: seeded, so a run can be repeated.
+	rng := rand.New(rand.NewPCG(uint64(s.cfg.Seed), uint64(s.batch.seq)))
+	b.order = rng.Perm(len(lines))
+	s.batch.batches[b.id] = b
+	writeJSON(w, http.StatusOK, s.batchObject(b))
+}
+
+func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
+	limit, err := strconv.Atoi(cmpOrString(r.URL.Query().Get("limit"), "20"))
+	if err != nil || limit < 1 || limit > 100 {
+		writeError(w, http.StatusBadRequest, apiError{Message: "limit must be 1 to 100", Type: "invalid_request_error"})
+		return
+	}
+	after := r.URL.Query().Get("after")
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	all := make([]*mockBatch, 0, len(s.batch.batches))
+	for _, b := range s.batch.batches {
+		all = append(all, b)
+	}
+	// Newest first; ids grow with time.
+	slices.SortFunc(all, func(a, b *mockBatch) int { return strings.Compare(b.id, a.id) })
+	var data []map[string]any
+	for _, b := range all {
+		if after != "" && b.id >= after {
+			continue
+		}
+		if len(data) == limit {
+			break
+		}
+		s.advanceLocked(b)
+		data = append(data, s.batchObject(b))
+	}
+	more := len(data) == limit && len(all) > 0 && data[len(data)-1]["id"] != all[len(all)-1].id
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "has_more": more})
+}
+
+// getBatch answers a batch as it stands now, after cancelling it when
+// cancel is set.
+func (s *Server) getBatch(w http.ResponseWriter, id string, cancel bool) {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	b, ok := s.batch.batches[id]
+	if !ok {
+		writeError(w, http.StatusNotFound, apiError{Message: fmt.Sprintf("No such Batch object: %s", id), Type: "invalid_request_error"})
+		return
+	}
+	s.advanceLocked(b)
+	if cancel {
+		if final(b.status) {
+			writeError(w, http.StatusConflict, apiError{Message: fmt.Sprintf("Cannot cancel a batch with status %s.", b.status), Type: "invalid_request_error"})
+			return
+		}
+		b.cancelling, b.status = true, "cancelling"
+	}
+	writeJSON(w, http.StatusOK, s.batchObject(b))
+}
+
+// final reports whether a batch status is one it never leaves.
+func final(status string) bool {
+	return status == "completed" || status == "failed" || status == "expired" || status == "cancelled"
+}
+
+// advanceLocked brings b to now: the lines due finish (answered, their
+// results filed), and the batch completes, expires or is cancelled. The
+// caller holds s.batch.mu.
+func (s *Server) advanceLocked(b *mockBatch) {
+	if final(b.status) {
+		return
+	}
+	now := s.cfg.Clock.Now()
+	delay := cmpOrDuration(s.cfg.BatchDelay, DefaultBatchDelay)
+	elapsed := now.Sub(b.createdAt)
+	if b.status == "validating" {
+		b.status = "in_progress"
+	}
+	span := delay
+	if s.cfg.BatchExpire {
+		span = 2 * delay // half the lines are done when it expires
+	}
+	due := len(b.lines)
+	if elapsed < span {
+		due = int(float64(len(b.lines)) * float64(elapsed) / float64(span))
+	}
+	if b.cancelling {
+		due = b.done // a cancel stops the lines not started
+	}
+	for b.done < due {
+		s.finishLine(b, b.order[b.done])
+		b.done++
+	}
+	switch {
+	case b.cancelling:
+		s.finalize(b, "cancelled", "batch_cancelled", "This request was not executed because the batch was cancelled.")
+	case b.done == len(b.lines):
+		s.finalize(b, "completed", "", "")
+	case s.cfg.BatchExpire && elapsed >= delay:
+		s.finalize(b, "expired", "batch_expired", "This request could not be executed before the completion window expired.")
+	}
+}
+
+// finishLine answers line i of b and files its result.
+func (s *Server) finishLine(b *mockBatch, i int) {
+	l := b.lines[i]
+	reqID := fmt.Sprintf("batch_req_%s_%d", b.id, i)
+	file := func(status int, body any) {
+		line, _ := json.Marshal(map[string]any{
+			"id": reqID, "custom_id": l.customID, "error": nil,
+			"response": map[string]any{"status_code": status, "request_id": reqID, "body": body},
+		})
+		if status == http.StatusOK {
+			b.out = append(b.out, line)
+		} else {
+			b.failed = append(b.failed, line)
+		}
+	}
+	req, aerr, status := openAI{}.parse(s, l.body)
+	if aerr != nil {
+		s.count(func(st *Stats) { st.BatchLines++; st.BatchFailed++ })
+		file(status, map[string]apiError{"error": *aerr})
+		return
+	}
+	s.mu.Lock()
+	calls := s.trackCallLocked(req.prompt)
+	s.seq++
+	id := s.seq
+	s.mu.Unlock()
+	roll := s.roll(req.prompt, calls)
+	out := s.decide(req.text, calls, roll)
+	switch {
+	case strings.Contains(req.text, s.cfg.QuotaMarker):
+		out = failServer
+	case out == hang || out == resetConn:
+		out = failServer
+	case out == succeed && s.cfg.BatchErrorRate > 0 && s.roll(req.prompt+"\x00batch", calls) < s.cfg.BatchErrorRate:
+		out = failServer
+	}
+	switch out {
+	case failServer, failUnavailable, failFilter, failTooLong:
+		status, e := s.failure(out)
+		s.count(func(st *Stats) { st.BatchLines++; st.BatchFailed++ })
+		file(status, map[string]apiError{"error": e})
+		return
+	}
+	text, finish := "", "content_filter"
+	if out != failOutputFilter {
+		text, finish = s.answerText(req, calls)
+	}
+	used := req.inTokens + estimateTokens(text)
+	s.mu.Lock()
+	s.stats.BatchLines++
+	s.stats.Tokens += int64(used)
+	s.stats.Succeeded++
+	if p, ok := s.prompt[req.prompt]; ok {
+		p.Succeeded++
+	}
+	if s.cfg.PaidLog != nil {
+		line, _ := json.Marshal(map[string]any{"prompt": req.prompt, "batch": true})
+		_, _ = s.cfg.PaidLog.Write(append(line, '\n'))
+	}
+	s.mu.Unlock()
+	file(http.StatusOK, newCompletion(id, s.cfg.Clock.Now(), req, text, finish))
+}
+
+// finalize ends b in status: lines left unfinished go to the error file
+// with code and message, and the output and error files are written.
+func (s *Server) finalize(b *mockBatch, status, code, message string) {
+	for _, i := range b.order[b.done:] {
+		line, _ := json.Marshal(map[string]any{
+			"id": fmt.Sprintf("batch_req_%s_%d", b.id, i), "custom_id": b.lines[i].customID, "response": nil,
+			"error": map[string]string{"code": code, "message": message},
+		})
+		b.failed = append(b.failed, line)
+	}
+	now := s.cfg.Clock.Now()
+	write := func(lines [][]byte) string {
+		if len(lines) == 0 {
+			return ""
+		}
+		f := &mockFile{id: s.batch.nextID("file"), filename: b.id + ".jsonl", purpose: "batch_output", createdAt: now,
+			bytes: append(bytes.Join(lines, []byte("\n")), '\n')}
+		s.batch.files[f.id] = f
+		return f.id
+	}
+	b.outputFileID, b.errorFileID = write(b.out), write(b.failed)
+	b.status, b.finishedAt = status, now
+}
+
+// batchObject is b as the API shows it.
+func (s *Server) batchObject(b *mockBatch) map[string]any {
+	o := map[string]any{
+		"id": b.id, "object": "batch", "endpoint": b.endpoint, "errors": nil, "input_file_id": b.inputFileID,
+		"completion_window": b.window, "status": b.status, "created_at": b.createdAt.Unix(),
+		"expires_at": b.createdAt.Add(24 * time.Hour).Unix(), "metadata": b.metadata,
+		"output_file_id": nil, "error_file_id": nil,
+		"request_counts": map[string]int{"total": len(b.lines), "completed": len(b.out), "failed": len(b.failed)},
+	}
+	if b.outputFileID != "" {
+		o["output_file_id"] = b.outputFileID
+	}
+	if b.errorFileID != "" {
+		o["error_file_id"] = b.errorFileID
+	}
+	if b.status != "validating" {
+		o["in_progress_at"] = b.createdAt.Unix()
+	}
+	switch b.status {
+	case "completed":
+		o["completed_at"] = b.finishedAt.Unix()
+	case "expired":
+		o["expired_at"] = b.finishedAt.Unix()
+	case "cancelled":
+		o["cancelled_at"] = b.finishedAt.Unix()
+	}
+	return o
+}
+
+func cmpOrString(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func cmpOrDuration(v, def time.Duration) time.Duration {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// Paid is what a prompt was billed, from a paid log (Config.PaidLog):
+// online calls at the full price, batch lines at half.
+type Paid struct{ Online, Batch int }
+
+// Calls is every billed answer of the prompt.
+func (p Paid) Calls() int { return p.Online + p.Batch }
+
+// ParsePaidLog reads a paid log: per prompt, the answers billed. A line
+// cut short by a kill is not counted; any other line that is neither form
+// is an error.
+func ParsePaidLog(data []byte) (map[string]Paid, error) {
+	out := map[string]Paid{}
+	lines := strings.Split(string(data), "\n")
+	for i, line := range lines {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var prompt string
+		if json.Unmarshal([]byte(line), &prompt) == nil {
+			p := out[prompt]
+			p.Online++
+			out[prompt] = p
+			continue
+		}
+		var b struct {
+			Prompt string `json:"prompt"`
+			Batch  bool   `json:"batch"`
+		}
+		if err := json.Unmarshal([]byte(line), &b); err != nil || !b.Batch {
+			if i == len(lines)-1 {
+				break // the last line, cut short
+			}
+			return nil, fmt.Errorf("paid log line %d: %q is not a billed answer", i+1, line)
+		}
+		p := out[b.Prompt]
+		p.Batch++
+		out[b.Prompt] = p
+	}
+	return out, nil
+}
