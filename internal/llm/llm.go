@@ -141,7 +141,7 @@ const (
 // again later.
 func (c ErrorClass) Retryable() bool {
 	switch c {
-	case ClassRateLimited, ClassServer, ClassTimeout, ClassConnection:
+	case ClassRateLimited, ClassServer, ClassTimeout, ClassConnection, ClassBatchUnfinished:
 		return true
 	}
 	return false

@@ -61,6 +61,9 @@ type Config struct {
 type Provider struct {
 	cfg  Config
 	chat openai.ChatCompletionService
+	// files and batches serve provider batches (batch.go).
+	files   openai.FileService
+	batches openai.BatchService
 	// jsonMode is set once the server refused structured outputs.
 	jsonMode atomic.Bool
 }
@@ -96,46 +99,19 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
-	return &Provider{cfg: cfg, chat: openai.NewChatCompletionService(opts...)}, nil
+	return &Provider{cfg: cfg, chat: openai.NewChatCompletionService(opts...),
+		files: openai.NewFileService(opts...), batches: openai.NewBatchService(opts...)}, nil
 }
 
 // Generate sends req as one chat completion (an optional system message and
 // one user message) and returns the first choice. Failures are *llm.Error,
 // except a cancelled ctx, which is returned wrapped as is.
 func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
-	model := req.Model
-	if model == "" {
-		model = p.cfg.Model
-	}
-	if model == "" {
-		return llm.Response{}, &llm.Error{Class: llm.ClassBadRequest, Message: "no model configured for the OpenAI provider"}
-	}
-	params := openai.ChatCompletionNewParams{Model: model}
-	if req.System != "" {
-		params.Messages = append(params.Messages, openai.SystemMessage(req.System))
-	}
-	params.Messages = append(params.Messages, openai.UserMessage(req.Prompt))
-	for _, c := range req.Corrections {
-		params.Messages = append(params.Messages, openai.AssistantMessage(c.Answer), openai.UserMessage(c.FollowUp))
+	params, jsonMode, err := p.params(req)
+	if err != nil {
+		return llm.Response{}, err
 	}
 	shaped := req.ResponseSchema() != nil
-	jsonMode := shaped && p.jsonMode.Load()
-	if shaped {
-		params.ResponseFormat = p.responseFormat(req, jsonMode, &params)
-	}
-	if req.Temperature != nil {
-		params.Temperature = openai.Float(*req.Temperature)
-	}
-	if req.TopP != nil {
-		params.TopP = openai.Float(*req.TopP)
-	}
-	if req.MaxTokens > 0 {
-		if p.cfg.LegacyMaxTokens {
-			params.MaxTokens = openai.Int(int64(req.MaxTokens))
-		} else {
-			params.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
-		}
-	}
 
 	callCtx := ctx
 	if p.cfg.Timeout > 0 {
@@ -165,6 +141,46 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 		out.RateLimits = llm.ParseRateLimits(httpResp.Header)
 	}
 	return out, err
+}
+
+// params is the chat completion req asks for, the same online and in a
+// batch file; jsonMode reports that a shaped answer is asked for in JSON
+// mode (the server refused structured outputs before).
+func (p *Provider) params(req llm.Request) (params openai.ChatCompletionNewParams, jsonMode bool, err error) {
+	model := req.Model
+	if model == "" {
+		model = p.cfg.Model
+	}
+	if model == "" {
+		return params, false, &llm.Error{Class: llm.ClassBadRequest, Message: "no model configured for the OpenAI provider"}
+	}
+	params = openai.ChatCompletionNewParams{Model: model}
+	if req.System != "" {
+		params.Messages = append(params.Messages, openai.SystemMessage(req.System))
+	}
+	params.Messages = append(params.Messages, openai.UserMessage(req.Prompt))
+	for _, c := range req.Corrections {
+		params.Messages = append(params.Messages, openai.AssistantMessage(c.Answer), openai.UserMessage(c.FollowUp))
+	}
+	shaped := req.ResponseSchema() != nil
+	jsonMode = shaped && p.jsonMode.Load()
+	if shaped {
+		params.ResponseFormat = p.responseFormat(req, jsonMode, &params)
+	}
+	if req.Temperature != nil {
+		params.Temperature = openai.Float(*req.Temperature)
+	}
+	if req.TopP != nil {
+		params.TopP = openai.Float(*req.TopP)
+	}
+	if req.MaxTokens > 0 {
+		if p.cfg.LegacyMaxTokens {
+			params.MaxTokens = openai.Int(int64(req.MaxTokens))
+		} else {
+			params.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
+		}
+	}
+	return params, jsonMode, nil
 }
 
 // responseFormat asks for an answer of req's shape: strict structured

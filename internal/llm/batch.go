@@ -1,0 +1,74 @@
+package llm
+
+import "context"
+
+// The provider batch port: the rows of a task sent as one job that the
+// provider answers within hours at about half the online price (OpenAI's
+// Batch API, Anthropic's Message Batches, Bedrock's model invocation jobs).
+// Answers come back in no particular order and are matched to their
+// requests by the caller's own ids, never by position.
+
+// BatchLine is one request of a provider batch under the caller's id.
+type BatchLine struct {
+	// ID is the caller's id for the line (a row's); unique in the batch.
+	ID  string
+	Req Request
+}
+
+// BatchState is where a provider batch is.
+type BatchState string
+
+// Batch states. Running covers the provider's validating, in progress,
+// finalizing and cancelling; the others are final.
+const (
+	BatchRunning   BatchState = "running"
+	BatchDone      BatchState = "done"
+	BatchFailed    BatchState = "failed"
+	BatchExpired   BatchState = "expired"
+	BatchCancelled BatchState = "cancelled"
+)
+
+// Final reports whether a batch in state s has all the results it will
+// have.
+func (s BatchState) Final() bool { return s != BatchRunning }
+
+// BatchStatus is what the provider reports of a batch.
+type BatchStatus struct {
+	ID    string
+	State BatchState
+	// Total, Completed and Failed count its lines as the provider does:
+	// answered, and failed (answered with an error, or left unfinished by
+	// an expiry or a cancel).
+	Total, Completed, Failed int
+	// Error says why a batch failed as a whole (its file was refused).
+	Error string
+}
+
+// BatchResult is one line's outcome: an answer, or an error classed as an
+// online call's would be. A line the batch left unfinished (expired,
+// cancelled) has an error of class ClassBatchUnfinished.
+type BatchResult struct {
+	ID       string
+	Response Response
+	Err      *Error
+}
+
+// ClassBatchUnfinished marks a line a provider batch did not run (it
+// expired or was cancelled first): retryable, in the next batch or online,
+// and nothing was billed for it.
+const ClassBatchUnfinished ErrorClass = "batch_unfinished"
+
+// BatchProvider runs provider batches. Implementations are adapters of
+// providers that sell them.
+type BatchProvider interface {
+	// SubmitBatch sends lines as one batch and returns its id.
+	SubmitBatch(ctx context.Context, lines []BatchLine) (string, error)
+	// BatchStatus reports batch id.
+	BatchStatus(ctx context.Context, id string) (BatchStatus, error)
+	// BatchResults returns the outcome of every line of a final batch
+	// (answered, failed, or unfinished), in no particular order.
+	BatchResults(ctx context.Context, id string) ([]BatchResult, error)
+	// CancelBatch asks the provider to stop batch id; the lines it
+	// finished keep their answers.
+	CancelBatch(ctx context.Context, id string) error
+}
