@@ -64,6 +64,11 @@ type Intake interface {
 // Limits are what one deployment accepts; the template's parameters on
 // AWS, flags of `batchgen serve` locally.
 type Limits struct {
+	// CostCaps is set by a runtime whose generators hold a task to its
+	// spending cap (max_cost_usd): the embedded server. Without it a
+	// request that sets one is refused, rather than run a task whose cap
+	// nothing holds; the page offers the field only with it.
+	CostCaps bool
 	// Models is the allow-list of models a request may name; empty allows
 	// the deployment's default model only (which is always allowed).
 	Models []string
@@ -135,11 +140,6 @@ type Config struct {
 	// Default 64 KiB/s and 30 s (100 MiB then get 27 minutes).
 	UploadRate  int64
 	UploadGrace time.Duration
-	// CostCaps is set by a runtime whose generators hold a task to its
-	// spending cap (max_cost_usd): the embedded server. Without it a
-	// request that sets one is refused, rather than run a task whose cap
-	// nothing holds.
-	CostCaps bool
 	// PublicURL is the server's address as its clients reach it
 	// (scheme://host[:port], no trailing slash): the upload URLs of a
 	// server without a Presigner are built on it, never on a request's

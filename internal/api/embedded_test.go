@@ -531,7 +531,7 @@ func TestUploadWithMaxCost(t *testing.T) {
 	}
 
 	e := newEmbedded(t)
-	e.config.CostCaps = true
+	e.config.Limits.CostCaps = true
 	e.handler = api.New(e.config)
 	for _, bad := range []string{"-1", "lots", "NaN"} {
 		if res := e.upload(t, "alice", "a.csv", goodCSV, fields(bad)); res.status != http.StatusBadRequest || !strings.Contains(res.message(t), "max_cost_usd") {

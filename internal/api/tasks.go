@@ -72,7 +72,7 @@ type CreateTaskRequest struct {
 	RowsPerCall int `json:"rows_per_call,omitempty"`
 	// MaxCostUSD caps what the task may spend on model calls (at the
 	// deployment's prices); absent or 0 for no cap. A deployment that
-	// cannot hold a task to a cap (Config.CostCaps) refuses it.
+	// cannot hold a task to a cap (Limits.CostCaps) refuses it.
 	MaxCostUSD *float64 `json:"max_cost_usd,omitempty"`
 	// Size is the sheet's length in bytes; required. The upload URL is
 	// signed for exactly this length, and a size over the deployment's

@@ -126,17 +126,19 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
+	// The engine's generator prices every call (GeneratorConfig.Prices),
+	// so this runtime holds a task to its spending cap.
+	limits := cfg.Limits
+	limits.CostCaps = true
 	handler := api.New(api.Config{
 		Auth:  cfg.Auth,
 		Store: st, Blobs: cfg.Bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: cfg.Spec,
-		Limits:    cfg.Limits,
+		Limits:    limits,
 		PublicURL: strings.TrimSuffix(cfg.PublicURL, "/"),
 		Exports:   e.Exporter, Retrier: pipeline.Retrier{Store: st, Queue: e.Queue},
 		Prices: cfg.Prices,
-		// The engine's generator prices every call (GeneratorConfig.Prices).
-		CostCaps: true,
 	})
-	page := web.Config{Limits: cfg.Limits, MaxInlineBytes: cfg.MaxInlineBytes, TempDir: tmp, Logger: logger, Authenticate: cfg.PageAuth}
+	page := web.Config{Limits: limits, MaxInlineBytes: cfg.MaxInlineBytes, TempDir: tmp, Logger: logger, Authenticate: cfg.PageAuth}
 	// Long-lived requests (event streams) end when the server stops.
 	reqCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer endRequests()

@@ -71,10 +71,13 @@ func TestMaxCostStopsTheTask(t *testing.T) {
 	if cost > capUSD {
 		t.Errorf("calls cost $%.4f, past the cap of $%.2f", cost, capUSD)
 	}
-	// The stopped task's own sums count its rows, though their batches
-	// never finished: its status shows what it spent.
+	// The stopped task's own counts and sums come from its rows, though
+	// their batches never finished: its status shows what it did and spent.
 	if est := prices.Task(stopped); !est.Known || est.Cost < cost-1e-9 || est.Cost > cost+1e-9 {
 		t.Errorf("the stopped task is priced at %s, want its rows' $%.4f", est, cost)
+	}
+	if stopped.RowsSucceeded != done {
+		t.Errorf("the stopped task counts %d rows succeeded, want the %d its rows say", stopped.RowsSucceeded, done)
 	}
 	// Calls are held at their worst case ($1.01) while up to 4 run: the
 	// task stops within 4 of them of the cap, not far below it.

@@ -168,8 +168,9 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 	mark := exported.Params(taskID, e.cfg.Clock.Now())
 	mark.ResultKey = key
 	if cancelled {
-		// Its batches never finished to count their tokens: its rows do.
-		mark.Usage = &counts.usage
+		// Its batches never finished to count their rows and tokens: the
+		// rows just read do.
+		mark.Recount = &counts.recount
 	}
 	done, err := e.store.TransitionTask(ctx, mark)
 	if isConflict(err) {
@@ -187,10 +188,10 @@ func (e *Exporter) Export(ctx context.Context, taskID string) (store.Task, error
 }
 
 // exportCounts are what an export read: its rows, those without a result,
-// and their tokens (a cancelled task's sums come from them).
+// and what they add up to (a cancelled task's counts come from them).
 type exportCounts struct {
 	rows, failed int
-	usage        store.TaskUsage
+	recount      store.TaskRecount
 }
 
 // WriteResult streams the result workbook of task to w. For a workbook input
@@ -440,8 +441,11 @@ func (r *rowReader) next(ctx context.Context) (store.Row, error) {
 	if row.State != store.RowSucceeded && row.State != store.RowSkipped {
 		r.counts.failed++
 	}
+	if row.State.Final() {
+		r.counts.recount.Rows = r.counts.recount.Rows.Count(row.State)
+	}
 	if row.Usage != (store.Usage{}) {
-		u := &r.counts.usage
+		u := &r.counts.recount
 		u.Total = u.Total.Add(row.Usage)
 		if u.ByProvider == nil {
 			u.ByProvider = map[string]store.Usage{}

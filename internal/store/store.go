@@ -426,15 +426,17 @@ type TransitionTaskParams struct {
 	// NextExportGen bumps the task's ExportGen by one, for a transition
 	// that starts another export of the same task (a re-export).
 	NextExportGen bool
-	// Usage, when non-nil, replaces the task's token sums (Task.Usage and
-	// Task.UsageByProvider): a cancelled task's partial export counts them
-	// from its rows, whose batches never finished to count them.
-	Usage *TaskUsage
-	Now   time.Time
+	// Recount, when non-nil, replaces the task's row counts and token sums:
+	// a cancelled task's partial export counts them from its rows, whose
+	// batches never finished to count them.
+	Recount *TaskRecount
+	Now     time.Time
 }
 
-// TaskUsage are a task's token sums, in all and per provider label.
-type TaskUsage struct {
+// TaskRecount is what a task's rows add up to: the rows per final state,
+// and the tokens, in all and per provider label.
+type TaskRecount struct {
+	Rows       RowCounts
 	Total      Usage
 	ByProvider map[string]Usage
 }

@@ -73,6 +73,9 @@ type PageConfig struct {
 	// ModelFixed, when set, says why a task names no model
 	// (api.Limits.ModelFixed).
 	ModelFixed string `json:"model_fixed,omitempty"`
+	// CostCaps is set when a task may have a spending cap
+	// (api.Limits.CostCaps): the page offers the field.
+	CostCaps bool `json:"cost_caps,omitempty"`
 }
 
 func (c Config) withDefaults() Config {
@@ -130,7 +133,7 @@ func New(cfg Config) http.Handler {
 	// Under /ui/ so that it is public wherever the assets are (on AWS, the
 	// GET /ui/{proxy+} route has no authorizer).
 	pageConfig := PageConfig{MaxInlineBytes: cfg.MaxInlineBytes, MaxFileBytes: cfg.Limits.MaxFileBytes,
-		Models: cfg.Limits.Models, ModelFixed: cfg.Limits.ModelFixed}
+		Models: cfg.Limits.Models, ModelFixed: cfg.Limits.ModelFixed, CostCaps: cfg.Limits.CostCaps}
 	mux.HandleFunc("GET "+ConfigPath, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, pageConfig)
 	})

@@ -176,7 +176,10 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 	if p.NextExportGen {
 		u.addI(attrExportGen, 1)
 	}
-	if tu := p.Usage; tu != nil {
+	if tu := p.Recount; tu != nil {
+		u.setI(attrRowsSucceeded, int64(tu.Rows.Succeeded))
+		u.setI(attrRowsFailed, int64(tu.Rows.Failed))
+		u.setI(attrRowsSkipped, int64(tu.Rows.Skipped))
 		u.setI(attrInputTokens, tu.Total.InputTokens)
 		u.setI(attrOutputTokens, tu.Total.OutputTokens)
 		u.setI(attrCachedInputTokens, tu.Total.CachedInputTokens)

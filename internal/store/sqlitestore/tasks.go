@@ -239,16 +239,19 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 		if p.NextExportGen {
 			bump = 1
 		}
-		// Usage, when given, replaces the sums; NULLs keep them.
-		var in, out, cached, byProvider any
-		if u := p.Usage; u != nil {
-			enc, err := encodeUsage(u.ByProvider)
+		// A recount, when given, replaces the counts and sums; NULLs keep
+		// them.
+		var in, out, cached, byProvider, succeeded, failed, skipped any
+		if rc := p.Recount; rc != nil {
+			enc, err := encodeUsage(rc.ByProvider)
 			if err != nil {
 				return store.Task{}, fmt.Errorf("%s: %w", what, err)
 			}
-			in, out, cached, byProvider = u.Total.InputTokens, u.Total.OutputTokens, u.Total.CachedInputTokens, enc
+			in, out, cached, byProvider = rc.Total.InputTokens, rc.Total.OutputTokens, rc.Total.CachedInputTokens, enc
+			succeeded, failed, skipped = rc.Rows.Succeeded, rc.Rows.Failed, rc.Rows.Skipped
 		}
-		args := []any{p.To, millis(p.Now), p.Error, p.ResultKey, p.To.Final(), millis(p.Now), bump, in, out, cached, byProvider, p.ID}
+		args := []any{p.To, millis(p.Now), p.Error, p.ResultKey, p.To.Final(), millis(p.Now), bump, in, out, cached, byProvider,
+			succeeded, failed, skipped, p.ID}
 		for _, st := range p.From {
 			args = append(args, st)
 		}
@@ -262,7 +265,10 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 				input_tokens = coalesce(?, input_tokens),
 				output_tokens = coalesce(?, output_tokens),
 				cached_input_tokens = coalesce(?, cached_input_tokens),
-				usage_by_provider = coalesce(?, usage_by_provider)
+				usage_by_provider = coalesce(?, usage_by_provider),
+				rows_succeeded = coalesce(?, rows_succeeded),
+				rows_failed = coalesce(?, rows_failed),
+				rows_skipped = coalesce(?, rows_skipped)
 			WHERE id = ? AND state IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(p.From)), ", ")+`)
 			RETURNING `+taskColumns, args...))
 		if err == nil {

@@ -70,7 +70,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateTaskConflict", testCreateTaskConflict},
 		{"GetTaskNotFound", testGetTaskNotFound},
 		{"SetMaxCost", testSetMaxCost},
-		{"TransitionTaskUsage", testTransitionTaskUsage},
+		{"TransitionTaskRecount", testTransitionTaskRecount},
 		{"ListTasks", testListTasks},
 		{"ListTasksByOwner", testListTasksByOwner},
 		{"TransitionTask", testTransitionTask},
@@ -363,28 +363,34 @@ func testSetMaxCost(t *testing.T, s store.Store) {
 	wantErr(t, err, store.ErrNotFound, "set max cost of an unknown task")
 }
 
-// testTransitionTaskUsage: a transition with Usage replaces the task's
-// token sums, in all and per provider; one without keeps them.
-func testTransitionTaskUsage(t *testing.T, s store.Store) {
+// testTransitionTaskRecount: a transition with a Recount replaces the
+// task's row counts and token sums, in all and per provider; one without
+// keeps them.
+func testTransitionTaskRecount(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	task := sampleTask()
 	task.State = store.TaskCancelled
+	task.RowsSucceeded, task.RowsFailed = 1, 1
 	task.Usage = store.Usage{InputTokens: 1, OutputTokens: 2}
 	task.UsageByProvider = map[string]store.Usage{"a": {InputTokens: 1, OutputTokens: 2}}
 	noErr(t, s.CreateTask(ctx, task), "create task")
-	want := store.TaskUsage{
+	want := store.TaskRecount{
+		Rows:       store.RowCounts{Succeeded: 7, Failed: 2, Skipped: 1},
 		Total:      store.Usage{InputTokens: 30, OutputTokens: 50, CachedInputTokens: 5},
 		ByProvider: map[string]store.Usage{"a": {InputTokens: 10, OutputTokens: 20}, "b/m-1": {InputTokens: 20, OutputTokens: 30, CachedInputTokens: 5}},
 	}
-	got, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskCancelled}, To: store.TaskCancelled, Usage: &want, Now: base})
-	noErr(t, err, "transition with usage")
-	diff(t, "sums returned", want, store.TaskUsage{Total: got.Usage, ByProvider: got.UsageByProvider})
+	recount := func(t store.Task) store.TaskRecount {
+		return store.TaskRecount{Rows: store.RowCounts{Succeeded: t.RowsSucceeded, Failed: t.RowsFailed, Skipped: t.RowsSkipped}, Total: t.Usage, ByProvider: t.UsageByProvider}
+	}
+	got, err := s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskCancelled}, To: store.TaskCancelled, Recount: &want, Now: base})
+	noErr(t, err, "transition with a recount")
+	diff(t, "recount returned", want, recount(got))
 	got, err = s.TransitionTask(ctx, store.TransitionTaskParams{ID: task.ID, From: []store.TaskState{store.TaskCancelled}, To: store.TaskCancelled, Now: base})
-	noErr(t, err, "transition without usage")
+	noErr(t, err, "transition without a recount")
+	diff(t, "recount kept", want, recount(got))
 	read, err := s.GetTask(ctx, task.ID)
 	noErr(t, err, "get task")
-	diff(t, "sums kept", want, store.TaskUsage{Total: read.Usage, ByProvider: read.UsageByProvider})
-	diff(t, "sums returned, kept", want, store.TaskUsage{Total: got.Usage, ByProvider: got.UsageByProvider})
+	diff(t, "recount read back", want, recount(read))
 }
 
 func testListTasks(t *testing.T, s store.Store) {

@@ -65,7 +65,7 @@
     configLoaded = configLoaded || fetch("/ui/config.json", { cache: "no-store" })
       .then((r) => (r.ok ? r.json() : null))
       .catch(() => null)
-      .then((c) => { state.config = c || {}; applyModelRule(state.config); return state.config; });
+      .then((c) => { state.config = c || {}; applyModelRule(state.config); applyCostCaps(state.config); return state.config; });
     return configLoaded;
   }
   // The API's rule for a task's model: a server that routes rows to the
@@ -87,6 +87,12 @@
       o.value = m;
       list.appendChild(o);
     }
+  }
+  // A spending cap is offered where the server holds a task to one.
+  function applyCostCaps(c) {
+    $("max-cost-field").hidden = !c.cost_caps;
+    $("max-cost-hint").hidden = !c.cost_caps;
+    if (!c.cost_caps) $("max_cost_usd").value = "";
   }
   function inline(file) {
     const n = state.config && state.config.max_inline_bytes;
@@ -375,7 +381,7 @@
     clearError();
     const file = state.file;
     const fields = { prompt: $("template").value };
-    for (const f of ["system", "model", "temperature", "max_tokens", "rows_per_call", "result_format"]) {
+    for (const f of ["system", "model", "temperature", "max_tokens", "rows_per_call", "max_cost_usd", "result_format"]) {
       const v = $(f).value.trim();
       if (v) fields[f] = v;
     }
@@ -419,7 +425,7 @@
       const n = Number(v);
       // Numbers go as numbers; a value that is none is sent as typed, for
       // the server to say what is wrong with it.
-      req[k] = (k === "temperature" || k === "max_tokens" || k === "rows_per_call") && v !== "" && isFinite(n) ? n : v;
+      req[k] = (k === "temperature" || k === "max_tokens" || k === "rows_per_call" || k === "max_cost_usd") && v !== "" && isFinite(n) ? n : v;
       if (k === "columns") req[k] = JSON.parse(v); // a list of columns, not a string of one
     }
     const created = await call("POST", "/api/tasks", req);
