@@ -68,6 +68,8 @@ type Config struct {
 type Provider struct {
 	cfg      Config
 	messages anthropic.MessageService
+	// batches serves provider batches (batch.go).
+	batches anthropic.MessageBatchService
 	// inWords is set once the model refused structured outputs.
 	inWords atomic.Bool
 }
@@ -108,49 +110,19 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	}
-	return &Provider{cfg: cfg, messages: anthropic.NewMessageService(opts...)}, nil
+	messages := anthropic.NewMessageService(opts...)
+	return &Provider{cfg: cfg, messages: messages, batches: messages.Batches}, nil
 }
 
 // Generate sends req as one message (a system prompt, the user's prompt,
 // and a re-ask's earlier exchanges) and returns the answer's text. Failures
 // are *llm.Error, except a cancelled ctx, which is returned wrapped as is.
 func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
-	model := req.Model
-	if model == "" {
-		model = p.cfg.Model
+	params, inWords, err := p.params(req)
+	if err != nil {
+		return llm.Response{}, err
 	}
-	if model == "" {
-		return llm.Response{}, &llm.Error{Class: llm.ClassBadRequest, Message: "no model configured for the Anthropic provider"}
-	}
-	maxTokens := req.MaxTokens
-	if maxTokens <= 0 {
-		maxTokens = DefaultMaxTokens
-	}
-	params := anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: int64(maxTokens)}
-	params.Messages = append(params.Messages, anthropic.NewUserMessage(anthropic.NewTextBlock(req.Prompt)))
-	for _, c := range req.Corrections {
-		params.Messages = append(params.Messages,
-			anthropic.NewAssistantMessage(anthropic.NewTextBlock(c.Answer)),
-			anthropic.NewUserMessage(anthropic.NewTextBlock(c.FollowUp)))
-	}
-	system := req.System
 	sch := req.ResponseSchema()
-	inWords := sch != nil && p.inWords.Load()
-	switch {
-	case inWords:
-		system = strings.TrimSpace(req.SchemaInstructions() + "\n\n" + system)
-	case sch != nil:
-		var format map[string]any
-		if err := json.Unmarshal(sch, &format); err != nil {
-			return llm.Response{}, &llm.Error{Class: llm.ClassBadRequest, Message: fmt.Sprintf("answer schema: %v", err)}
-		}
-		params.OutputConfig = anthropic.OutputConfigParam{Format: anthropic.JSONOutputFormatParam{Schema: format}}
-	}
-	if system != "" {
-		params.System = []anthropic.TextBlockParam{{Text: system}}
-	}
-	// req.Temperature and req.TopP are not sent: the Messages API has
-	// deprecated sampling settings, and this SDK no longer carries them.
 
 	callCtx := ctx
 	timeout := p.cfg.Timeout
@@ -173,7 +145,7 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 			// billed, so asking again at once costs nothing.
 			if !p.inWords.Swap(true) {
 				p.cfg.Logger.Warn("the model refused structured outputs (output_config.format); asking for JSON in the system prompt instead and checking every answer",
-					"model", model, "error", e.Error())
+					"model", params.Model, "error", e.Error())
 			}
 			return p.Generate(ctx, req)
 		}
@@ -184,6 +156,49 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 		out.RateLimits = llm.ParseAnthropicRateLimits(httpResp.Header, p.cfg.Clock.Now())
 	}
 	return out, err
+}
+
+// params is the message req asks for, the same online and in a batch;
+// inWords reports that a shaped answer is asked for in the system prompt
+// (the model refused structured outputs before).
+func (p *Provider) params(req llm.Request) (params anthropic.MessageNewParams, inWords bool, err error) {
+	model := req.Model
+	if model == "" {
+		model = p.cfg.Model
+	}
+	if model == "" {
+		return params, false, &llm.Error{Class: llm.ClassBadRequest, Message: "no model configured for the Anthropic provider"}
+	}
+	maxTokens := req.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = DefaultMaxTokens
+	}
+	params = anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: int64(maxTokens)}
+	params.Messages = append(params.Messages, anthropic.NewUserMessage(anthropic.NewTextBlock(req.Prompt)))
+	for _, c := range req.Corrections {
+		params.Messages = append(params.Messages,
+			anthropic.NewAssistantMessage(anthropic.NewTextBlock(c.Answer)),
+			anthropic.NewUserMessage(anthropic.NewTextBlock(c.FollowUp)))
+	}
+	system := req.System
+	sch := req.ResponseSchema()
+	inWords = sch != nil && p.inWords.Load()
+	switch {
+	case inWords:
+		system = strings.TrimSpace(req.SchemaInstructions() + "\n\n" + system)
+	case sch != nil:
+		var format map[string]any
+		if err := json.Unmarshal(sch, &format); err != nil {
+			return params, false, &llm.Error{Class: llm.ClassBadRequest, Message: fmt.Sprintf("answer schema: %v", err)}
+		}
+		params.OutputConfig = anthropic.OutputConfigParam{Format: anthropic.JSONOutputFormatParam{Schema: format}}
+	}
+	if system != "" {
+		params.System = []anthropic.TextBlockParam{{Text: system}}
+	}
+	// req.Temperature and req.TopP are not sent: the Messages API has
+	// deprecated sampling settings, and this SDK no longer carries them.
+	return params, inWords, nil
 }
 
 // JSONMode reports whether the model refused structured outputs and

@@ -129,6 +129,13 @@ func (anthropic) parse(s *Server, body []byte) (chatRequest, *apiError, int) {
 // quota marker as a billing error, and its own words for the prompt
 // limit and the content filter.
 func (anthropic) writeError(w http.ResponseWriter, status int, e apiError) {
+	status, body := anthropicError(status, e)
+	writeJSON(w, status, body)
+}
+
+// anthropicError is e, given in the server's terms, as Anthropic words it:
+// its status and body.
+func anthropicError(status int, e apiError) (int, map[string]any) {
 	typ, msg := "invalid_request_error", e.Message
 	switch {
 	case e.Code == "insufficient_quota":
@@ -155,10 +162,10 @@ func (anthropic) writeError(w http.ResponseWriter, status int, e apiError) {
 	case status >= 500:
 		typ, msg = "api_error", "Internal server error"
 	}
-	writeJSON(w, status, map[string]any{
+	return status, map[string]any{
 		"type":  "error",
 		"error": map[string]string{"type": typ, "message": msg},
-	})
+	}
 }
 
 // limitHeaders sets anthropic-ratelimit-{requests,tokens}-{limit,remaining,
@@ -181,11 +188,16 @@ func (anthropic) retryHeaders(h http.Header, wait time.Duration, _ bool) {
 var anthropicStop = map[string]string{"stop": "end_turn", "length": "max_tokens", "content_filter": "refusal"}
 
 func (anthropic) answer(w http.ResponseWriter, id int64, _ time.Time, req chatRequest, text, finish string) {
+	writeJSON(w, http.StatusOK, anthropicMessage(id, req, text, finish))
+}
+
+// anthropicMessage is an answer as the Messages API gives it.
+func anthropicMessage(id int64, req chatRequest, text, finish string) map[string]any {
 	content := []map[string]string{}
 	if text != "" {
 		content = append(content, map[string]string{"type": "text", "text": text})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	return map[string]any{
 		"id":            fmt.Sprintf("msg_mock_%08d", id),
 		"type":          "message",
 		"role":          "assistant",
@@ -197,5 +209,5 @@ func (anthropic) answer(w http.ResponseWriter, id int64, _ time.Time, req chatRe
 			"input_tokens": req.inTokens, "output_tokens": estimateTokens(text),
 			"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
 		},
-	})
+	}
 }

@@ -122,3 +122,37 @@ func TestAnthropicRefusal(t *testing.T) {
 		t.Errorf("%d %s: want a refusal without content", rec.Code, rec.Body)
 	}
 }
+
+// TestMessageBatchesRefuse: a batch's results are not served before it
+// ends, an unknown batch is not found, and ids must be unique.
+func TestMessageBatchesRefuse(t *testing.T) {
+	clk := clock.NewFake(t0)
+	s := New(Config{Clock: clk, BatchDelay: time.Minute})
+	do := func(method, path, body string) (int, string) {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+		return rec.Code, rec.Body.String()
+	}
+	params := `{"model":"claude-haiku-4-5","max_tokens":10,"messages":[{"role":"user","content":"x"}]}`
+	if code, body := do("POST", "/v1/messages/batches", `{"requests":[{"custom_id":"a","params":`+params+`},{"custom_id":"a","params":`+params+`}]}`); code != 400 || !strings.Contains(body, "used twice") {
+		t.Errorf("duplicate ids: %d %s", code, body)
+	}
+	code, body := do("POST", "/v1/messages/batches", `{"requests":[{"custom_id":"a","params":`+params+`}]}`)
+	var b struct{ ID, ProcessingStatus string }
+	if err := json.Unmarshal([]byte(strings.Replace(body, "processing_status", "ProcessingStatus", 1)), &b); code != 200 || err != nil || b.ProcessingStatus != "in_progress" {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if code, body := do("GET", "/v1/messages/batches/"+b.ID+"/results", ""); code != 400 || !strings.Contains(body, "not ended") {
+		t.Errorf("results too early: %d %s", code, body)
+	}
+	if code, _ := do("GET", "/v1/messages/batches/msgbatch-nope", ""); code != 404 {
+		t.Errorf("unknown batch: %d, want 404", code)
+	}
+	if code, _ := do("GET", "/v1/batches/"+b.ID, ""); code != 404 {
+		t.Errorf("a message batch through OpenAI's path: %d, want 404", code)
+	}
+	clk.Advance(time.Minute)
+	if code, body := do("GET", "/v1/messages/batches/"+b.ID+"/results", ""); code != 200 || !strings.Contains(body, `"type":"succeeded"`) {
+		t.Errorf("results once ended: %d %s", code, body)
+	}
+}

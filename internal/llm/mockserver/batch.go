@@ -64,19 +64,44 @@ type mockBatch struct {
 	metadata                          map[string]string
 	createdAt                         time.Time
 	lines                             []batchLine
+	// format words the batch's lines and object: OpenAI's or Anthropic's.
+	format batchFormat
 	// order is the line indexes in the order they finish; done is how
 	// many of them have.
 	order []int
 	done  int
-	// out and failed are the output and error files' lines so far.
-	out, failed [][]byte
-	status      string
+	// results are the finished lines' results, in the order they
+	// finished, and answered, errored and unfinished count them.
+	results                       []batchRecord
+	answered, errored, unfinished int
+	status                        string
 	// cancelling is set by a cancel; the next read finalizes the batch.
 	cancelling bool
 	// finishedAt and the files are set when the batch reaches a final
 	// status.
 	finishedAt                time.Time
 	outputFileID, errorFileID string
+}
+
+// batchRecord is one finished line's result as the batch's format words
+// it; ok for an answer.
+type batchRecord struct {
+	ok   bool
+	line []byte
+}
+
+// batchFormat is what differs between OpenAI's Batch API and Anthropic's
+// Message Batches: how a line is read and how its result is worded.
+type batchFormat interface {
+	// parse reads a line's request.
+	parse(s *Server, body json.RawMessage) (chatRequest, *apiError, int)
+	// answer, failure and unfinished word a line's result: an answer, an
+	// error answer (in the server's terms), or a line the batch did not
+	// run because it expired or was cancelled (final is the batch's
+	// final status).
+	answer(b *mockBatch, i int, id int64, now time.Time, req chatRequest, text, finish string) []byte
+	failure(b *mockBatch, i int, status int, e apiError) []byte
+	unfinished(b *mockBatch, i int, final string) []byte
 }
 
 // batches holds the Batch API's files and jobs.
@@ -94,6 +119,9 @@ func (b *batches) nextID(prefix string) string {
 
 // serveBatchAPI routes the Batch API's paths; false when path is not one.
 func (s *Server) serveBatchAPI(w http.ResponseWriter, r *http.Request) bool {
+	if s.serveMessageBatches(w, r) {
+		return true
+	}
 	path := r.URL.Path
 	switch {
 	case path == "/v1/files" && r.Method == http.MethodPost:
@@ -245,15 +273,20 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lines, _ := parseBatchFile(f.bytes) // checked at upload
-	b := &mockBatch{
-		id: s.batch.nextID("batch"), inputFileID: f.id, endpoint: req.Endpoint, window: req.CompletionWindow,
-		metadata: req.Metadata, createdAt: s.cfg.Clock.Now(), lines: lines, status: "validating",
-	}
+	b := s.newBatchLocked("batch", openAIBatch{}, lines)
+	b.inputFileID, b.endpoint, b.window, b.metadata = f.id, req.Endpoint, req.CompletionWindow, req.Metadata
+	writeJSON(w, http.StatusOK, s.batchObject(b))
+}
+
+// newBatchLocked starts a batch of lines in format; the caller holds
+// s.batch.mu.
+func (s *Server) newBatchLocked(prefix string, format batchFormat, lines []batchLine) *mockBatch {
+	b := &mockBatch{id: s.batch.nextID(prefix), format: format, createdAt: s.cfg.Clock.Now(), lines: lines, status: "validating"}
 	// The order the lines finish in: seeded, so a run can be repeated.
 	rng := rand.New(rand.NewPCG(uint64(s.cfg.Seed), uint64(s.batch.seq)))
 	b.order = rng.Perm(len(lines))
 	s.batch.batches[b.id] = b
-	writeJSON(w, http.StatusOK, s.batchObject(b))
+	return b
 }
 
 func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
@@ -267,7 +300,9 @@ func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
 	defer s.batch.mu.Unlock()
 	all := make([]*mockBatch, 0, len(s.batch.batches))
 	for _, b := range s.batch.batches {
-		all = append(all, b)
+		if _, ok := b.format.(openAIBatch); ok {
+			all = append(all, b)
+		}
 	}
 	// Newest first; ids grow with time.
 	slices.SortFunc(all, func(a, b *mockBatch) int { return strings.Compare(b.id, a.id) })
@@ -292,6 +327,9 @@ func (s *Server) getBatch(w http.ResponseWriter, id string, cancel bool) {
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
 	b, ok := s.batch.batches[id]
+	if ok {
+		_, ok = b.format.(openAIBatch)
+	}
 	if !ok {
 		writeError(w, http.StatusNotFound, apiError{Message: fmt.Sprintf("No such Batch object: %s", id), Type: "invalid_request_error"})
 		return
@@ -342,33 +380,25 @@ func (s *Server) advanceLocked(b *mockBatch) {
 	}
 	switch {
 	case b.cancelling:
-		s.finalize(b, "cancelled", "batch_cancelled", "This request was not executed because the batch was cancelled.")
+		s.finalize(b, "cancelled")
 	case b.done == len(b.lines):
-		s.finalize(b, "completed", "", "")
+		s.finalize(b, "completed")
 	case s.cfg.BatchExpire && elapsed >= delay:
-		s.finalize(b, "expired", "batch_expired", "This request could not be executed before the completion window expired.")
+		s.finalize(b, "expired")
 	}
 }
 
 // finishLine answers line i of b and files its result.
 func (s *Server) finishLine(b *mockBatch, i int) {
 	l := b.lines[i]
-	reqID := fmt.Sprintf("batch_req_%s_%d", b.id, i)
-	file := func(status int, body any) {
-		line, _ := json.Marshal(map[string]any{
-			"id": reqID, "custom_id": l.customID, "error": nil,
-			"response": map[string]any{"status_code": status, "request_id": reqID, "body": body},
-		})
-		if status == http.StatusOK {
-			b.out = append(b.out, line)
-		} else {
-			b.failed = append(b.failed, line)
-		}
-	}
-	req, aerr, status := openAI{}.parse(s, l.body)
-	if aerr != nil {
+	fail := func(status int, e apiError) {
 		s.count(func(st *Stats) { st.BatchLines++; st.BatchFailed++ })
-		file(status, map[string]apiError{"error": *aerr})
+		b.results = append(b.results, batchRecord{line: b.format.failure(b, i, status, e)})
+		b.errored++
+	}
+	req, aerr, status := b.format.parse(s, l.body)
+	if aerr != nil {
+		fail(status, *aerr)
 		return
 	}
 	s.mu.Lock()
@@ -388,9 +418,7 @@ func (s *Server) finishLine(b *mockBatch, i int) {
 	}
 	switch out {
 	case failServer, failUnavailable, failFilter, failTooLong:
-		status, e := s.failure(out)
-		s.count(func(st *Stats) { st.BatchLines++; st.BatchFailed++ })
-		file(status, map[string]apiError{"error": e})
+		fail(s.failure(out))
 		return
 	}
 	text, finish := "", "content_filter"
@@ -410,31 +438,71 @@ func (s *Server) finishLine(b *mockBatch, i int) {
 		_, _ = s.cfg.PaidLog.Write(append(line, '\n'))
 	}
 	s.mu.Unlock()
-	file(http.StatusOK, newCompletion(id, s.cfg.Clock.Now(), req, text, finish))
+	b.results = append(b.results, batchRecord{ok: true, line: b.format.answer(b, i, id, s.cfg.Clock.Now(), req, text, finish)})
+	b.answered++
 }
 
-// finalize ends b in status: lines left unfinished go to the error file
-// with code and message, and the output and error files are written.
-func (s *Server) finalize(b *mockBatch, status, code, message string) {
+// finalize ends b in status final: the lines left unfinished are filed as
+// such, and an OpenAI batch gets its output and error files.
+func (s *Server) finalize(b *mockBatch, final string) {
 	for _, i := range b.order[b.done:] {
-		line, _ := json.Marshal(map[string]any{
-			"id": fmt.Sprintf("batch_req_%s_%d", b.id, i), "custom_id": b.lines[i].customID, "response": nil,
-			"error": map[string]string{"code": code, "message": message},
-		})
-		b.failed = append(b.failed, line)
+		b.results = append(b.results, batchRecord{line: b.format.unfinished(b, i, final)})
+		b.unfinished++
 	}
 	now := s.cfg.Clock.Now()
-	write := func(lines [][]byte) string {
-		if len(lines) == 0 {
-			return ""
+	if _, ok := b.format.(openAIBatch); ok {
+		var out, failed [][]byte
+		for _, r := range b.results {
+			if r.ok {
+				out = append(out, r.line)
+			} else {
+				failed = append(failed, r.line)
+			}
 		}
-		f := &mockFile{id: s.batch.nextID("file"), filename: b.id + ".jsonl", purpose: "batch_output", createdAt: now,
-			bytes: append(bytes.Join(lines, []byte("\n")), '\n')}
-		s.batch.files[f.id] = f
-		return f.id
+		write := func(lines [][]byte) string {
+			if len(lines) == 0 {
+				return ""
+			}
+			f := &mockFile{id: s.batch.nextID("file"), filename: b.id + ".jsonl", purpose: "batch_output", createdAt: now,
+				bytes: append(bytes.Join(lines, []byte("\n")), '\n')}
+			s.batch.files[f.id] = f
+			return f.id
+		}
+		b.outputFileID, b.errorFileID = write(out), write(failed)
 	}
-	b.outputFileID, b.errorFileID = write(b.out), write(b.failed)
-	b.status, b.finishedAt = status, now
+	b.status, b.finishedAt = final, now
+}
+
+// openAIBatch is the OpenAI Batch API's format.
+type openAIBatch struct{}
+
+func (openAIBatch) parse(s *Server, body json.RawMessage) (chatRequest, *apiError, int) {
+	return openAI{}.parse(s, body)
+}
+
+func (openAIBatch) line(b *mockBatch, i int, response, errObj any) []byte {
+	reqID := fmt.Sprintf("batch_req_%s_%d", b.id, i)
+	if r, ok := response.(map[string]any); ok {
+		r["request_id"] = reqID
+	}
+	line, _ := json.Marshal(map[string]any{"id": reqID, "custom_id": b.lines[i].customID, "response": response, "error": errObj})
+	return line
+}
+
+func (f openAIBatch) answer(b *mockBatch, i int, id int64, now time.Time, req chatRequest, text, finish string) []byte {
+	return f.line(b, i, map[string]any{"status_code": http.StatusOK, "body": newCompletion(id, now, req, text, finish)}, nil)
+}
+
+func (f openAIBatch) failure(b *mockBatch, i int, status int, e apiError) []byte {
+	return f.line(b, i, map[string]any{"status_code": status, "body": map[string]apiError{"error": e}}, nil)
+}
+
+func (f openAIBatch) unfinished(b *mockBatch, i int, final string) []byte {
+	code, msg := "batch_expired", "This request could not be executed before the completion window expired."
+	if final == "cancelled" {
+		code, msg = "batch_cancelled", "This request was not executed because the batch was cancelled."
+	}
+	return f.line(b, i, nil, map[string]string{"code": code, "message": msg})
 }
 
 // batchObject is b as the API shows it.
@@ -444,7 +512,7 @@ func (s *Server) batchObject(b *mockBatch) map[string]any {
 		"completion_window": b.window, "status": b.status, "created_at": b.createdAt.Unix(),
 		"expires_at": b.createdAt.Add(24 * time.Hour).Unix(), "metadata": b.metadata,
 		"output_file_id": nil, "error_file_id": nil,
-		"request_counts": map[string]int{"total": len(b.lines), "completed": len(b.out), "failed": len(b.failed)},
+		"request_counts": map[string]int{"total": len(b.lines), "completed": b.answered, "failed": b.errored + b.unfinished},
 	}
 	if b.outputFileID != "" {
 		o["output_file_id"] = b.outputFileID

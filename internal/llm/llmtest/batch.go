@@ -1,0 +1,147 @@
+package llmtest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/schema"
+)
+
+// FilterMarker is what a prompt carries for a batch backend to answer it
+// with a content filter error (mockserver's default marker).
+const FilterMarker = "[[filter]]"
+
+// BatchFixture returns a batch provider whose backend finishes a batch's
+// lines over an hour of the returned clock (advance moves it), in a
+// shuffled order, answering "Copy for: <prompt>" (or JSON of the columns
+// asked for) and filtering a prompt with FilterMarker; with expire, a batch
+// expires at the hour with half its lines done. It must clean up after t.
+type BatchFixture func(t *testing.T, expire bool) (p llm.BatchProvider, advance func(time.Duration))
+
+// RunBatch runs the provider batch conformance suite: every adapter of a
+// provider batch API must match answers to their ids, class failures as
+// its online calls do, and keep a cancelled or expired batch's answers.
+func RunBatch(t *testing.T, newProvider BatchFixture) {
+	t.Helper()
+	t.Run("RoundTrip", func(t *testing.T) {
+		t.Parallel()
+		p, advance := newProvider(t, false)
+		cols := schema.Columns{{Name: "category", Type: schema.Enum, Values: []string{"toys", "home"}, Required: true}}
+		var lines []llm.BatchLine
+		for i := 1; i <= 30; i++ {
+			req := llm.Request{Prompt: fmt.Sprintf("product %d", i)}
+			switch i {
+			case 5:
+				req.Prompt += " " + FilterMarker
+			case 9:
+				req.Columns = cols
+			}
+			lines = append(lines, llm.BatchLine{ID: fmt.Sprintf("row-%d", i), Req: req})
+		}
+		ctx := t.Context()
+		id, err := p.SubmitBatch(ctx, lines)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := p.BatchStatus(ctx, id); err != nil || st.State != llm.BatchRunning || st.Total != 30 {
+			t.Fatalf("at once: %+v %v, want running with 30 lines", st, err)
+		}
+		advance(time.Hour)
+		st, err := p.BatchStatus(ctx, id)
+		if err != nil || st.State != llm.BatchDone || st.Completed != 29 || st.Failed != 1 {
+			t.Fatalf("after its hour: %+v %v", st, err)
+		}
+		results, err := p.BatchResults(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(results) != 30 {
+			t.Fatalf("%d results, want 30", len(results))
+		}
+		inOrder := true
+		for i, r := range results {
+			var n int
+			fmt.Sscanf(r.ID, "row-%d", &n)
+			inOrder = inOrder && n == i+1
+			switch {
+			case n == 5:
+				if r.Err == nil || r.Err.Class != llm.ClassContentFilter {
+					t.Errorf("row 5: %+v, want content_filter", r)
+				}
+			case n == 9:
+				if _, err := cols.Validate(r.Response.Text); r.Err != nil || err != nil {
+					t.Errorf("row 9: %q (%v, %v), want an answer of its columns", r.Response.Text, r.Err, err)
+				}
+			case r.Err != nil || r.Response.Text != fmt.Sprintf("Copy for: product %d", n) || r.Response.Usage.OutputTokens == 0:
+				t.Errorf("%s: %+v, want its own answer with its usage", r.ID, r)
+			}
+		}
+		if inOrder {
+			t.Error("results in the order sent: the backend shuffles them, so the suite proves nothing about matching by id")
+		}
+	})
+	lines := make([]llm.BatchLine, 10)
+	for i := range lines {
+		lines[i] = llm.BatchLine{ID: fmt.Sprintf("r%d", i), Req: llm.Request{Prompt: fmt.Sprintf("p%d", i)}}
+	}
+	for _, tc := range []struct {
+		name   string
+		expire bool
+		after  time.Duration
+		state  llm.BatchState
+	}{
+		{"Cancelled", false, 30 * time.Minute, llm.BatchCancelled},
+		{"Expired", true, time.Hour, llm.BatchExpired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, advance := newProvider(t, tc.expire)
+			ctx := t.Context()
+			id, err := p.SubmitBatch(ctx, lines)
+			if err != nil {
+				t.Fatal(err)
+			}
+			advance(tc.after)
+			if !tc.expire {
+				if err := p.CancelBatch(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := p.BatchStatus(ctx, id)
+			if err != nil || st.State != tc.state {
+				t.Fatalf("%+v %v, want %s", st, err, tc.state)
+			}
+			results, err := p.BatchResults(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answered, unfinished := 0, 0
+			for _, r := range results {
+				switch {
+				case r.Err == nil:
+					answered++
+				case r.Err.Class == llm.ClassBatchUnfinished && r.Err.Class.Retryable():
+					unfinished++
+				default:
+					t.Errorf("%s: %v", r.ID, r.Err)
+				}
+			}
+			if answered != 5 || unfinished != 5 {
+				t.Errorf("%d answered, %d unfinished; want 5 and 5 (the answers kept, the rest to send again)", answered, unfinished)
+			}
+		})
+	}
+	t.Run("Checks", func(t *testing.T) {
+		t.Parallel()
+		p, _ := newProvider(t, false)
+		two := []llm.BatchLine{{ID: "a", Req: llm.Request{Prompt: "x"}}, {ID: "a", Req: llm.Request{Prompt: "y"}}}
+		if _, err := p.SubmitBatch(t.Context(), two); err == nil {
+			t.Error("an id used twice: want an error")
+		}
+		if _, err := p.SubmitBatch(t.Context(), nil); err == nil {
+			t.Error("no lines: want an error")
+		}
+	})
+}
