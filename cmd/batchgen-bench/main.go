@@ -135,6 +135,7 @@ var measures = []measure{
 	{"rerun", false, measureRerun},                     // issue 18: a result sent back in
 	{"columns", true, measureColumns},                  // issue 17: typed columns, several rows per call
 	{"fairness", true, measureFairness},                // issue 20: two principals share the quota
+	{"quote", true, measureQuote},                      // issue 19: the quote's cost against the run's
 }
 
 func main() {

@@ -63,8 +63,12 @@ func (j *runJob) quote(cmd *cobra.Command, sample int, stdout io.Writer) error {
 	if task, err = j.data.Store.GetTask(ctx, task.ID); err != nil {
 		return err
 	}
+	toCall, err := j.engine.Generator.RowsToCall(ctx, task)
+	if err != nil {
+		return err
+	}
 	q, err := pipeline.QuoteTask(ctx, j.data.Store, task, pipeline.QuoteParams{
-		Prices: j.prices, RequestsPerSecond: j.quotaPace(), Concurrency: j.providers.Concurrency(),
+		Prices: j.prices, RequestsPerSecond: j.quotaPace(), Concurrency: j.providers.Concurrency(), RowsToCall: toCall,
 	})
 	if errors.Is(err, pipeline.ErrNothingMeasured) {
 		return &report.ExitError{Code: report.RowsFailed, Err: fmt.Errorf("%w: the sample's rows failed or came from the cache (batchgen status %s --data %s shows why)", err, task.ID, j.data.Dir)}
@@ -99,7 +103,11 @@ func quoteText(taskID, source string, q pipeline.Quote) string {
 	usd := func(v float64) string { return pricing.Estimate{Cost: v, Known: true}.String() }
 	span := func(d time.Duration) string { return d.Round(time.Second).String() }
 	out := fmt.Sprintf("task      %s  (%s)\n", taskID, source)
-	out += fmt.Sprintf("rows      %d: %d left to run; measured on %d answered", q.Rows, q.Left, q.Measured)
+	out += fmt.Sprintf("rows      %d: %d left to run", q.Rows, q.Left)
+	if q.ToCall < q.Left {
+		out += fmt.Sprintf(", %d of them to call (the others ask what the cache holds)", q.ToCall)
+	}
+	out += fmt.Sprintf("; measured on %d answered", q.Measured)
 	if q.CostKnown {
 		out += fmt.Sprintf(" (they cost %s, kept by the task)", usd(q.Spent))
 	}

@@ -641,13 +641,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		if r.State.Final() {
 			continue
 		}
-		spec := task.Spec
-		reqs[i] = llm.Request{
-			Model: spec.Model, System: spec.System, Prompt: bound.Render(r.Values),
-			Temperature: spec.Temperature, TopP: spec.TopP, MaxTokens: spec.MaxTokens,
-			Columns: spec.Columns,
-		}
-		keys[i] = cacheKey(g.cacheOwner(task), spec.Provider, reqs[i], spec.RowsPerCall)
+		reqs[i], keys[i] = g.rowRequest(task, bound, r)
 		if !r.Fresh { // a row that asks for a new answer is not looked up
 			open = append(open, keys[i])
 		}
@@ -844,6 +838,18 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		return finish(Outcome{Err: err, Started: started})
 	}
 	return finish(Outcome{Ack: true, Started: started})
+}
+
+// rowRequest is the model call row asks for under task's template, and its
+// cache key.
+func (g *Generator) rowRequest(task store.Task, bound *prompt.Bound, r store.Row) (llm.Request, string) {
+	spec := task.Spec
+	req := llm.Request{
+		Model: spec.Model, System: spec.System, Prompt: bound.Render(r.Values),
+		Temperature: spec.Temperature, TopP: spec.TopP, MaxTokens: spec.MaxTokens,
+		Columns: spec.Columns,
+	}
+	return req, cacheKey(g.cacheOwner(task), spec.Provider, req, spec.RowsPerCall)
 }
 
 // stopOverBudget cancels task, whose spending cap refused a call, with

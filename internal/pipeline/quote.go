@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/prompt"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -54,6 +55,10 @@ type QuoteParams struct {
 	RequestsPerSecond float64
 	// Concurrency is how many calls run at once.
 	Concurrency int
+	// RowsToCall is how many of the rows left will need a model's answer
+	// (Generator.RowsToCall: the others ask what the cache holds);
+	// negative for every row left.
+	RowsToCall int
 }
 
 // Spread is an expected value with the 90% interval around it.
@@ -63,8 +68,9 @@ type Spread struct{ Low, Mid, High float64 }
 // cost and take, measured on the rows already answered (a sample).
 type Quote struct {
 	// Rows is the task's rows; Left those without a result (not answered,
-	// failed or skipped).
-	Rows, Left int
+	// failed or skipped), and ToCall those of them that will need a
+	// model's answer (the rest ask what the cache holds).
+	Rows, Left, ToCall int
 	// Measured is how many answered rows the figures come from: rows a
 	// model answered (cached answers cost nothing and say nothing).
 	Measured int
@@ -124,7 +130,11 @@ func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuotePara
 	if q.Measured == 0 {
 		return q, fmt.Errorf("quote task %s: %w", task.ID, ErrNothingMeasured)
 	}
-	left := float64(q.Left)
+	q.ToCall = q.Left
+	if p.RowsToCall >= 0 && p.RowsToCall < q.Left {
+		q.ToCall = p.RowsToCall
+	}
+	left := float64(q.ToCall)
 	q.InputTokens, q.OutputTokens = meanSpread(in, 1), meanSpread(out, 1)
 	if q.CostKnown {
 		q.Cost = meanSpread(cost, left)
@@ -169,4 +179,55 @@ func meanSpread(xs []float64, scale float64) Spread {
 		half = 1.645 * math.Sqrt(ss/float64(len(xs)-1)/float64(len(xs)))
 	}
 	return Spread{Low: math.Max(mean-half, 0) * scale, Mid: mean * scale, High: (mean + half) * scale}
+}
+
+// RowsToCall counts the rows of task still without a result that will need
+// a model's answer: all of them, less those whose question the cache
+// answers already when the task reuses it. Rows asking the same question
+// are each counted: a run calls for each unless an earlier batch's answer
+// is in the cache by the time its batch starts, so the count is the most
+// it will call.
+func (g *Generator) RowsToCall(ctx context.Context, task store.Task) (int, error) {
+	tpl, err := prompt.Parse(task.Spec.Prompt)
+	var bound *prompt.Bound
+	if err == nil {
+		bound, err = tpl.Bind(task.Header)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("task %s: prompt: %w", task.ID, err)
+	}
+	reuse := g.cfg.Cache != nil && g.cfg.CacheMode.Reuses(task.Spec)
+	calls := 0
+	const page = 1000
+	for from := 1; from <= task.RowsTotal; from += page {
+		rows, err := g.store.ListRows(ctx, store.ListRowsParams{TaskID: task.ID, FromNo: from, ToNo: from + page - 1})
+		if err != nil {
+			return 0, fmt.Errorf("task %s: %w", task.ID, err)
+		}
+		var keys []string
+		for _, r := range rows {
+			if r.State.Final() {
+				continue
+			}
+			if !reuse || r.Fresh {
+				calls++ // asks anew whatever the cache holds
+				continue
+			}
+			_, key := g.rowRequest(task, bound, r)
+			keys = append(keys, key)
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		cached, err := g.cfg.Cache.GetCached(ctx, keys)
+		if err != nil {
+			return 0, fmt.Errorf("task %s: read the cache: %w", task.ID, err)
+		}
+		for _, k := range keys {
+			if _, ok := cached[k]; !ok {
+				calls++
+			}
+		}
+	}
+	return calls, nil
 }

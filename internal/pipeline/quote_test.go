@@ -46,7 +46,7 @@ func TestSampleThenRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := pipeline.QuoteTask(ctx, e.store, task, pipeline.QuoteParams{Prices: prices, RequestsPerSecond: 10, Concurrency: 4})
+	q, err := pipeline.QuoteTask(ctx, e.store, task, pipeline.QuoteParams{Prices: prices, RequestsPerSecond: 10, Concurrency: 4, RowsToCall: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,5 +67,44 @@ func TestSampleThenRun(t *testing.T) {
 		if n != 1 {
 			t.Errorf("prompt %q paid %d times", prompt, n)
 		}
+	}
+}
+
+// TestRowsToCall: rows left whose question the cache answers already are
+// not to be called; the others are, each.
+func TestRowsToCall(t *testing.T) {
+	t.Parallel()
+	provider := newCounting(billingProvider{})
+	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 1})
+	rows := make([][]string, 30)
+	for i := range rows {
+		name := "lamp"
+		if i >= 10 {
+			name = fmt.Sprintf("chair %d", i) // a question of its own
+		}
+		rows[i] = []string{fmt.Sprintf("SKU-%d", i), name}
+	}
+	spec := store.TaskSpec{Prompt: "Copy for {{name}}", Provider: "sim", BatchSize: 10}
+	p := pipeline.SplitParams{TaskID: pipeline.DeriveTaskID("dups", spec), Source: "in.csv", Spec: spec,
+		Path: e.writeCSV("in.csv", []string{"id", "name"}, rows)}
+	ctx := context.Background()
+	if _, err := e.splitter.Split(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	// The sample answers one row of batch 1: a lamp, now in the cache.
+	if _, err := e.gen.Sample(ctx, p.TaskID, 1); err != nil {
+		t.Fatal(err)
+	}
+	task, err := e.store.GetTask(ctx, p.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.gen.RowsToCall(ctx, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 29 rows left: the 9 other lamps ask what the cache holds.
+	if n != 20 {
+		t.Errorf("%d rows to call, want the 20 chairs", n)
 	}
 }
