@@ -28,9 +28,10 @@ func measureQuote(ctx context.Context, r *run) ([]Figure, error) {
 		id, name, in, prompt string
 	}{
 		{"quote-example", "the bundled example (200 rows)", filepath.Join("examples", "skus.xlsx"), "为商品{{商品名称}}写一段营销文案"},
-		// The SKU makes every row's question its own: rows that repeat one
-		// are quoted at most (see pipeline.Generator.RowsToCall).
+		// The SKU makes every row's question its own; without it the rows
+		// ask a few questions many times, each answered once.
 		{"quote-bench", "2,000 rows of five columns", five, "为{{商品名称}}（{{SKU}}，{{类目}}，{{颜色}}）写一段突出{{卖点}}的文案"},
+		{"quote-repeated", "2,000 rows asking few questions, many times", five, "为{{商品名称}}（{{类目}}，{{颜色}}）写一段突出{{卖点}}的文案"},
 	}
 	var figs []Figure
 	for _, s := range sheets {

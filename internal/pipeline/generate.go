@@ -324,6 +324,8 @@ type Generator struct {
 	slots *rowSlots
 	// budgets hold capped tasks to their caps.
 	budgets *budgets
+	// answers share one call among the rows that ask the same question.
+	answers answers
 }
 
 // NewGenerator returns a Generator that claims batches in st, calls
@@ -700,7 +702,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			}()
 			var got []rowOutcome
 			if len(idx) == 1 {
-				got = []rowOutcome{g.generateRow(batchCtx, startCtx, mayStart, spend, task, rows[idx[0]], reqs[idx[0]], keys[idx[0]])}
+				got = []rowOutcome{g.answerRow(batchCtx, startCtx, mayStart, spend, task, rows[idx[0]], reqs[idx[0]], keys[idx[0]])}
 			} else {
 				got = g.generatePack(batchCtx, startCtx, mayStart, spend, task, pick(rows, idx), pick(reqs, idx), pick(keys, idx))
 			}

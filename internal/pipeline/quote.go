@@ -182,11 +182,10 @@ func meanSpread(xs []float64, scale float64) Spread {
 }
 
 // RowsToCall counts the rows of task still without a result that will need
-// a model's answer: all of them, less those whose question the cache
-// answers already when the task reuses it. Rows asking the same question
-// are each counted: a run calls for each unless an earlier batch's answer
-// is in the cache by the time its batch starts, so the count is the most
-// it will call.
+// a model's answer: one per distinct question, less the questions the cache
+// answers already, when the task reuses the cache (rows asking what another
+// row asks share its call: see shared.go); every row left when it does not,
+// and every row that asks for a new answer.
 func (g *Generator) RowsToCall(ctx context.Context, task store.Task) (int, error) {
 	tpl, err := prompt.Parse(task.Spec.Prompt)
 	var bound *prompt.Bound
@@ -198,6 +197,7 @@ func (g *Generator) RowsToCall(ctx context.Context, task store.Task) (int, error
 	}
 	reuse := g.cfg.Cache != nil && g.cfg.CacheMode.Reuses(task.Spec)
 	calls := 0
+	seen := map[string]bool{}
 	const page = 1000
 	for from := 1; from <= task.RowsTotal; from += page {
 		rows, err := g.store.ListRows(ctx, store.ListRowsParams{TaskID: task.ID, FromNo: from, ToNo: from + page - 1})
@@ -213,8 +213,10 @@ func (g *Generator) RowsToCall(ctx context.Context, task store.Task) (int, error
 				calls++ // asks anew whatever the cache holds
 				continue
 			}
-			_, key := g.rowRequest(task, bound, r)
-			keys = append(keys, key)
+			if _, key := g.rowRequest(task, bound, r); !seen[key] {
+				seen[key] = true
+				keys = append(keys, key)
+			}
 		}
 		if len(keys) == 0 {
 			continue
@@ -223,11 +225,7 @@ func (g *Generator) RowsToCall(ctx context.Context, task store.Task) (int, error
 		if err != nil {
 			return 0, fmt.Errorf("task %s: read the cache: %w", task.ID, err)
 		}
-		for _, k := range keys {
-			if _, ok := cached[k]; !ok {
-				calls++
-			}
-		}
+		calls += len(keys) - len(cached)
 	}
 	return calls, nil
 }

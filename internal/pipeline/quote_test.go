@@ -71,7 +71,7 @@ func TestSampleThenRun(t *testing.T) {
 }
 
 // TestRowsToCall: rows left whose question the cache answers already are
-// not to be called; the others are, each.
+// not to be called; the others are, once a question.
 func TestRowsToCall(t *testing.T) {
 	t.Parallel()
 	provider := newCounting(billingProvider{})
@@ -103,7 +103,8 @@ func TestRowsToCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 29 rows left: the 9 other lamps ask what the cache holds.
+	// 29 rows left: the 9 other lamps ask what the cache holds, the 20
+	// chairs are 20 questions.
 	if n != 20 {
 		t.Errorf("%d rows to call, want the 20 chairs", n)
 	}
