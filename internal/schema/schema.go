@@ -148,6 +148,10 @@ func (cs Columns) Check() error {
 			switch {
 			case strings.TrimSpace(v) == "":
 				errs = append(errs, fmt.Errorf("%s: an enum value is blank", where))
+			case !utf8.ValidString(v):
+				// JSON would carry it as U+FFFD: two such values would
+				// become one, and an answer could never match it.
+				errs = append(errs, fmt.Errorf("%s: the enum value %q is not valid UTF-8 text", where, v))
 			case vals[v]:
 				errs = append(errs, fmt.Errorf("%s: the enum value %q appears twice", where, v))
 			}
