@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,26 @@ func (billingProvider) Generate(ctx context.Context, req llm.Request) (llm.Respo
 	return llm.Response{Text: "copy: " + req.Prompt, Usage: llm.Usage{InputTokens: llm.EstimateInputTokens(req), OutputTokens: 500}}, nil
 }
 
+// answeredCounter counts, per prompt, the calls its provider answered: what
+// was billed. A call cut off before its answer (the test stopping its
+// workers the moment the stopped task's export is signalled, where a run
+// would let it finish) billed nothing.
+type answeredCounter struct {
+	llm.Provider
+	mu   sync.Mutex
+	paid map[string]int
+}
+
+func (c *answeredCounter) Generate(ctx context.Context, req llm.Request) (llm.Response, error) {
+	resp, err := c.Provider.Generate(ctx, req)
+	if err == nil {
+		c.mu.Lock()
+		c.paid[req.Prompt]++
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
 // TestMaxCostStopsTheTask: a task capped at $10, whose calls cost about
 // $0.51 each (and are held at $1.01, their worst case), stops before its
 // calls pass the cap: cancelled, saying why, with the rows it did not
@@ -34,7 +55,7 @@ func TestMaxCostStopsTheTask(t *testing.T) {
 	t.Parallel()
 	price := pricing.Price{InputPerMTok: 1000, OutputPerMTok: 1000}
 	prices := pricing.Default().With(map[string]pricing.Price{"sim": price})
-	provider := newCounting(billingProvider{})
+	provider := &answeredCounter{Provider: billingProvider{}, paid: map[string]int{}}
 	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 4, Prices: prices})
 	spec := store.TaskSpec{Prompt: "{{id}} {{name}}", Provider: "sim", BatchSize: 10, MaxTokens: 1000}
 	p := pipeline.SplitParams{TaskID: pipeline.DeriveTaskID("capped", spec), Source: "in.csv", Spec: spec,
@@ -106,7 +127,9 @@ func TestMaxCostStopsTheTask(t *testing.T) {
 	if finished.State != store.TaskSucceeded {
 		t.Fatalf("after the retry: %s (%q), want SUCCEEDED", finished.State, finished.Error)
 	}
-	for prompt, n := range provider.snapshot() {
+	provider.mu.Lock()
+	defer provider.mu.Unlock()
+	for prompt, n := range provider.paid {
 		if n != 1 {
 			t.Errorf("prompt %q paid %d times", prompt, n)
 		}
