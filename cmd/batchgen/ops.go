@@ -338,7 +338,7 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 		}
 	}
 	if t, err := j.data.Store.GetTask(ctx, id); err == nil {
-		if _, err := j.applyMaxCost(ctx, t); err != nil {
+		if _, err := j.applyTerms(ctx, t); err != nil {
 			return err
 		}
 	}

@@ -117,6 +117,9 @@ type progress struct {
 	last     time.Time
 	quiet    bool
 	finished bool
+	// economy says what an economy task waits for ("" for nothing); nil
+	// for an online task.
+	economy func() string
 }
 
 func newProgress(w io.Writer, total, done int, stats *embedded.Stats, quiet bool, interval time.Duration, rpm int) *progress {
@@ -147,6 +150,11 @@ func (p *progress) update() {
 	p.meter.add(now, min(done, p.meter.total))
 	failed := p.stats.RowsFailed.Load()
 	held := heldBack(now, p.stats.Last429.Load(), p.stats.LastQuotaWait.Load(), p.rpm)
+	if p.economy != nil {
+		if e := p.economy(); e != "" {
+			held = strings.TrimPrefix(held+"; "+e, "; ")
+		}
+	}
 	if p.bar != nil {
 		// The bar's own rate is an average; the description carries the
 		// recent rate, the ETA and what holds the job back.

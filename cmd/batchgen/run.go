@@ -55,7 +55,14 @@ type runOptions struct {
 	cacheTTL string
 	prices   string
 	// maxCost is --max-cost: NaN when not given.
-	maxCost          float64
+	maxCost float64
+	// mode is --mode ("" when not given) and parsedMode what it says;
+	// deadline is --deadline (0 when not given).
+	mode       string
+	parsedMode store.Mode
+	deadline   time.Duration
+	// batchPoll is how often a provider batch is asked for its state.
+	batchPoll        time.Duration
 	quiet            bool
 	logLevel         string
 	progressInterval time.Duration
@@ -179,6 +186,9 @@ func (o *runOptions) registerEngine(fs *pflag.FlagSet) {
 	fs.StringVar(&o.prices, "prices", "", "price table (YAML, models: {MODEL: {input_per_mtok, output_per_mtok, cached_input_per_mtok}}) overriding the built-in one, for the estimated cost")
 	o.maxCost = math.NaN()
 	fs.Var(optionalFloat{&o.maxCost}, "max-cost", "spending cap of the task in USD, at the price table's prices: no call starts that could pass it, and the rows left are marked not_started (retry with a higher --max-cost runs them); 0 removes a cap set before")
+	fs.StringVar(&o.mode, "mode", "", "how the rows are called: online (the default; under the quota, at the online price), economy (the provider's batch API: half the price, answers within hours) or auto (economy until --deadline leaves just the time the rest needs online); a task keeps its mode from run to run")
+	fs.DurationVar(&o.deadline, "deadline", 0, "with --mode auto: how long from now the task must be done (e.g. 6h)")
+	fs.DurationVar(&o.batchPoll, "batch-poll", 30*time.Second, "how often a provider batch is asked for its state (economy and auto modes)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress output")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
 	fs.DurationVar(&o.progressInterval, "progress-interval", 5*time.Second, "interval of plain progress lines when stderr is not a terminal")
@@ -321,6 +331,24 @@ func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if o.sweepAfter < time.Second {
 		return nil, reject("--sweep-after %s: must be at least 1s", o.sweepAfter)
 	}
+	if o.mode != "" {
+		m, err := store.ParseMode(o.mode)
+		if err != nil {
+			return nil, reject("--%w", err)
+		}
+		o.parsedMode = m
+	}
+	switch {
+	case o.deadline < 0:
+		return nil, reject("--deadline %s: must be positive", o.deadline)
+	case o.deadline > 0 && o.parsedMode != store.ModeAuto:
+		return nil, reject("--deadline is for --mode auto: economy waits for the provider's batches however long they take, online needs none")
+	case o.mode != "" && o.parsedMode == store.ModeAuto && o.deadline == 0:
+		return nil, reject("--mode auto needs --deadline: how long from now the task must be done (e.g. --deadline 6h)")
+	}
+	if o.batchPoll < time.Second {
+		return nil, reject("--batch-poll %s: must be at least 1s", o.batchPoll)
+	}
 	if o.retry.callsPerRound < 1 || o.retry.rounds < 1 {
 		return nil, reject("--calls-per-round and --rounds must be at least 1")
 	}
@@ -406,9 +434,7 @@ func (j *runJob) start(ctx context.Context) (task store.Task, existed bool, err 
 		TaskID: taskID, Path: o.in, Source: filepath.Base(o.in), Owner: pipeline.LocalOwner, Spec: j.spec, Sheet: o.sheetName,
 		Encoding: o.encoding, Limits: sheet.Limits{MaxRows: o.maxRows}, Spool: true,
 	}
-	if !math.IsNaN(o.maxCost) {
-		params.MaxCost = o.maxCost // a new task is capped from its creation
-	}
+	params.Terms = j.terms(store.Terms{}) // a new task has its terms from its creation
 	// Validate before touching the data directory: rejected input writes
 	// nothing but the error. The rows it reads are spooled for the split,
 	// which then does not decode the sheet again.
@@ -454,7 +480,7 @@ func (j *runJob) start(ctx context.Context) (task store.Task, existed bool, err 
 	if err != nil {
 		return task, existed, fmt.Errorf("split %s: %w", o.in, err)
 	}
-	if task, err = j.applyMaxCost(ctx, task); err != nil {
+	if task, err = j.applyTerms(ctx, task); err != nil {
 		return task, existed, err
 	}
 	if !o.quiet {
@@ -471,15 +497,32 @@ func (j *runJob) start(ctx context.Context) (task store.Task, existed bool, err 
 	return task, existed, nil
 }
 
-// applyMaxCost gives task the cap --max-cost asks for, if it asks for one
-// other than the task's (a task keeps its cap from run to run).
-func (j *runJob) applyMaxCost(ctx context.Context, task store.Task) (store.Task, error) {
-	if math.IsNaN(j.opts.maxCost) || task.MaxCost == j.opts.maxCost {
+// terms are cur with what --max-cost, --mode and --deadline ask for.
+func (j *runJob) terms(cur store.Terms) store.Terms {
+	o := j.opts
+	if !math.IsNaN(o.maxCost) {
+		cur.MaxCost = o.maxCost
+	}
+	if o.mode != "" {
+		cur.Mode, cur.Deadline = o.parsedMode, time.Time{}
+		if o.deadline > 0 {
+			cur.Deadline = j.started.Add(o.deadline).UTC().Truncate(time.Millisecond)
+		}
+	}
+	return cur
+}
+
+// applyTerms gives task the cap, mode and deadline the flags ask for, if
+// they ask for others than the task's (a task keeps its terms from run to
+// run).
+func (j *runJob) applyTerms(ctx context.Context, task store.Task) (store.Task, error) {
+	terms := j.terms(task.Terms)
+	if terms == task.Terms {
 		return task, nil
 	}
-	t, err := j.data.Store.SetMaxCost(ctx, task.ID, j.opts.maxCost)
+	t, err := j.data.Store.SetTerms(ctx, task.ID, terms)
 	if err != nil {
-		return task, fmt.Errorf("--max-cost: %w", err)
+		return task, fmt.Errorf("set the terms of task %s: %w", task.ID, err)
 	}
 	return t, nil
 }
@@ -509,7 +552,8 @@ func (j *runJob) openEngineOn(cfg embedded.EngineConfig) error {
 		Concurrency: j.providers.Concurrency(), Lease: o.retry.lease, CallTimeout: set.Router.MaxTimeout(),
 		CallsPerRound: o.retry.callsPerRound, Rounds: o.retry.rounds, RetryDelays: j.delays,
 		PackTokens: j.providers.PackTokens(), CacheScope: cmp.Or(o.cacheScope, pipeline.CacheShared),
-		Prices: j.prices,
+		Prices:  j.prices,
+		Economy: pipeline.EconomyConfig{Poll: o.batchPoll, OnlineRate: j.providers.OnlineRate()},
 	}
 	if mode := pipeline.CacheMode(o.cacheMode); !o.noCache && mode != pipeline.CacheOff {
 		cfg.Generator.Cache, cfg.Generator.CacheMode = j.data.Store, mode
@@ -535,6 +579,12 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 		return err
 	}
 	summary.Prices = j.prices
+	if s, ok := j.engine.Generator.EconomyStatus(task.ID); ok && s.Sent > 0 {
+		summary.Notes = append(summary.Notes, fmt.Sprintf("economy: %d rows asked in %d provider batches, at the batch price", s.Lines, s.Sent))
+	}
+	if s, ok := j.engine.Generator.EconomyStatus(task.ID); ok && s.Online {
+		summary.Notes = append(summary.Notes, "auto: the rest went online at "+s.Why)
+	}
 	for _, name := range j.set.JSONMode() {
 		summary.Notes = append(summary.Notes, fmt.Sprintf("provider %s refused structured outputs: the columns were asked for in JSON mode, every answer checked", name))
 	}
@@ -552,6 +602,12 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 		return err
 	}
 	progress := newProgress(j.stderr, task.RowsTotal, done, j.stats, o.quiet, o.progressInterval, j.providers.RPM())
+	if task.Mode.Batched() {
+		progress.economy = func() string {
+			s, _ := j.engine.Generator.EconomyStatus(task.ID)
+			return s.String()
+		}
+	}
 	defer progress.finish()
 	err = j.engine.RunTask(ctx, task, embedded.TaskRun{
 		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), task.Spec.BatchSize), SweepAfter: o.sweepAfter,

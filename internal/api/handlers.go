@@ -190,7 +190,7 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "create task", fmt.Errorf("NewID returned an invalid task id %q", id))
 		return
 	}
-	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, MaxCost: maxCost, CreatedAt: s.cfg.Clock.Now().UTC()}
+	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, Terms: store.Terms{MaxCost: maxCost}, CreatedAt: s.cfg.Clock.Now().UTC()}
 	// A sheet sent inside the request creates no task when it is
 	// rejected: the answer is the only record, on both runtimes.
 	ok, _, rows := s.check(w, file, rec)
@@ -482,7 +482,7 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Clock.Now().UTC()
-	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Size: size, Encoding: req.Encoding, MaxCost: maxCost, CreatedAt: now}
+	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Size: size, Encoding: req.Encoding, Terms: store.Terms{MaxCost: maxCost}, CreatedAt: now}
 	url := s.cfg.PublicURL + "/api/tasks/" + id + "/upload"
 	if s.cfg.Presigner != nil {
 		// Presign before writing the record: signing is local and cheap,
@@ -831,7 +831,10 @@ func (s *server) retryTask(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 			return
 		}
-		if _, err := s.cfg.Store.SetMaxCost(ctx, id, maxCost); err != nil {
+		if _, err := store.UpdateTerms(ctx, s.cfg.Store, id, func(t *store.Terms) { t.MaxCost = maxCost }); errors.Is(err, store.ErrNotFound) {
+			notFound(w, id)
+			return
+		} else if err != nil {
 			s.internalError(w, r, "set the spending cap", err)
 			return
 		}

@@ -114,6 +114,10 @@ func NewEngine(d *DataDir, router llm.Provider, cfg EngineConfig) (*Engine, erro
 	// flight; and a transaction costs SQLite far more than a row in it, so
 	// under load the group is as large as the store allows.
 	g.FlushInterval, g.FlushRows = pipeline.FlushAtOnce, store.MaxSaveRows
+	if g.Economy.Journal == nil {
+		// Beside the results: a killed run finds its provider batches.
+		g.Economy.Journal = &pipeline.BlobJournal{Blobs: d.Blobs}
+	}
 	e.Generator = pipeline.NewGenerator(d.Store, router, e.Exports, g)
 	return e, nil
 }
@@ -131,6 +135,11 @@ func (e *Engine) Resume(ctx context.Context, task store.Task) error {
 	}
 	return nil
 }
+
+// maxEconomyWorkers bounds the workers of an economy task: 2,000 batches
+// of the default 100 rows is 200,000 rows, the largest input run takes by
+// default.
+const maxEconomyWorkers = 2000
 
 // TaskRun says how RunTask works one task and reports on it.
 type TaskRun struct {
@@ -163,8 +172,15 @@ func (e *Engine) RunTask(ctx context.Context, task store.Task, r TaskRun) error 
 			r.Tick()
 		}
 	}
+	workers := r.Workers
+	if task.Mode.Batched() {
+		// Every batch of the task waits for its provider batches at once,
+		// without a row slot: one worker each, so that all its rows go
+		// into the first provider batches.
+		workers = max(workers, min(task.BatchesTotal, maxEconomyWorkers))
+	}
 	work := Start(ctx, e.Data.Store, e.Queue, e.Generator, WorkConfig{
-		Workers: r.Workers, Visibility: QueueVisibility, SweepAfter: r.SweepAfter, TaskID: task.ID, Exports: e.Signal, Logger: e.logger,
+		Workers: workers, Visibility: QueueVisibility, SweepAfter: r.SweepAfter, TaskID: task.ID, Exports: e.Signal, Logger: e.logger,
 	})
 	defer work.Stop()
 	ticker := time.NewTicker(500 * time.Millisecond)

@@ -58,9 +58,20 @@ type BatchResult struct {
 // and nothing was billed for it.
 const ClassBatchUnfinished ErrorClass = "batch_unfinished"
 
+// BatchLimits are the most one provider batch may hold: a caller splits
+// larger work into several.
+type BatchLimits struct {
+	// Lines is the most requests of one batch; Bytes the most bytes of its
+	// requests as sent.
+	Lines int
+	Bytes int64
+}
+
 // BatchProvider runs provider batches. Implementations are adapters of
 // providers that sell them.
 type BatchProvider interface {
+	// BatchLimits are the provider's limits of one batch.
+	BatchLimits() BatchLimits
 	// SubmitBatch sends lines as one batch and returns its id.
 	SubmitBatch(ctx context.Context, lines []BatchLine) (string, error)
 	// BatchStatus reports batch id.

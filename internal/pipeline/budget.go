@@ -178,14 +178,18 @@ func (b *budget) price(label, model string) (pricing.Price, error) {
 		return pricing.Price{}, &BudgetError{TaskID: b.taskID, MaxCost: b.maxCost(), Unpriced: "this runtime cannot hold a task to a cap yet (it has no price table)"}
 	}
 	var keys []string
-	if label != "" {
-		keys = append(keys, label)
-		if _, m, ok := strings.Cut(label, "/"); ok {
+	base, batch := strings.CutSuffix(label, pricing.BatchSuffix)
+	if base != "" {
+		keys = append(keys, base)
+		if _, m, ok := strings.Cut(base, "/"); ok {
 			keys = append(keys, m)
 		}
 	}
 	keys = append(keys, model, b.spec.Provider+"/"+b.spec.Model, b.spec.Model, b.spec.Provider)
 	p, ok := b.prices.Lookup(keys...)
+	if ok && batch {
+		p = p.Batch()
+	}
 	if !ok {
 		who := model
 		if label != "" {

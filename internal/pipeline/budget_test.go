@@ -65,7 +65,7 @@ func TestMaxCostStopsTheTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	const capUSD = 10.0
-	if _, err := e.store.SetMaxCost(ctx, p.TaskID, capUSD); err != nil {
+	if _, err := e.store.SetTerms(ctx, p.TaskID, store.Terms{MaxCost: capUSD}); err != nil {
 		t.Fatal(err)
 	}
 	spent := func() (float64, int) {
@@ -117,7 +117,7 @@ func TestMaxCostStopsTheTask(t *testing.T) {
 	}
 
 	// A higher cap: the retry runs the rest, and only the rest.
-	if _, err := e.store.SetMaxCost(ctx, p.TaskID, 1000); err != nil {
+	if _, err := e.store.SetTerms(ctx, p.TaskID, store.Terms{MaxCost: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := (pipeline.Retrier{Store: e.store, Queue: e.queue, OwnsWorkers: true}).Retry(ctx, pipeline.RetryParams{TaskID: p.TaskID, Now: time.Now()}); err != nil {
@@ -147,7 +147,7 @@ func TestMaxCostWithoutPrices(t *testing.T) {
 	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 2})
 	p := e.splitProducts("unpriced", "{{id}} {{name}}", 20, 10)
 	ctx := context.Background()
-	if _, err := e.store.SetMaxCost(ctx, p.TaskID, 5); err != nil {
+	if _, err := e.store.SetTerms(ctx, p.TaskID, store.Terms{MaxCost: 5}); err != nil {
 		t.Fatal(err)
 	}
 	stopped := e.runToCompletion(ctx, p.TaskID)

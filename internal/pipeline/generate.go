@@ -246,6 +246,8 @@ type GeneratorConfig struct {
 	// others. Defaults to 200 milliseconds. FlushAtOnce writes each result
 	// as soon as no other write of its batch is in progress.
 	FlushInterval time.Duration
+	// Economy tunes the provider batches of economy and auto tasks.
+	Economy EconomyConfig
 }
 
 // FlushAtOnce is the GeneratorConfig.FlushInterval of a store whose writes
@@ -276,6 +278,7 @@ func (c GeneratorConfig) withDefaults() GeneratorConfig {
 	c.ErrorDelay = cmp.Or(c.ErrorDelay, DefaultErrorDelay)
 	c.FlushRows = min(cmp.Or(c.FlushRows, 10), store.MaxSaveRows)
 	c.FlushInterval = cmp.Or(c.FlushInterval, 200*time.Millisecond)
+	c.Economy = c.Economy.withDefaults(c.Concurrency)
 	return c
 }
 
@@ -326,6 +329,8 @@ type Generator struct {
 	budgets *budgets
 	// answers share one call among the rows that ask the same question.
 	answers answers
+	// lanes send the calls of economy tasks to provider batches.
+	lanes lanes
 }
 
 // NewGenerator returns a Generator that claims batches in st, calls
@@ -347,8 +352,9 @@ func NewGenerator(st store.Store, provider llm.Provider, exports ExportStarter, 
 	case !ok && err == nil:
 		// A lone route: the provider's own answer says who answered (or
 		// the task does).
+		bp, _ := provider.(llm.BatchProvider)
 		router = NewRouter(RouterConfig{
-			Routes: []Route{{Name: singleRoute, Provider: provider, Limiter: cfg.Limiter, Timeout: cfg.CallTimeout}},
+			Routes: []Route{{Name: singleRoute, Provider: provider, Batch: bp, Limiter: cfg.Limiter, Timeout: cfg.CallTimeout}},
 			Logger: cfg.Logger,
 		})
 	}
@@ -675,20 +681,27 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 				outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 			}
 		}
-		if !g.slots.acquire(startCtx, task.Owner) {
+		// A row of an economy task waits hours for its provider batch
+		// without a slot: it takes one only if it goes online (g.call).
+		slotted := !task.Mode.Batched()
+		if slotted && !g.slots.acquire(startCtx, task.Owner) {
 			abort()
 			return
 		}
 		if stopNow() || startCtx.Err() != nil {
 			// Both were ready: a cancel learnt meanwhile wins.
-			g.slots.release()
+			if slotted {
+				g.slots.release()
+			}
 			abort()
 			return
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer g.slots.release()
+			if slotted {
+				defer g.slots.release()
+			}
 			defer func() {
 				// A panic in a provider or in this code is a bug; it must
 				// not kill the worker process and every other batch with
@@ -1004,7 +1017,7 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 		if !mayStart() {
 			return rowOutcome{result: g.pendingResult(prior, attempts, last), aborted: true}
 		}
-		resp, err := g.router.route(ctx, startCtx, mayStart, req, spend)
+		resp, err := g.call(ctx, startCtx, mayStart, task, req, spend)
 		if errors.Is(err, errNotStarted) {
 			// Stopped before any call: while waiting for the quota (a
 			// token taken just as the time came is left unused: a call

@@ -52,8 +52,8 @@ type Upload struct {
 	Owner string
 	// Encoding names the text encoding of a CSV input; empty detects it.
 	Encoding string
-	// MaxCost is the task's spending cap; 0 for none.
-	MaxCost float64
+	// Terms are the task's cap, mode and deadline.
+	Terms store.Terms
 }
 
 // UploadRecords finds the records of inputs uploaded through the API.
@@ -220,9 +220,9 @@ type input struct {
 	owner string
 	// encoding is the CSV encoding asked for; empty detects it.
 	encoding string
-	// maxCost is the task's spending cap (an upload's, or the settings
-	// sidecar's max_cost_usd); 0 for none.
-	maxCost float64
+	// terms are the task's cap, mode and deadline (an upload's, or the
+	// settings sidecar's).
+	terms store.Terms
 	// upload is true when an API upload record supplied the spec.
 	upload bool
 	// sidecar is the template of the input's sidecar prompt file; empty
@@ -330,7 +330,7 @@ func (in *Intake) accept(ctx context.Context, key, version string) (IntakeResult
 	if src.columnsErr != nil {
 		return in.reject(ctx, src, fmt.Sprintf("%s: %v", src.display, src.columnsErr))
 	}
-	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Owner: src.owner, Spec: src.spec, Encoding: src.encoding, MaxCost: src.maxCost, Limits: limits,
+	params := SplitParams{TaskID: src.taskID, Path: file, Source: src.source, Owner: src.owner, Spec: src.spec, Encoding: src.encoding, Terms: src.terms, Limits: limits,
 		Spool: true, TempDir: in.cfg.TempDir, DefaultColumns: in.cfg.DefaultSpec.Columns}
 	if len(src.columns) > 0 {
 		params.DefaultColumns = src.columns
@@ -393,7 +393,7 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 		up, err := in.cfg.Uploads.LookupUpload(ctx, id)
 		switch {
 		case err == nil:
-			return input{key: key, taskID: id, spec: up.Spec, source: up.Filename, display: up.Filename, owner: up.Owner, encoding: up.Encoding, maxCost: up.MaxCost, upload: true}, nil
+			return input{key: key, taskID: id, spec: up.Spec, source: up.Filename, display: up.Filename, owner: up.Owner, encoding: up.Encoding, terms: up.Terms, upload: true}, nil
 		case !errors.Is(err, blob.ErrNotFound):
 			return input{}, fmt.Errorf("split %s: %w", key, err)
 		}
@@ -471,7 +471,7 @@ func applySettings(src *input, text string) error {
 		if err := CheckMaxCost("max_cost_usd", *s.MaxCostUSD); err != nil {
 			return err
 		}
-		src.maxCost = *s.MaxCostUSD
+		src.terms.MaxCost = *s.MaxCostUSD
 	}
 	if s.RowsPerCall != nil {
 		if err := checkRowsPerCall(*s.RowsPerCall); err != nil {

@@ -91,7 +91,7 @@ func (g *Generator) generatePack(ctx, startCtx context.Context, mayStart func() 
 		if !mayStart() {
 			return g.afterPackCalls(task, rows, calls, last, true)
 		}
-		r, err := g.router.route(ctx, startCtx, mayStart, req, spend)
+		r, err := g.call(ctx, startCtx, mayStart, task, req, spend)
 		if errors.Is(err, errNotStarted) {
 			var over *BudgetError
 			errors.As(err, &over)

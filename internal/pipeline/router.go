@@ -38,6 +38,9 @@ type Route struct {
 	Name string
 	// Provider makes the calls. Required.
 	Provider llm.Provider
+	// Batch, when non-nil, is the same provider's batch API, which the
+	// rows of economy tasks go to (economy.go).
+	Batch llm.BatchProvider
 	// Model, when set, replaces the request's model for this route. A
 	// Router of one route ignores it: that route calls the task's model.
 	Model string

@@ -86,10 +86,10 @@ type SplitParams struct {
 	// Owner is the principal the task belongs to (see store.Task.Owner);
 	// the CLI passes LocalOwner.
 	Owner string
-	// MaxCost is the task's spending cap (store.Task.MaxCost); 0 for none.
-	// It is the new task's from its first batch on: no worker runs a row of
-	// it uncapped.
-	MaxCost float64
+	// Terms are the new task's (its spending cap, mode and deadline) from
+	// its first batch on: no worker runs a row of it uncapped, or online
+	// when it is to wait for the provider's batch API.
+	Terms store.Terms
 	// Spec is what to run. An empty Spec.Prompt takes the workbook's
 	// "prompt" sheet (cell A1); with neither, the input is rejected.
 	Spec store.TaskSpec
@@ -342,7 +342,7 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		Delimiter:    summary.Delimiter,
 		Header:       summary.Header,
 		Rerun:        v.Rerun,
-		MaxCost:      p.MaxCost,
+		Terms:        p.Terms,
 		RowsTotal:    summary.Rows,
 		BatchesTotal: batches,
 		CreatedAt:    now,

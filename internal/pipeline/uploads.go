@@ -26,8 +26,9 @@ type UploadRecord struct {
 	// Size is the declared length of a sheet still to be uploaded.
 	Size     int64  `json:"size,omitempty"`
 	Encoding string `json:"encoding,omitempty"`
-	// MaxCost is the task's spending cap (store.Task.MaxCost); 0 for none.
-	MaxCost   float64   `json:"max_cost,omitempty"`
+	// Terms are the task's cap, mode and deadline (store.Task.Terms);
+	// absent for none.
+	store.Terms
 	CreatedAt time.Time `json:"created_at"`
 	// Uploaded is set once the API has stored the sheet.
 	Uploaded bool `json:"uploaded,omitempty"`
@@ -80,5 +81,5 @@ func (u BlobUploads) LookupUpload(ctx context.Context, taskID string) (Upload, e
 	if err != nil {
 		return Upload{}, err
 	}
-	return Upload{Spec: rec.Spec, Filename: rec.Filename, Owner: rec.Owner, Encoding: rec.Encoding, MaxCost: rec.MaxCost}, nil
+	return Upload{Spec: rec.Spec, Filename: rec.Filename, Owner: rec.Owner, Encoding: rec.Encoding, Terms: rec.Terms}, nil
 }

@@ -34,6 +34,37 @@ type Price struct {
 	// cache; 0 means the provider has no such price and InputPerMTok
 	// applies.
 	CachedInputPerMTok float64 `yaml:"cached_input_per_mtok"`
+	// BatchInputPerMTok and BatchOutputPerMTok price tokens answered
+	// through the provider's batch API; 0 means half the online price,
+	// which is what OpenAI, Anthropic, Bedrock and Google all charge.
+	BatchInputPerMTok  float64 `yaml:"batch_input_per_mtok"`
+	BatchOutputPerMTok float64 `yaml:"batch_output_per_mtok"`
+}
+
+// BatchSuffix ends the provider label of a row answered through the
+// provider's batch API ("openai/gpt-4o-mini (batch)"): the label the row's
+// provider column shows and its tokens are summed under, priced at the
+// batch price of the label before it.
+const BatchSuffix = " (batch)"
+
+// BatchLabel is the label of rows that label's provider answered through
+// its batch API.
+func BatchLabel(label string) string { return label + BatchSuffix }
+
+// Batch is the price of tokens answered through the provider's batch API:
+// the table's batch prices, or half the online ones.
+func (p Price) Batch() Price {
+	b := Price{InputPerMTok: p.InputPerMTok / 2, OutputPerMTok: p.OutputPerMTok / 2, CachedInputPerMTok: p.CachedInputPerMTok / 2}
+	if p.BatchInputPerMTok > 0 {
+		b.InputPerMTok = p.BatchInputPerMTok
+		if p.CachedInputPerMTok == 0 {
+			b.CachedInputPerMTok = 0
+		}
+	}
+	if p.BatchOutputPerMTok > 0 {
+		b.OutputPerMTok = p.BatchOutputPerMTok
+	}
+	return b
 }
 
 // Cost is what u costs at p.
@@ -49,7 +80,7 @@ func (p Price) Cost(u store.Usage) float64 {
 }
 
 func (p Price) validate() error {
-	for _, v := range []float64{p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok} {
+	for _, v := range []float64{p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok, p.BatchInputPerMTok, p.BatchOutputPerMTok} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 			return fmt.Errorf("price %v: must be a finite number >= 0", v)
 		}
@@ -147,19 +178,30 @@ type Estimate struct {
 	Cost float64
 	// Known is false when no price matches the task's provider or model.
 	Known bool
+	// Saved is what the rows answered through the provider's batch API
+	// would have cost more online.
+	Saved float64
 }
 
 // String is the cost for people: "$0.0123", with six decimals below a
 // cent so that a small job does not read as free ("$0.000040"), or
-// "unknown" without a price.
+// "unknown" without a price; then what the batch API saved, if anything.
 func (e Estimate) String() string {
 	if !e.Known {
 		return "unknown"
 	}
-	if e.Cost < 0.01 {
-		return fmt.Sprintf("$%.6f", e.Cost)
+	out := money(e.Cost)
+	if e.Saved > 0 {
+		out += ", " + money(e.Saved) + " less than online through the batch API"
 	}
-	return fmt.Sprintf("$%.4f", e.Cost)
+	return out
+}
+
+func money(v float64) string {
+	if v < 0.01 {
+		return fmt.Sprintf("$%.6f", v)
+	}
+	return fmt.Sprintf("$%.4f", v)
 }
 
 // Task estimates what task cost so far, the one way every reader prices a
@@ -182,18 +224,25 @@ func (t *Table) Task(task store.Task) Estimate {
 		if u == (store.Usage{}) {
 			continue
 		}
-		keys := []string{label}
-		if _, model, ok := strings.Cut(label, "/"); ok {
+		base, batch := strings.CutSuffix(label, BatchSuffix)
+		keys := []string{base}
+		if _, model, ok := strings.Cut(base, "/"); ok {
 			keys = append(keys, model)
 		}
-		if label == "" || label == spec.Provider || label == spec.Provider+"/"+spec.Model {
+		if base == "" || base == spec.Provider || base == spec.Provider+"/"+spec.Model {
 			keys = append(keys, spec.Provider, spec.Model) // the task's own provider
 		}
 		p, ok := t.Lookup(keys...)
 		if !ok {
 			return Estimate{}
 		}
-		e.Cost += p.Cost(u)
+		if !batch {
+			e.Cost += p.Cost(u)
+			continue
+		}
+		online, cost := p.Cost(u), p.Batch().Cost(u)
+		e.Cost += cost
+		e.Saved += online - cost
 	}
 	// A task without a split needs its provider's price even at zero
 	// tokens: an unpriced model shows unknown, not free.

@@ -229,3 +229,45 @@ func TestTaskByProvider(t *testing.T) {
 		t.Errorf("Task with its whole split priced = %+v, want $1 whatever the task's provider", got)
 	}
 }
+
+// TestBatchPrice: tokens answered through a batch API cost the table's
+// batch prices, or half the online ones; a task's estimate prices its
+// batch-labelled tokens so and shows what they saved against online.
+func TestBatchPrice(t *testing.T) {
+	t.Parallel()
+	u := store.Usage{InputTokens: 1_000_000, OutputTokens: 2_000_000, CachedInputTokens: 400_000}
+	tests := []struct {
+		name  string
+		price Price
+		want  float64
+	}{
+		{"half by default", Price{InputPerMTok: 2, OutputPerMTok: 8, CachedInputPerMTok: 1}, (0.6*1 + 0.4*0.5 + 2*4)},
+		{"the table's batch prices", Price{InputPerMTok: 2, OutputPerMTok: 8, CachedInputPerMTok: 1, BatchInputPerMTok: 1.5, BatchOutputPerMTok: 5}, (0.6*1.5 + 0.4*0.5 + 2*5)},
+		{"a batch input price without a cached one", Price{InputPerMTok: 2, OutputPerMTok: 8, BatchInputPerMTok: 1.5}, (1*1.5 + 2*4)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.price.Batch().Cost(u); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("batch cost %v, want %v", got, tc.want)
+			}
+		})
+	}
+	table := Default().With(map[string]Price{"gpt-x": {InputPerMTok: 2, OutputPerMTok: 8}})
+	task := store.Task{Spec: store.TaskSpec{Provider: "openai", Model: "gpt-x"}, UsageByProvider: map[string]store.Usage{
+		"openai/gpt-x":             {InputTokens: 1_000_000, OutputTokens: 1_000_000},
+		BatchLabel("openai/gpt-x"): {InputTokens: 2_000_000, OutputTokens: 1_000_000},
+	}}
+	e := table.Task(task)
+	if want := (2.0 + 8) + (2*1.0 + 4); !e.Known || math.Abs(e.Cost-want) > 1e-9 {
+		t.Errorf("estimate %+v, want cost %v", e, want)
+	}
+	if want := 2*1.0 + 4; math.Abs(e.Saved-want) > 1e-9 {
+		t.Errorf("saved %v, want %v", e.Saved, want)
+	}
+	if got, want := e.String(), "$16.0000, $6.0000 less than online through the batch API"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if _, err := Parse("t", []byte("models:\n  m: {input_per_mtok: 1, output_per_mtok: 1, batch_output_per_mtok: -1}\n")); err == nil {
+		t.Error("a negative batch price was taken")
+	}
+}

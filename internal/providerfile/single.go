@@ -225,3 +225,20 @@ func (f *File) RPM() int {
 	}
 	return n
 }
+
+// onlineSecondsPerCall is how long one online call is taken to last when
+// estimating a pace from concurrency alone: a generous figure for a
+// completion of a few hundred tokens.
+const onlineSecondsPerCall = 2.0
+
+// OnlineRate is how many rows a second f's providers answer online at
+// most: their concurrency at onlineSecondsPerCall a call, and no faster
+// than their rpm when every provider has one. An auto task cuts over to
+// online when its waiting rows would need the time left at this pace.
+func (f *File) OnlineRate() float64 {
+	rate := float64(f.Concurrency()) / onlineSecondsPerCall
+	if rpm := f.RPM(); rpm > 0 {
+		rate = min(rate, float64(rpm)/60)
+	}
+	return rate
+}

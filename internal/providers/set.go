@@ -130,6 +130,9 @@ func Build(f *providerfile.File, cfg Config) (*Set, error) {
 		if jm, ok := lp.(jsonModer); ok {
 			set.shapes[p.Name] = jm
 		}
+		// The batch API is the adapter's own: a wrapper counts online
+		// calls.
+		bp, _ := lp.(llm.BatchProvider)
 		if cfg.Wrap != nil {
 			lp = cfg.Wrap(p, lp)
 		}
@@ -139,7 +142,7 @@ func Build(f *providerfile.File, cfg Config) (*Set, error) {
 			set.shared = append(set.shared, shared)
 		}
 		rc.Routes = append(rc.Routes, pipeline.Route{
-			Name: p.Name, Provider: lp, Model: p.Model, Limiter: limiter,
+			Name: p.Name, Provider: lp, Batch: bp, Model: p.Model, Limiter: limiter,
 			Concurrency: p.Concurrency, Timeout: p.Timeout, Weight: *p.Weight,
 		})
 	}

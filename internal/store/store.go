@@ -85,6 +85,81 @@ type TaskSpec struct {
 	RowsPerCall int `json:"rows_per_call,omitempty"`
 }
 
+// Terms are how a task may be run, apart from what it asks (its spec):
+// what it may spend, whether its rows go to the provider's batch API, and
+// by when it must be done. They change without changing the task.
+type Terms struct {
+	// MaxCost caps what the task may spend on model calls, in the price
+	// table's currency (USD); 0 for no cap.
+	MaxCost float64 `json:"max_cost,omitempty"`
+	// Mode says how the rows are called: online (the default), economy
+	// (the provider's batch API, at about half price, within hours) or
+	// auto (economy until the Deadline needs the rest online).
+	Mode Mode `json:"mode,omitempty"`
+	// Deadline is when an auto task must be done; zero for none.
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// Mode is how a task's rows are called (Terms.Mode).
+type Mode string
+
+// Modes.
+const (
+	// ModeOnline calls the model row by row under the quota: the default.
+	ModeOnline Mode = ""
+	// ModeEconomy sends the rows to the provider's batch API: about half
+	// the price, answers within the provider's window (up to 24 hours).
+	// Retryable failures go into the next batch.
+	ModeEconomy Mode = "economy"
+	// ModeAuto is economy until the deadline leaves just the time the
+	// unanswered rows need online; then the provider's batches are
+	// cancelled, every answer they returned is kept, and the rest is
+	// called online.
+	ModeAuto Mode = "auto"
+)
+
+// ParseMode reads a mode as people and requests name it: online (or ""),
+// economy or auto, in any letter case.
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "online":
+		return ModeOnline, nil
+	case "economy":
+		return ModeEconomy, nil
+	case "auto":
+		return ModeAuto, nil
+	}
+	return "", fmt.Errorf("mode %q: use online, economy or auto", s)
+}
+
+// String is the mode as people name it.
+func (m Mode) String() string {
+	if m == ModeOnline {
+		return "online"
+	}
+	return string(m)
+}
+
+// Batched reports whether the mode sends rows to the provider's batch API
+// (at first, for auto).
+func (m Mode) Batched() bool { return m == ModeEconomy || m == ModeAuto }
+
+// UpdateTerms changes some of a task's terms and keeps the rest: it reads
+// the task, applies change to its terms and writes them back (SetTerms)
+// when they changed. It returns the task as it is afterwards.
+func UpdateTerms(ctx context.Context, s Store, taskID string, change func(*Terms)) (Task, error) {
+	t, err := s.GetTask(ctx, taskID)
+	if err != nil {
+		return t, err
+	}
+	terms := t.Terms
+	change(&terms)
+	if terms.MaxCost == t.MaxCost && terms.Mode == t.Mode && terms.Deadline.Equal(t.Deadline) {
+		return t, nil
+	}
+	return s.SetTerms(ctx, taskID, terms)
+}
+
 // ResultFormat is the kind of file a task's result is.
 type ResultFormat string
 
@@ -206,11 +281,11 @@ type Task struct {
 	// (then its sum falls short of Usage: see UsageUnattributed).
 	UsageByProvider map[string]Usage
 
-	// MaxCost caps what the task may spend on model calls, in the price
-	// table's currency (USD); 0 for no cap. It is not part of the spec (nor
-	// of the task's id): a task stopped at its cap is the same task when it
-	// is run again with a higher one (SetMaxCost).
-	MaxCost float64
+	// Terms are how the task may be run: its spending cap, its mode and
+	// its deadline. They are not part of the spec (nor of the task's id):
+	// a task stopped at its cap, or run online after waiting in economy,
+	// is the same task with new terms (SetTerms).
+	Terms
 
 	// ResultKey is the blob key of the exported result, once exported.
 	ResultKey string
@@ -672,10 +747,10 @@ type Store interface {
 	// returns the updated task. Idempotent callers treat ErrConflict by
 	// re-reading the task.
 	TransitionTask(ctx context.Context, p TransitionTaskParams) (Task, error)
-	// SetMaxCost sets a task's spending cap (Task.MaxCost; 0 removes it),
-	// whatever its state, and returns the updated task; ErrNotFound for an
-	// unknown task.
-	SetMaxCost(ctx context.Context, taskID string, maxCost float64) (Task, error)
+	// SetTerms replaces a task's terms (its cap, mode and deadline; zero
+	// values remove them), whatever its state, and returns the updated
+	// task; ErrNotFound for an unknown task.
+	SetTerms(ctx context.Context, taskID string, terms Terms) (Task, error)
 
 	// PutRows stores input rows. Rows that already exist are left unchanged,
 	// so a resumed split never overwrites a result. A row whose State is
@@ -750,6 +825,7 @@ func SameCreate(stored, t Task) bool {
 			x.State = TaskPending
 		}
 		x.CreatedAt, x.UpdatedAt, x.FinishedAt = toMillis(x.CreatedAt), toMillis(x.UpdatedAt), toMillis(x.FinishedAt)
+		x.Deadline = toMillis(x.Deadline)
 		if len(x.Header) == 0 {
 			x.Header = nil
 		}

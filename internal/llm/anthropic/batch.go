@@ -24,6 +24,11 @@ const (
 
 var _ llm.BatchProvider = (*Provider)(nil)
 
+// BatchLimits implements llm.BatchProvider.
+func (p *Provider) BatchLimits() llm.BatchLimits {
+	return llm.BatchLimits{Lines: MaxBatchRequests, Bytes: MaxBatchBytes}
+}
+
 // SubmitBatch sends lines as one Message Batch.
 func (p *Provider) SubmitBatch(ctx context.Context, lines []llm.BatchLine) (string, error) {
 	if len(lines) == 0 || len(lines) > MaxBatchRequests {

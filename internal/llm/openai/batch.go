@@ -26,6 +26,11 @@ const (
 
 var _ llm.BatchProvider = (*Provider)(nil)
 
+// BatchLimits implements llm.BatchProvider.
+func (p *Provider) BatchLimits() llm.BatchLimits {
+	return llm.BatchLimits{Lines: MaxBatchLines, Bytes: MaxBatchBytes}
+}
+
 // SubmitBatch uploads lines as a JSONL file and starts a batch over it,
 // with the 24-hour completion window OpenAI sells.
 func (p *Provider) SubmitBatch(ctx context.Context, lines []llm.BatchLine) (string, error) {

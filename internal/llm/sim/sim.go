@@ -41,12 +41,17 @@ type Config struct {
 	// call of a prompt) without a fake provider of their own. call is the
 	// 1-based number of this call across the Provider's lifetime.
 	Fault func(req llm.Request, call int64) error
+	// BatchDelay is how long a batch takes (batch.go); 0 means
+	// DefaultBatchDelay.
+	BatchDelay time.Duration
 }
 
 // Provider is the simulator. It is safe for concurrent use.
 type Provider struct {
-	cfg   Config
-	calls atomic.Int64
+	cfg        Config
+	calls      atomic.Int64
+	batches    batches
+	batchLines atomic.Int64
 }
 
 var _ llm.Provider = (*Provider)(nil)

@@ -36,6 +36,8 @@ const (
 	attrError          = "error"
 	attrResultKey      = "result_key"
 	attrMaxCost        = "max_cost"
+	attrMode           = "mode"
+	attrDeadline       = "deadline"
 	attrExpiresAt      = "expires_at"
 	attrListPK         = "list_pk"
 	// attrTaskOwner and attrOwnerSK put a task in the tasks-by-owner
@@ -104,6 +106,10 @@ type taskItem struct {
 	ExportGen     int      `dynamodbav:"export_gen,omitempty"`
 	// MaxCost is store.Task.MaxCost; absent for none.
 	MaxCost float64 `dynamodbav:"max_cost,omitempty"`
+	// Mode and Deadline are store.Task.Mode and Deadline (RFC 3339);
+	// absent for online and none.
+	Mode     string `dynamodbav:"mode,omitempty"`
+	Deadline string `dynamodbav:"deadline,omitempty"`
 	// Token sums of the task's finished batches.
 	InputTokens       int64 `dynamodbav:"input_tokens,omitempty"`
 	OutputTokens      int64 `dynamodbav:"output_tokens,omitempty"`
@@ -242,6 +248,8 @@ func taskToItem(t store.Task) (taskItem, error) {
 		Error:             t.Error,
 		ExportGen:         t.ExportGen,
 		MaxCost:           t.MaxCost,
+		Mode:              string(t.Mode),
+		Deadline:          encodeTime(t.Deadline),
 		InputTokens:       t.Usage.InputTokens,
 		OutputTokens:      t.Usage.OutputTokens,
 		CachedInputTokens: t.Usage.CachedInputTokens,
@@ -350,13 +358,18 @@ func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 		ResultKey:     it.ResultKey,
 		Error:         it.Error,
 		ExportGen:     it.ExportGen,
-		MaxCost:       it.MaxCost,
 		Owner:         it.Owner,
 		Usage:         store.Usage{InputTokens: it.InputTokens, OutputTokens: it.OutputTokens, CachedInputTokens: it.CachedInputTokens},
 	}
 	if err := json.Unmarshal([]byte(it.Spec), &t.Spec); err != nil {
 		return store.Task{}, fmt.Errorf("decode spec of task %s: %w", it.ID, err)
 	}
+	t.Terms = store.Terms{MaxCost: it.MaxCost, Mode: store.Mode(it.Mode)}
+	deadline, derr := decodeTime(it.Deadline)
+	if derr != nil {
+		return store.Task{}, fmt.Errorf("decode deadline of task %s: %w", it.ID, derr)
+	}
+	t.Deadline = deadline
 	if it.Rerun != "" {
 		if err := json.Unmarshal([]byte(it.Rerun), &t.Rerun); err != nil {
 			return store.Task{}, fmt.Errorf("decode rerun counts of task %s: %w", it.ID, err)

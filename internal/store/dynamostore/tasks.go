@@ -299,12 +299,14 @@ func (s *Store) requireTasks(ctx context.Context, ids []string) (map[string]int6
 	return horizons, nil
 }
 
-// SetMaxCost implements store.Store.
-func (s *Store) SetMaxCost(ctx context.Context, taskID string, maxCost float64) (store.Task, error) {
-	what := fmt.Sprintf("set max cost of task %s", taskID)
+// SetTerms implements store.Store.
+func (s *Store) SetTerms(ctx context.Context, taskID string, terms store.Terms) (store.Task, error) {
+	what := fmt.Sprintf("set terms of task %s", taskID)
 	e := newExpr()
 	u := &update{e: e}
-	u.setFOrRemove(attrMaxCost, maxCost)
+	u.setFOrRemove(attrMaxCost, terms.MaxCost)
+	u.setOrRemove(attrMode, string(terms.Mode))
+	u.setOrRemove(attrDeadline, encodeTime(terms.Deadline))
 	updated, err := s.updateIf(ctx, key(taskPK(taskID), taskSK), "attribute_exists("+e.n(attrPK)+")", u, true)
 	if _, ok := conditionFailed(err); ok {
 		return store.Task{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)

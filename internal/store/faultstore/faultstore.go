@@ -112,12 +112,12 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 	return s.inner.TransitionTask(ctx, p)
 }
 
-// SetMaxCost implements store.Store.
-func (s *Store) SetMaxCost(ctx context.Context, taskID string, maxCost float64) (store.Task, error) {
-	if err := s.fault("SetMaxCost"); err != nil {
+// SetTerms implements store.Store.
+func (s *Store) SetTerms(ctx context.Context, taskID string, terms store.Terms) (store.Task, error) {
+	if err := s.fault("SetTerms"); err != nil {
 		return store.Task{}, err
 	}
-	return s.inner.SetMaxCost(ctx, taskID, maxCost)
+	return s.inner.SetTerms(ctx, taskID, terms)
 }
 
 // PutRows implements store.Store.

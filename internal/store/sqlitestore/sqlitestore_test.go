@@ -240,6 +240,8 @@ func TestMigrationSplitsUsageByProvider(t *testing.T) {
 		`ALTER TABLE batches DROP COLUMN saved_failed`,
 		`ALTER TABLE batches DROP COLUMN saved_skipped`,
 		`ALTER TABLE tasks DROP COLUMN max_cost`,
+		`ALTER TABLE tasks DROP COLUMN mode`,
+		`ALTER TABLE tasks DROP COLUMN deadline`,
 		`UPDATE schema_version SET version = 7 WHERE component = 'sqlitestore'`,
 	} {
 		if _, err := s.DB().Exec(q); err != nil {

@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/batchgen/batchgen/internal/store"
 )
 
 const taskColumns = `id, state, spec, source, sheet, header, rows_total, batches_total, batches_done,
 	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding, export_gen, owner,
-	input_tokens, output_tokens, cached_input_tokens, usage_by_provider, delimiter, rerun, max_cost`
+	input_tokens, output_tokens, cached_input_tokens, usage_by_provider, delimiter, rerun, max_cost, mode, deadline`
 
 // providerUsage is one provider's sums in the tasks.usage_by_provider JSON
 // object; the names are the ones the SQL that maintains it uses.
@@ -61,11 +62,12 @@ func scanTask(sc scanner) (store.Task, error) {
 		t                          store.Task
 		spec, header, usage, rerun string
 		created, updated, finished sql.NullInt64
+		deadline                   int64
 	)
 	err := sc.Scan(&t.ID, &t.State, &spec, &t.Source, &t.Sheet, &header, &t.RowsTotal, &t.BatchesTotal,
 		&t.BatchesDone, &t.RowsSucceeded, &t.RowsFailed, &t.RowsSkipped, &t.ResultKey, &t.Error,
 		&created, &updated, &finished, &t.Encoding, &t.ExportGen, &t.Owner,
-		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage, &t.Delimiter, &rerun, &t.MaxCost)
+		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage, &t.Delimiter, &rerun, &t.MaxCost, &t.Mode, &deadline)
 	if err != nil {
 		return store.Task{}, err
 	}
@@ -84,6 +86,7 @@ func scanTask(sc scanner) (store.Task, error) {
 		}
 	}
 	t.CreatedAt, t.UpdatedAt, t.FinishedAt = fromMillis(created), fromMillis(updated), fromMillis(finished)
+	t.Deadline = fromMillis(sql.NullInt64{Int64: deadline, Valid: deadline != 0})
 	return t, nil
 }
 
@@ -117,12 +120,12 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 		rerun = string(b)
 	}
 	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
 		t.BatchesDone, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped, t.ResultKey, t.Error,
 		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding, t.ExportGen, t.Owner,
-		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage, t.Delimiter, rerun, t.MaxCost)
+		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage, t.Delimiter, rerun, t.MaxCost, t.Mode, deadlineMillis(t.Deadline))
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
@@ -137,16 +140,25 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 	return nil
 }
 
-// SetMaxCost implements store.Store.
-func (s *Store) SetMaxCost(ctx context.Context, taskID string, maxCost float64) (store.Task, error) {
-	t, err := scanTask(s.write.QueryRowContext(ctx, `UPDATE tasks SET max_cost = ? WHERE id = ? RETURNING `+taskColumns, maxCost, taskID))
+// SetTerms implements store.Store.
+func (s *Store) SetTerms(ctx context.Context, taskID string, terms store.Terms) (store.Task, error) {
+	t, err := scanTask(s.write.QueryRowContext(ctx, `UPDATE tasks SET max_cost = ?, mode = ?, deadline = ? WHERE id = ? RETURNING `+taskColumns,
+		terms.MaxCost, terms.Mode, deadlineMillis(terms.Deadline), taskID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Task{}, fmt.Errorf("set max cost of task %s: %w", taskID, store.ErrNotFound)
+		return store.Task{}, fmt.Errorf("set terms of task %s: %w", taskID, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Task{}, fmt.Errorf("set max cost of task %s: %w", taskID, err)
+		return store.Task{}, fmt.Errorf("set terms of task %s: %w", taskID, err)
 	}
 	return t, nil
+}
+
+// deadlineMillis is a deadline as its column keeps it: 0 for none.
+func deadlineMillis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
 
 // GetTask returns the task or ErrNotFound.

@@ -69,7 +69,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"TaskRoundTrip", testTaskRoundTrip},
 		{"CreateTaskConflict", testCreateTaskConflict},
 		{"GetTaskNotFound", testGetTaskNotFound},
-		{"SetMaxCost", testSetMaxCost},
+		{"SetTerms", testSetTerms},
 		{"TransitionTaskRecount", testTransitionTaskRecount},
 		{"ListTasks", testListTasks},
 		{"ListTasksByOwner", testListTasksByOwner},
@@ -340,27 +340,33 @@ func testGetTaskNotFound(t *testing.T, s store.Store) {
 	wantErr(t, err, store.ErrNotFound, "get unknown task")
 }
 
-// testSetMaxCost: a task's cap is kept from its create, changed in any
-// state, removed with 0, and refused for an unknown task.
-func testSetMaxCost(t *testing.T, s store.Store) {
+// testSetTerms: a task's terms (cap, mode, deadline) are kept from its
+// create, replaced together in any state, removed with zero values, and
+// refused for an unknown task.
+func testSetTerms(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	task := sampleTask()
-	task.MaxCost = 1.25
+	deadline := time.Date(2026, 12, 3, 9, 30, 0, 0, time.UTC)
+	task.Terms = store.Terms{MaxCost: 1.25, Mode: store.ModeAuto, Deadline: deadline}
 	noErr(t, s.CreateTask(ctx, task), "create task")
 	got, err := s.GetTask(ctx, task.ID)
 	noErr(t, err, "get task")
-	diff(t, "max cost as created", 1.25, got.MaxCost)
-	for _, cap := range []float64{7.5, 0.000125, 0} {
-		updated, err := s.SetMaxCost(ctx, task.ID, cap)
-		noErr(t, err, "set max cost")
-		diff(t, "max cost returned", cap, updated.MaxCost)
+	diff(t, "terms as created", task.Terms, got.Terms)
+	for _, terms := range []store.Terms{
+		{MaxCost: 7.5, Mode: store.ModeEconomy},
+		{MaxCost: 0.000125, Mode: store.ModeAuto, Deadline: deadline.Add(90 * time.Minute)},
+		{},
+	} {
+		updated, err := s.SetTerms(ctx, task.ID, terms)
+		noErr(t, err, "set terms")
+		diff(t, "terms returned", terms, updated.Terms)
 		diff(t, "the rest of the task", task.Spec, updated.Spec)
 		got, err := s.GetTask(ctx, task.ID)
 		noErr(t, err, "get task")
-		diff(t, "max cost read back", cap, got.MaxCost)
+		diff(t, "terms read back", terms, got.Terms)
 	}
-	_, err = s.SetMaxCost(ctx, newID("missing"), 1)
-	wantErr(t, err, store.ErrNotFound, "set max cost of an unknown task")
+	_, err = s.SetTerms(ctx, newID("missing"), store.Terms{MaxCost: 1})
+	wantErr(t, err, store.ErrNotFound, "set terms of an unknown task")
 }
 
 // testTransitionTaskRecount: a transition with a Recount replaces the

@@ -1,0 +1,884 @@
+package pipeline
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/blob"
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// Economy mode (store.ModeEconomy, store.ModeAuto): a task's model calls go
+// to the provider's batch API, at about half the online price, answered
+// within hours.
+//
+// The generator works such a task's batches as it works any other: claims
+// and fences, row results saved as they come, the attempt budget, final
+// errors failing their row at once, re-asks of answers that do not fit the
+// columns, the last batch starting the export. Only the call differs.
+// Instead of going online under the quota, each row's call joins the
+// task's lane: the lane gathers the calls of the task's rows for a moment,
+// sends them as provider batches (split at the provider's limits), records
+// each batch in the task's journal, polls it, and hands every row its own
+// answer, matched by the line's id (never by position: providers return
+// lines in any order). A line the provider failed for good fails its row as
+// online; a retryable one, or one the batch left unfinished (it expired or
+// was cancelled), is a failed attempt, and the row's next attempt joins the
+// next provider batch, within the same budget. A row already answered is
+// never sent again: the generator never calls for a row with a result.
+//
+// A line's id is the hash of what it asks and its number among the lines
+// of its batch asking the same, so a process that was killed finds its
+// lines again in the journal: a row of it asking the same question attaches
+// to the provider batch already sent instead of sending it again, and its
+// answer, paid for already, is read back.
+//
+// In auto mode, the lane cuts over when the deadline leaves just the time
+// the rows still waiting would take online (OnlineRate, with a margin): it
+// cancels its provider batches, keeps every answer they returned, and the
+// rows left are called online under the quota, as an online task's are.
+
+// EconomyConfig tunes a generator's provider batches.
+type EconomyConfig struct {
+	// Journal records the provider batches each task sent, so that a
+	// process that was killed neither sends their rows again nor loses
+	// their answers. Nil keeps them in memory only.
+	Journal BatchJournal
+	// Gather is how long a lane waits for more rows after the last one
+	// came before it sends a provider batch (at once when the batch is
+	// full). Defaults to 2 seconds.
+	Gather time.Duration
+	// Poll is how often a provider batch is asked for its state. Defaults
+	// to 30 seconds.
+	Poll time.Duration
+	// MaxLines and MaxBytes lower the provider's limits of one batch
+	// (llm.BatchLimits); 0 keeps them.
+	MaxLines int
+	MaxBytes int64
+	// OnlineRate is how many rows a second the task's rows are answered at
+	// online: auto mode cuts over when the rows waiting would need the
+	// time left at this pace. Defaults to Concurrency rows every 2
+	// seconds.
+	OnlineRate float64
+	// CutOverMargin is the time an auto task keeps beside what its
+	// waiting rows need online at OnlineRate (plus a tenth): for the
+	// provider batches' cancel, the export, and a pace that falls short.
+	// Defaults to 30 seconds.
+	CutOverMargin time.Duration
+}
+
+func (c EconomyConfig) withDefaults(concurrency int) EconomyConfig {
+	c.CutOverMargin = cmp.Or(c.CutOverMargin, 30*time.Second)
+	c.Gather = cmp.Or(c.Gather, 2*time.Second)
+	c.Poll = cmp.Or(c.Poll, 30*time.Second)
+	if c.OnlineRate <= 0 {
+		c.OnlineRate = float64(concurrency) / 2
+	}
+	return c
+}
+
+// BatchJournal keeps the provider batches of each task.
+type BatchJournal interface {
+	// Load returns the batches recorded for task taskID, oldest first.
+	Load(ctx context.Context, taskID string) ([]JournalEntry, error)
+	// Record adds one.
+	Record(ctx context.Context, taskID string, e JournalEntry) error
+}
+
+// JournalEntry is one provider batch a task sent.
+type JournalEntry struct {
+	// Job is the provider's id of the batch.
+	Job string `json:"job"`
+	// Lines are the ids of its lines (see lineID).
+	Lines []string `json:"lines"`
+	// Submitted is when it was sent.
+	Submitted time.Time `json:"submitted"`
+}
+
+// BlobJournal keeps each task's journal as one JSON object in a blob store
+// (economy/TASK.json), for one process per task (the embedded runtime,
+// whose data directory is locked).
+type BlobJournal struct {
+	Blobs blob.Store
+	mu    sync.Mutex
+}
+
+func journalKey(taskID string) string { return "economy/" + taskID + ".json" }
+
+// Load implements BatchJournal.
+func (j *BlobJournal) Load(ctx context.Context, taskID string) ([]JournalEntry, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.load(ctx, taskID)
+}
+
+func (j *BlobJournal) load(ctx context.Context, taskID string) ([]JournalEntry, error) {
+	r, err := j.Blobs.Open(ctx, journalKey(taskID))
+	if errors.Is(err, blob.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the batch journal of task %s: %w", taskID, err)
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read the batch journal of task %s: %w", taskID, err)
+	}
+	var entries []JournalEntry
+	if err := json.Unmarshal(data, &entries); err != nil {
+		return nil, fmt.Errorf("decode the batch journal of task %s: %w", taskID, err)
+	}
+	return entries, nil
+}
+
+// Record implements BatchJournal.
+func (j *BlobJournal) Record(ctx context.Context, taskID string, e JournalEntry) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	entries, err := j.load(ctx, taskID)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(append(entries, e))
+	if err != nil {
+		return fmt.Errorf("encode the batch journal of task %s: %w", taskID, err)
+	}
+	if err := j.Blobs.Put(ctx, journalKey(taskID), bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("write the batch journal of task %s: %w", taskID, err)
+	}
+	return nil
+}
+
+// errLaneClosed: the task's lane has cut over to online (auto mode); the
+// call goes online, and nothing was attempted for it.
+var errLaneClosed = errors.New("the task's provider batches are cut over to online")
+
+// EconomyStatus is what a task's lane is waiting for, for a progress line.
+type EconomyStatus struct {
+	// Batches are the provider batches of this process still running, as
+	// the provider last reported them.
+	Batches []llm.BatchStatus
+	// Gathering is how many calls wait to be sent.
+	Gathering int
+	// Online is set once an auto task has cut over; CutOverAt is when it
+	// will (zero for economy).
+	Online    bool
+	CutOverAt time.Time
+	// Why says why an auto task went online (its deadline).
+	Why string
+	// Sent and Lines count the provider batches this process sent for the
+	// task and their lines.
+	Sent, Lines int
+}
+
+// String says what the task waits for, for a progress line: "waiting on
+// 2 provider batches (3400/5000 lines done, 12 failed)", or "" when
+// nothing.
+func (s EconomyStatus) String() string {
+	var parts []string
+	if len(s.Batches) > 0 {
+		total, done, failed := 0, 0, 0
+		for _, b := range s.Batches {
+			total, done, failed = total+b.Total, done+b.Completed, failed+b.Failed
+		}
+		p := fmt.Sprintf("waiting on %d provider batch", len(s.Batches))
+		if len(s.Batches) > 1 {
+			p += "es"
+		}
+		p += fmt.Sprintf(" (%d/%d lines done", done, total)
+		if failed > 0 {
+			p += fmt.Sprintf(", %d failed", failed)
+		}
+		parts = append(parts, p+")")
+	}
+	if s.Gathering > 0 {
+		parts = append(parts, fmt.Sprintf("%d rows gathering into a provider batch", s.Gathering))
+	}
+	switch {
+	case s.Online:
+		parts = append(parts, "online since "+s.Why)
+	case !s.CutOverAt.IsZero():
+		parts = append(parts, "online from "+s.CutOverAt.Local().Format("15:04:05")+" unless done before")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// lanes are a generator's lanes, one per economy task it works.
+type lanes struct {
+	mu sync.Mutex
+	m  map[string]*lane
+	// warned are the economy tasks told to run online.
+	warned map[string]bool
+}
+
+// lane gathers the calls of one task's rows into provider batches.
+type lane struct {
+	g      *Generator
+	taskID string
+	bp     llm.BatchProvider
+	// model, when set, replaces the request's (a route among several).
+	model string
+	// label is the provider label of the lane's answers (pricing.BatchLabel
+	// of the route's).
+	label  string
+	limits llm.BatchLimits
+	cfg    EconomyConfig
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	gathering []*lineCall
+	gatherB   int64
+	timer     *time.Timer
+	// recovered are the lines of sent batches without a caller, by
+	// question: a call asking it attaches to one instead of sending it
+	// again.
+	recovered map[string][]lineRef
+	jobs      map[string]*laneJob
+	deadline  time.Time
+	cutAt     time.Time
+	closed    bool
+	closedC   chan struct{}
+	why       string
+	// sent and lines count the batches sent and their lines.
+	sent, lines int
+}
+
+// lineRef is one line of a sent batch.
+type lineRef struct {
+	job *laneJob
+	id  string
+}
+
+// laneJob is one provider batch.
+type laneJob struct {
+	id     string
+	lines  map[string]*lineCall // by line id; nil until a call attaches
+	status llm.BatchStatus
+	// results are kept once read, for calls that attach later.
+	results map[string]llm.BatchResult
+	polling bool
+	sent    time.Time
+}
+
+// lineCall is one row's call waiting for its provider batch.
+type lineCall struct {
+	hash string
+	req  llm.Request
+	size int64
+	done chan struct{}
+	once sync.Once
+	resp llm.Response
+	err  error
+	left bool // the caller stopped waiting (under lane.mu)
+}
+
+func (c *lineCall) deliver(resp llm.Response, err error) {
+	c.once.Do(func() {
+		c.resp, c.err = resp, err
+		close(c.done)
+	})
+}
+
+// questionHash identifies what req asks: the lines asking the same have the
+// same hash.
+func questionHash(req llm.Request) string {
+	b, _ := json.Marshal(req)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
+}
+
+// lineID is the id of the n-th line (from 0) of a batch asking question
+// hash: short and of the characters every provider takes in a custom id.
+func lineID(hash string, n int) string { return hash + "-" + strconv.Itoa(n) }
+
+// lineHash is the question of line id.
+func lineHash(id string) string {
+	h, _, _ := strings.Cut(id, "-")
+	return h
+}
+
+// batchRoute finds the route whose provider sells a batch API.
+func (r *Router) batchRoute() (*route, bool) {
+	for _, x := range r.routes {
+		if x.Batch != nil {
+			return x, true
+		}
+	}
+	return nil, false
+}
+
+// lane returns task's lane, made on first use; nil with the reason when
+// no provider of the generator sells a batch API (the task runs online).
+func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string) {
+	g.lanes.mu.Lock()
+	defer g.lanes.mu.Unlock()
+	if l, ok := g.lanes.m[task.ID]; ok {
+		l.mu.Lock()
+		if !task.Deadline.Equal(l.deadline) && task.Mode == store.ModeAuto {
+			l.deadline = task.Deadline
+		}
+		l.mu.Unlock()
+		return l, ""
+	}
+	x, ok := g.router.batchRoute()
+	if !ok {
+		return nil, "its provider sells no batch API here"
+	}
+	label := x.Name
+	if x.anonymous {
+		label = ProviderLabel(task.Spec)
+	}
+	cfg := g.cfg.Economy
+	limits := x.Batch.BatchLimits()
+	if cfg.MaxLines > 0 && (limits.Lines <= 0 || cfg.MaxLines < limits.Lines) {
+		limits.Lines = cfg.MaxLines
+	}
+	if cfg.MaxBytes > 0 && (limits.Bytes <= 0 || cfg.MaxBytes < limits.Bytes) {
+		limits.Bytes = cfg.MaxBytes
+	}
+	l := &lane{
+		g: g, taskID: task.ID, bp: x.Batch, model: x.Model, label: pricing.BatchLabel(label), limits: limits, cfg: cfg,
+		log:       g.cfg.Logger.With("task_id", task.ID, "provider", label),
+		recovered: map[string][]lineRef{}, jobs: map[string]*laneJob{}, closedC: make(chan struct{}),
+	}
+	if task.Mode == store.ModeAuto {
+		l.deadline = task.Deadline
+	}
+	if cfg.Journal != nil {
+		entries, err := cfg.Journal.Load(ctx, task.ID)
+		if err != nil {
+			// Without the journal a killed run's batches cannot be found:
+			// better to call online now than to pay for them twice.
+			return nil, err.Error()
+		}
+		for _, e := range entries {
+			j := &laneJob{id: e.Job, lines: map[string]*lineCall{}, sent: e.Submitted, status: llm.BatchStatus{ID: e.Job, State: llm.BatchRunning, Total: len(e.Lines)}}
+			for _, id := range e.Lines {
+				j.lines[id] = nil
+				l.recovered[lineHash(id)] = append(l.recovered[lineHash(id)], lineRef{job: j, id: id})
+			}
+			l.jobs[e.Job] = j
+		}
+		if len(entries) > 0 {
+			l.log.Info("found the provider batches of an earlier run", "batches", len(entries))
+		}
+	}
+	if g.lanes.m == nil {
+		g.lanes.m = map[string]*lane{}
+	}
+	g.lanes.m[task.ID] = l
+	if l.deadline.IsZero() {
+		return l, ""
+	}
+	go l.watchDeadline()
+	return l, ""
+}
+
+// EconomyStatus reports task taskID's lane in this process; false when it
+// has none.
+func (g *Generator) EconomyStatus(taskID string) (EconomyStatus, bool) {
+	g.lanes.mu.Lock()
+	l, ok := g.lanes.m[taskID]
+	g.lanes.mu.Unlock()
+	if !ok {
+		return EconomyStatus{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := EconomyStatus{Gathering: len(l.gathering), Online: l.closed, CutOverAt: l.cutAt, Why: l.why, Sent: l.sent, Lines: l.lines}
+	for _, j := range l.jobs {
+		if j.status.State == llm.BatchRunning && j.live() > 0 {
+			s.Batches = append(s.Batches, j.status)
+		}
+	}
+	return s, true
+}
+
+// live is how many of j's lines a caller waits for (under lane.mu).
+func (j *laneJob) live() int {
+	n := 0
+	for _, c := range j.lines {
+		if c != nil && !c.left {
+			n++
+		}
+	}
+	return n
+}
+
+// call sends req in the task's next provider batch and waits for its line's
+// outcome: until ctx ends (the row's batch lost or stopped), or start ends
+// (no new call may start: the task cancelled, the process stopping), when
+// the row stays as it was and its line, if sent, is left for a later
+// attempt to find. errLaneClosed means the call must go online.
+func (l *lane) call(ctx, start context.Context, req llm.Request, spend *budget) (RoutedResponse, error) {
+	if l.model != "" {
+		req.Model = l.model
+	}
+	held, settle := 0.0, func(llm.Usage) {}
+	if spend != nil {
+		h, err := spend.hold(l.label, req)
+		if err != nil {
+			return RoutedResponse{}, fmt.Errorf("%w: %w", errNotStarted, err)
+		}
+		held = h
+		settle = func(u llm.Usage) { spend.settle(l.label, req, held, u) }
+	}
+	c := &lineCall{hash: questionHash(req), req: req, done: make(chan struct{})}
+	began := l.g.cfg.Clock.Now()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		settle(llm.Usage{})
+		return RoutedResponse{}, errLaneClosed
+	}
+	if refs := l.recovered[c.hash]; len(refs) > 0 {
+		ref := refs[0]
+		l.recovered[c.hash] = refs[1:]
+		ref.job.lines[ref.id] = c
+		if r, ok := ref.job.results[ref.id]; ok {
+			l.deliverLocked(c, r)
+		} else if ref.job.results != nil {
+			l.deliverLocked(c, unfinishedResult(ref.id, ref.job.status))
+		} else if !ref.job.polling {
+			ref.job.polling = true
+			go l.poll(ref.job)
+		}
+	} else {
+		c.size = int64(len(c.req.Prompt) + len(c.req.System) + 512)
+		l.gathering = append(l.gathering, c)
+		l.gatherB += c.size
+		switch {
+		case (l.limits.Lines > 0 && len(l.gathering) >= l.limits.Lines) || (l.limits.Bytes > 0 && l.gatherB >= l.limits.Bytes*9/10):
+			l.sendLocked()
+		case l.timer == nil:
+			l.timer = time.AfterFunc(l.cfg.Gather, l.flush)
+		default:
+			l.timer.Reset(l.cfg.Gather)
+		}
+	}
+	l.mu.Unlock()
+
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+	case <-start.Done():
+	}
+	select {
+	case <-c.done:
+	default:
+		l.leave(c)
+		settle(llm.Usage{})
+		return RoutedResponse{}, fmt.Errorf("%w: %w", errNotStarted, cmp.Or(start.Err(), ctx.Err(), context.Canceled))
+	}
+	if errors.Is(c.err, errLaneClosed) {
+		settle(llm.Usage{})
+		return RoutedResponse{}, errLaneClosed
+	}
+	latency := l.g.cfg.Clock.Now().Sub(began)
+	rec := CallRecord{Route: l.label, Latency: latency, Response: c.resp, Err: c.err}
+	out := RoutedResponse{Response: c.resp, Route: l.label, Latency: latency, Calls: 1, Log: []CallRecord{rec}}
+	if c.err != nil {
+		settle(llm.Usage{})
+		return RoutedResponse{Latency: latency, Calls: 1, Log: out.Log}, c.err
+	}
+	settle(c.resp.Usage)
+	return out, nil
+}
+
+// leave is a caller that stopped waiting: a call not yet sent is dropped;
+// a sent one stays in its batch, for a later attempt of its row to find.
+func (l *lane) leave(c *lineCall) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c.left = true
+	for i, x := range l.gathering {
+		if x == c {
+			l.gathering = append(l.gathering[:i], l.gathering[i+1:]...)
+			l.gatherB -= c.size
+			return
+		}
+	}
+	for _, j := range l.jobs {
+		for id, x := range j.lines {
+			if x == c {
+				j.lines[id] = nil
+				l.recovered[c.hash] = append(l.recovered[c.hash], lineRef{job: j, id: id})
+				return
+			}
+		}
+	}
+}
+
+// flush sends what has gathered.
+func (l *lane) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sendLocked()
+}
+
+// sendLocked sends the calls gathered as one provider batch, in the
+// background.
+func (l *lane) sendLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	calls := l.gathering
+	l.gathering, l.gatherB = nil, 0
+	if len(calls) == 0 {
+		return
+	}
+	go l.send(calls)
+}
+
+// send submits calls as one provider batch, records it in the journal and
+// polls it. A refusal the provider may lift (a queue limit, a 429, a
+// server error) is tried again while callers wait; any other fails each
+// call with it.
+func (l *lane) send(calls []*lineCall) {
+	seen := map[string]int{}
+	lines := make([]llm.BatchLine, len(calls))
+	ids := make([]string, len(calls))
+	for i, c := range calls {
+		ids[i] = lineID(c.hash, seen[c.hash])
+		seen[c.hash]++
+		lines[i] = llm.BatchLine{ID: ids[i], Req: c.req}
+	}
+	var jobID string
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		id, err := l.bp.SubmitBatch(ctx, lines)
+		cancel()
+		if err == nil {
+			jobID = id
+			break
+		}
+		e := llm.Classify(err)
+		l.mu.Lock()
+		live := 0
+		for _, c := range calls {
+			if !c.left {
+				live++
+			}
+		}
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			err = errLaneClosed
+		}
+		if closed || !e.Class.Retryable() || live == 0 || attempt >= 8 {
+			l.log.Warn("the provider refused a batch", "lines", len(lines), "error_class", e.Class, "error", e.Error())
+			for _, c := range calls {
+				c.deliver(llm.Response{}, err)
+			}
+			return
+		}
+		wait := min(30*time.Second<<attempt, 10*time.Minute)
+		wait = max(wait, e.RetryAfter)
+		l.log.Info("the provider refused a batch for now; sending it again later", "lines", len(lines), "error_class", e.Class, "wait", wait, "error", e.Error())
+		select {
+		case <-l.g.cfg.Clock.After(wait):
+		case <-l.closedC:
+		}
+	}
+	now := l.g.cfg.Clock.Now()
+	if l.cfg.Journal != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := l.cfg.Journal.Record(ctx, l.taskID, JournalEntry{Job: jobID, Lines: ids, Submitted: now}); err != nil {
+			// The batch runs and is polled; only a kill before it is done
+			// would send its rows again.
+			l.log.Warn("could not record a provider batch; a killed run would send its rows again", "batch", jobID, "error", err)
+		}
+		cancel()
+	}
+	l.log.Info("sent a provider batch", "batch", jobID, "lines", len(lines))
+	j := &laneJob{id: jobID, lines: make(map[string]*lineCall, len(calls)), sent: now, polling: true,
+		status: llm.BatchStatus{ID: jobID, State: llm.BatchRunning, Total: len(lines)}}
+	l.mu.Lock()
+	for i, c := range calls {
+		if c.left {
+			j.lines[ids[i]] = nil
+			l.recovered[c.hash] = append(l.recovered[c.hash], lineRef{job: j, id: ids[i]})
+			continue
+		}
+		j.lines[ids[i]] = c
+	}
+	l.jobs[jobID] = j
+	l.sent++
+	l.lines += len(lines)
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		l.cancelJob(j)
+	}
+	l.poll(j)
+}
+
+// poll follows batch j until it is final, then hands each line's outcome
+// to its caller. It stops early when no caller waits any more (they find
+// the batch again through recovered). In a task cancelled meanwhile, the
+// provider batch is cancelled too: its finished lines keep their answers
+// for a retry.
+func (l *lane) poll(j *laneJob) {
+	defer func() {
+		l.mu.Lock()
+		j.polling = false
+		l.mu.Unlock()
+	}()
+	failures := 0
+	for {
+		l.mu.Lock()
+		live, closed := j.live(), l.closed
+		l.mu.Unlock()
+		if live == 0 {
+			l.cancelIfTaskStopped(j)
+			return
+		}
+		wait := l.cfg.Poll
+		if closed {
+			wait = min(wait, time.Second)
+		}
+		select {
+		case <-l.g.cfg.Clock.After(wait):
+		case <-l.closedC:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		st, err := l.bp.BatchStatus(ctx, j.id)
+		cancel()
+		if err != nil {
+			failures++
+			l.log.Warn("could not read a provider batch's state", "batch", j.id, "failures", failures, "error", err)
+			if e := llm.Classify(err); !e.Class.Retryable() && failures >= 3 {
+				l.finish(j, nil, err)
+				return
+			}
+			continue
+		}
+		failures = 0
+		l.mu.Lock()
+		j.status = st
+		l.mu.Unlock()
+		if !st.State.Final() {
+			continue
+		}
+		var results []llm.BatchResult
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			results, err = l.bp.BatchResults(ctx, j.id)
+			cancel()
+			if err == nil || attempt >= 4 {
+				break
+			}
+			l.log.Warn("could not read a provider batch's results; trying again", "batch", j.id, "error", err)
+			<-l.g.cfg.Clock.After(time.Duration(attempt+1) * 5 * time.Second)
+		}
+		if err != nil {
+			l.finish(j, nil, fmt.Errorf("read the results of provider batch %s: %w", j.id, err))
+			return
+		}
+		l.log.Info("provider batch done", "batch", j.id, "state", st.State, "completed", st.Completed, "failed", st.Failed)
+		l.finish(j, results, nil)
+		return
+	}
+}
+
+// finish hands each line of final batch j its outcome (err, when its
+// results could not be read).
+func (l *lane) finish(j *laneJob, results []llm.BatchResult, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		for id, c := range j.lines {
+			if c != nil {
+				c.deliver(llm.Response{}, &llm.Error{Class: llm.ClassServer, Message: err.Error(), Err: err})
+				j.lines[id] = nil
+			}
+		}
+		return
+	}
+	j.results = make(map[string]llm.BatchResult, len(results))
+	for _, r := range results {
+		if _, ours := j.lines[r.ID]; ours {
+			j.results[r.ID] = r
+		}
+	}
+	for id, c := range j.lines {
+		if c == nil {
+			continue
+		}
+		r, ok := j.results[id]
+		if !ok {
+			r = unfinishedResult(id, j.status)
+		}
+		l.deliverLocked(c, r)
+	}
+}
+
+// unfinishedResult is the outcome of line id, which batch st returned
+// nothing for.
+func unfinishedResult(id string, st llm.BatchStatus) llm.BatchResult {
+	msg := fmt.Sprintf("provider batch %s ended %s without this line", st.ID, st.State)
+	if st.Error != "" {
+		msg += ": " + st.Error
+	}
+	class := llm.ClassBatchUnfinished
+	return llm.BatchResult{ID: id, Err: &llm.Error{Class: class, Message: msg}}
+}
+
+// deliverLocked hands c line r's outcome: an answer labelled as the
+// batch's, or its error. After an auto cut-over a line the batch left
+// unfinished goes online without counting as an attempt.
+func (l *lane) deliverLocked(c *lineCall, r llm.BatchResult) {
+	if r.Err != nil {
+		if r.Err.Class == llm.ClassBatchUnfinished && l.closed {
+			c.deliver(llm.Response{}, errLaneClosed)
+			return
+		}
+		c.deliver(llm.Response{}, r.Err)
+		return
+	}
+	resp := r.Response
+	resp.Provider = l.label
+	c.deliver(resp, nil)
+}
+
+// cancelIfTaskStopped cancels batch j, which no caller waits for any more,
+// when its task was cancelled: the rows it has not answered would be paid
+// for nothing.
+func (l *lane) cancelIfTaskStopped(j *laneJob) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t, err := l.g.store.GetTask(ctx, l.taskID)
+	if err != nil || t.State != store.TaskCancelled {
+		return
+	}
+	l.mu.Lock()
+	running := j.status.State == llm.BatchRunning
+	l.mu.Unlock()
+	if running {
+		l.cancelJob(j)
+	}
+}
+
+func (l *lane) cancelJob(j *laneJob) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := l.bp.CancelBatch(ctx, j.id); err != nil {
+		l.log.Warn("could not cancel a provider batch", "batch", j.id, "error", err)
+		return
+	}
+	l.log.Info("cancelled a provider batch; its finished lines keep their answers", "batch", j.id)
+}
+
+// watchDeadline cuts an auto task's lane over to online when the deadline
+// leaves just the time its waiting rows would take online.
+func (l *lane) watchDeadline() {
+	for {
+		l.mu.Lock()
+		waiting := len(l.gathering)
+		for _, j := range l.jobs {
+			if j.status.State == llm.BatchRunning {
+				waiting += max(j.live(), j.status.Total-j.status.Completed-j.status.Failed)
+			}
+		}
+		need := time.Duration(float64(waiting)/l.cfg.OnlineRate*float64(time.Second))*11/10 + l.cfg.CutOverMargin
+		l.cutAt = l.deadline.Add(-need)
+		cutAt := l.cutAt
+		l.mu.Unlock()
+		wait := cutAt.Sub(l.g.cfg.Clock.Now())
+		if wait <= 0 {
+			l.cutOver(fmt.Sprintf("%s: the deadline %s left just the time the %d rows waiting need online", l.g.cfg.Clock.Now().Local().Format("15:04:05"), l.deadline.Local().Format("15:04:05"), waiting))
+			return
+		}
+		select {
+		case <-l.g.cfg.Clock.After(min(wait, l.cfg.Poll, 10*time.Second)):
+		case <-l.closedC:
+			return
+		}
+	}
+}
+
+// cutOver closes the lane: the calls gathered go online, the provider
+// batches are cancelled (their answers kept), and every later call goes
+// online.
+func (l *lane) cutOver(why string) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed, l.why = true, why
+	close(l.closedC)
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	for _, c := range l.gathering {
+		c.deliver(llm.Response{}, errLaneClosed)
+	}
+	l.gathering, l.gatherB = nil, 0
+	var running []*laneJob
+	for _, j := range l.jobs {
+		if j.status.State == llm.BatchRunning {
+			running = append(running, j)
+		}
+	}
+	l.mu.Unlock()
+	l.log.Warn("auto mode: going online", "why", why, "provider_batches_cancelled", len(running))
+	for _, j := range running {
+		l.cancelJob(j)
+	}
+}
+
+// call makes one model call for a row of task: in its provider batch when
+// the task is in economy (or auto, until it cuts over), otherwise online
+// through the router. A row of an economy task going online takes a row
+// slot for the call, as every online row does.
+func (g *Generator) call(ctx, start context.Context, mayStart func() bool, task store.Task, req llm.Request, spend *budget) (RoutedResponse, error) {
+	if !task.Mode.Batched() {
+		return g.router.route(ctx, start, mayStart, req, spend)
+	}
+	l, why := g.lane(ctx, task)
+	if l != nil {
+		resp, err := l.call(ctx, start, req, spend)
+		if !errors.Is(err, errLaneClosed) {
+			return resp, err
+		}
+	} else {
+		g.warnOnline(task, why)
+	}
+	if !g.slots.acquire(start, task.Owner) {
+		return RoutedResponse{}, fmt.Errorf("%w: %w", errNotStarted, cmp.Or(start.Err(), context.Canceled))
+	}
+	defer g.slots.release()
+	return g.router.route(ctx, start, mayStart, req, spend)
+}
+
+// warnOnline says once per task why its economy rows are called online.
+func (g *Generator) warnOnline(task store.Task, why string) {
+	g.lanes.mu.Lock()
+	defer g.lanes.mu.Unlock()
+	if g.lanes.warned == nil {
+		g.lanes.warned = map[string]bool{}
+	}
+	if g.lanes.warned[task.ID] {
+		return
+	}
+	g.lanes.warned[task.ID] = true
+	g.cfg.Logger.Warn("the task's rows are called online at the online price", "task_id", task.ID, "mode", task.Mode.String(), "why", why)
+}

@@ -1,0 +1,294 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// lockedBuffer is a paid log written by a server's handlers at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) paid(t *testing.T) map[string]mockserver.Paid {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, err := mockserver.ParsePaidLog(l.b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// mockBatchServer starts a mock-llm with cfg, its paid log kept, and
+// returns the OpenAI adapter talking to it.
+func mockBatchServer(t *testing.T, cfg mockserver.Config) (*mockserver.Server, *openaillm.Provider, *lockedBuffer) {
+	t.Helper()
+	paid := &lockedBuffer{}
+	cfg.PaidLog = paid
+	srv := mockserver.New(cfg)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	p, err := openaillm.New(openaillm.Config{BaseURL: hs.URL + "/v1", Model: "mock-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, p, paid
+}
+
+// The provider labels of the rows of the tasks of splitEconomy: answered
+// online, and through the batch API.
+const (
+	onlineLabel = "mock/mock-1"
+	batchLabel  = onlineLabel + pricing.BatchSuffix
+)
+
+// economyConfig is a generator's configuration for economy tests: short
+// gathers, polls and backoffs, and the journal in e's blobs.
+func economyConfig() pipeline.GeneratorConfig {
+	return pipeline.GeneratorConfig{
+		Concurrency: 4, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		RetryDelays: []time.Duration{20 * time.Millisecond},
+		Economy:     pipeline.EconomyConfig{Gather: 100 * time.Millisecond, Poll: 50 * time.Millisecond},
+	}
+}
+
+// splitEconomy splits n product rows into a task of the given terms.
+func (e *env) splitEconomy(label string, n, batchSize int, terms store.Terms) pipeline.SplitParams {
+	e.t.Helper()
+	spec := store.TaskSpec{Prompt: "{{id}} {{name}}", Provider: "mock", Model: "mock-1", BatchSize: batchSize}
+	p := pipeline.SplitParams{
+		TaskID: pipeline.DeriveTaskID(label, spec), Source: "in.csv", Spec: spec, Terms: terms,
+		Path: e.writeCSV("in.csv", []string{"id", "name"}, productRows(n)),
+	}
+	if _, err := e.splitter.Split(context.Background(), p); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// checkAnswers checks that every row of task succeeded with its own
+// answer (the mock answers "Copy for: PROMPT") and returns how many rows
+// each provider label answered.
+func checkAnswers(t *testing.T, e *env, task store.Task) map[string]int {
+	t.Helper()
+	cells := e.resultCells(task)
+	col := map[string]int{}
+	for i, h := range cells[0] {
+		col[h] = i
+	}
+	labels := map[string]int{}
+	for _, row := range cells[1:] {
+		if row[col["status"]] != "succeeded" {
+			t.Errorf("row %v: want succeeded", row)
+			continue
+		}
+		if want := "Copy for: " + row[col["id"]] + " " + row[col["name"]]; row[col["output"]] != want {
+			t.Errorf("row %s answered %q, want %q: an answer matched to another row", row[col["id"]], row[col["output"]], want)
+		}
+		labels[row[col["provider"]]]++
+	}
+	return labels
+}
+
+// TestEconomyMatchesAnswersAndRetriesFailedLines: an economy task's rows
+// go to the provider's batch API, whose answers come back shuffled and
+// with a fifth of the lines failed (a retryable 500 in the error file).
+// Every row gets its own answer, the failed lines are sent again in a
+// later batch, no prompt is paid twice, none online, and the task's cost
+// is the batch price: half the online one, the saving shown.
+func TestEconomyMatchesAnswersAndRetriesFailedLines(t *testing.T) {
+	t.Parallel()
+	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 300 * time.Millisecond, BatchErrorRate: 0.2, Latency: time.Millisecond})
+	e := newEnv(t, provider, economyConfig())
+	const rows = 400
+	p := e.splitEconomy("economy", rows, 50, store.Terms{Mode: store.ModeEconomy})
+	task := e.runToCompletion(context.Background(), p.TaskID)
+	if task.State != store.TaskSucceeded || task.RowsSucceeded != rows {
+		t.Fatalf("task %s with %d of %d rows succeeded; want SUCCEEDED with all", task.State, task.RowsSucceeded, rows)
+	}
+	labels := checkAnswers(t, e, task)
+	if labels[batchLabel] != rows {
+		t.Errorf("providers of the rows %v: want all %d answered as %q", labels, rows, batchLabel)
+	}
+	counts := paid.paid(t)
+	if len(counts) != rows {
+		t.Errorf("%d prompts paid, want %d", len(counts), rows)
+	}
+	for prompt, n := range counts {
+		if n.Online != 0 || n.Batch != 1 {
+			t.Errorf("prompt %q paid %d times online and %d in batches; want once, in a batch", prompt, n.Online, n.Batch)
+		}
+	}
+	st := srv.Stats()
+	if st.BatchFailed == 0 || st.BatchLines <= rows {
+		t.Errorf("the mock failed %d of %d lines: want some failed and sent again", st.BatchFailed, st.BatchLines)
+	}
+	prices := pricing.Default().With(map[string]pricing.Price{"mock-1": {InputPerMTok: 10, OutputPerMTok: 30}})
+	batchCost := prices.Task(task)
+	online := task
+	online.UsageByProvider = map[string]store.Usage{onlineLabel: task.UsageByProvider[batchLabel]}
+	onlineCost := prices.Task(online)
+	if !batchCost.Known || batchCost.Cost <= 0 || batchCost.Cost > 0.5*onlineCost.Cost*1.0001 {
+		t.Errorf("cost %v at the batch price, %v online: want half", batchCost, onlineCost)
+	}
+	if d := batchCost.Saved - (onlineCost.Cost - batchCost.Cost); d > 1e-9 || d < -1e-9 {
+		t.Errorf("saving %v, want %v", batchCost.Saved, onlineCost.Cost-batchCost.Cost)
+	}
+	if !strings.Contains(batchCost.String(), "less than online through the batch API") {
+		t.Errorf("estimate %q does not show the saving", batchCost)
+	}
+}
+
+// TestEconomyFinalLineErrorFailsItsRow: a line the provider refuses for
+// good in its error file (a content filter) fails its row at once, as
+// online, and is not sent again.
+func TestEconomyFinalLineErrorFailsItsRow(t *testing.T) {
+	t.Parallel()
+	srv, provider, _ := mockBatchServer(t, mockserver.Config{BatchDelay: 100 * time.Millisecond, FilterMarker: "商品7"})
+	e := newEnv(t, provider, economyConfig())
+	p := e.splitEconomy("economy-filter", 20, 10, store.Terms{Mode: store.ModeEconomy})
+	task := e.runToCompletion(context.Background(), p.TaskID)
+	if task.RowsFailed != 1 || task.RowsSucceeded != 19 {
+		t.Fatalf("%d failed and %d succeeded; want the filtered row failed", task.RowsFailed, task.RowsSucceeded)
+	}
+	rows, err := e.store.ListRows(context.Background(), store.ListRowsParams{TaskID: p.TaskID, FromNo: 1, ToNo: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.State == store.RowFailed && (r.ErrorClass != "content_filter" || r.Attempts != 1) {
+			t.Errorf("row %d failed as %s after %d attempts; want content_filter after 1", r.No, r.ErrorClass, r.Attempts)
+		}
+	}
+	if st := srv.Stats(); st.BatchLines != 20 {
+		t.Errorf("%d lines sent for 20 rows: a final error was sent again", st.BatchLines)
+	}
+}
+
+// TestEconomyResumesItsProviderBatches: a run killed while its rows wait
+// for their provider batches leaves the batches' ids in the journal; the
+// next run finds them, sends nothing again and takes their answers.
+func TestEconomyResumesItsProviderBatches(t *testing.T) {
+	t.Parallel()
+	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 2 * time.Second, Latency: time.Millisecond})
+	cfg := economyConfig()
+	e := newEnv(t, provider, cfg)
+	journal := &pipeline.BlobJournal{Blobs: e.blobs}
+	cfg.Economy.Journal = journal
+	e.cfg = cfg
+	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, cfg)
+	const rows = 120
+	p := e.splitEconomy("economy-resume", rows, 30, store.Terms{Mode: store.ModeEconomy})
+
+	// The first run: workers for every batch, killed once every row is in
+	// a recorded provider batch.
+	ctx, kill := context.WithCancel(context.Background())
+	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 4, PollInterval: 5 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = workers.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		entries, err := journal.Load(context.Background(), p.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := 0
+		for _, en := range entries {
+			lines += len(en.Lines)
+		}
+		if lines == rows {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d rows in recorded provider batches after 20 s", lines, rows)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	kill()
+	<-done
+	if st := srv.Stats(); st.BatchLines != 0 {
+		t.Fatalf("the mock answered %d lines before the kill; the test wants them pending", st.BatchLines)
+	}
+
+	// The next run: a new process's generator over the same data.
+	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, cfg)
+	task, err := e.store.GetTask(context.Background(), p.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Resume(context.Background(), e.store, e.queue, task, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	task = e.runToCompletion(context.Background(), p.TaskID)
+	if task.RowsSucceeded != rows {
+		t.Fatalf("%d of %d rows succeeded after the resume", task.RowsSucceeded, rows)
+	}
+	checkAnswers(t, e, task)
+	if st := srv.Stats(); st.BatchLines != rows {
+		t.Errorf("the mock ran %d lines for %d rows: the resumed run sent rows again", st.BatchLines, rows)
+	}
+	for prompt, n := range paid.paid(t) {
+		if n.Calls() != 1 {
+			t.Errorf("prompt %q paid %d times", prompt, n.Calls())
+		}
+	}
+}
+
+// TestAutoCutsOverBeforeTheDeadline: an auto task whose provider batch
+// would take 6 s, with a deadline 4 s away, cancels the batch when the
+// deadline leaves just the time its waiting rows need online, keeps every
+// answer the batch returned, and calls the rest online: done before the
+// deadline, nothing paid twice.
+func TestAutoCutsOverBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	_, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 6 * time.Second, Latency: 5 * time.Millisecond})
+	cfg := economyConfig()
+	cfg.Economy.OnlineRate = 100
+	cfg.Economy.CutOverMargin = 500 * time.Millisecond
+	e := newEnv(t, provider, cfg)
+	const rows = 100
+	deadline := time.Now().Add(4 * time.Second)
+	p := e.splitEconomy("auto", rows, 25, store.Terms{Mode: store.ModeAuto, Deadline: deadline})
+	task := e.runToCompletion(context.Background(), p.TaskID)
+	if now := time.Now(); now.After(deadline) {
+		t.Errorf("the task ended %v after its deadline", now.Sub(deadline))
+	}
+	if task.RowsSucceeded != rows {
+		t.Fatalf("%d of %d rows succeeded", task.RowsSucceeded, rows)
+	}
+	labels := checkAnswers(t, e, task)
+	if labels[batchLabel] == 0 || labels[onlineLabel] == 0 || labels[batchLabel]+labels[onlineLabel] != rows {
+		t.Errorf("rows by provider %v: want some answered by the cancelled batch and the rest online", labels)
+	}
+	var batch, online int
+	for prompt, n := range paid.paid(t) {
+		if n.Calls() != 1 {
+			t.Errorf("prompt %q paid %d times (%d online, %d in batches)", prompt, n.Calls(), n.Online, n.Batch)
+		}
+		batch += n.Batch
+		online += n.Online
+	}
+	if batch != labels[batchLabel] || online != labels[onlineLabel] {
+		t.Errorf("paid %d in batches and %d online; the result shows %v", batch, online, labels)
+	}
+}
