@@ -76,7 +76,7 @@ func (j *runJob) quote(cmd *cobra.Command, sample int, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(stdout, quoteText(task.ID, task.Source, q))
+	fmt.Fprint(stdout, quoteText(task.ID, task.Source, q, quotePlans{batch: j.set.Router.SellsBatches(), deadline: j.opts.deadline}))
 	return nil
 }
 
@@ -98,8 +98,18 @@ func (j *runJob) quotaPace() float64 {
 	return total
 }
 
+// quotePlans are what the quote says of economy and auto: whether the
+// providers sell a batch API, and the --deadline of auto (0 for none).
+type quotePlans struct {
+	batch    bool
+	deadline time.Duration
+}
+
+// batchWindow is what a provider batch takes, as the providers sell it.
+const batchWindow = "within the provider's batch window (often minutes to a few hours, at most 24h)"
+
 // quoteText words q for people.
-func quoteText(taskID, source string, q pipeline.Quote) string {
+func quoteText(taskID, source string, q pipeline.Quote, plans quotePlans) string {
 	usd := func(v float64) string { return pricing.Estimate{Cost: v, Known: true}.String() }
 	span := func(d time.Duration) string { return d.Round(time.Second).String() }
 	out := fmt.Sprintf("task      %s  (%s)\n", taskID, source)
@@ -126,6 +136,38 @@ func quoteText(taskID, source string, q pipeline.Quote) string {
 		}
 	}
 	out += fmt.Sprintf("online    %s, %s\n", cost, took)
+	out += economyQuote(q, plans, usd, span)
 	out += "intervals 90%, of the mean per row over the rows left; batchgen run with the same flags continues this task\n"
+	return out
+}
+
+// economyQuote is the quote's economy and auto lines.
+func economyQuote(q pipeline.Quote, plans quotePlans, usd func(float64) string, span func(time.Duration) string) string {
+	if !plans.batch {
+		return "economy   not offered: no provider here sells a batch API (openai, anthropic and the simulator do)\n"
+	}
+	eco := "cost unknown"
+	if q.CostKnown {
+		eco = fmt.Sprintf("%s (%s-%s)", usd(q.Economy.Mid), usd(q.Economy.Low), usd(q.Economy.High))
+	}
+	out := fmt.Sprintf("economy   %s, %s\n", eco, batchWindow)
+	if plans.deadline <= 0 {
+		return out + "auto      give --deadline: economy until the deadline leaves the time the rest needs online\n"
+	}
+	// As the lane cuts over: the rows' online time, a tenth more, and a
+	// margin.
+	need := q.Duration[1]*11/10 + 30*time.Second
+	switch {
+	case q.Duration[1] == 0:
+		out += "auto      time online unknown, so the switch to online cannot be placed\n"
+	case need >= plans.deadline:
+		out += fmt.Sprintf("auto      all online at once: the rows need about %s online, the deadline is %s away\n", span(need), span(plans.deadline))
+	default:
+		cost := "cost unknown"
+		if q.CostKnown {
+			cost = fmt.Sprintf("%s to %s", usd(q.Economy.Mid), usd(q.Cost.Mid))
+		}
+		out += fmt.Sprintf("auto      %s, done within %s: economy for up to %s, then the rows left online\n", cost, span(plans.deadline), span(plans.deadline-need))
+	}
 	return out
 }

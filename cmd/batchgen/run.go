@@ -580,7 +580,7 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 	}
 	summary.Prices = j.prices
 	if s, ok := j.engine.Generator.EconomyStatus(task.ID); ok && s.Sent > 0 {
-		summary.Notes = append(summary.Notes, fmt.Sprintf("economy: %d rows asked in %d provider batches, at the batch price", s.Lines, s.Sent))
+		summary.Notes = append(summary.Notes, fmt.Sprintf("economy: %d lines sent in %d provider batches (a failed line is sent again), at the batch price", s.Lines, s.Sent))
 	}
 	if s, ok := j.engine.Generator.EconomyStatus(task.ID); ok && s.Online {
 		summary.Notes = append(summary.Notes, "auto: the rest went online at "+s.Why)

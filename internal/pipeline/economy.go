@@ -312,6 +312,13 @@ func lineHash(id string) string {
 	return h
 }
 
+// SellsBatches reports whether a provider of r sells a batch API, which
+// economy and auto tasks use.
+func (r *Router) SellsBatches() bool {
+	_, ok := r.batchRoute()
+	return ok
+}
+
 // batchRoute finds the route whose provider sells a batch API.
 func (r *Router) batchRoute() (*route, bool) {
 	for _, x := range r.routes {

@@ -396,6 +396,9 @@ type Delivery struct {
 	// (Generator.Sample). The batch is handed back with its other rows
 	// pending, and Outcome.Started says how many started.
 	RowLimit int
+	// Online calls the rows online whatever the task's mode: a quote's
+	// sample, answered in seconds rather than in a provider batch's hours.
+	Online bool
 }
 
 // InvocationEnd is how a runtime that is killed at a deadline spends the
@@ -538,6 +541,9 @@ type rowOutcome struct {
 }
 
 func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch, d Delivery) Outcome {
+	if d.Online {
+		task.Mode = store.ModeOnline
+	}
 	keepAlive := d.KeepAlive
 	// Every line on the batch's path names it; a Lambda's request id rides
 	// in ctx too (logging.Handler).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/batchgen/batchgen/internal/pricing"
@@ -13,7 +14,7 @@ import (
 )
 
 // Sample answers up to n rows of task taskID that have no result yet, for
-// a quote. The rows are spread over the sheet, the first ones of batches
+// a quote, online whatever the task's mode. The rows are spread over the sheet, the first ones of batches
 // spread evenly over the task, so that a sheet sorted by anything (short
 // descriptions first, one category after another) is measured across its
 // length. Each batch is worked as a worker would work it (claimed, fenced,
@@ -34,7 +35,7 @@ func (g *Generator) Sample(ctx context.Context, taskID string, n int) (int, erro
 		if i < n%batches {
 			want++
 		}
-		out := g.Process(ctx, Delivery{Body: EncodeBatchMessage(taskID, no), RowLimit: want})
+		out := g.Process(ctx, Delivery{Body: EncodeBatchMessage(taskID, no), RowLimit: want, Online: true})
 		if out.Err != nil {
 			return started, fmt.Errorf("sample task %s: batch %d: %w", taskID, no, out.Err)
 		}
@@ -78,10 +79,11 @@ type Quote struct {
 	Spent float64
 	// InputTokens and OutputTokens are per row.
 	InputTokens, OutputTokens Spread
-	// Cost is what the rows left are expected to cost; CostKnown is false
-	// when a measured row's provider has no price.
-	Cost      Spread
-	CostKnown bool
+	// Cost is what the rows left are expected to cost online, and Economy
+	// through the provider's batch API; CostKnown is false when a measured
+	// row's provider has no price.
+	Cost, Economy Spread
+	CostKnown     bool
 	// Duration is how long the rows left are expected to take online at
 	// the quota (or, when it is not known, at Concurrency calls of the
 	// measured latency at once; then QuotaKnown is false).
@@ -99,7 +101,7 @@ var ErrNothingMeasured = errors.New("no row answered by a model to measure")
 // row.
 func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuoteParams) (Quote, error) {
 	q := Quote{Rows: task.RowsTotal, CostKnown: p.Prices != nil, QuotaKnown: p.RequestsPerSecond > 0}
-	var in, out, cost, latency []float64
+	var in, out, cost, economy, latency []float64
 	const page = 1000
 	for from := 1; from <= task.RowsTotal; from += page {
 		rows, err := st.ListRows(ctx, store.ListRowsParams{TaskID: task.ID, FromNo: from, ToNo: from + page - 1})
@@ -121,8 +123,14 @@ func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuotePara
 			if p.Prices != nil {
 				e := p.Prices.Task(store.Task{Spec: task.Spec, UsageByProvider: map[string]store.Usage{r.Provider: r.Usage}})
 				q.CostKnown = q.CostKnown && e.Known
-				cost = append(cost, e.Cost)
 				q.Spent += e.Cost
+				// The same tokens online and through the batch API,
+				// whichever way the sample's row was answered.
+				label := strings.TrimSuffix(r.Provider, pricing.BatchSuffix)
+				on := p.Prices.Task(store.Task{Spec: task.Spec, UsageByProvider: map[string]store.Usage{label: r.Usage}})
+				eco := p.Prices.Task(store.Task{Spec: task.Spec, UsageByProvider: map[string]store.Usage{pricing.BatchLabel(label): r.Usage}})
+				cost = append(cost, on.Cost)
+				economy = append(economy, eco.Cost)
 			}
 		}
 	}
@@ -137,7 +145,7 @@ func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuotePara
 	left := float64(q.ToCall)
 	q.InputTokens, q.OutputTokens = meanSpread(in, 1), meanSpread(out, 1)
 	if q.CostKnown {
-		q.Cost = meanSpread(cost, left)
+		q.Cost, q.Economy = meanSpread(cost, left), meanSpread(economy, left)
 	}
 	// Rows a second: the quota's pace, or what the calls in flight manage
 	// at the measured latency, whichever binds.

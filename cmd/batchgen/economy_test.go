@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestEconomyQuoteAndRun: the quote offers economy at half the online
+// price; the economy run sends every row left to the mock's Batch API
+// (lines answered shuffled, a tenth failed and sent again), pays each
+// prompt once, lands within 15% of the quote, and says what the batch API
+// saved.
+func TestEconomyQuoteAndRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := startMockLLM(t, dir, "m", "--latency", "5ms", "--batch-delay", "1s", "--batch-error-rate", "0.1")
+	prices := writeFile(t, filepath.Join(dir, "prices.yaml"), "models:\n  mock-1: {input_per_mtok: 1000, output_per_mtok: 1000}\n")
+	const rows = 300
+	in := productsCSV(t, dir, rows, nil)
+	args := []string{"--in", in, "--prompt", "{{sku}} {{商品名称}}", "--prices", prices, "--provider", "mock", "--base-url", m.baseURL,
+		"--mode", "economy", "--batch-poll", "1s"}
+
+	q := runBinary(t, context.Background(), append([]string{"quote"}, args...)...)
+	if q.code != 0 {
+		t.Fatalf("quote: exit %d; stderr:\n%s", q.code, q.stderr)
+	}
+	t.Logf("quote:\n%s", q.stdout)
+	money := func(pattern, text string) float64 {
+		t.Helper()
+		m := regexp.MustCompile(pattern).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("no %s in:\n%s", pattern, text)
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	online, economy := money(`online +\$([0-9.]+)`, q.stdout), money(`economy +\$([0-9.]+)`, q.stdout)
+	if math.Abs(economy-online/2) > 0.01*online {
+		t.Errorf("economy quoted at $%.4f, online at $%.4f: want half", economy, online)
+	}
+	if !strings.Contains(q.stdout, "auto      give --deadline") {
+		t.Errorf("the quote without --deadline should say auto needs one:\n%s", q.stdout)
+	}
+	quoted := money(`they cost \$([0-9.]+)`, q.stdout) + economy
+
+	r := runBinary(t, context.Background(), append([]string{"run", "--progress-interval", "500ms"}, args...)...)
+	if r.code != 0 {
+		t.Fatalf("run: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	t.Logf("run:\n%s", r.stdout)
+	if !strings.Contains(r.stderr, "waiting on 1 provider batch") {
+		t.Errorf("the progress line never said it waits on a provider batch:\n%s", r.stderr)
+	}
+	if !strings.Contains(r.stdout, "less than online through the batch API") || !strings.Contains(r.stdout, "provider batches (a failed line is sent again), at the batch price") {
+		t.Errorf("the summary does not show the economy run and its saving:\n%s", r.stdout)
+	}
+	for prompt, n := range paid(t, m) {
+		if n != 1 {
+			t.Errorf("prompt %q paid %d times", prompt, n)
+		}
+	}
+	st := m.stats(t)
+	if st.BatchFailed == 0 || st.BatchLines-st.BatchFailed != rows-20 {
+		t.Errorf("the mock answered %d batch lines and failed %d: want the %d rows after the sample answered in batches, some after a failure", st.BatchLines-st.BatchFailed, st.BatchFailed, rows-20)
+	}
+	out := readResult(t, filepath.Join(dir, "skus.result.xlsx"))
+	col := map[string]int{}
+	for i, h := range out[0] {
+		col[h] = i
+	}
+	batch := 0
+	for _, row := range out[1:] {
+		if row[col["status"]] != "succeeded" || row[col["output"]] != "Copy for: "+row[col["sku"]]+" "+row[col["商品名称"]] {
+			t.Errorf("row %q: want succeeded with its own answer", row)
+		}
+		if strings.HasSuffix(row[col["provider"]], " (batch)") {
+			batch++
+		}
+	}
+	if batch != rows-20 {
+		t.Errorf("%d rows answered through the batch API, want %d", batch, rows-20)
+	}
+	actual := money(`estimated cost \$([0-9.]+)`, r.stdout)
+	t.Logf("quoted $%.4f, the run reports $%.4f", quoted, actual)
+	if math.Abs(quoted-actual) > 0.15*actual {
+		t.Errorf("quoted $%.4f, the run cost $%.4f: more than 15%% apart", quoted, actual)
+	}
+}
+
+// TestEconomyKilledRunFindsItsBatches: a run killed (SIGKILL) while its
+// rows wait for their provider batches, run again, finds the batches by
+// the ids it recorded: the mock runs each row's line once, and each prompt
+// is paid once.
+func TestEconomyKilledRunFindsItsBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := startMockLLM(t, dir, "m", "--latency", "5ms", "--batch-delay", "4s")
+	const rows = 150
+	in := productsCSV(t, dir, rows, nil)
+	args := []string{"run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", "mock", "--base-url", m.baseURL,
+		"--mode", "economy", "--batch-poll", "1s", "--batch-size", "50", "--progress-interval", "200ms"}
+
+	cmd := exec.Command(binary, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var seen bytes.Buffer
+	var mu sync.Mutex
+	waiting := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		once := sync.Once{}
+		for sc.Scan() {
+			mu.Lock()
+			seen.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			// Every row is in a recorded provider batch once none gathers.
+			if strings.Contains(sc.Text(), "waiting on") && !strings.Contains(sc.Text(), "gathering") {
+				once.Do(func() { close(waiting) })
+			}
+		}
+	}()
+	select {
+	case <-waiting:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the run never waited on its provider batches:\n%s", seen.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if st := m.stats(t); st.BatchLines != 0 {
+		t.Fatalf("the mock answered %d lines before the kill; the test wants them pending", st.BatchLines)
+	}
+
+	r := runBinary(t, context.Background(), args...)
+	if r.code != 0 {
+		t.Fatalf("the run after the kill: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	if st := m.stats(t); st.BatchLines != rows {
+		t.Errorf("the mock ran %d batch lines for %d rows: the second run sent rows again", st.BatchLines, rows)
+	}
+	n := paid(t, m)
+	if len(n) != rows {
+		t.Errorf("%d prompts paid, want %d", len(n), rows)
+	}
+	for prompt, c := range n {
+		if c != 1 {
+			t.Errorf("prompt %q paid %d times", prompt, c)
+		}
+	}
+	for _, row := range readResult(t, filepath.Join(dir, "skus.result.xlsx"))[1:] {
+		if !strings.Contains(strings.Join(row, "|"), "succeeded") {
+			t.Errorf("row %q did not succeed", row)
+		}
+	}
+}
