@@ -136,6 +136,8 @@ var measures = []measure{
 	{"columns", true, measureColumns},                  // issue 17: typed columns, several rows per call
 	{"fairness", true, measureFairness},                // issue 20: two principals share the quota
 	{"quote", true, measureQuote},                      // issue 19: the quote's cost against the run's
+	{"economy", true, measureEconomy},                  // issue 19: provider batch APIs at half price
+	{"auto", false, measureAuto},                       // issue 19: economy until a deadline, then online
 }
 
 func main() {
