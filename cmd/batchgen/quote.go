@@ -76,7 +76,7 @@ func (j *runJob) quote(cmd *cobra.Command, sample int, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(stdout, quoteText(task.ID, task.Source, q, quotePlans{batch: j.set.Router.SellsBatches(), deadline: j.opts.deadline}))
+	fmt.Fprint(stdout, quoteText(task.ID, task.Source, q, quotePlans{batch: j.set.Router.SellsBatches(), deadline: time.Until(j.opts.parsedDeadline)}))
 	return nil
 }
 

@@ -63,7 +63,7 @@ func TestReadmeCommands(t *testing.T) {
 	// The model: the mock server, where the README says --provider openai
 	// or anthropic (OPENAI_BASE_URL and ANTHROPIC_BASE_URL point the binary
 	// at it, as they would any SDK).
-	srv := httptest.NewServer(mockserver.New(mockserver.Config{Latency: time.Millisecond}))
+	srv := httptest.NewServer(mockserver.New(mockserver.Config{Latency: time.Millisecond, BatchDelay: 2 * time.Second}))
 	t.Cleanup(srv.Close)
 	env := append(os.Environ(), "OPENAI_BASE_URL="+srv.URL+"/v1", "OPENAI_API_KEY=test-key",
 		"ANTHROPIC_BASE_URL="+srv.URL, "ANTHROPIC_API_KEY=test-key")

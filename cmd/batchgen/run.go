@@ -56,11 +56,11 @@ type runOptions struct {
 	prices   string
 	// maxCost is --max-cost: NaN when not given.
 	maxCost float64
-	// mode is --mode ("" when not given) and parsedMode what it says;
-	// deadline is --deadline (0 when not given).
-	mode       string
-	parsedMode store.Mode
-	deadline   time.Duration
+	// mode and deadline are --mode and --deadline ("" when not given),
+	// parsedMode and parsedDeadline what they say.
+	mode, deadline string
+	parsedMode     store.Mode
+	parsedDeadline time.Time
 	// batchPoll is how often a provider batch is asked for its state.
 	batchPoll        time.Duration
 	quiet            bool
@@ -187,7 +187,7 @@ func (o *runOptions) registerEngine(fs *pflag.FlagSet) {
 	o.maxCost = math.NaN()
 	fs.Var(optionalFloat{&o.maxCost}, "max-cost", "spending cap of the task in USD, at the price table's prices: no call starts that could pass it, and the rows left are marked not_started (retry with a higher --max-cost runs them); 0 removes a cap set before")
 	fs.StringVar(&o.mode, "mode", "", "how the rows are called: online (the default; under the quota, at the online price), economy (the provider's batch API: half the price, answers within hours) or auto (economy until --deadline leaves just the time the rest needs online); a task keeps its mode from run to run")
-	fs.DurationVar(&o.deadline, "deadline", 0, "with --mode auto: how long from now the task must be done (e.g. 6h)")
+	fs.StringVar(&o.deadline, "deadline", "", "with --mode auto: when the task must be done, a duration from now (6h) or an RFC 3339 time (2026-12-02T18:00:00Z)")
 	fs.DurationVar(&o.batchPoll, "batch-poll", 30*time.Second, "how often a provider batch is asked for its state (economy and auto modes)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress output")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
@@ -331,20 +331,12 @@ func newEngineJob(o runOptions, stderr io.Writer) (*runJob, error) {
 	if o.sweepAfter < time.Second {
 		return nil, reject("--sweep-after %s: must be at least 1s", o.sweepAfter)
 	}
-	if o.mode != "" {
-		m, err := store.ParseMode(o.mode)
+	if o.mode != "" || o.deadline != "" {
+		m, deadline, err := pipeline.ParseModeDeadline(o.mode, o.deadline, time.Now())
 		if err != nil {
 			return nil, reject("--%w", err)
 		}
-		o.parsedMode = m
-	}
-	switch {
-	case o.deadline < 0:
-		return nil, reject("--deadline %s: must be positive", o.deadline)
-	case o.deadline > 0 && o.parsedMode != store.ModeAuto:
-		return nil, reject("--deadline is for --mode auto: economy waits for the provider's batches however long they take, online needs none")
-	case o.mode != "" && o.parsedMode == store.ModeAuto && o.deadline == 0:
-		return nil, reject("--mode auto needs --deadline: how long from now the task must be done (e.g. --deadline 6h)")
+		o.parsedMode, o.parsedDeadline = m, deadline
 	}
 	if o.batchPoll < time.Second {
 		return nil, reject("--batch-poll %s: must be at least 1s", o.batchPoll)
@@ -503,11 +495,8 @@ func (j *runJob) terms(cur store.Terms) store.Terms {
 	if !math.IsNaN(o.maxCost) {
 		cur.MaxCost = o.maxCost
 	}
-	if o.mode != "" {
-		cur.Mode, cur.Deadline = o.parsedMode, time.Time{}
-		if o.deadline > 0 {
-			cur.Deadline = j.started.Add(o.deadline).UTC().Truncate(time.Millisecond)
-		}
+	if o.mode != "" || o.deadline != "" {
+		cur.Mode, cur.Deadline = o.parsedMode, o.parsedDeadline
 	}
 	return cur
 }
@@ -580,7 +569,11 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 	}
 	summary.Prices = j.prices
 	if s, ok := j.engine.Generator.EconomyStatus(task.ID); ok && s.Sent > 0 {
-		summary.Notes = append(summary.Notes, fmt.Sprintf("economy: %d lines sent in %d provider batches (a failed line is sent again), at the batch price", s.Lines, s.Sent))
+		batches := "provider batch"
+		if s.Sent > 1 {
+			batches += "es"
+		}
+		summary.Notes = append(summary.Notes, fmt.Sprintf("economy: %d lines sent in %d %s (a failed line is sent again), at the batch price", s.Lines, s.Sent, batches))
 	}
 	if s, ok := j.engine.Generator.EconomyStatus(task.ID); ok && s.Online {
 		summary.Notes = append(summary.Notes, "auto: the rest went online at "+s.Why)

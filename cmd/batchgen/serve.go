@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -147,6 +148,9 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	}
 	if err := o.checkSpec(); err != nil {
 		return err
+	}
+	if !math.IsNaN(o.maxCost) || o.mode != "" || o.deadline != "" {
+		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-cost, --mode and --deadline are a task's own on serve: set them in the API request, on the page, or in a drop-folder input's settings file (NAME.batchgen.json)")}
 	}
 	j, err := newEngineJob(o.runOptions, stderr)
 	if err != nil {

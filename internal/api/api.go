@@ -69,6 +69,10 @@ type Limits struct {
 	// request that sets one is refused, rather than run a task whose cap
 	// nothing holds; the page offers the field only with it.
 	CostCaps bool
+	// BatchModes is set by a runtime that runs economy and auto tasks
+	// through the providers' batch APIs: the embedded server. Without it
+	// a request for either is refused; the page offers them only with it.
+	BatchModes bool
 	// Models is the allow-list of models a request may name; empty allows
 	// the deployment's default model only (which is always allowed).
 	Models []string

@@ -554,3 +554,50 @@ func TestUploadWithMaxCost(t *testing.T) {
 		t.Errorf("after the retry (%d %s) the cap is %v, want 40", res.status, res.body, task.MaxCost)
 	}
 }
+
+// TestUploadWithMode: a mode (and an auto task's deadline) in the form
+// become the task's, shown in its view; a mode that is not one, auto
+// without a deadline, a deadline for another mode or one passed are
+// refused naming what is wrong, as is a batch mode on a deployment that
+// cannot run provider batches; a retry changes the mode (a task waiting in
+// economy finished online).
+func TestUploadWithMode(t *testing.T) {
+	t.Parallel()
+	fields := func(mode, deadline string) map[string]string {
+		return map[string]string{"prompt": "Copy for {{name}}", "mode": mode, "deadline": deadline}
+	}
+	online := newEmbedded(t)
+	if res := online.upload(t, "alice", "a.csv", goodCSV, fields("economy", "")); res.status != http.StatusBadRequest || !strings.Contains(res.message(t), "runs tasks online only") {
+		t.Errorf("economy where it cannot run: %d %s, want 400 saying so", res.status, res.body)
+	}
+
+	e := newEmbedded(t)
+	e.config.Limits.BatchModes = true
+	e.handler = api.New(e.config)
+	now := e.config.Clock.Now()
+	soon := now.Add(3 * time.Hour).UTC().Truncate(time.Second)
+	for _, bad := range []struct{ mode, deadline, want string }{
+		{"cheap", "", `mode "cheap"`},
+		{"auto", "", "mode auto needs a deadline"},
+		{"economy", soon.Format(time.RFC3339), "deadline is for mode auto"},
+		{"auto", "tomorrow", `deadline "tomorrow"`},
+		{"auto", now.Add(-time.Hour).UTC().Format(time.RFC3339), "has passed"},
+	} {
+		if res := e.upload(t, "alice", "a.csv", goodCSV, fields(bad.mode, bad.deadline)); res.status != http.StatusBadRequest || !strings.Contains(res.message(t), bad.want) {
+			t.Errorf("mode %q deadline %q: %d %s, want 400 with %q", bad.mode, bad.deadline, res.status, res.body, bad.want)
+		}
+	}
+	res := e.upload(t, "alice", "a.csv", goodCSV, fields("auto", soon.Format(time.RFC3339)))
+	if res.status != http.StatusCreated || res.json(t)["mode"] != "auto" || res.json(t)["deadline"] != soon.Format(time.RFC3339) {
+		t.Fatalf("POST = %d %s, want 201 with mode auto and its deadline", res.status, res.body)
+	}
+	id := res.json(t)["id"].(string)
+	task, err := e.store.GetTask(t.Context(), id)
+	if err != nil || task.Mode != store.ModeAuto || !task.Deadline.Equal(soon) {
+		t.Fatalf("stored task's terms %+v (%v), want auto by %s", task.Terms, err, soon)
+	}
+	res = send(t, e.handler, "alice", "POST", "/api/tasks/"+id+"/retry", "application/json", []byte(`{"mode": "online"}`))
+	if task, _ := e.store.GetTask(t.Context(), id); task.Mode != store.ModeOnline || !task.Deadline.IsZero() {
+		t.Errorf("after the retry (%d %s) the terms are %+v, want online", res.status, res.body, task.Terms)
+	}
+}

@@ -180,7 +180,7 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 		s.specError(w, err)
 		return
 	}
-	maxCost, err := s.maxCost(req.MaxCostUSD)
+	terms, err := s.terms(req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
@@ -190,7 +190,7 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "create task", fmt.Errorf("NewID returned an invalid task id %q", id))
 		return
 	}
-	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, Terms: store.Terms{MaxCost: maxCost}, CreatedAt: s.cfg.Clock.Now().UTC()}
+	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Encoding: req.Encoding, Terms: terms, CreatedAt: s.cfg.Clock.Now().UTC()}
 	// A sheet sent inside the request creates no task when it is
 	// rejected: the answer is the only record, on both runtimes.
 	ok, _, rows := s.check(w, file, rec)
@@ -204,12 +204,13 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 }
 
 // formFields are the multipart fields besides "file".
-var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format", "columns", "rows_per_call", "max_cost_usd"}
+var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format", "columns", "rows_per_call", "max_cost_usd", "mode", "deadline"}
 
 // formRequest fills req from the form's text fields.
 func formRequest(fields map[string]string, req *CreateTaskRequest) error {
 	req.Prompt, req.System, req.Model, req.Encoding = fields["prompt"], fields["system"], fields["model"], strings.TrimSpace(fields["encoding"])
 	req.ResultFormat = fields["result_format"]
+	req.Mode, req.Deadline = strings.TrimSpace(fields["mode"]), strings.TrimSpace(fields["deadline"])
 	if v := fields["columns"]; strings.TrimSpace(v) != "" {
 		// As text: the short form or JSON (schema.ParseText, by way of
 		// specFor's schema.ParseJSON).
@@ -456,7 +457,7 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 		s.specError(w, err)
 		return
 	}
-	maxCost, err := s.maxCost(req.MaxCostUSD)
+	terms, err := s.terms(req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
@@ -482,7 +483,7 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Clock.Now().UTC()
-	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Size: size, Encoding: req.Encoding, Terms: store.Terms{MaxCost: maxCost}, CreatedAt: now}
+	rec := pipeline.UploadRecord{TaskID: id, Filename: req.Filename, Spec: spec, Owner: principal(r), Size: size, Encoding: req.Encoding, Terms: terms, CreatedAt: now}
 	url := s.cfg.PublicURL + "/api/tasks/" + id + "/upload"
 	if s.cfg.Presigner != nil {
 		// Presign before writing the record: signing is local and cheap,
@@ -780,6 +781,31 @@ type retryRequest struct {
 	// removes it): a task stopped at its cap runs the rest with a higher
 	// one.
 	MaxCostUSD *float64 `json:"max_cost_usd"`
+	// Mode and Deadline, when Mode is set, are the task's mode and (for
+	// auto) deadline from now on, as a create takes them: a task waiting
+	// in economy can be finished online.
+	Mode     string `json:"mode"`
+	Deadline string `json:"deadline"`
+}
+
+// terms reads a create request's cap, mode and deadline.
+func (s *server) terms(req CreateTaskRequest) (store.Terms, error) {
+	maxCost, err := s.maxCost(req.MaxCostUSD)
+	if err != nil {
+		return store.Terms{}, err
+	}
+	mode, deadline, err := s.mode(req.Mode, req.Deadline)
+	return store.Terms{MaxCost: maxCost, Mode: mode, Deadline: deadline}, err
+}
+
+// mode reads a request's mode and deadline (pipeline.ParseModeDeadline),
+// refusing a batch mode this deployment cannot run.
+func (s *server) mode(m, deadline string) (store.Mode, time.Time, error) {
+	mode, t, err := pipeline.ParseModeDeadline(m, deadline, s.cfg.Clock.Now())
+	if err == nil && mode.Batched() && !s.cfg.Limits.BatchModes {
+		return "", time.Time{}, fmt.Errorf("mode %s: this deployment runs tasks online only yet (batchgen serve runs economy and auto)", mode)
+	}
+	return mode, t, err
 }
 
 // maxCost reads a request's spending cap: 0 when absent; an error for an
@@ -825,17 +851,30 @@ func (s *server) retryTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if req.MaxCostUSD != nil {
+	if req.MaxCostUSD != nil || req.Mode != "" || req.Deadline != "" {
 		maxCost, err := s.maxCost(req.MaxCostUSD)
+		var mode store.Mode
+		var deadline time.Time
+		if err == nil && (req.Mode != "" || req.Deadline != "") {
+			mode, deadline, err = s.mode(req.Mode, req.Deadline)
+		}
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 			return
 		}
-		if _, err := store.UpdateTerms(ctx, s.cfg.Store, id, func(t *store.Terms) { t.MaxCost = maxCost }); errors.Is(err, store.ErrNotFound) {
+		_, err = store.UpdateTerms(ctx, s.cfg.Store, id, func(t *store.Terms) {
+			if req.MaxCostUSD != nil {
+				t.MaxCost = maxCost
+			}
+			if req.Mode != "" || req.Deadline != "" {
+				t.Mode, t.Deadline = mode, deadline
+			}
+		})
+		if errors.Is(err, store.ErrNotFound) {
 			notFound(w, id)
 			return
 		} else if err != nil {
-			s.internalError(w, r, "set the spending cap", err)
+			s.internalError(w, r, "set the task's terms", err)
 			return
 		}
 	}
@@ -1108,10 +1147,17 @@ func (s *server) viewOf(t store.Task) TaskView {
 		RowsTotal: t.RowsTotal, RowsSucceeded: t.RowsSucceeded, RowsFailed: t.RowsFailed, RowsSkipped: t.RowsSkipped,
 		BatchesDone: t.BatchesDone, BatchesTotal: t.BatchesTotal, Error: t.Error,
 		InputTokens: t.Usage.InputTokens, CachedInputTokens: t.Usage.CachedInputTokens, OutputTokens: t.Usage.OutputTokens,
-		CreatedAt: t.CreatedAt.UTC(), Links: s.linksOf(t.ID),
+		CreatedAt: t.CreatedAt.UTC(), Links: s.linksOf(t.ID), Mode: string(t.Mode),
+	}
+	if !t.Deadline.IsZero() {
+		d := t.Deadline.UTC()
+		v.Deadline = &d
 	}
 	if est := s.cfg.Prices.Task(t); est.Known {
 		v.EstimatedCost = &est.Cost
+		if est.Saved > 0 {
+			v.SavedUSD = &est.Saved
+		}
 	}
 	if t.MaxCost > 0 {
 		c := t.MaxCost

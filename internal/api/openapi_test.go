@@ -170,7 +170,7 @@ func TestOpenAPI(t *testing.T) {
 		formProps = append(formProps, p)
 	}
 	sort.Strings(formProps)
-	wantForm := []string{"batch_size", "columns", "encoding", "file", "max_cost_usd", "max_tokens", "model", "prompt", "result_format", "rows_per_call", "system", "temperature"}
+	wantForm := []string{"batch_size", "columns", "deadline", "encoding", "file", "max_cost_usd", "max_tokens", "mode", "model", "prompt", "result_format", "rows_per_call", "system", "temperature"}
 	if diff := cmp.Diff(wantForm, formProps); diff != "" {
 		t.Errorf("multipart fields vs schema CreateTaskForm (-handler +document):\n%s", diff)
 	}

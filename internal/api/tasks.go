@@ -74,6 +74,15 @@ type CreateTaskRequest struct {
 	// deployment's prices); absent or 0 for no cap. A deployment that
 	// cannot hold a task to a cap (Limits.CostCaps) refuses it.
 	MaxCostUSD *float64 `json:"max_cost_usd,omitempty"`
+	// Mode is how the rows are called: "online" (absent: the default),
+	// "economy" (the provider's batch API, at about half the price, within
+	// hours) or "auto" (economy until the deadline leaves just the time
+	// the rest needs online). A deployment that cannot run provider
+	// batches (Limits.BatchModes) refuses the last two.
+	Mode string `json:"mode,omitempty"`
+	// Deadline is when an auto task must be done (RFC 3339); required for
+	// auto, refused otherwise.
+	Deadline string `json:"deadline,omitempty"`
 	// Size is the sheet's length in bytes; required. The upload URL is
 	// signed for exactly this length, and a size over the deployment's
 	// input limit is refused with 413.
@@ -133,7 +142,14 @@ type TaskView struct {
 	// one.
 	RowsPerCall int `json:"rows_per_call,omitempty"`
 	// MaxCostUSD is the task's spending cap; absent for none.
-	MaxCostUSD    *float64 `json:"max_cost_usd,omitempty"`
+	MaxCostUSD *float64 `json:"max_cost_usd,omitempty"`
+	// Mode is "economy" or "auto", absent for online; Deadline an auto
+	// task's (RFC 3339).
+	Mode     string     `json:"mode,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// SavedUSD is what the rows answered through the provider's batch API
+	// would have cost more online; absent for none.
+	SavedUSD      *float64 `json:"saved_usd,omitempty"`
 	Provider      string   `json:"provider,omitempty"`
 	Model         string   `json:"model,omitempty"`
 	RowsTotal     int      `json:"rows_total"`

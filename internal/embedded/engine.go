@@ -136,11 +136,6 @@ func (e *Engine) Resume(ctx context.Context, task store.Task) error {
 	return nil
 }
 
-// maxEconomyWorkers bounds the workers of an economy task: 2,000 batches
-// of the default 100 rows is 200,000 rows, the largest input run takes by
-// default.
-const maxEconomyWorkers = 2000
-
 // TaskRun says how RunTask works one task and reports on it.
 type TaskRun struct {
 	// Workers and SweepAfter are the WorkConfig's.
@@ -172,15 +167,8 @@ func (e *Engine) RunTask(ctx context.Context, task store.Task, r TaskRun) error 
 			r.Tick()
 		}
 	}
-	workers := r.Workers
-	if task.Mode.Batched() {
-		// Every batch of the task waits for its provider batches at once,
-		// without a row slot: one worker each, so that all its rows go
-		// into the first provider batches.
-		workers = max(workers, min(task.BatchesTotal, maxEconomyWorkers))
-	}
 	work := Start(ctx, e.Data.Store, e.Queue, e.Generator, WorkConfig{
-		Workers: workers, Visibility: QueueVisibility, SweepAfter: r.SweepAfter, TaskID: task.ID, Exports: e.Signal, Logger: e.logger,
+		Workers: r.Workers, Visibility: QueueVisibility, SweepAfter: r.SweepAfter, TaskID: task.ID, Exports: e.Signal, Logger: e.logger,
 	})
 	defer work.Stop()
 	ticker := time.NewTicker(500 * time.Millisecond)

@@ -119,6 +119,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 			Uploads:     pipeline.BlobUploads{Blobs: cfg.Bucket},
 			Owner:       cfg.DropOwner,
 			Sidecars:    true,
+			BatchModes:  true,
 			TempDir:     tmp,
 			Logger:      logger,
 		})
@@ -130,6 +131,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	// so this runtime holds a task to its spending cap.
 	limits := cfg.Limits
 	limits.CostCaps = true
+	// Its workers run economy and auto tasks beside the online ones
+	// (LocalWorkers works their batches detached).
+	limits.BatchModes = true
 	handler := api.New(api.Config{
 		Auth:  cfg.Auth,
 		Store: st, Blobs: cfg.Bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: cfg.Spec,

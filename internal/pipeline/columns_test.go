@@ -487,4 +487,36 @@ func TestIntakeSettingsSidecar(t *testing.T) {
 	if task.State != store.TaskFailed || !strings.Contains(task.Error, "u.batchgen.json: max_cost_usd -3: must be an amount") {
 		t.Errorf("a negative cap: %s %q", task.State, task.Error)
 	}
+
+	// A mode: refused where provider batches do not run, taken where they
+	// do, with a deadline from when the input is taken.
+	put("incoming/v.csv", "id,name\n1,brick\n")
+	put(pipeline.SidecarSettingsKey("incoming/v.csv"), `{"mode": "auto", "deadline": "6h"}`)
+	if res, err = intake.Accept(ctx, "incoming/v.csv", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	task, _ = e.store.GetTask(ctx, res.TaskID)
+	if task.State != store.TaskFailed || !strings.Contains(task.Error, "v.batchgen.json: mode auto: this deployment runs tasks online only") {
+		t.Errorf("a batch mode where none runs: %s %q", task.State, task.Error)
+	}
+	batches := pipeline.NewIntake(e.splitter, e.blobs, e.signal, pipeline.IntakeConfig{DefaultSpec: def, Sidecars: true, BatchModes: true, TempDir: t.TempDir()})
+	put("incoming/w.csv", "id,name\n1,brick\n")
+	put(pipeline.SidecarSettingsKey("incoming/w.csv"), `{"mode": "auto", "deadline": "6h"}`)
+	before := time.Now()
+	if res, err = batches.Accept(ctx, "incoming/w.csv", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	task, _ = e.store.GetTask(ctx, res.TaskID)
+	if task.Mode != store.ModeAuto || task.Deadline.Before(before.Add(6*time.Hour-time.Second)) || task.Deadline.After(time.Now().Add(6*time.Hour)) {
+		t.Errorf("terms %+v, want auto within 6 hours of the intake", task.Terms)
+	}
+	put("incoming/x.csv", "id,name\n1,brick\n")
+	put(pipeline.SidecarSettingsKey("incoming/x.csv"), `{"mode": "auto"}`)
+	if res, err = batches.Accept(ctx, "incoming/x.csv", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	task, _ = e.store.GetTask(ctx, res.TaskID)
+	if task.State != store.TaskFailed || !strings.Contains(task.Error, "x.batchgen.json: mode auto needs a deadline") {
+		t.Errorf("auto without a deadline: %s %q", task.State, task.Error)
+	}
 }

@@ -56,7 +56,9 @@ import (
 type EconomyConfig struct {
 	// Journal records the provider batches each task sent, so that a
 	// process that was killed neither sends their rows again nor loses
-	// their answers. Nil keeps them in memory only.
+	// their answers. Required: without one (the AWS stack, for now),
+	// economy and auto tasks are called online, saying why, rather than
+	// risk paying for their rows twice.
 	Journal BatchJournal
 	// Gather is how long a lane waits for more rows after the last one
 	// came before it sends a provider batch (at once when the batch is
@@ -346,6 +348,9 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string) {
 	if !ok {
 		return nil, "its provider sells no batch API here"
 	}
+	if g.cfg.Economy.Journal == nil {
+		return nil, "this runtime keeps no journal of provider batches, so a restart could pay for their rows twice"
+	}
 	label := x.Name
 	if x.anonymous {
 		label = ProviderLabel(task.Spec)
@@ -366,7 +371,7 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string) {
 	if task.Mode == store.ModeAuto {
 		l.deadline = task.Deadline
 	}
-	if cfg.Journal != nil {
+	{
 		entries, err := cfg.Journal.Load(ctx, task.ID)
 		if err != nil {
 			// Without the journal a killed run's batches cannot be found:
@@ -604,7 +609,7 @@ func (l *lane) send(calls []*lineCall) {
 		}
 	}
 	now := l.g.cfg.Clock.Now()
-	if l.cfg.Journal != nil {
+	{
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := l.cfg.Journal.Record(ctx, l.taskID, JournalEntry{Job: jobID, Lines: ids, Submitted: now}); err != nil {
 			// The batch runs and is polled; only a kill before it is done
@@ -888,4 +893,53 @@ func (g *Generator) warnOnline(task store.Task, why string) {
 	}
 	g.lanes.warned[task.ID] = true
 	g.cfg.Logger.Warn("the task's rows are called online at the online price", "task_id", task.ID, "mode", task.Mode.String(), "why", why)
+}
+
+// WaitsForProviderBatches reports whether the batch of message body
+// belongs to an economy or auto task: its rows wait for provider batches,
+// for hours, without a row slot, so the embedded workers work it beside
+// themselves rather than hold a worker that long (LocalWorkers). A message
+// that cannot be read, or whose task cannot be, is worked as any other
+// (Process says why it fails).
+func (g *Generator) WaitsForProviderBatches(ctx context.Context, body []byte) bool {
+	m, err := DecodeBatchMessage(body)
+	if err != nil {
+		return false
+	}
+	t, err := g.store.GetTask(ctx, m.TaskID)
+	return err == nil && t.Mode.Batched()
+}
+
+// ParseModeDeadline reads a task's mode and deadline as the CLI, the API
+// and the drop folder's settings take them: the mode by name (online,
+// economy, auto; "" is online); the deadline as an RFC 3339 time or a
+// duration from now ("6h"). Auto needs a deadline, the other modes take
+// none, and a deadline must be ahead of now.
+func ParseModeDeadline(mode, deadline string, now time.Time) (store.Mode, time.Time, error) {
+	m, err := store.ParseMode(mode)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	deadline = strings.TrimSpace(deadline)
+	if deadline == "" {
+		if m == store.ModeAuto {
+			return "", time.Time{}, errors.New("mode auto needs a deadline: when the task must be done (an RFC 3339 time such as 2026-12-02T18:00:00Z, or a duration from now such as 6h)")
+		}
+		return m, time.Time{}, nil
+	}
+	if m != store.ModeAuto {
+		return "", time.Time{}, errors.New("deadline is for mode auto: economy waits for the provider's batches however long they take, online needs none")
+	}
+	t, err := time.Parse(time.RFC3339, deadline)
+	if err != nil {
+		d, derr := time.ParseDuration(deadline)
+		if derr != nil {
+			return "", time.Time{}, fmt.Errorf("deadline %q: want an RFC 3339 time (2026-12-02T18:00:00Z) or a duration from now (6h)", deadline)
+		}
+		t = now.Add(d)
+	}
+	if !t.After(now) {
+		return "", time.Time{}, fmt.Errorf("deadline %s has passed", deadline)
+	}
+	return m, t.UTC().Truncate(time.Millisecond), nil
 }

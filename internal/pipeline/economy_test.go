@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -63,13 +64,23 @@ const (
 )
 
 // economyConfig is a generator's configuration for economy tests: short
-// gathers, polls and backoffs, and the journal in e's blobs.
+// gathers, polls and backoffs.
 func economyConfig() pipeline.GeneratorConfig {
 	return pipeline.GeneratorConfig{
 		Concurrency: 4, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 		RetryDelays: []time.Duration{20 * time.Millisecond},
 		Economy:     pipeline.EconomyConfig{Gather: 100 * time.Millisecond, Poll: 50 * time.Millisecond},
 	}
+}
+
+// newEconomyEnv is newEnv with the provider batches' journal in the env's
+// blobs, as the embedded runtime keeps it.
+func newEconomyEnv(t *testing.T, provider llm.Provider, cfg pipeline.GeneratorConfig) (*env, *pipeline.BlobJournal) {
+	e := newEnv(t, provider, cfg)
+	journal := &pipeline.BlobJournal{Blobs: e.blobs}
+	e.cfg.Economy.Journal = journal
+	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, e.cfg)
+	return e, journal
 }
 
 // splitEconomy splits n product rows into a task of the given terms.
@@ -119,7 +130,7 @@ func checkAnswers(t *testing.T, e *env, task store.Task) map[string]int {
 func TestEconomyMatchesAnswersAndRetriesFailedLines(t *testing.T) {
 	t.Parallel()
 	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 300 * time.Millisecond, BatchErrorRate: 0.2, Latency: time.Millisecond})
-	e := newEnv(t, provider, economyConfig())
+	e, _ := newEconomyEnv(t, provider, economyConfig())
 	const rows = 400
 	p := e.splitEconomy("economy", rows, 50, store.Terms{Mode: store.ModeEconomy})
 	task := e.runToCompletion(context.Background(), p.TaskID)
@@ -165,7 +176,7 @@ func TestEconomyMatchesAnswersAndRetriesFailedLines(t *testing.T) {
 func TestEconomyFinalLineErrorFailsItsRow(t *testing.T) {
 	t.Parallel()
 	srv, provider, _ := mockBatchServer(t, mockserver.Config{BatchDelay: 100 * time.Millisecond, FilterMarker: "商品7"})
-	e := newEnv(t, provider, economyConfig())
+	e, _ := newEconomyEnv(t, provider, economyConfig())
 	p := e.splitEconomy("economy-filter", 20, 10, store.Terms{Mode: store.ModeEconomy})
 	task := e.runToCompletion(context.Background(), p.TaskID)
 	if task.RowsFailed != 1 || task.RowsSucceeded != 19 {
@@ -191,12 +202,7 @@ func TestEconomyFinalLineErrorFailsItsRow(t *testing.T) {
 func TestEconomyResumesItsProviderBatches(t *testing.T) {
 	t.Parallel()
 	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 2 * time.Second, Latency: time.Millisecond})
-	cfg := economyConfig()
-	e := newEnv(t, provider, cfg)
-	journal := &pipeline.BlobJournal{Blobs: e.blobs}
-	cfg.Economy.Journal = journal
-	e.cfg = cfg
-	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, cfg)
+	e, journal := newEconomyEnv(t, provider, economyConfig())
 	const rows = 120
 	p := e.splitEconomy("economy-resume", rows, 30, store.Terms{Mode: store.ModeEconomy})
 
@@ -231,7 +237,7 @@ func TestEconomyResumesItsProviderBatches(t *testing.T) {
 	}
 
 	// The next run: a new process's generator over the same data.
-	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, cfg)
+	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, e.cfg)
 	task, err := e.store.GetTask(context.Background(), p.TaskID)
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +271,7 @@ func TestAutoCutsOverBeforeTheDeadline(t *testing.T) {
 	cfg := economyConfig()
 	cfg.Economy.OnlineRate = 100
 	cfg.Economy.CutOverMargin = 500 * time.Millisecond
-	e := newEnv(t, provider, cfg)
+	e, _ := newEconomyEnv(t, provider, cfg)
 	const rows = 100
 	deadline := time.Now().Add(4 * time.Second)
 	p := e.splitEconomy("auto", rows, 25, store.Terms{Mode: store.ModeAuto, Deadline: deadline})
@@ -290,5 +296,22 @@ func TestAutoCutsOverBeforeTheDeadline(t *testing.T) {
 	}
 	if batch != labels[batchLabel] || online != labels[onlineLabel] {
 		t.Errorf("paid %d in batches and %d online; the result shows %v", batch, online, labels)
+	}
+}
+
+// TestEconomyWithoutJournalRunsOnline: a runtime that keeps no journal of
+// provider batches (the AWS stack, for now) calls an economy task's rows
+// online rather than risk paying for them twice after a restart.
+func TestEconomyWithoutJournalRunsOnline(t *testing.T) {
+	t.Parallel()
+	srv, provider, _ := mockBatchServer(t, mockserver.Config{BatchDelay: 100 * time.Millisecond, Latency: time.Millisecond})
+	e := newEnv(t, provider, economyConfig())
+	p := e.splitEconomy("economy-no-journal", 20, 10, store.Terms{Mode: store.ModeEconomy})
+	task := e.runToCompletion(context.Background(), p.TaskID)
+	if labels := checkAnswers(t, e, task); labels[onlineLabel] != 20 {
+		t.Errorf("rows by provider %v: want all online", labels)
+	}
+	if st := srv.Stats(); st.BatchLines != 0 {
+		t.Errorf("%d batch lines sent without a journal", st.BatchLines)
 	}
 }

@@ -85,6 +85,10 @@ type IntakeConfig struct {
 	// splitter may list the bucket, so S3 answers a missing sidecar with
 	// 404, not 403).
 	Sidecars bool
+	// BatchModes, when set, lets a settings sidecar ask for economy or
+	// auto: the runtime runs provider batches (the embedded server).
+	// Without it such a sidecar rejects its input, saying why.
+	BatchModes bool
 	// MoveTaken, when set, makes Accept move a taken input (see
 	// IntakeResult.Taken) from incoming/ to ProcessedKey once its intake
 	// is done, through the DropFolder's Move. The deployed splitter sets
@@ -438,7 +442,7 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 	}
 	if text != "" {
 		version += "|settings=" + DeriveTaskID(text, store.TaskSpec{})
-		if err := applySettings(&src, text); err != nil && src.columnsErr == nil {
+		if err := in.applySettings(&src, text); err != nil && src.columnsErr == nil {
 			src.columnsErr = fmt.Errorf("%s: %w", path.Base(SidecarSettingsKey(key)), err)
 		}
 	}
@@ -448,24 +452,37 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 
 // SidecarSettingsKey is the file beside a drop-folder input at key that may
 // set what a request sets for an upload: a JSON object with "columns" (any
-// form schema.ParseJSON reads), "rows_per_call" and "max_cost_usd" (the
-// task's spending cap). Its columns come after
+// form schema.ParseJSON reads), "rows_per_call", "max_cost_usd" (the
+// task's spending cap), "mode" and "deadline" (an RFC 3339 time, or a
+// duration such as "6h" from when the input is taken). Its columns come after
 // a columns sidecar's (SidecarColumnsKey) and before the deployment's.
 func SidecarSettingsKey(key string) string {
 	return strings.TrimSuffix(key, path.Ext(key)) + ".batchgen.json"
 }
 
 // applySettings reads a settings sidecar into src.
-func applySettings(src *input, text string) error {
+func (in *Intake) applySettings(src *input, text string) error {
 	var s struct {
 		Columns     json.RawMessage `json:"columns"`
 		RowsPerCall *int            `json:"rows_per_call"`
 		MaxCostUSD  *float64        `json:"max_cost_usd"`
+		Mode        string          `json:"mode"`
+		Deadline    string          `json:"deadline"`
 	}
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return fmt.Errorf(`not a JSON object of settings ("columns", "rows_per_call", "max_cost_usd"): %w`, err)
+		return fmt.Errorf(`not a JSON object of settings ("columns", "rows_per_call", "max_cost_usd", "mode", "deadline"): %w`, err)
+	}
+	if s.Mode != "" || s.Deadline != "" {
+		mode, deadline, err := ParseModeDeadline(s.Mode, s.Deadline, in.cfg.Clock.Now())
+		if err != nil {
+			return err
+		}
+		if mode.Batched() && !in.cfg.BatchModes {
+			return fmt.Errorf("mode %s: this deployment runs tasks online only yet (batchgen serve runs economy and auto)", mode)
+		}
+		src.terms.Mode, src.terms.Deadline = mode, deadline
 	}
 	if s.MaxCostUSD != nil {
 		if err := CheckMaxCost("max_cost_usd", *s.MaxCostUSD); err != nil {

@@ -28,9 +28,12 @@ type LocalWorkers struct {
 	// sampled is when the queue's backlog was last recorded (Unix nanos).
 	sampled atomic.Int64
 
-	// busy counts the batches in hand per group (principal).
+	// busy counts the batches in hand per group (principal), but for the
+	// detached ones.
 	mu   sync.Mutex
 	busy map[string]int
+	// detached are the batches worked beside the workers.
+	detached sync.WaitGroup
 }
 
 // groupReceiver is a queue that can deliver the messages of every group
@@ -135,6 +138,7 @@ func (w *LocalWorkers) RunUntil(ctx context.Context, drain <-chan struct{}) erro
 		})
 	}
 	wg.Wait()
+	w.detached.Wait()
 	return nil
 }
 
@@ -187,6 +191,15 @@ func (w *LocalWorkers) loop(ctx context.Context, drain <-chan struct{}, receive 
 			continue
 		}
 		for _, d := range ds {
+			if w.gen.WaitsForProviderBatches(ctx, d.Body) {
+				// An economy task's batch waits hours for its provider
+				// batches, holding no row slot: it is worked beside the
+				// workers, so that it never holds one of them that long,
+				// and every batch of the task joins the first provider
+				// batches.
+				w.detached.Go(func() { w.process(ctx, d, drain) })
+				continue
+			}
 			w.handle(ctx, d, drain)
 		}
 	}
@@ -213,14 +226,18 @@ func (w *LocalWorkers) sampleBacklog(ctx context.Context) {
 
 func (w *LocalWorkers) handle(ctx context.Context, d queue.Delivery, drain <-chan struct{}) {
 	defer w.hold(d.Group)()
-	out := w.process(ctx, d, drain)
-	w.apply(ctx, d, out)
+	w.process(ctx, d, drain)
 }
 
-// process runs the generator on one message. A panic (a bug) fails only
-// this message, which the queue then redelivers and finally dead-letters,
-// instead of taking every other batch of the run down with it.
-func (w *LocalWorkers) process(ctx context.Context, d queue.Delivery, drain <-chan struct{}) (out Outcome) {
+// process runs the generator on one message and settles it. A panic (a
+// bug) fails only this message, which the queue then redelivers and
+// finally dead-letters, instead of taking every other batch of the run
+// down with it.
+func (w *LocalWorkers) process(ctx context.Context, d queue.Delivery, drain <-chan struct{}) {
+	w.apply(ctx, d, w.generate(ctx, d, drain))
+}
+
+func (w *LocalWorkers) generate(ctx context.Context, d queue.Delivery, drain <-chan struct{}) (out Outcome) {
 	defer func() {
 		if p := recover(); p != nil {
 			w.cfg.Logger.ErrorContext(ctx, "panic while processing a message; it will be redelivered and, if it keeps failing, dead-lettered",

@@ -76,6 +76,9 @@ type PageConfig struct {
 	// CostCaps is set when a task may have a spending cap
 	// (api.Limits.CostCaps): the page offers the field.
 	CostCaps bool `json:"cost_caps,omitempty"`
+	// BatchModes is set when a task may run in economy or auto
+	// (api.Limits.BatchModes): the page offers the mode.
+	BatchModes bool `json:"batch_modes,omitempty"`
 }
 
 func (c Config) withDefaults() Config {
@@ -133,7 +136,7 @@ func New(cfg Config) http.Handler {
 	// Under /ui/ so that it is public wherever the assets are (on AWS, the
 	// GET /ui/{proxy+} route has no authorizer).
 	pageConfig := PageConfig{MaxInlineBytes: cfg.MaxInlineBytes, MaxFileBytes: cfg.Limits.MaxFileBytes,
-		Models: cfg.Limits.Models, ModelFixed: cfg.Limits.ModelFixed, CostCaps: cfg.Limits.CostCaps}
+		Models: cfg.Limits.Models, ModelFixed: cfg.Limits.ModelFixed, CostCaps: cfg.Limits.CostCaps, BatchModes: cfg.Limits.BatchModes}
 	mux.HandleFunc("GET "+ConfigPath, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, pageConfig)
 	})

@@ -65,7 +65,7 @@
     configLoaded = configLoaded || fetch("/ui/config.json", { cache: "no-store" })
       .then((r) => (r.ok ? r.json() : null))
       .catch(() => null)
-      .then((c) => { state.config = c || {}; applyModelRule(state.config); applyCostCaps(state.config); return state.config; });
+      .then((c) => { state.config = c || {}; applyModelRule(state.config); applyCostCaps(state.config); applyBatchModes(state.config); return state.config; });
     return configLoaded;
   }
   // The API's rule for a task's model: a server that routes rows to the
@@ -89,6 +89,14 @@
     }
   }
   // A spending cap is offered where the server holds a task to one.
+  // applyBatchModes offers economy and auto where the server runs provider
+  // batches; the deadline only for auto.
+  function applyBatchModes(c) {
+    $("mode-field").hidden = !c.batch_modes;
+    $("mode-hint").hidden = !c.batch_modes;
+    if (!c.batch_modes) $("mode").value = "";
+    $("deadline-field").hidden = $("mode").value !== "auto";
+  }
   function applyCostCaps(c) {
     $("max-cost-field").hidden = !c.cost_caps;
     $("max-cost-hint").hidden = !c.cost_caps;
@@ -385,6 +393,10 @@
       const v = $(f).value.trim();
       if (v) fields[f] = v;
     }
+    const mode = $("mode").value;
+    if (mode) fields.mode = mode;
+    const hours = Number($("deadline_hours").value);
+    if (mode === "auto" && $("deadline_hours").value.trim()) fields.deadline = isFinite(hours) && hours > 0 ? Math.round(hours * 60) + "m" : $("deadline_hours").value.trim();
     const cols = outcolsField();
     if (cols) fields.columns = cols;
     // The encoding read from a head only is a guess about the rest: let the
@@ -527,6 +539,10 @@
     $("stat-failed").textContent = String(num(v.rows_failed));
     $("stat-rate").textContent = r.perSec > 0 && !FINISHED.has(st) ? t("rate.value", { n: r.perSec >= 10 ? Math.round(r.perSec) : r.perSec.toFixed(1) }) : "–";
     $("stat-eta").textContent = FINISHED.has(st) ? t("eta.done") : typeof r.eta === "number" && isFinite(r.eta) ? fmtDuration(r.eta) : "–";
+    // An economy or auto task: what it costs and waits for.
+    const md = $("current-mode");
+    md.hidden = !v.mode;
+    md.textContent = v.mode ? t("current.mode_" + v.mode, { deadline: v.deadline ? new Date(v.deadline).toLocaleString() : "" }) : "";
     // A result sent back in: what became of its rows.
     const rr = $("current-rerun");
     rr.hidden = !v.rerun;
@@ -744,6 +760,7 @@
   function init() {
     const drop = $("drop"), input = $("file");
     input.addEventListener("change", () => chooseFile(input.files[0]));
+    $("mode").addEventListener("change", () => { $("deadline-field").hidden = $("mode").value !== "auto"; });
     ["dragenter", "dragover"].forEach((e) => drop.addEventListener(e, (ev) => { ev.preventDefault(); drop.classList.add("over"); }));
     ["dragleave", "drop"].forEach((e) => drop.addEventListener(e, () => drop.classList.remove("over")));
     drop.addEventListener("drop", (ev) => { ev.preventDefault(); chooseFile(ev.dataTransfer.files[0]); });
