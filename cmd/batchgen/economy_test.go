@@ -7,8 +7,6 @@ import (
 	"math"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,26 +34,14 @@ func TestEconomyQuoteAndRun(t *testing.T) {
 		t.Fatalf("quote: exit %d; stderr:\n%s", q.code, q.stderr)
 	}
 	t.Logf("quote:\n%s", q.stdout)
-	money := func(pattern, text string) float64 {
-		t.Helper()
-		m := regexp.MustCompile(pattern).FindStringSubmatch(text)
-		if m == nil {
-			t.Fatalf("no %s in:\n%s", pattern, text)
-		}
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	online, economy := money(`online +\$([0-9.]+)`, q.stdout), money(`economy +\$([0-9.]+)`, q.stdout)
+	online, economy := moneyIn(t, `online +\$([0-9.]+)`, q.stdout), moneyIn(t, `economy +\$([0-9.]+)`, q.stdout)
 	if math.Abs(economy-online/2) > 0.01*online {
 		t.Errorf("economy quoted at $%.4f, online at $%.4f: want half", economy, online)
 	}
 	if !strings.Contains(q.stdout, "auto      give --deadline") {
 		t.Errorf("the quote without --deadline should say auto needs one:\n%s", q.stdout)
 	}
-	quoted := money(`they cost \$([0-9.]+)`, q.stdout) + economy
+	quoted := moneyIn(t, `they cost \$([0-9.]+)`, q.stdout) + economy
 
 	r := runBinary(t, context.Background(), append([]string{"run", "--progress-interval", "500ms"}, args...)...)
 	if r.code != 0 {
@@ -94,7 +80,11 @@ func TestEconomyQuoteAndRun(t *testing.T) {
 	if batch != rows-20 {
 		t.Errorf("%d rows answered through the batch API, want %d", batch, rows-20)
 	}
-	actual := money(`estimated cost \$([0-9.]+)`, r.stdout)
+	st2 := runBinary(t, context.Background(), "status", taskIDFrom(t, r.stdout), "--data", filepath.Join(dir, ".batchgen"), "--prices", prices)
+	if st2.code != 0 || !strings.Contains(st2.stdout, "mode      economy") || !strings.Contains(st2.stdout, "less than online through the batch API") {
+		t.Errorf("status: exit %d, want the mode and the saving:\n%s%s", st2.code, st2.stdout, st2.stderr)
+	}
+	actual := moneyIn(t, `estimated cost \$([0-9.]+)`, r.stdout)
 	t.Logf("quoted $%.4f, the run reports $%.4f", quoted, actual)
 	if math.Abs(quoted-actual) > 0.15*actual {
 		t.Errorf("quoted $%.4f, the run cost $%.4f: more than 15%% apart", quoted, actual)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -382,4 +383,19 @@ func finishAndCheckResumed(t *testing.T, mock *mockserver.Server, dir string, ro
 	}
 	t.Logf("%d model calls for %d rows; %d rows paid twice (in flight at a kill)", st.Requests, rows, twice)
 	return twice
+}
+
+// moneyIn reads the first amount pattern captures in text; a text without
+// one fails the test.
+func moneyIn(t *testing.T, pattern, text string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(pattern).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no %s in:\n%s", pattern, text)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

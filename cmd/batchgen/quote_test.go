@@ -4,8 +4,6 @@ import (
 	"context"
 	"math"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -32,19 +30,7 @@ func TestQuote(t *testing.T) {
 	if !strings.Contains(q.stdout, "rows      300: 280 left to run; measured on 20 answered") {
 		t.Errorf("quote does not say its sample of 20 left 280 rows:\n%s", q.stdout)
 	}
-	money := func(pattern, text string) float64 {
-		t.Helper()
-		m := regexp.MustCompile(pattern).FindStringSubmatch(text)
-		if m == nil {
-			t.Fatalf("no %s in:\n%s", pattern, text)
-		}
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	quoted := money(`they cost \$([0-9.]+)`, q.stdout) + money(`online +\$([0-9.]+)`, q.stdout)
+	quoted := moneyIn(t, `they cost \$([0-9.]+)`, q.stdout) + moneyIn(t, `online +\$([0-9.]+)`, q.stdout)
 	if paid := paid(t, m); len(paid) != 20 {
 		t.Errorf("the quote paid for %d prompts, want its sample of 20", len(paid))
 	}
@@ -61,7 +47,7 @@ func TestQuote(t *testing.T) {
 			t.Errorf("prompt %q paid %d times", prompt, n)
 		}
 	}
-	actual := money(`estimated cost \$([0-9.]+)`, r.stdout)
+	actual := moneyIn(t, `estimated cost \$([0-9.]+)`, r.stdout)
 	t.Logf("quoted $%.4f, the run reports $%.4f", quoted, actual)
 	if math.Abs(quoted-actual) > 0.15*actual {
 		t.Errorf("quoted $%.4f, the run cost $%.4f: more than 15%% apart", quoted, actual)

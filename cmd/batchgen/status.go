@@ -15,6 +15,7 @@ import (
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/store"
 )
 
 // newStatusCmd shows one task: counts, rate, ETA, failures by class with
@@ -91,6 +92,12 @@ func writeStatus(w io.Writer, s pipeline.TaskStatus, prices *pricing.Table) erro
 	line("rows", "%d  (succeeded %d, failed %d, skipped %d, pending %d; cached %d)", r.Total, r.Succeeded, r.Failed, r.Skipped, r.Pending, r.Cached)
 	if t.Rerun != nil {
 		line("sent back", "a result sent back in: %s", t.Rerun)
+	}
+	switch t.Mode {
+	case store.ModeEconomy:
+		line("mode", "economy: the rows go to the provider's batch API, at the batch price")
+	case store.ModeAuto:
+		line("mode", "auto: economy until the deadline %s needs the rest online", t.Deadline.Local().Format(time.RFC3339))
 	}
 	done := r.Succeeded + r.Failed + r.Skipped
 	pct := 100 * float64(done) / float64(max(r.Total, 1))
