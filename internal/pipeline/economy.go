@@ -453,11 +453,8 @@ func (l *lane) call(ctx, start context.Context, req llm.Request, spend *budget) 
 	c := &lineCall{hash: questionHash(req), req: req, done: make(chan struct{})}
 	began := l.g.cfg.Clock.Now()
 	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		settle(llm.Usage{})
-		return RoutedResponse{}, errLaneClosed
-	}
+	// A line already sent is read back even after an auto task's cut-over:
+	// its answer may be paid for (a cancelled batch keeps what it did).
 	if refs := l.recovered[c.hash]; len(refs) > 0 {
 		ref := refs[0]
 		l.recovered[c.hash] = refs[1:]
@@ -470,6 +467,10 @@ func (l *lane) call(ctx, start context.Context, req llm.Request, spend *budget) 
 			ref.job.polling = true
 			go l.poll(ref.job)
 		}
+	} else if l.closed {
+		l.mu.Unlock()
+		settle(llm.Usage{})
+		return RoutedResponse{}, errLaneClosed
 	} else {
 		c.size = int64(len(c.req.Prompt) + len(c.req.System) + 512)
 		l.gathering = append(l.gathering, c)
@@ -663,11 +664,16 @@ func (l *lane) poll(j *laneJob) {
 		}
 		wait := l.cfg.Poll
 		if closed {
+			// Cancelled at the cut-over: look again soon, not in a loop.
 			wait = min(wait, time.Second)
+		}
+		wake := l.closedC
+		if closed {
+			wake = nil
 		}
 		select {
 		case <-l.g.cfg.Clock.After(wait):
-		case <-l.closedC:
+		case <-wake:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		st, err := l.bp.BatchStatus(ctx, j.id)

@@ -315,3 +315,70 @@ func TestEconomyWithoutJournalRunsOnline(t *testing.T) {
 		t.Errorf("%d batch lines sent without a journal", st.BatchLines)
 	}
 }
+
+// TestAutoResumedPastItsCutOver: an auto task killed while its rows wait
+// for a provider batch, resumed when its deadline needs the rest online at
+// once, reads back every answer the batch had (the batch cancelled), calls
+// only the others online, and pays no prompt twice.
+func TestAutoResumedPastItsCutOver(t *testing.T) {
+	t.Parallel()
+	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 10 * time.Second, Latency: time.Millisecond})
+	cfg := economyConfig()
+	cfg.Economy.OnlineRate = 100
+	cfg.Economy.CutOverMargin = 500 * time.Millisecond
+	e, journal := newEconomyEnv(t, provider, cfg)
+	const rows = 80
+	p := e.splitEconomy("auto-resume", rows, 20, store.Terms{Mode: store.ModeAuto, Deadline: time.Now().Add(time.Hour)})
+
+	ctx, kill := context.WithCancel(context.Background())
+	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 2, PollInterval: 5 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = workers.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for lines := 0; lines < rows; {
+		entries, err := journal.Load(context.Background(), p.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = 0
+		for _, en := range entries {
+			lines += len(en.Lines)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d rows in recorded provider batches after 20 s", lines, rows)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // a fifth of the batch's lines answered
+	kill()
+	<-done
+
+	// The deadline moved up: the rows waiting need it all online.
+	if _, err := e.store.SetTerms(context.Background(), p.TaskID, store.Terms{Mode: store.ModeAuto, Deadline: time.Now().Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, e.cfg)
+	task, err := e.store.GetTask(context.Background(), p.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Resume(context.Background(), e.store, e.queue, task, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	task = e.runToCompletion(context.Background(), p.TaskID)
+	if task.RowsSucceeded != rows {
+		t.Fatalf("%d of %d rows succeeded", task.RowsSucceeded, rows)
+	}
+	labels := checkAnswers(t, e, task)
+	if labels[batchLabel] == 0 || labels[onlineLabel] == 0 {
+		t.Errorf("rows by provider %v: want the batch's answers read back and the rest online", labels)
+	}
+	for prompt, n := range paid.paid(t) {
+		if n.Calls() != 1 {
+			t.Errorf("prompt %q paid %d times (%d online, %d in batches)", prompt, n.Calls(), n.Online, n.Batch)
+		}
+	}
+	if st := srv.Stats(); st.BatchLines != int64(labels[batchLabel]) {
+		t.Errorf("the mock answered %d batch lines; the result keeps %d", st.BatchLines, labels[batchLabel])
+	}
+}
