@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/llm"
+	anthropicllm "github.com/batchgen/batchgen/internal/llm/anthropic"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -380,5 +381,38 @@ func TestAutoResumedPastItsCutOver(t *testing.T) {
 	}
 	if st := srv.Stats(); st.BatchLines != int64(labels[batchLabel]) {
 		t.Errorf("the mock answered %d batch lines; the result keeps %d", st.BatchLines, labels[batchLabel])
+	}
+}
+
+// TestEconomyOnAnthropic: the same lane over Anthropic's Message Batches
+// (the mock's, through the official SDK): every row its own answer,
+// failed lines sent again, each prompt paid once, in a batch.
+func TestEconomyOnAnthropic(t *testing.T) {
+	t.Parallel()
+	paidLog := &lockedBuffer{}
+	srv := mockserver.New(mockserver.Config{BatchDelay: 300 * time.Millisecond, BatchErrorRate: 0.2, Latency: time.Millisecond, PaidLog: paidLog})
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	provider, err := anthropicllm.New(anthropicllm.Config{BaseURL: hs.URL, APIKey: "test", Model: "mock-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := newEconomyEnv(t, provider, economyConfig())
+	const rows = 120
+	p := e.splitEconomy("economy-anthropic", rows, 40, store.Terms{Mode: store.ModeEconomy})
+	task := e.runToCompletion(context.Background(), p.TaskID)
+	if task.RowsSucceeded != rows {
+		t.Fatalf("%d of %d rows succeeded", task.RowsSucceeded, rows)
+	}
+	if labels := checkAnswers(t, e, task); labels[batchLabel] != rows {
+		t.Errorf("rows by provider %v: want all through the batch API", labels)
+	}
+	if st := srv.Stats(); st.BatchFailed == 0 {
+		t.Error("no line failed: the test wants some sent again")
+	}
+	for prompt, n := range paidLog.paid(t) {
+		if n.Online != 0 || n.Batch != 1 {
+			t.Errorf("prompt %q paid %d times online and %d in batches", prompt, n.Online, n.Batch)
+		}
 	}
 }
