@@ -271,7 +271,8 @@ type laneJob struct {
 	id     string
 	lines  map[string]*lineCall // by line id; nil until a call attaches
 	status llm.BatchStatus
-	// results are kept once read, for calls that attach later.
+	// results are the outcomes of its lines no caller waited for when it
+	// ended, kept for calls that attach later; nil until it ends.
 	results map[string]llm.BatchResult
 	polling bool
 	sent    time.Time
@@ -729,21 +730,27 @@ func (l *lane) finish(j *laneJob, results []llm.BatchResult, err error) {
 		}
 		return
 	}
-	j.results = make(map[string]llm.BatchResult, len(results))
+	byID := make(map[string]llm.BatchResult, len(results))
 	for _, r := range results {
 		if _, ours := j.lines[r.ID]; ours {
-			j.results[r.ID] = r
+			byID[r.ID] = r
 		}
 	}
+	// Only the outcomes of lines no caller waits for are kept, for a
+	// later attempt of their rows to find; the others are handed over
+	// and dropped, so a long-running server does not hold every answer.
+	j.results = map[string]llm.BatchResult{}
 	for id, c := range j.lines {
-		if c == nil {
-			continue
-		}
-		r, ok := j.results[id]
+		r, ok := byID[id]
 		if !ok {
 			r = unfinishedResult(id, j.status)
 		}
+		if c == nil {
+			j.results[id] = r
+			continue
+		}
 		l.deliverLocked(c, r)
+		j.lines[id] = nil
 	}
 }
 
