@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"math"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -104,38 +107,7 @@ func TestEconomyKilledRunFindsItsBatches(t *testing.T) {
 	args := []string{"run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", "mock", "--base-url", m.baseURL,
 		"--mode", "economy", "--batch-poll", "1s", "--batch-size", "50", "--progress-interval", "200ms"}
 
-	cmd := exec.Command(binary, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var seen bytes.Buffer
-	var mu sync.Mutex
-	waiting := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for sc.Scan() {
-			mu.Lock()
-			seen.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-			// Every row is in a recorded provider batch once none gathers.
-			if strings.Contains(sc.Text(), "waiting on") && !strings.Contains(sc.Text(), "gathering") {
-				once.Do(func() { close(waiting) })
-			}
-		}
-	}()
-	select {
-	case <-waiting:
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("the run never waited on its provider batches:\n%s", seen.String())
-	}
+	cmd, _ := startEconomyRun(t, args)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +135,97 @@ func TestEconomyKilledRunFindsItsBatches(t *testing.T) {
 	for _, row := range readResult(t, filepath.Join(dir, "skus.result.xlsx"))[1:] {
 		if !strings.Contains(strings.Join(row, "|"), "succeeded") {
 			t.Errorf("row %q did not succeed", row)
+		}
+	}
+}
+
+// startEconomyRun starts `batchgen ARGS` (an economy run with a progress
+// line) and returns once every row of its task is in a recorded provider
+// batch (the progress line waits on one and gathers nothing), with the
+// task's id.
+func startEconomyRun(t *testing.T, args []string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var seen bytes.Buffer
+	var mu sync.Mutex
+	waiting := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		once := sync.Once{}
+		for sc.Scan() {
+			mu.Lock()
+			seen.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if strings.Contains(sc.Text(), "waiting on") && !strings.Contains(sc.Text(), "gathering") {
+				once.Do(func() { close(waiting) })
+			}
+		}
+	}()
+	select {
+	case <-waiting:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the run never waited on its provider batches:\n%s", seen.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	m := regexp.MustCompile(`task ([0-9a-f]{20})`).FindStringSubmatch(seen.String())
+	if m == nil {
+		t.Fatalf("no task id in:\n%s", seen.String())
+	}
+	return cmd, m[1]
+}
+
+// TestEconomyCancelCancelsProviderBatches: cancelling an economy task
+// while it waits for its provider batch stops the run and cancels the
+// batch at the provider, whose unanswered lines would be paid for nothing:
+// before the run exits, well before its next look at the batch (20 s).
+func TestEconomyCancelCancelsProviderBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := startMockLLM(t, dir, "m", "--latency", "5ms", "--batch-delay", "60s")
+	in := productsCSV(t, dir, 60, nil)
+	cmd, id := startEconomyRun(t, []string{"run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", "mock", "--base-url", m.baseURL,
+		"--mode", "economy", "--batch-poll", "20s", "--progress-interval", "200ms"})
+	if r := runBinary(t, context.Background(), "cancel", id, "--data", filepath.Join(dir, ".batchgen")); r.code != 0 {
+		t.Fatalf("cancel: exit %d\n%s", r.code, r.stderr)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not stop within 30 s of the cancel")
+	}
+	resp, err := http.Get(m.baseURL + "/batches")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Data) == 0 {
+		t.Fatal("the mock has no batch")
+	}
+	for _, b := range list.Data {
+		if b.Status != "cancelled" {
+			t.Errorf("provider batch %s is %s after the task's cancel, want cancelled", b.ID, b.Status)
 		}
 	}
 }

@@ -186,6 +186,8 @@ func (e *Engine) RunTask(ctx context.Context, task store.Task, r TaskRun) error 
 			// for the workers, keep their context alive.
 			work.Drain()
 			work.Wait(-1)
+			// Its provider batches too, before this process exits.
+			e.Generator.CancelProviderBatches(task.ID)
 			tick()
 			if _, err := e.Exporter.Export(ctx, task.ID); err != nil {
 				return fmt.Errorf("export the partial result: %w", err)

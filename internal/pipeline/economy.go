@@ -956,3 +956,28 @@ func ParseModeDeadline(mode, deadline string, now time.Time) (store.Mode, time.T
 	}
 	return m, t.UTC().Truncate(time.Millisecond), nil
 }
+
+// CancelProviderBatches cancels the provider batches this process sent
+// for task taskID that are still running: for a cancelled task, whose
+// unanswered lines would otherwise be paid for nothing. The lines they
+// finished keep their answers, which a retry reads back. A process about
+// to exit calls it, as the lane's own check comes only at its next poll.
+func (g *Generator) CancelProviderBatches(taskID string) {
+	g.lanes.mu.Lock()
+	l, ok := g.lanes.m[taskID]
+	g.lanes.mu.Unlock()
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	var running []*laneJob
+	for _, j := range l.jobs {
+		if j.status.State == llm.BatchRunning && j.results == nil {
+			running = append(running, j)
+		}
+	}
+	l.mu.Unlock()
+	for _, j := range running {
+		l.cancelJob(j)
+	}
+}
