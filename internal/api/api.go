@@ -120,6 +120,11 @@ type Config struct {
 	// Prices estimate a task's cost from its tokens. Defaults to the
 	// built-in table.
 	Prices *pricing.Table
+	// WaitingOn, when set, says what an economy or auto task waits for in
+	// this process ("waiting on 1 provider batch (90/180 lines done)"; ""
+	// for nothing): the embedded server's generator knows
+	// (pipeline.Generator.EconomyStatus).
+	WaitingOn func(taskID string) string
 	// Store holds the tasks.
 	Store store.Store
 	// Blobs holds upload records (uploads/<id>.json), the inputs the API

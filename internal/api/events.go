@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"strconv"
 	"strings"
@@ -149,7 +150,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) {
 	for {
 		now := s.cfg.Clock.Now()
 		rate.Add(now, rowsDone(task))
-		if eid := eventID(task, awaiting); eid != sentID {
+		if eid := s.progressID(task, awaiting); eid != sentID {
 			ev := TaskEvent{TaskView: s.viewOf(task), RowsDone: rowsDone(task)}
 			if awaiting {
 				ev.TaskView = s.awaitingView(id, task)
@@ -226,6 +227,21 @@ func rowsDone(t store.Task) int { return t.RowsSucceeded + t.RowsFailed + t.Rows
 
 // eventID names a task's progress: two events with the same id report the
 // same task.
+// progressID is eventID with, for an economy or auto task running here,
+// what it waits for: so that the provider's progress on its batches is an
+// event too, though no row is done meanwhile.
+func (s *server) progressID(t store.Task, awaiting bool) string {
+	id := eventID(t, awaiting)
+	if t.Mode.Batched() && !t.State.Final() && s.cfg.WaitingOn != nil {
+		if w := s.cfg.WaitingOn(t.ID); w != "" {
+			h := fnv.New32a()
+			h.Write([]byte(w))
+			id += fmt.Sprintf(".%08x", h.Sum32())
+		}
+	}
+	return id
+}
+
 func eventID(t store.Task, awaiting bool) string {
 	state := string(t.State)
 	if awaiting {

@@ -1153,6 +1153,9 @@ func (s *server) viewOf(t store.Task) TaskView {
 		d := t.Deadline.UTC()
 		v.Deadline = &d
 	}
+	if t.Mode.Batched() && !t.State.Final() && s.cfg.WaitingOn != nil {
+		v.WaitingOn = s.cfg.WaitingOn(t.ID)
+	}
 	if est := s.cfg.Prices.Task(t); est.Known {
 		v.EstimatedCost = &est.Cost
 		if est.Saved > 0 {

@@ -149,15 +149,18 @@ type TaskView struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// SavedUSD is what the rows answered through the provider's batch API
 	// would have cost more online; absent for none.
-	SavedUSD      *float64 `json:"saved_usd,omitempty"`
-	Provider      string   `json:"provider,omitempty"`
-	Model         string   `json:"model,omitempty"`
-	RowsTotal     int      `json:"rows_total"`
-	RowsSucceeded int      `json:"rows_succeeded"`
-	RowsFailed    int      `json:"rows_failed"`
-	RowsSkipped   int      `json:"rows_skipped"`
-	BatchesDone   int      `json:"batches_done"`
-	BatchesTotal  int      `json:"batches_total"`
+	SavedUSD *float64 `json:"saved_usd,omitempty"`
+	// WaitingOn says what an economy or auto task waits for: the provider
+	// batches and the lines they answered so far; absent for nothing.
+	WaitingOn     string `json:"waiting_on,omitempty"`
+	Provider      string `json:"provider,omitempty"`
+	Model         string `json:"model,omitempty"`
+	RowsTotal     int    `json:"rows_total"`
+	RowsSucceeded int    `json:"rows_succeeded"`
+	RowsFailed    int    `json:"rows_failed"`
+	RowsSkipped   int    `json:"rows_skipped"`
+	BatchesDone   int    `json:"batches_done"`
+	BatchesTotal  int    `json:"batches_total"`
 	// InputTokens, CachedInputTokens and OutputTokens sum the tokens of the
 	// rows of the finished batches.
 	InputTokens       int64 `json:"input_tokens"`

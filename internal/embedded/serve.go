@@ -141,6 +141,10 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		PublicURL: strings.TrimSuffix(cfg.PublicURL, "/"),
 		Exports:   e.Exporter, Retrier: pipeline.Retrier{Store: st, Queue: e.Queue},
 		Prices: cfg.Prices,
+		WaitingOn: func(id string) string {
+			s, _ := e.Generator.EconomyStatus(id)
+			return s.String()
+		},
 	})
 	page := web.Config{Limits: limits, MaxInlineBytes: cfg.MaxInlineBytes, TempDir: tmp, Logger: logger, Authenticate: cfg.PageAuth}
 	// Long-lived requests (event streams) end when the server stops.

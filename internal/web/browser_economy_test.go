@@ -41,6 +41,11 @@ func TestBrowserEconomy(t *testing.T) {
 	if mode := text(t, ctx, "#current-mode"); !strings.Contains(mode, "provider's batch API") {
 		t.Errorf("the page says %q of the mode, want economy named", mode)
 	}
+	// While the simulator's batch runs (3 s), the page says it waits on it.
+	pctx, stop := within(ctx, 20*time.Second)
+	defer stop()
+	do(t, pctx, "wait for the page to show the provider batch", chromedp.WaitVisible(chromedp.Search(`//p[@id="current-mode" and contains(., "Waiting on 1 provider batch")]`)))
+	screenshot(t, ctx, "web-economy-waiting")
 	wctx, cancel := within(ctx, 60*time.Second)
 	defer cancel()
 	do(t, wctx, "wait for the task to finish", chromedp.WaitVisible(chromedp.CSS(`#current-state[data-state="SUCCEEDED"]`)))

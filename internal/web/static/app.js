@@ -542,7 +542,7 @@
     // An economy or auto task: what it costs and waits for.
     const md = $("current-mode");
     md.hidden = !v.mode;
-    md.textContent = v.mode ? t("current.mode_" + v.mode, { deadline: v.deadline ? new Date(v.deadline).toLocaleString() : "" }) : "";
+    md.textContent = v.mode ? t("current.mode_" + v.mode, { deadline: v.deadline ? new Date(v.deadline).toLocaleString() : "" }) + (v.waiting_on ? " " + v.waiting_on.charAt(0).toUpperCase() + v.waiting_on.slice(1) + "." : "") : "";
     // A result sent back in: what became of its rows.
     const rr = $("current-rerun");
     rr.hidden = !v.rerun;
