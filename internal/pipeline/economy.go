@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -333,24 +334,33 @@ func (r *Router) batchRoute() (*route, bool) {
 }
 
 // lane returns task's lane, made on first use; nil with the reason when
-// no provider of the generator sells a batch API (the task runs online).
-func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string) {
+// the task's rows must be called online (no provider of the generator
+// sells a batch API, or the runtime keeps no journal), or with an error
+// when the journal cannot be read (the rows wait: online they could be
+// paid twice, if a batch already sent answers them).
+func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, error) {
 	g.lanes.mu.Lock()
 	defer g.lanes.mu.Unlock()
 	if l, ok := g.lanes.m[task.ID]; ok {
 		l.mu.Lock()
-		if !task.Deadline.Equal(l.deadline) && task.Mode == store.ModeAuto {
+		watch := false
+		if task.Mode == store.ModeAuto && !task.Deadline.Equal(l.deadline) {
+			// A new deadline (a retry's); the first one starts the watch.
+			watch = l.deadline.IsZero() && !l.closed
 			l.deadline = task.Deadline
 		}
 		l.mu.Unlock()
-		return l, ""
+		if watch {
+			go l.watchDeadline()
+		}
+		return l, "", nil
 	}
 	x, ok := g.router.batchRoute()
 	if !ok {
-		return nil, "its provider sells no batch API here"
+		return nil, "its provider sells no batch API here", nil
 	}
 	if g.cfg.Economy.Journal == nil {
-		return nil, "this runtime keeps no journal of provider batches, so a restart could pay for their rows twice"
+		return nil, "this runtime keeps no journal of provider batches, so a restart could pay for their rows twice", nil
 	}
 	label := x.Name
 	if x.anonymous {
@@ -375,9 +385,7 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string) {
 	{
 		entries, err := cfg.Journal.Load(ctx, task.ID)
 		if err != nil {
-			// Without the journal a killed run's batches cannot be found:
-			// better to call online now than to pay for them twice.
-			return nil, err.Error()
+			return nil, "", err
 		}
 		for _, e := range entries {
 			j := &laneJob{id: e.Job, lines: map[string]*lineCall{}, sent: e.Submitted, status: llm.BatchStatus{ID: e.Job, State: llm.BatchRunning, Total: len(e.Lines)}}
@@ -395,11 +403,10 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string) {
 		g.lanes.m = map[string]*lane{}
 	}
 	g.lanes.m[task.ID] = l
-	if l.deadline.IsZero() {
-		return l, ""
+	if !l.deadline.IsZero() {
+		go l.watchDeadline()
 	}
-	go l.watchDeadline()
-	return l, ""
+	return l, "", nil
 }
 
 // EconomyStatus reports task taskID's lane in this process; false when it
@@ -565,16 +572,26 @@ func (l *lane) sendLocked() {
 // server error) is tried again while callers wait; any other fails each
 // call with it.
 func (l *lane) send(calls []*lineCall) {
-	seen := map[string]int{}
-	lines := make([]llm.BatchLine, len(calls))
-	ids := make([]string, len(calls))
-	for i, c := range calls {
-		ids[i] = lineID(c.hash, seen[c.hash])
-		seen[c.hash]++
-		lines[i] = llm.BatchLine{ID: ids[i], Req: c.req}
-	}
+	var lines []llm.BatchLine
+	var ids []string
 	var jobID string
 	for attempt := 0; ; attempt++ {
+		// The callers still waiting: one that left while the batch was
+		// refused asks again in a later batch of its own, and must not be
+		// sent twice.
+		l.mu.Lock()
+		calls = slices.DeleteFunc(calls, func(c *lineCall) bool { return c.left })
+		l.mu.Unlock()
+		if len(calls) == 0 {
+			return
+		}
+		seen := map[string]int{}
+		lines, ids = make([]llm.BatchLine, len(calls)), make([]string, len(calls))
+		for i, c := range calls {
+			ids[i] = lineID(c.hash, seen[c.hash])
+			seen[c.hash]++
+			lines[i] = llm.BatchLine{ID: ids[i], Req: c.req}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		id, err := l.bp.SubmitBatch(ctx, lines)
 		cancel()
@@ -878,7 +895,14 @@ func (g *Generator) call(ctx, start context.Context, mayStart func() bool, task 
 	if !task.Mode.Batched() {
 		return g.router.route(ctx, start, mayStart, req, spend)
 	}
-	l, why := g.lane(ctx, task)
+	l, why, err := g.lane(ctx, task)
+	if err != nil {
+		// A failed attempt, retried with backoff and then in later rounds,
+		// as a provider's 5xx would be: neither online nor a new batch
+		// (a batch already sent might answer the row; either would pay
+		// twice), and not at once again (a broken disk stays broken).
+		return RoutedResponse{}, &llm.Error{Class: llm.ClassServer, Message: "read the journal of provider batches: " + err.Error(), Err: err}
+	}
 	if l != nil {
 		resp, err := l.call(ctx, start, req, spend)
 		if !errors.Is(err, errLaneClosed) {

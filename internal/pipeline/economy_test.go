@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -416,5 +417,43 @@ func TestEconomyOnAnthropic(t *testing.T) {
 		if n.Online != 0 || n.Batch != 1 {
 			t.Errorf("prompt %q paid %d times online and %d in batches", prompt, n.Online, n.Batch)
 		}
+	}
+}
+
+// brokenJournal cannot be read.
+type brokenJournal struct{}
+
+func (brokenJournal) Load(context.Context, string) ([]pipeline.JournalEntry, error) {
+	return nil, errors.New("disk on fire")
+}
+func (brokenJournal) Record(context.Context, string, pipeline.JournalEntry) error { return nil }
+
+// TestEconomyUnreadableJournalWaits: when the journal of provider batches
+// cannot be read, an economy task's rows neither go online nor into a new
+// batch (a batch already sent might answer them: either would pay twice);
+// each call is a failed attempt saying why, and the batch is tried again
+// after a delay, not at once.
+func TestEconomyUnreadableJournalWaits(t *testing.T) {
+	t.Parallel()
+	srv, provider, _ := mockBatchServer(t, mockserver.Config{BatchDelay: 100 * time.Millisecond, Latency: time.Millisecond})
+	cfg := economyConfig()
+	cfg.Economy.Journal = brokenJournal{}
+	e := newEnv(t, provider, cfg)
+	p := e.splitEconomy("economy-broken-journal", 10, 10, store.Terms{Mode: store.ModeEconomy})
+	out := e.gen.Process(context.Background(), pipeline.Delivery{Body: pipeline.EncodeBatchMessage(p.TaskID, 1)})
+	if out.Ack || out.RetryAfter <= 0 {
+		t.Errorf("outcome %+v: want the batch released for a later round", out)
+	}
+	rows, err := e.store.ListRows(context.Background(), store.ListRowsParams{TaskID: p.TaskID, FromNo: 1, ToNo: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.State != store.RowPending || r.Attempts == 0 || !strings.Contains(r.Error, "read the journal of provider batches: disk on fire") {
+			t.Errorf("row %d is %s after %d attempts (%q); want pending after failed attempts saying why", r.No, r.State, r.Attempts, r.Error)
+		}
+	}
+	if st := srv.Stats(); st.Requests != 0 || st.BatchLines != 0 {
+		t.Errorf("the mock had %d online requests and %d batch lines; want none", st.Requests, st.BatchLines)
 	}
 }
