@@ -208,46 +208,15 @@ func TestEconomyResumesItsProviderBatches(t *testing.T) {
 	const rows = 120
 	p := e.splitEconomy("economy-resume", rows, 30, store.Terms{Mode: store.ModeEconomy})
 
-	// The first run: workers for every batch, killed once every row is in
-	// a recorded provider batch.
-	ctx, kill := context.WithCancel(context.Background())
-	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 4, PollInterval: 5 * time.Millisecond})
-	done := make(chan struct{})
-	go func() { defer close(done); _ = workers.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		entries, err := journal.Load(context.Background(), p.TaskID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := 0
-		for _, en := range entries {
-			lines += len(en.Lines)
-		}
-		if lines == rows {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d rows in recorded provider batches after 20 s", lines, rows)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	kill()
-	<-done
+	// The first run, killed once every row is in a recorded provider
+	// batch.
+	e.runUntilJournaled(journal, p.TaskID, rows, 0)
 	if st := srv.Stats(); st.BatchLines >= rows {
 		t.Fatalf("the mock answered all %d lines before the kill; the test wants the run killed midway", st.BatchLines)
 	}
 
 	// The next run: a new process's generator over the same data.
-	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, e.cfg)
-	task, err := e.store.GetTask(context.Background(), p.TaskID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pipeline.Resume(context.Background(), e.store, e.queue, task, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	task = e.runToCompletion(context.Background(), p.TaskID)
+	task := e.resumeInNewProcess(provider, p.TaskID)
 	if task.RowsSucceeded != rows {
 		t.Fatalf("%d of %d rows succeeded after the resume", task.RowsSucceeded, rows)
 	}
@@ -334,42 +303,13 @@ func TestAutoResumedPastItsCutOver(t *testing.T) {
 	const rows = 80
 	p := e.splitEconomy("auto-resume", rows, 20, store.Terms{Mode: store.ModeAuto, Deadline: time.Now().Add(time.Hour)})
 
-	ctx, kill := context.WithCancel(context.Background())
-	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 2, PollInterval: 5 * time.Millisecond})
-	done := make(chan struct{})
-	go func() { defer close(done); _ = workers.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for lines := 0; lines < rows; {
-		entries, err := journal.Load(context.Background(), p.TaskID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines = 0
-		for _, en := range entries {
-			lines += len(en.Lines)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d rows in recorded provider batches after 20 s", lines, rows)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(2 * time.Second) // a tenth of the batch's lines answered
-	kill()
-	<-done
+	e.runUntilJournaled(journal, p.TaskID, rows, 2*time.Second) // a tenth of the batch's lines answered
 
 	// The deadline moved up: the rows waiting need it all online.
 	if _, err := e.store.SetTerms(context.Background(), p.TaskID, store.Terms{Mode: store.ModeAuto, Deadline: time.Now().Add(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, e.cfg)
-	task, err := e.store.GetTask(context.Background(), p.TaskID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pipeline.Resume(context.Background(), e.store, e.queue, task, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	task = e.runToCompletion(context.Background(), p.TaskID)
+	task := e.resumeInNewProcess(provider, p.TaskID)
 	if task.RowsSucceeded != rows {
 		t.Fatalf("%d of %d rows succeeded", task.RowsSucceeded, rows)
 	}
@@ -456,4 +396,48 @@ func TestEconomyUnreadableJournalWaits(t *testing.T) {
 	if st := srv.Stats(); st.Requests != 0 || st.BatchLines != 0 {
 		t.Errorf("the mock had %d online requests and %d batch lines; want none", st.Requests, st.BatchLines)
 	}
+}
+
+// resumeInNewProcess works task taskID to its end as a new process would
+// after a kill: a new generator (no lanes, no memory of the batches sent),
+// the dead process's leases released.
+func (e *env) resumeInNewProcess(provider llm.Provider, taskID string) store.Task {
+	e.t.Helper()
+	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, e.cfg)
+	task, err := e.store.GetTask(context.Background(), taskID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := pipeline.Resume(context.Background(), e.store, e.queue, task, time.Now()); err != nil {
+		e.t.Fatal(err)
+	}
+	return e.runToCompletion(context.Background(), taskID)
+}
+
+// runUntilJournaled works task taskID until all its rows are in provider
+// batches the journal records, then for after more, and kills the workers
+// (their process, as far as the lanes go: resumeInNewProcess follows).
+func (e *env) runUntilJournaled(journal pipeline.BatchJournal, taskID string, rows int, after time.Duration) {
+	e.t.Helper()
+	ctx, kill := context.WithCancel(context.Background())
+	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 2, PollInterval: 5 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = workers.Run(ctx) }()
+	defer func() { kill(); <-done }()
+	deadline := time.Now().Add(20 * time.Second)
+	for lines := 0; lines < rows; {
+		entries, err := journal.Load(context.Background(), taskID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		lines = 0
+		for _, en := range entries {
+			lines += len(en.Lines)
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d of %d rows in recorded provider batches after 20 s", lines, rows)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(after)
 }
