@@ -40,8 +40,11 @@ type BatchStatus struct {
 	// answered, and failed (answered with an error, or left unfinished by
 	// an expiry or a cancel).
 	Total, Completed, Failed int
-	// Error says why a batch failed as a whole (its file was refused).
-	Error string
+	// Error says why a batch failed as a whole (its file was refused), and
+	// ErrorClass how to take it: ClassRateLimited for a queue limit (the
+	// batch, smaller or later, may be sent again: nothing was billed).
+	Error      string
+	ErrorClass ErrorClass
 }
 
 // BatchResult is one line's outcome: an answer, or an error classed as an

@@ -82,10 +82,15 @@ type EconomyConfig struct {
 	// provider batches' cancel, the export, and a pace that falls short.
 	// Defaults to 30 seconds.
 	CutOverMargin time.Duration
+	// RefusalWait is the first wait before a batch the provider refused
+	// for now (a 429, a queue limit) is sent again; it doubles with each
+	// refusal in a row, to 10 minutes. Defaults to 30 seconds.
+	RefusalWait time.Duration
 }
 
 func (c EconomyConfig) withDefaults(concurrency int) EconomyConfig {
 	c.CutOverMargin = cmp.Or(c.CutOverMargin, 30*time.Second)
+	c.RefusalWait = cmp.Or(c.RefusalWait, 30*time.Second)
 	c.Gather = cmp.Or(c.Gather, 2*time.Second)
 	c.Poll = cmp.Or(c.Poll, 30*time.Second)
 	if c.OnlineRate <= 0 {
@@ -259,6 +264,9 @@ type lane struct {
 	why       string
 	// sent and lines count the batches sent and their lines.
 	sent, lines int
+	// refusals counts the provider batches refused for a queue limit in
+	// a row: the wait before sending again doubles with each.
+	refusals int
 }
 
 // lineRef is one line of a sent batch.
@@ -619,7 +627,7 @@ func (l *lane) send(calls []*lineCall) {
 			}
 			return
 		}
-		wait := min(30*time.Second<<attempt, 10*time.Minute)
+		wait := min(l.cfg.RefusalWait<<attempt, 10*time.Minute)
 		wait = max(wait, e.RetryAfter)
 		l.log.Info("the provider refused a batch for now; sending it again later", "lines", len(lines), "error_class", e.Class, "wait", wait, "error", e.Error())
 		select {
@@ -727,10 +735,60 @@ func (l *lane) poll(j *laneJob) {
 			l.finish(j, nil, fmt.Errorf("read the results of provider batch %s: %w", j.id, err))
 			return
 		}
+		if st.State == llm.BatchFailed && st.ErrorClass == llm.ClassRateLimited && len(results) == 0 {
+			l.requeue(j, st)
+			return
+		}
 		l.log.Info("provider batch done", "batch", j.id, "state", st.State, "completed", st.Completed, "failed", st.Failed)
+		l.mu.Lock()
+		l.refusals = 0
+		l.mu.Unlock()
 		l.finish(j, results, nil)
 		return
 	}
+}
+
+// requeue sends the lines of batch j, which the provider refused whole for
+// a queue limit (st: its enqueued tokens; nothing ran, nothing was billed),
+// again: in halves, from now on no larger than that (the lane learns the
+// limit from the refusal), after a wait that doubles with each refusal in
+// a row. The rows lose no attempt.
+func (l *lane) requeue(j *laneJob, st llm.BatchStatus) {
+	l.mu.Lock()
+	var calls []*lineCall
+	for id, c := range j.lines {
+		if c != nil && !c.left {
+			calls = append(calls, c)
+		}
+		j.lines[id] = nil
+	}
+	// A line of it no caller waits for yet is sent again when one does.
+	j.results = map[string]llm.BatchResult{}
+	size := max(1, len(calls)/2)
+	if l.limits.Lines <= 0 || size < l.limits.Lines {
+		l.limits.Lines = size
+	}
+	size = l.limits.Lines
+	l.refusals++
+	wait := min(l.cfg.RefusalWait<<(l.refusals-1), 10*time.Minute)
+	l.mu.Unlock()
+	l.log.Warn("the provider refused a batch for its queue limit; sending its lines again in smaller batches",
+		"batch", j.id, "lines", len(calls), "batch_lines_now", size, "wait", wait, "error", st.Error)
+	go func() {
+		select {
+		case <-l.g.cfg.Clock.After(wait):
+		case <-l.closedC:
+			for _, c := range calls {
+				c.deliver(llm.Response{}, errLaneClosed)
+			}
+			return
+		}
+		for len(calls) > 0 {
+			n := min(size, len(calls))
+			go l.send(calls[:n])
+			calls = calls[n:]
+		}
+	}()
 }
 
 // finish hands each line of final batch j its outcome (err, when its

@@ -441,3 +441,44 @@ func (e *env) runUntilJournaled(journal pipeline.BatchJournal, taskID string, ro
 	}
 	time.Sleep(after)
 }
+
+// TestEconomyLearnsTheQueueLimit: a provider whose queue holds at most 100
+// lines in flight fails a batch of 300 whole (OpenAI's
+// token_limit_exceeded, billing nothing). The lane sends the lines again
+// in smaller batches, learning the limit from the refusals: every row is
+// answered in a batch, on its first attempt, paid once.
+func TestEconomyLearnsTheQueueLimit(t *testing.T) {
+	t.Parallel()
+	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 300 * time.Millisecond, BatchQueueLimit: 100, Latency: time.Millisecond})
+	cfg := economyConfig()
+	cfg.Economy.RefusalWait = 100 * time.Millisecond
+	e, _ := newEconomyEnv(t, provider, cfg)
+	const rows = 300
+	p := e.splitEconomy("economy-queue-limit", rows, 100, store.Terms{Mode: store.ModeEconomy})
+	task := e.runToCompletion(context.Background(), p.TaskID)
+	if task.RowsSucceeded != rows {
+		t.Fatalf("%d of %d rows succeeded", task.RowsSucceeded, rows)
+	}
+	if labels := checkAnswers(t, e, task); labels[batchLabel] != rows {
+		t.Errorf("rows by provider %v: want all through the batch API", labels)
+	}
+	st := srv.Stats()
+	if st.BatchesRefused == 0 {
+		t.Error("no batch was refused: the test wants the queue limit met")
+	}
+	t.Logf("%d batches refused for the queue limit", st.BatchesRefused)
+	rs, err := e.store.ListRows(context.Background(), store.ListRowsParams{TaskID: p.TaskID, FromNo: 1, ToNo: rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Attempts != 1 {
+			t.Errorf("row %d took %d attempts: a refused batch cost it one", r.No, r.Attempts)
+		}
+	}
+	for prompt, n := range paid.paid(t) {
+		if n.Calls() != 1 {
+			t.Errorf("prompt %q paid %d times", prompt, n.Calls())
+		}
+	}
+}

@@ -81,6 +81,8 @@ type mockBatch struct {
 	// status.
 	finishedAt                time.Time
 	outputFileID, errorFileID string
+	// failure is why a failed batch failed as a whole (its errors).
+	failure map[string]any
 }
 
 // batchRecord is one finished line's result as the batch's format words
@@ -273,8 +275,25 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lines, _ := parseBatchFile(f.bytes) // checked at upload
+	enqueued := 0
+	for _, o := range s.batch.batches {
+		if _, ok := o.format.(openAIBatch); ok {
+			s.advanceLocked(o)
+			if !final(o.status) {
+				enqueued += len(o.lines) - o.done
+			}
+		}
+	}
 	b := s.newBatchLocked("batch", openAIBatch{}, lines)
 	b.inputFileID, b.endpoint, b.window, b.metadata = f.id, req.Endpoint, req.CompletionWindow, req.Metadata
+	if limit := s.cfg.BatchQueueLimit; limit > 0 && enqueued+len(lines) > limit {
+		b.status, b.finishedAt = "failed", s.cfg.Clock.Now()
+		b.failure = map[string]any{"object": "list", "data": []map[string]any{{
+			"code": "token_limit_exceeded", "param": nil, "line": nil,
+			"message": fmt.Sprintf("Enqueued token limit reached for this model in organization org-mock. Limit: %d enqueued lines, %d in flight. Please try again once some in_progress batches have been completed.", limit, enqueued),
+		}}}
+		s.count(func(st *Stats) { st.BatchesRefused++ })
+	}
 	writeJSON(w, http.StatusOK, s.batchObject(b))
 }
 
@@ -508,7 +527,7 @@ func (f openAIBatch) unfinished(b *mockBatch, i int, final string) []byte {
 // batchObject is b as the API shows it.
 func (s *Server) batchObject(b *mockBatch) map[string]any {
 	o := map[string]any{
-		"id": b.id, "object": "batch", "endpoint": b.endpoint, "errors": nil, "input_file_id": b.inputFileID,
+		"id": b.id, "object": "batch", "endpoint": b.endpoint, "errors": b.failure, "input_file_id": b.inputFileID,
 		"completion_window": b.window, "status": b.status, "created_at": b.createdAt.Unix(),
 		"expires_at": b.createdAt.Add(24 * time.Hour).Unix(), "metadata": b.metadata,
 		"output_file_id": nil, "error_file_id": nil,

@@ -151,6 +151,11 @@ type Config struct {
 	// BatchExpire makes a batch expire at BatchDelay with half its lines
 	// done.
 	BatchExpire bool
+	// BatchQueueLimit, when positive, is the most lines the batches in
+	// flight may hold together (OpenAI's enqueued-token limit, counted in
+	// lines): a batch that would pass it fails at validation with
+	// token_limit_exceeded, as OpenAI's does, billing nothing.
+	BatchQueueLimit int
 	// PaidLog, when non-nil, gets one line per completion returned, the
 	// prompt as a JSON string, written before the answer: what a provider
 	// bills. A batch line answered is written as {"prompt": ..., "batch":
@@ -203,6 +208,8 @@ type Stats struct {
 	// of them answered with an error.
 	BatchLines  int64 `json:"batch_lines"`
 	BatchFailed int64 `json:"batch_failed"`
+	// BatchesRefused counts batches failed for BatchQueueLimit.
+	BatchesRefused int64 `json:"batches_refused"`
 	// Canceled counts requests whose client went away before the answer.
 	Canceled int64 `json:"canceled"`
 	// InFlight is the number of requests being handled now, PeakInFlight

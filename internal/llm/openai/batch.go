@@ -94,6 +94,11 @@ func batchStatus(b *openai.Batch) llm.BatchStatus {
 		st.State = llm.BatchFailed
 		for _, e := range b.Errors.Data {
 			st.Error += fmt.Sprintf("line %d: %s (%s); ", e.Line, e.Message, e.Code)
+			if e.Code == "token_limit_exceeded" || e.Code == "rate_limit_exceeded" {
+				// The organization's enqueued-token limit: the batch was
+				// refused whole, before any line ran.
+				st.ErrorClass = llm.ClassRateLimited
+			}
 		}
 	case openai.BatchStatusExpired:
 		st.State = llm.BatchExpired
