@@ -86,11 +86,17 @@ type EconomyConfig struct {
 	// for now (a 429, a queue limit) is sent again; it doubles with each
 	// refusal in a row, to 10 minutes. Defaults to 30 seconds.
 	RefusalWait time.Duration
+	// IdleLane is how long a task's lane is kept with nothing gathering or
+	// in flight (its task done, or its rows gone with their process):
+	// then it is dropped, and made again from the journal if its task
+	// runs again. Defaults to 10 minutes.
+	IdleLane time.Duration
 }
 
 func (c EconomyConfig) withDefaults(concurrency int) EconomyConfig {
 	c.CutOverMargin = cmp.Or(c.CutOverMargin, 30*time.Second)
 	c.RefusalWait = cmp.Or(c.RefusalWait, 30*time.Second)
+	c.IdleLane = cmp.Or(c.IdleLane, 10*time.Minute)
 	c.Gather = cmp.Or(c.Gather, 2*time.Second)
 	c.Poll = cmp.Or(c.Poll, 30*time.Second)
 	if c.OnlineRate <= 0 {
@@ -232,6 +238,8 @@ type lanes struct {
 	m  map[string]*lane
 	// warned are the economy tasks told to run online.
 	warned map[string]bool
+	// swept is when idle lanes were last looked for.
+	swept time.Time
 }
 
 // lane gathers the calls of one task's rows into provider batches.
@@ -267,6 +275,24 @@ type lane struct {
 	// refusals counts the provider batches refused for a queue limit in
 	// a row: the wait before sending again doubles with each.
 	refusals int
+	// used is when a call last came.
+	used time.Time
+}
+
+// idle reports whether l has had nothing gathering or in flight, and no
+// call, for at least d.
+func (l *lane) idle(now time.Time, d time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.gathering) > 0 || now.Sub(l.used) < d {
+		return false
+	}
+	for _, j := range l.jobs {
+		if j.polling || j.live() > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // lineRef is one line of a sent batch.
@@ -349,6 +375,16 @@ func (r *Router) batchRoute() (*route, bool) {
 func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, error) {
 	g.lanes.mu.Lock()
 	defer g.lanes.mu.Unlock()
+	if now := g.cfg.Clock.Now(); now.Sub(g.lanes.swept) >= g.cfg.Economy.IdleLane/10 {
+		// A server works many tasks over weeks: a lane that is done with
+		// its task gives its memory back.
+		g.lanes.swept = now
+		for id, l := range g.lanes.m {
+			if id != task.ID && l.idle(now, g.cfg.Economy.IdleLane) {
+				delete(g.lanes.m, id)
+			}
+		}
+	}
 	if l, ok := g.lanes.m[task.ID]; ok {
 		l.mu.Lock()
 		watch := false
@@ -386,6 +422,7 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 		g: g, taskID: task.ID, bp: x.Batch, model: x.Model, label: pricing.BatchLabel(label), limits: limits, cfg: cfg,
 		log:       g.cfg.Logger.With("task_id", task.ID, "provider", label),
 		recovered: map[string][]lineRef{}, jobs: map[string]*laneJob{}, closedC: make(chan struct{}),
+		used: g.cfg.Clock.Now(),
 	}
 	if task.Mode == store.ModeAuto {
 		l.deadline = task.Deadline
@@ -469,6 +506,7 @@ func (l *lane) call(ctx, start context.Context, req llm.Request, spend *budget) 
 	c := &lineCall{hash: questionHash(req), req: req, done: make(chan struct{})}
 	began := l.g.cfg.Clock.Now()
 	l.mu.Lock()
+	l.used = began
 	// A line already sent is read back even after an auto task's cut-over:
 	// its answer may be paid for (a cancelled batch keeps what it did).
 	if refs := l.recovered[c.hash]; len(refs) > 0 {

@@ -482,3 +482,28 @@ func TestEconomyLearnsTheQueueLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestEconomyDropsIdleLanes: a lane whose task is done gives its memory
+// back once idle (here after 50 ms); the next task's lane lives on.
+func TestEconomyDropsIdleLanes(t *testing.T) {
+	t.Parallel()
+	_, provider, _ := mockBatchServer(t, mockserver.Config{BatchDelay: 100 * time.Millisecond, Latency: time.Millisecond})
+	cfg := economyConfig()
+	cfg.Economy.IdleLane = 50 * time.Millisecond
+	cfg.CacheMode = pipeline.CacheOff // the second task asks the first's questions
+	e, _ := newEconomyEnv(t, provider, cfg)
+	first := e.splitEconomy("economy-idle-1", 10, 10, store.Terms{Mode: store.ModeEconomy})
+	e.runToCompletion(context.Background(), first.TaskID)
+	if _, ok := e.gen.EconomyStatus(first.TaskID); !ok {
+		t.Fatal("no lane for the first task right after it ran")
+	}
+	time.Sleep(100 * time.Millisecond)
+	second := e.splitEconomy("economy-idle-2", 10, 10, store.Terms{Mode: store.ModeEconomy})
+	e.runToCompletion(context.Background(), second.TaskID)
+	if _, ok := e.gen.EconomyStatus(first.TaskID); ok {
+		t.Error("the first task's lane is kept after it was idle")
+	}
+	if _, ok := e.gen.EconomyStatus(second.TaskID); !ok {
+		t.Error("the second task's lane is gone while it was just used")
+	}
+}
