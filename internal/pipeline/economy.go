@@ -427,22 +427,20 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 	if task.Mode == store.ModeAuto {
 		l.deadline = task.Deadline
 	}
-	{
-		entries, err := cfg.Journal.Load(ctx, task.ID)
-		if err != nil {
-			return nil, "", err
+	entries, err := cfg.Journal.Load(ctx, task.ID)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, e := range entries {
+		j := &laneJob{id: e.Job, lines: map[string]*lineCall{}, sent: e.Submitted, status: llm.BatchStatus{ID: e.Job, State: llm.BatchRunning, Total: len(e.Lines)}}
+		for _, id := range e.Lines {
+			j.lines[id] = nil
+			l.recovered[lineHash(id)] = append(l.recovered[lineHash(id)], lineRef{job: j, id: id})
 		}
-		for _, e := range entries {
-			j := &laneJob{id: e.Job, lines: map[string]*lineCall{}, sent: e.Submitted, status: llm.BatchStatus{ID: e.Job, State: llm.BatchRunning, Total: len(e.Lines)}}
-			for _, id := range e.Lines {
-				j.lines[id] = nil
-				l.recovered[lineHash(id)] = append(l.recovered[lineHash(id)], lineRef{job: j, id: id})
-			}
-			l.jobs[e.Job] = j
-		}
-		if len(entries) > 0 {
-			l.log.Info("found the provider batches of an earlier run", "batches", len(entries))
-		}
+		l.jobs[e.Job] = j
+	}
+	if len(entries) > 0 {
+		l.log.Info("found the provider batches of an earlier run", "batches", len(entries))
 	}
 	if g.lanes.m == nil {
 		g.lanes.m = map[string]*lane{}
@@ -674,15 +672,13 @@ func (l *lane) send(calls []*lineCall) {
 		}
 	}
 	now := l.g.cfg.Clock.Now()
-	{
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := l.cfg.Journal.Record(ctx, l.taskID, JournalEntry{Job: jobID, Lines: ids, Submitted: now}); err != nil {
-			// The batch runs and is polled; only a kill before it is done
-			// would send its rows again.
-			l.log.Warn("could not record a provider batch; a killed run would send its rows again", "batch", jobID, "error", err)
-		}
-		cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if err := l.cfg.Journal.Record(ctx, l.taskID, JournalEntry{Job: jobID, Lines: ids, Submitted: now}); err != nil {
+		// The batch runs and is polled; only a kill before it is done
+		// would send its rows again.
+		l.log.Warn("could not record a provider batch; a killed run would send its rows again", "batch", jobID, "error", err)
 	}
+	cancel()
 	l.log.Info("sent a provider batch", "batch", jobID, "lines", len(lines))
 	j := &laneJob{id: jobID, lines: make(map[string]*lineCall, len(calls)), sent: now, polling: true,
 		status: llm.BatchStatus{ID: jobID, State: llm.BatchRunning, Total: len(lines)}}
@@ -874,8 +870,7 @@ func unfinishedResult(id string, st llm.BatchStatus) llm.BatchResult {
 	if st.Error != "" {
 		msg += ": " + st.Error
 	}
-	class := llm.ClassBatchUnfinished
-	return llm.BatchResult{ID: id, Err: &llm.Error{Class: class, Message: msg}}
+	return llm.BatchResult{ID: id, Err: &llm.Error{Class: llm.ClassBatchUnfinished, Message: msg}}
 }
 
 // deliverLocked hands c line r's outcome: an answer labelled as the
@@ -911,6 +906,18 @@ func (l *lane) cancelIfTaskStopped(j *laneJob) {
 	if running {
 		l.cancelJob(j)
 	}
+}
+
+// runningLocked are l's provider batches not known to be final (under
+// l.mu).
+func (l *lane) runningLocked() []*laneJob {
+	var running []*laneJob
+	for _, j := range l.jobs {
+		if j.status.State == llm.BatchRunning {
+			running = append(running, j)
+		}
+	}
+	return running
 }
 
 func (l *lane) cancelJob(j *laneJob) {
@@ -970,12 +977,7 @@ func (l *lane) cutOver(why string) {
 		c.deliver(llm.Response{}, errLaneClosed)
 	}
 	l.gathering, l.gatherB = nil, 0
-	var running []*laneJob
-	for _, j := range l.jobs {
-		if j.status.State == llm.BatchRunning {
-			running = append(running, j)
-		}
-	}
+	running := l.runningLocked()
 	l.mu.Unlock()
 	l.log.Warn("auto mode: going online", "why", why, "provider_batches_cancelled", len(running))
 	for _, j := range running {
@@ -1090,12 +1092,7 @@ func (g *Generator) CancelProviderBatches(taskID string) {
 		return
 	}
 	l.mu.Lock()
-	var running []*laneJob
-	for _, j := range l.jobs {
-		if j.status.State == llm.BatchRunning && j.results == nil {
-			running = append(running, j)
-		}
-	}
+	running := l.runningLocked()
 	l.mu.Unlock()
 	for _, j := range running {
 		l.cancelJob(j)

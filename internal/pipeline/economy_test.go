@@ -102,7 +102,7 @@ func (e *env) splitEconomy(label string, n, batchSize int, terms store.Terms) pi
 // checkAnswers checks that every row of task succeeded with its own
 // answer (the mock answers "Copy for: PROMPT") and returns how many rows
 // each provider label answered.
-func checkAnswers(t *testing.T, e *env, task store.Task) map[string]int {
+func checkAnswers(t testing.TB, e *env, task store.Task) map[string]int {
 	t.Helper()
 	cells := e.resultCells(task)
 	col := map[string]int{}
@@ -343,13 +343,7 @@ func TestEconomyOnAnthropic(t *testing.T) {
 	e, _ := newEconomyEnv(t, provider, economyConfig())
 	const rows = 120
 	p := e.splitEconomy("economy-anthropic", rows, 40, store.Terms{Mode: store.ModeEconomy})
-	task := e.runToCompletion(context.Background(), p.TaskID)
-	if task.RowsSucceeded != rows {
-		t.Fatalf("%d of %d rows succeeded", task.RowsSucceeded, rows)
-	}
-	if labels := checkAnswers(t, e, task); labels[batchLabel] != rows {
-		t.Errorf("rows by provider %v: want all through the batch API", labels)
-	}
+	e.runAllInBatches(p.TaskID, rows)
 	if st := srv.Stats(); st.BatchFailed == 0 {
 		t.Error("no line failed: the test wants some sent again")
 	}
@@ -455,13 +449,7 @@ func TestEconomyLearnsTheQueueLimit(t *testing.T) {
 	e, _ := newEconomyEnv(t, provider, cfg)
 	const rows = 300
 	p := e.splitEconomy("economy-queue-limit", rows, 100, store.Terms{Mode: store.ModeEconomy})
-	task := e.runToCompletion(context.Background(), p.TaskID)
-	if task.RowsSucceeded != rows {
-		t.Fatalf("%d of %d rows succeeded", task.RowsSucceeded, rows)
-	}
-	if labels := checkAnswers(t, e, task); labels[batchLabel] != rows {
-		t.Errorf("rows by provider %v: want all through the batch API", labels)
-	}
+	e.runAllInBatches(p.TaskID, rows)
 	st := srv.Stats()
 	if st.BatchesRefused == 0 {
 		t.Error("no batch was refused: the test wants the queue limit met")
@@ -506,4 +494,18 @@ func TestEconomyDropsIdleLanes(t *testing.T) {
 	if _, ok := e.gen.EconomyStatus(second.TaskID); !ok {
 		t.Error("the second task's lane is gone while it was just used")
 	}
+}
+
+// runAllInBatches works task taskID to its end and checks that each of its
+// rows succeeded with its own answer, answered through the batch API.
+func (e *env) runAllInBatches(taskID string, rows int) store.Task {
+	e.t.Helper()
+	task := e.runToCompletion(context.Background(), taskID)
+	if task.RowsSucceeded != rows {
+		e.t.Fatalf("%d of %d rows succeeded", task.RowsSucceeded, rows)
+	}
+	if labels := checkAnswers(e.t, e, task); labels[batchLabel] != rows {
+		e.t.Errorf("rows by provider %v: want all through the batch API", labels)
+	}
+	return task
 }
