@@ -1,6 +1,9 @@
 package llm
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The provider batch port: the rows of a task sent as one job that the
 // provider answers within hours at about half the online price (OpenAI's
@@ -70,13 +73,37 @@ type BatchLimits struct {
 	Bytes int64
 }
 
+// BatchQuery describes a batch that may have been sent, for FindBatch.
+type BatchQuery struct {
+	// Key is the caller's id of the batch (SubmitBatch's).
+	Key string
+	// Lines is how many lines it had.
+	Lines int
+	// Since is when its first submit began: the batch cannot be older.
+	Since time.Time
+	// Taken are the provider ids of batches known to be other ones.
+	Taken map[string]bool
+}
+
+// FindWindow is how long after BatchQuery.Since a batch may have been
+// created by a submit begun then (its retries and timeouts included), and
+// how far the provider's clock may be behind.
+const FindWindow = 15 * time.Minute
+
 // BatchProvider runs provider batches. Implementations are adapters of
 // providers that sell them.
 type BatchProvider interface {
 	// BatchLimits are the provider's limits of one batch.
 	BatchLimits() BatchLimits
-	// SubmitBatch sends lines as one batch and returns its id.
-	SubmitBatch(ctx context.Context, lines []BatchLine) (string, error)
+	// SubmitBatch sends lines as one batch under key, the caller's id of
+	// it, and returns the provider's id. A submit whose answer was lost
+	// (a timeout, a server error) may still have created the batch:
+	// FindBatch tells.
+	SubmitBatch(ctx context.Context, key string, lines []BatchLine) (string, error)
+	// FindBatch returns the id of the batch sent as q describes, "" when
+	// the provider has none: the caller sends its lines again only then,
+	// so that a batch is never paid twice.
+	FindBatch(ctx context.Context, q BatchQuery) (string, error)
 	// BatchStatus reports batch id.
 	BatchStatus(ctx context.Context, id string) (BatchStatus, error)
 	// BatchResults returns the outcome of every line of a final batch

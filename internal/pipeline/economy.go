@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,13 +115,26 @@ type BatchJournal interface {
 	Record(ctx context.Context, taskID string, e JournalEntry) error
 }
 
-// JournalEntry is one provider batch a task sent.
+// JournalEntry is one provider batch a task sent, or is about to send.
+//
+// A batch is recorded twice: before it is sent (Intent, under the key it
+// is sent with), and once the provider has taken it (Job). A process
+// killed between the two, or a submit whose answer was lost, leaves the
+// intent alone: the provider is asked for the batch by its key
+// (llm.BatchProvider.FindBatch) before any of its rows is sent again, and
+// the answer recorded (Job, or Gone when the provider has none).
 type JournalEntry struct {
-	// Job is the provider's id of the batch.
-	Job string `json:"job"`
+	// Key is the lane's id of the batch, sent with it.
+	Key string `json:"key,omitempty"`
+	// Job is the provider's id of the batch, once it took it.
+	Job string `json:"job,omitempty"`
+	// Intent marks the record made before the batch was sent.
+	Intent bool `json:"intent,omitempty"`
+	// Gone marks an intent the provider has no batch for.
+	Gone bool `json:"gone,omitempty"`
 	// Lines are the ids of its lines (see lineID).
-	Lines []string `json:"lines"`
-	// Submitted is when it was sent.
+	Lines []string `json:"lines,omitempty"`
+	// Submitted is when it was (first) sent.
 	Submitted time.Time `json:"submitted"`
 }
 
@@ -182,6 +197,12 @@ func (j *BlobJournal) Record(ctx context.Context, taskID string, e JournalEntry)
 // call goes online, and nothing was attempted for it.
 var errLaneClosed = errors.New("the task's provider batches are cut over to online")
 
+// errLaneUnsure fails the calls of a batch whose submit failed when the
+// provider could not say whether it took it: a failed attempt, retried
+// later as a server error is, through a lane made again from the journal,
+// whose intent asks the provider first.
+var errLaneUnsure = &llm.Error{Class: llm.ClassServer, Message: "a provider batch's submit failed and the provider could not say whether it took it; the rows wait to ask again"}
+
 // EconomyStatus is what a task's lane is waiting for, for a progress line.
 type EconomyStatus struct {
 	// Batches are the provider batches of this process still running, as
@@ -240,6 +261,11 @@ type lanes struct {
 	warned map[string]bool
 	// swept is when idle lanes were last looked for.
 	swept time.Time
+	// submit holds the lanes' submits one at a time (lane.submit).
+	submit sync.Mutex
+	// taken are the provider batches the lanes sent, from the moment the
+	// provider took them.
+	taken map[string]bool
 }
 
 // lane gathers the calls of one task's rows into provider batches.
@@ -270,13 +296,18 @@ type lane struct {
 	closed    bool
 	closedC   chan struct{}
 	why       string
-	// sent and lines count the batches sent and their lines.
-	sent, lines int
+	// sent and lines count the batches sent and their lines; sending the
+	// batches being sent.
+	sent, lines, sending int
 	// refusals counts the provider batches refused for a queue limit in
 	// a row: the wait before sending again doubles with each.
 	refusals int
 	// used is when a call last came.
 	used time.Time
+	// stale is set when a batch's submit failed and the provider could not
+	// say whether it took it: the next call makes the lane again from the
+	// journal, which asks.
+	stale bool
 }
 
 // idle reports whether l has had nothing gathering or in flight, and no
@@ -284,7 +315,7 @@ type lane struct {
 func (l *lane) idle(now time.Time, d time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.gathering) > 0 || now.Sub(l.used) < d {
+	if len(l.gathering) > 0 || l.sending > 0 || now.Sub(l.used) < d {
 		return false
 	}
 	for _, j := range l.jobs {
@@ -293,6 +324,12 @@ func (l *lane) idle(now time.Time, d time.Duration) bool {
 		}
 	}
 	return true
+}
+
+func (l *lane) isStale() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stale
 }
 
 // lineRef is one line of a sent batch.
@@ -385,7 +422,7 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 			}
 		}
 	}
-	if l, ok := g.lanes.m[task.ID]; ok {
+	if l, ok := g.lanes.m[task.ID]; ok && !l.isStale() {
 		l.mu.Lock()
 		watch := false
 		if task.Mode == store.ModeAuto && !task.Deadline.Equal(l.deadline) {
@@ -427,7 +464,7 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 	if task.Mode == store.ModeAuto {
 		l.deadline = task.Deadline
 	}
-	entries, err := cfg.Journal.Load(ctx, task.ID)
+	entries, err := l.recover(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -450,6 +487,59 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 		go l.watchDeadline()
 	}
 	return l, "", nil
+}
+
+// recover reads the task's journal: the provider batches it sent, those
+// whose intent alone was recorded (a kill, or a lost answer, between the
+// send and the record) asked of the provider by their key, and the answer
+// recorded, so that the next run asks no more.
+func (l *lane) recover(ctx context.Context) ([]JournalEntry, error) {
+	entries, err := l.cfg.Journal.Load(ctx, l.taskID)
+	if err != nil {
+		return nil, err
+	}
+	var jobs []JournalEntry
+	taken := l.g.lanes.knownLocked() // called under lanes.mu
+	settled := map[string]bool{}
+	for _, e := range entries {
+		if e.Job != "" {
+			jobs = append(jobs, e)
+			taken[e.Job] = true
+		}
+		if e.Job != "" || e.Gone {
+			settled[e.Key] = true
+		}
+	}
+	for _, e := range entries {
+		if !e.Intent || e.Key == "" || settled[e.Key] {
+			continue
+		}
+		settled[e.Key] = true
+		job, err := l.find(ctx, e.Key, e.Submitted, len(e.Lines), taken)
+		if err != nil {
+			return nil, fmt.Errorf("ask the provider for batch %s, sent but not recorded: %w", e.Key, err)
+		}
+		found := JournalEntry{Key: e.Key, Job: job, Gone: job == "", Lines: e.Lines, Submitted: e.Submitted}
+		if job != "" {
+			l.log.Warn("found a provider batch sent but not recorded (a kill or a lost answer in between); its rows are not sent again", "batch", job, "lines", len(e.Lines))
+			jobs = append(jobs, found)
+			taken[job] = true
+		} else {
+			found.Lines = nil
+		}
+		if err := l.cfg.Journal.Record(ctx, l.taskID, found); err != nil {
+			return nil, err
+		}
+	}
+	return jobs, nil
+}
+
+// find asks the provider for the batch sent under key since when with
+// lines lines, not one of taken: its id, or "" when it has none.
+func (l *lane) find(ctx context.Context, key string, since time.Time, lines int, taken map[string]bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return l.bp.FindBatch(ctx, llm.BatchQuery{Key: key, Lines: lines, Since: since, Taken: taken})
 }
 
 // EconomyStatus reports task taskID's lane in this process; false when it
@@ -615,7 +705,22 @@ func (l *lane) sendLocked() {
 // polls it. A refusal the provider may lift (a queue limit, a 429, a
 // server error) is tried again while callers wait; any other fails each
 // call with it.
+//
+// The batch is recorded before it is sent (an intent, under its key) and
+// again once the provider took it: a submit whose answer was lost is asked
+// of the provider by its key before the lines are sent again, and a run
+// killed between the two does the same when it resumes (lane.recover).
+// Either way no line is paid twice. A batch whose intent cannot be
+// recorded is not sent: its calls fail as an unreadable journal's do.
 func (l *lane) send(calls []*lineCall) {
+	l.mu.Lock()
+	l.sending++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.sending--
+		l.mu.Unlock()
+	}()
 	var lines []llm.BatchLine
 	var ids []string
 	var jobID string
@@ -636,9 +741,13 @@ func (l *lane) send(calls []*lineCall) {
 			seen[c.hash]++
 			lines[i] = llm.BatchLine{ID: ids[i], Req: c.req}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		id, err := l.bp.SubmitBatch(ctx, lines)
-		cancel()
+		id, err := l.submit(lines, ids)
+		if errors.Is(err, errLaneUnsure) || errors.Is(err, errJournal) {
+			for _, c := range calls {
+				c.deliver(llm.Response{}, err)
+			}
+			return
+		}
 		if err == nil {
 			jobID = id
 			break
@@ -672,13 +781,6 @@ func (l *lane) send(calls []*lineCall) {
 		}
 	}
 	now := l.g.cfg.Clock.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	if err := l.cfg.Journal.Record(ctx, l.taskID, JournalEntry{Job: jobID, Lines: ids, Submitted: now}); err != nil {
-		// The batch runs and is polled; only a kill before it is done
-		// would send its rows again.
-		l.log.Warn("could not record a provider batch; a killed run would send its rows again", "batch", jobID, "error", err)
-	}
-	cancel()
 	l.log.Info("sent a provider batch", "batch", jobID, "lines", len(lines))
 	j := &laneJob{id: jobID, lines: make(map[string]*lineCall, len(calls)), sent: now, polling: true,
 		status: llm.BatchStatus{ID: jobID, State: llm.BatchRunning, Total: len(lines)}}
@@ -700,6 +802,132 @@ func (l *lane) send(calls []*lineCall) {
 		l.cancelJob(j)
 	}
 	l.poll(j)
+}
+
+// errJournal wraps a journal that could not record a batch before it was
+// sent: the batch is not sent, and its calls fail as an unreadable
+// journal's do.
+var errJournal = errors.New("record a provider batch in the journal")
+
+// submit sends lines (of ids) as one provider batch, recorded in the
+// journal before (its intent, under a new key) and after (its id), and
+// returns the provider's id. A submit that failed in a way that may have
+// created the batch asks the provider for it by its key before giving up:
+// found, it is the batch sent. errLaneUnsure: the provider could not say.
+//
+// Submits are one at a time in a generator, so that a batch found by
+// something less than its key (Anthropic's: its size and time) is never
+// another one sent from this process.
+func (l *lane) submit(lines []llm.BatchLine, ids []string) (string, error) {
+	l.g.lanes.submit.Lock()
+	defer l.g.lanes.submit.Unlock()
+	key, began := newBatchKey(), l.g.cfg.Clock.Now()
+	if err := l.record(JournalEntry{Key: key, Intent: true, Lines: ids, Submitted: began}); err != nil {
+		l.log.Warn("could not record a provider batch before sending it; its rows wait", "lines", len(lines), "error", err)
+		return "", &llm.Error{Class: llm.ClassServer, Message: errJournal.Error() + ": " + err.Error(), Err: fmt.Errorf("%w: %w", errJournal, err)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	id, err := l.bp.SubmitBatch(ctx, key, lines)
+	cancel()
+	if err != nil && mayHaveCreated(err) {
+		// The provider may have taken the batch and lost the answer:
+		// sending it again could pay for every line twice.
+		found, ferr := l.findLost(key, began, len(lines))
+		switch {
+		case ferr != nil:
+			l.log.Warn("a provider batch's submit failed and the provider could not be asked whether it took it; its rows wait to ask again", "key", key, "lines", len(lines), "error", ferr)
+			// The lane is made again from the journal for the next call,
+			// asking the provider for this batch first.
+			l.mu.Lock()
+			l.stale = true
+			l.mu.Unlock()
+			return "", errLaneUnsure
+		case found != "":
+			l.log.Warn("a provider batch's submit failed, yet the provider took it; it is not sent again", "batch", found, "lines", len(lines), "error", err)
+			id, err = found, nil
+		}
+	}
+	if err != nil {
+		_ = l.record(JournalEntry{Key: key, Gone: true, Submitted: began})
+		return "", err
+	}
+	l.g.lanes.mu.Lock()
+	if l.g.lanes.taken == nil {
+		l.g.lanes.taken = map[string]bool{}
+	}
+	l.g.lanes.taken[id] = true
+	l.g.lanes.mu.Unlock()
+	if err := l.record(JournalEntry{Key: key, Job: id, Lines: ids, Submitted: began}); err != nil {
+		// The batch runs and is polled; a killed run finds it again by its
+		// intent.
+		l.log.Warn("could not record a provider batch once sent; a killed run would ask the provider for it by its key", "batch", id, "error", err)
+	}
+	return id, nil
+}
+
+// record adds e to the task's journal.
+func (l *lane) record(e JournalEntry) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return l.cfg.Journal.Record(ctx, l.taskID, e)
+}
+
+// findLost asks the provider, a few times, whether it took the batch sent
+// under key since began with lines lines after its submit failed.
+func (l *lane) findLost(key string, began time.Time, lines int) (string, error) {
+	taken := l.g.knownBatches()
+	var err error
+	for attempt := range 3 {
+		var id string
+		if id, err = l.find(context.Background(), key, began, lines, taken); err == nil {
+			return id, nil
+		}
+		<-l.g.cfg.Clock.After(time.Duration(attempt+1) * 2 * time.Second)
+	}
+	return "", err
+}
+
+// knownBatches are the provider batches of every lane of g.
+func (g *Generator) knownBatches() map[string]bool {
+	g.lanes.mu.Lock()
+	defer g.lanes.mu.Unlock()
+	return g.lanes.knownLocked()
+}
+
+// knownLocked are the provider batches of every lane (under lanes.mu).
+func (ls *lanes) knownLocked() map[string]bool {
+	known := maps.Clone(ls.taken)
+	if known == nil {
+		known = map[string]bool{}
+	}
+	for _, l := range ls.m {
+		l.mu.Lock()
+		for id := range l.jobs {
+			known[id] = true
+		}
+		l.mu.Unlock()
+	}
+	return known
+}
+
+// mayHaveCreated reports whether a submit that failed with err may have
+// created its batch all the same: its answer lost to a timeout, a broken
+// connection or a server error. A refusal (a 429, a bad request, a
+// missing key) created nothing.
+func mayHaveCreated(err error) bool {
+	switch llm.Classify(err).Class {
+	case llm.ClassServer, llm.ClassTimeout, llm.ClassConnection:
+		return true
+	}
+	return false
+}
+
+// newBatchKey is a new key for a provider batch: unique, and of the
+// characters every provider takes in metadata.
+func newBatchKey() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "bg-" + hex.EncodeToString(b)
 }
 
 // poll follows batch j until it is final, then hands each line's outcome

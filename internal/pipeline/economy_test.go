@@ -413,6 +413,13 @@ func (e *env) resumeInNewProcess(provider llm.Provider, taskID string) store.Tas
 // (their process, as far as the lanes go: resumeInNewProcess follows).
 func (e *env) runUntilJournaled(journal pipeline.BatchJournal, taskID string, rows int, after time.Duration) {
 	e.t.Helper()
+	e.runUntilSent(journal, taskID, rows, after, false)
+}
+
+// runUntilSent is runUntilJournaled counting the rows of the batches about
+// to be sent (the journal's intents) too when intents is set.
+func (e *env) runUntilSent(journal pipeline.BatchJournal, taskID string, rows int, after time.Duration, intents bool) {
+	e.t.Helper()
 	ctx, kill := context.WithCancel(context.Background())
 	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 2, PollInterval: 5 * time.Millisecond})
 	done := make(chan struct{})
@@ -426,7 +433,9 @@ func (e *env) runUntilJournaled(journal pipeline.BatchJournal, taskID string, ro
 		}
 		lines = 0
 		for _, en := range entries {
-			lines += len(en.Lines)
+			if en.Job != "" || (en.Intent && intents) {
+				lines += len(en.Lines)
+			}
 		}
 		if time.Now().After(deadline) {
 			e.t.Fatalf("%d of %d rows in recorded provider batches after 20 s", lines, rows)
@@ -508,4 +517,131 @@ func (e *env) runAllInBatches(taskID string, rows int) store.Task {
 		e.t.Errorf("rows by provider %v: want all through the batch API", labels)
 	}
 	return task
+}
+
+// mockBatchProvider starts a mock-llm with cfg, its paid log kept, and
+// returns the adapter of kind ("openai" or "anthropic") talking to it.
+func mockBatchProvider(t *testing.T, kind string, cfg mockserver.Config) (*mockserver.Server, llm.Provider, *lockedBuffer) {
+	t.Helper()
+	if kind == "openai" {
+		return mockBatchServer(t, cfg)
+	}
+	paid := &lockedBuffer{}
+	cfg.PaidLog = paid
+	srv := mockserver.New(cfg)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	p, err := anthropicllm.New(anthropicllm.Config{BaseURL: hs.URL, APIKey: "test", Model: "mock-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, p, paid
+}
+
+// checkPaidOnceInBatches checks that each of rows prompts was paid once,
+// in a provider batch, and that the provider ran each line once.
+func checkPaidOnceInBatches(t *testing.T, srv *mockserver.Server, paid *lockedBuffer, rows int) {
+	t.Helper()
+	counts := paid.paid(t)
+	if len(counts) != rows {
+		t.Errorf("%d prompts paid, want %d", len(counts), rows)
+	}
+	for prompt, n := range counts {
+		if n.Online != 0 || n.Batch != 1 {
+			t.Errorf("prompt %q paid %d times online and %d in batches; want once, in a batch", prompt, n.Online, n.Batch)
+		}
+	}
+	if st := srv.Stats(); st.BatchLines != int64(rows) {
+		t.Errorf("the provider ran %d lines for %d rows", st.BatchLines, rows)
+	}
+}
+
+// TestEconomyFindsABatchWhoseAnswerWasLost: the provider takes a batch and
+// its answer is lost (a 502 from a proxy, a timeout). The lane asks the
+// provider for the batch by its key before sending its lines again, finds
+// it, and takes its answers: no line is paid twice. On OpenAI the key is
+// in the batch's metadata; Message Batches keep none, and the batch is
+// found by its size and time.
+func TestEconomyFindsABatchWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"openai", "anthropic"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			srv, provider, paid := mockBatchProvider(t, kind, mockserver.Config{BatchDelay: 200 * time.Millisecond, Latency: time.Millisecond, BatchAnswersLost: 2})
+			cfg := economyConfig()
+			cfg.Economy.MaxLines = 30 // three provider batches, two answers lost
+			e, _ := newEconomyEnv(t, provider, cfg)
+			const rows = 90
+			p := e.splitEconomy("economy-lost-"+kind, rows, 30, store.Terms{Mode: store.ModeEconomy})
+			e.runAllInBatches(p.TaskID, rows)
+			checkPaidOnceInBatches(t, srv, paid, rows)
+			st := srv.Stats()
+			if st.BatchesCreated != 3 {
+				t.Errorf("%d batches created for 90 rows in batches of 30 (two answers lost): want 3", st.BatchesCreated)
+			}
+		})
+	}
+}
+
+// forgetfulJournal records a batch's intent but not the batch the provider
+// took: a process killed between the two.
+type forgetfulJournal struct{ pipeline.BatchJournal }
+
+func (j forgetfulJournal) Record(ctx context.Context, taskID string, e pipeline.JournalEntry) error {
+	if e.Job != "" {
+		return nil
+	}
+	return j.BatchJournal.Record(ctx, taskID, e)
+}
+
+// TestEconomyKilledBetweenSendAndRecord: a run killed after the provider
+// took its batches and before its journal recorded them leaves their
+// intents alone. The next run asks the provider for them before sending
+// any row again, finds them and reads their answers back: every line runs
+// once, every prompt is paid once.
+func TestEconomyKilledBetweenSendAndRecord(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"openai", "anthropic"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			srv, provider, paid := mockBatchProvider(t, kind, mockserver.Config{BatchDelay: 3 * time.Second, Latency: time.Millisecond})
+			e, journal := newEconomyEnv(t, provider, economyConfig())
+			const rows = 80
+			p := e.splitEconomy("economy-unrecorded-"+kind, rows, 20, store.Terms{Mode: store.ModeEconomy})
+
+			// The first run records intents only, and is killed once the
+			// provider holds every row.
+			cfg := e.cfg
+			cfg.Economy.Journal = forgetfulJournal{journal}
+			e.gen = pipeline.NewGenerator(e.store, provider, e.signal, cfg)
+			e.runUntilSent(journal, p.TaskID, rows, 300*time.Millisecond, true)
+			if st := srv.Stats(); st.BatchesCreated == 0 || st.BatchLines >= rows {
+				t.Fatalf("at the kill the provider had %d batches and had run %d lines; the test wants the batches taken and running", st.BatchesCreated, st.BatchLines)
+			}
+			created := srv.Stats().BatchesCreated
+
+			task := e.resumeInNewProcess(provider, p.TaskID)
+			if task.RowsSucceeded != rows {
+				t.Fatalf("%d of %d rows succeeded after the resume", task.RowsSucceeded, rows)
+			}
+			checkAnswers(t, e, task)
+			checkPaidOnceInBatches(t, srv, paid, rows)
+			if st := srv.Stats(); st.BatchesCreated != created {
+				t.Errorf("the resumed run created %d batches more: it sent rows again", st.BatchesCreated-created)
+			}
+			entries, err := journal.Load(context.Background(), p.TaskID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := 0
+			for _, en := range entries {
+				if en.Job != "" {
+					found++
+				}
+			}
+			if found != int(created) {
+				t.Errorf("the journal records %d batches after the resume, want the %d found", found, created)
+			}
+		})
+	}
 }

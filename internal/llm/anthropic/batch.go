@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
@@ -29,8 +30,10 @@ func (p *Provider) BatchLimits() llm.BatchLimits {
 	return llm.BatchLimits{Lines: MaxBatchRequests, Bytes: MaxBatchBytes}
 }
 
-// SubmitBatch sends lines as one Message Batch.
-func (p *Provider) SubmitBatch(ctx context.Context, lines []llm.BatchLine) (string, error) {
+// SubmitBatch sends lines as one Message Batch. Message Batches keep no
+// metadata, so key is not sent: FindBatch finds a batch by its size and
+// time instead.
+func (p *Provider) SubmitBatch(ctx context.Context, _ string, lines []llm.BatchLine) (string, error) {
 	if len(lines) == 0 || len(lines) > MaxBatchRequests {
 		return "", fmt.Errorf("anthropic batch of %d lines: a batch takes 1 to %d", len(lines), MaxBatchRequests)
 	}
@@ -65,6 +68,37 @@ func (p *Provider) SubmitBatch(ctx context.Context, lines []llm.BatchLine) (stri
 		return "", fmt.Errorf("anthropic batch: create it: %w", p.classify(ctx, ctx, err, nil))
 	}
 	return b.ID, nil
+}
+
+// FindBatch looks for the batch q describes among those created within
+// llm.FindWindow of q.Since: Message Batches keep no metadata to find it
+// by its key, so it is the batch of q.Lines requests, not taken, created
+// nearest after q.Since. Two batches of the same size sent in the same
+// minutes and both lost could be told apart only by their results (the
+// lines' ids), which come when they end: each is taken by one of them, and
+// a line found in neither is sent again once its batch ends.
+func (p *Provider) FindBatch(ctx context.Context, q llm.BatchQuery) (string, error) {
+	from, to := q.Since.Add(-time.Minute), q.Since.Add(llm.FindWindow)
+	var best anthropic.MessageBatch
+	it := p.batches.ListAutoPaging(ctx, anthropic.MessageBatchListParams{Limit: anthropic.Int(100)})
+	for it.Next() {
+		b := it.Current()
+		if b.CreatedAt.Before(from.Add(-time.Minute)) {
+			break // newest first: the rest are older still
+		}
+		c := b.RequestCounts
+		total := int(c.Processing + c.Succeeded + c.Errored + c.Canceled + c.Expired)
+		if total != q.Lines || q.Taken[b.ID] || b.CreatedAt.Before(from) || b.CreatedAt.After(to) {
+			continue
+		}
+		if best.ID == "" || b.CreatedAt.Before(best.CreatedAt) {
+			best = b
+		}
+	}
+	if err := it.Err(); err != nil {
+		return "", fmt.Errorf("anthropic batches: list them: %w", p.classify(ctx, ctx, err, nil))
+	}
+	return best.ID, nil
 }
 
 // BatchStatus reports batch id.

@@ -15,7 +15,7 @@ import (
 // TestBatchContract runs the provider batch suite against the mock's
 // Message Batches, through the adapter's SDK calls.
 func TestBatchContract(t *testing.T) {
-	llmtest.RunBatch(t, func(t *testing.T, expire bool) (llm.BatchProvider, func(time.Duration)) {
+	llmtest.RunBatch(t, func(t *testing.T, expire bool) (llm.BatchProvider, *clock.Fake) {
 		clk := clock.NewFake(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
 		srv := httptest.NewServer(mockserver.New(mockserver.Config{Clock: clk, BatchDelay: time.Hour, BatchExpire: expire}))
 		t.Cleanup(srv.Close)
@@ -23,6 +23,6 @@ func TestBatchContract(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p, clk.Advance
+		return p, clk
 	})
 }

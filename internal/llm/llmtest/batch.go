@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/schema"
 )
@@ -14,11 +15,11 @@ import (
 const FilterMarker = "[[filter]]"
 
 // BatchFixture returns a batch provider whose backend finishes a batch's
-// lines over an hour of the returned clock (advance moves it), in a
+// lines over an hour of the returned clock, in a
 // shuffled order, answering "Copy for: <prompt>" (or JSON of the columns
 // asked for) and filtering a prompt with FilterMarker; with expire, a batch
 // expires at the hour with half its lines done. It must clean up after t.
-type BatchFixture func(t *testing.T, expire bool) (p llm.BatchProvider, advance func(time.Duration))
+type BatchFixture func(t *testing.T, expire bool) (p llm.BatchProvider, clk *clock.Fake)
 
 // RunBatch runs the provider batch conformance suite: every adapter of a
 // provider batch API must match answers to their ids, class failures as
@@ -27,7 +28,7 @@ func RunBatch(t *testing.T, newProvider BatchFixture) {
 	t.Helper()
 	t.Run("RoundTrip", func(t *testing.T) {
 		t.Parallel()
-		p, advance := newProvider(t, false)
+		p, clk := newProvider(t, false)
 		cols := schema.Columns{{Name: "category", Type: schema.Enum, Values: []string{"toys", "home"}, Required: true}}
 		var lines []llm.BatchLine
 		for i := 1; i <= 30; i++ {
@@ -41,14 +42,14 @@ func RunBatch(t *testing.T, newProvider BatchFixture) {
 			lines = append(lines, llm.BatchLine{ID: fmt.Sprintf("row-%d", i), Req: req})
 		}
 		ctx := t.Context()
-		id, err := p.SubmitBatch(ctx, lines)
+		id, err := p.SubmitBatch(ctx, "round-trip", lines)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st, err := p.BatchStatus(ctx, id); err != nil || st.State != llm.BatchRunning || st.Total != 30 {
 			t.Fatalf("at once: %+v %v, want running with 30 lines", st, err)
 		}
-		advance(time.Hour)
+		clk.Advance(time.Hour)
 		st, err := p.BatchStatus(ctx, id)
 		if err != nil || st.State != llm.BatchDone || st.Completed != 29 || st.Failed != 1 {
 			t.Fatalf("after its hour: %+v %v", st, err)
@@ -97,13 +98,13 @@ func RunBatch(t *testing.T, newProvider BatchFixture) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p, advance := newProvider(t, tc.expire)
+			p, clk := newProvider(t, tc.expire)
 			ctx := t.Context()
-			id, err := p.SubmitBatch(ctx, lines)
+			id, err := p.SubmitBatch(ctx, tc.name, lines)
 			if err != nil {
 				t.Fatal(err)
 			}
-			advance(tc.after)
+			clk.Advance(tc.after)
 			if !tc.expire {
 				if err := p.CancelBatch(ctx, id); err != nil {
 					t.Fatal(err)
@@ -137,11 +138,45 @@ func RunBatch(t *testing.T, newProvider BatchFixture) {
 		t.Parallel()
 		p, _ := newProvider(t, false)
 		two := []llm.BatchLine{{ID: "a", Req: llm.Request{Prompt: "x"}}, {ID: "a", Req: llm.Request{Prompt: "y"}}}
-		if _, err := p.SubmitBatch(t.Context(), two); err == nil {
+		if _, err := p.SubmitBatch(t.Context(), "two", two); err == nil {
 			t.Error("an id used twice: want an error")
 		}
-		if _, err := p.SubmitBatch(t.Context(), nil); err == nil {
+		if _, err := p.SubmitBatch(t.Context(), "none", nil); err == nil {
 			t.Error("no lines: want an error")
+		}
+	})
+	t.Run("Find", func(t *testing.T) {
+		// A submit whose answer was lost: the batch is found again by
+		// what the caller knows of it, and only that batch.
+		t.Parallel()
+		p, clk := newProvider(t, false)
+		ctx := t.Context()
+		since := clk.Now()
+		clk.Advance(2 * time.Second)
+		if _, err := p.SubmitBatch(ctx, "other", lines[:3]); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(2 * time.Second)
+		id, err := p.SubmitBatch(ctx, "lost", lines)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Minute)
+		q := llm.BatchQuery{Key: "lost", Lines: len(lines), Since: since}
+		if got, err := p.FindBatch(ctx, q); err != nil || got != id {
+			t.Errorf("FindBatch(%+v) = %q, %v; want %s", q, got, err, id)
+		}
+		q.Taken = map[string]bool{id: true}
+		if got, err := p.FindBatch(ctx, q); err != nil || got != "" {
+			t.Errorf("FindBatch with %s taken = %q, %v; want none", id, got, err)
+		}
+		q = llm.BatchQuery{Key: "never-sent", Lines: 7, Since: since}
+		if got, err := p.FindBatch(ctx, q); err != nil || got != "" {
+			t.Errorf("FindBatch of a batch never sent = %q, %v; want none", got, err)
+		}
+		q = llm.BatchQuery{Key: "lost", Lines: len(lines), Since: since.Add(2 * llm.FindWindow)}
+		if got, err := p.FindBatch(ctx, q); err != nil || got != "" {
+			t.Errorf("FindBatch since after the batch's window = %q, %v; want none", got, err)
 		}
 	})
 }

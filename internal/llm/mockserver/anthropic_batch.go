@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -14,6 +16,7 @@ import (
 // API (batch.go):
 //
 //	POST /v1/messages/batches               {"requests": [{"custom_id", "params": {a Messages request}}]}
+//	GET  /v1/messages/batches               the batches, newest first (?limit, ?after_id, ?before_id)
 //	GET  /v1/messages/batches/{id}          the batch, as it stands now
 //	POST /v1/messages/batches/{id}/cancel   cancel it: the lines finished are kept
 //	GET  /v1/messages/batches/{id}/results  JSONL, once it has ended: each line's
@@ -42,6 +45,8 @@ func (s *Server) serveMessageBatches(w http.ResponseWriter, r *http.Request) boo
 	switch {
 	case rest == "" && r.Method == http.MethodPost:
 		s.createMessageBatch(w, r)
+	case rest == "" && r.Method == http.MethodGet:
+		s.listMessageBatches(w, r)
 	case id != "" && action == "" && r.Method == http.MethodGet:
 		s.messageBatch(w, id, "")
 	case id != "" && (action == "cancel" && r.Method == http.MethodPost || action == "results" && r.Method == http.MethodGet):
@@ -93,7 +98,49 @@ func (s *Server) createMessageBatch(w http.ResponseWriter, r *http.Request) {
 	defer s.batch.mu.Unlock()
 	b := s.newBatchLocked("msgbatch", anthropicBatch{}, lines)
 	s.advanceLocked(b)
+	if s.answerLost(w) {
+		return
+	}
 	writeJSON(w, http.StatusOK, anthropicBatchObject(b))
+}
+
+// listMessageBatches answers a page of the Message Batches, newest first:
+// after_id pages on to older ones, before_id back to newer ones.
+func (s *Server) listMessageBatches(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := strconv.Atoi(cmpOrString(q.Get("limit"), "20"))
+	if err != nil || limit < 1 || limit > 1000 {
+		anthropic{}.writeError(w, http.StatusBadRequest, apiError{Message: "limit: must be 1 to 1000"})
+		return
+	}
+	after, before := q.Get("after_id"), q.Get("before_id")
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	var all []*mockBatch
+	for _, b := range s.batch.batches {
+		if _, ok := b.format.(anthropicBatch); ok && (after == "" || b.id < after) && (before == "" || b.id > before) {
+			all = append(all, b)
+		}
+	}
+	// Newest first; ids grow with time. A page before before_id is the
+	// one just above it.
+	slices.SortFunc(all, func(a, b *mockBatch) int { return strings.Compare(b.id, a.id) })
+	more := len(all) > limit
+	if more && before != "" {
+		all = all[len(all)-limit:]
+	} else if more {
+		all = all[:limit]
+	}
+	data := make([]map[string]any, len(all))
+	for i, b := range all {
+		s.advanceLocked(b)
+		data[i] = anthropicBatchObject(b)
+	}
+	first, last := "", ""
+	if len(all) > 0 {
+		first, last = all[0].id, all[len(all)-1].id
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": data, "has_more": more, "first_id": first, "last_id": last})
 }
 
 // messageBatch answers a batch as it stands now; action "cancel" cancels

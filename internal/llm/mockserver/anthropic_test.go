@@ -156,3 +156,60 @@ func TestMessageBatchesRefuse(t *testing.T) {
 		t.Errorf("results once ended: %d %s", code, body)
 	}
 }
+
+// TestMessageBatchesList: the list pages newest first, on by after_id and
+// back by before_id, as the SDK's pager walks it; a lost answer's batch is
+// in it.
+func TestMessageBatchesList(t *testing.T) {
+	s := New(Config{Clock: clock.NewFake(t0), BatchDelay: time.Minute, BatchAnswersLost: 1})
+	do := func(method, path, body string) (int, string) {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+		return rec.Code, rec.Body.String()
+	}
+	params := `{"model":"claude-haiku-4-5","max_tokens":10,"messages":[{"role":"user","content":"x"}]}`
+	for i := range 3 {
+		code, _ := do("POST", "/v1/messages/batches", `{"requests":[{"custom_id":"a","params":`+params+`}]}`)
+		if want := map[bool]int{true: 502, false: 200}[i == 0]; code != want {
+			t.Fatalf("create %d: %d, want %d", i, code, want)
+		}
+	}
+	type page struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+		HasMore bool   `json:"has_more"`
+		FirstID string `json:"first_id"`
+		LastID  string `json:"last_id"`
+	}
+	list := func(query string) (page, []string) {
+		t.Helper()
+		code, body := do("GET", "/v1/messages/batches"+query, "")
+		var p page
+		if err := json.Unmarshal([]byte(body), &p); code != 200 || err != nil {
+			t.Fatalf("list%s: %d %s", query, code, body)
+		}
+		var ids []string
+		for _, d := range p.Data {
+			ids = append(ids, d.ID)
+		}
+		return p, ids
+	}
+	p1, ids1 := list("?limit=2")
+	if len(ids1) != 2 || !p1.HasMore || ids1[0] <= ids1[1] || p1.LastID != ids1[1] {
+		t.Fatalf("first page %+v: want the 2 newest, newest first, more to come", p1)
+	}
+	p2, ids2 := list("?limit=2&after_id=" + p1.LastID)
+	if len(ids2) != 1 || p2.HasMore || ids2[0] >= ids1[1] {
+		t.Fatalf("second page %+v: want the oldest (the lost answer's) alone", p2)
+	}
+	if _, back := list("?limit=2&before_id=" + ids2[0]); len(back) != 2 || back[0] != ids1[0] {
+		t.Errorf("before_id %s: %v, want the 2 newer ones %v", ids2[0], back, ids1)
+	}
+	if st := s.Stats(); st.BatchesCreated != 3 {
+		t.Errorf("BatchesCreated %d, want 3 (the lost answer's too)", st.BatchesCreated)
+	}
+	if code, _ := do("GET", "/v1/messages/batches?limit=0", ""); code != 400 {
+		t.Errorf("limit 0: %d, want 400", code)
+	}
+}

@@ -112,6 +112,8 @@ type batches struct {
 	files   map[string]*mockFile
 	batches map[string]*mockBatch
 	seq     int
+	// lost counts the creates answered 502 for Config.BatchAnswersLost.
+	lost int
 }
 
 func (b *batches) nextID(prefix string) string {
@@ -294,6 +296,9 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 		}}}
 		s.count(func(st *Stats) { st.BatchesRefused++ })
 	}
+	if s.answerLost(w) {
+		return
+	}
 	writeJSON(w, http.StatusOK, s.batchObject(b))
 }
 
@@ -306,6 +311,18 @@ func (s *Server) newBatchLocked(prefix string, format batchFormat, lines []batch
 	b.order = rng.Perm(len(lines))
 	s.batch.batches[b.id] = b
 	return b
+}
+
+// answerLost answers 502 in place of a batch just created while
+// Config.BatchAnswersLost lasts; the caller holds s.batch.mu.
+func (s *Server) answerLost(w http.ResponseWriter) bool {
+	s.count(func(st *Stats) { st.BatchesCreated++ })
+	if s.batch.lost >= s.cfg.BatchAnswersLost {
+		return false
+	}
+	s.batch.lost++
+	http.Error(w, "502 Bad Gateway: the upstream went away", http.StatusBadGateway)
+	return true
 }
 
 func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {

@@ -156,6 +156,11 @@ type Config struct {
 	// lines): a batch that would pass it fails at validation with
 	// token_limit_exceeded, as OpenAI's does, billing nothing.
 	BatchQueueLimit int
+	// BatchAnswersLost makes the first that many batch creates (either
+	// API) create their batch and then answer 502, as a create whose
+	// answer a proxy or a timeout lost: a client that sends it again pays
+	// twice.
+	BatchAnswersLost int
 	// PaidLog, when non-nil, gets one line per completion returned, the
 	// prompt as a JSON string, written before the answer: what a provider
 	// bills. A batch line answered is written as {"prompt": ..., "batch":
@@ -210,6 +215,9 @@ type Stats struct {
 	BatchFailed int64 `json:"batch_failed"`
 	// BatchesRefused counts batches failed for BatchQueueLimit.
 	BatchesRefused int64 `json:"batches_refused"`
+	// BatchesCreated counts the batches created (either API), those whose
+	// answer BatchAnswersLost lost too.
+	BatchesCreated int64 `json:"batches_created"`
 	// Canceled counts requests whose client went away before the answer.
 	Canceled int64 `json:"canceled"`
 	// InFlight is the number of requests being handled now, PeakInFlight

@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/batchgen/batchgen/internal/llm"
 )
@@ -31,9 +32,13 @@ func (p *Provider) BatchLimits() llm.BatchLimits {
 	return llm.BatchLimits{Lines: MaxBatchLines, Bytes: MaxBatchBytes}
 }
 
+// KeyMetadata is the metadata field of a batch that holds the caller's
+// key of it (llm.BatchProvider.SubmitBatch), by which FindBatch finds it.
+const KeyMetadata = "batchgen_key"
+
 // SubmitBatch uploads lines as a JSONL file and starts a batch over it,
-// with the 24-hour completion window OpenAI sells.
-func (p *Provider) SubmitBatch(ctx context.Context, lines []llm.BatchLine) (string, error) {
+// with the 24-hour completion window OpenAI sells, key in its metadata.
+func (p *Provider) SubmitBatch(ctx context.Context, key string, lines []llm.BatchLine) (string, error) {
 	if len(lines) == 0 || len(lines) > MaxBatchLines {
 		return "", fmt.Errorf("openai batch of %d lines: a batch takes 1 to %d", len(lines), MaxBatchLines)
 	}
@@ -69,11 +74,33 @@ func (p *Provider) SubmitBatch(ctx context.Context, lines []llm.BatchLine) (stri
 	}
 	b, err := p.batches.New(ctx, openai.BatchNewParams{
 		InputFileID: f.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h,
+		Metadata: shared.Metadata{KeyMetadata: key},
 	})
 	if err != nil {
 		return "", fmt.Errorf("openai batch: create it: %w", p.classify(ctx, ctx, err, nil))
 	}
 	return b.ID, nil
+}
+
+// FindBatch looks for the batch whose metadata holds q.Key among those
+// created since q.Since (newest first, so the list is read no further
+// back than that).
+func (p *Provider) FindBatch(ctx context.Context, q llm.BatchQuery) (string, error) {
+	oldest := q.Since.Add(-llm.FindWindow).Unix()
+	it := p.batches.ListAutoPaging(ctx, openai.BatchListParams{Limit: openai.Int(100)})
+	for it.Next() {
+		b := it.Current()
+		if b.CreatedAt < oldest {
+			break
+		}
+		if b.Metadata[KeyMetadata] == q.Key && !q.Taken[b.ID] {
+			return b.ID, nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return "", fmt.Errorf("openai batches: list them: %w", p.classify(ctx, ctx, err, nil))
+	}
+	return "", nil
 }
 
 // BatchStatus reports batch id.

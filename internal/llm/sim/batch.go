@@ -23,6 +23,8 @@ var _ llm.BatchProvider = (*Provider)(nil)
 
 // simBatch is one batch sent to the simulator.
 type simBatch struct {
+	key       string
+	sent      time.Time
 	lines     []llm.BatchLine
 	due       time.Time
 	cancelled bool
@@ -41,7 +43,7 @@ func (p *Provider) BatchLimits() llm.BatchLimits {
 }
 
 // SubmitBatch implements llm.BatchProvider.
-func (p *Provider) SubmitBatch(ctx context.Context, lines []llm.BatchLine) (string, error) {
+func (p *Provider) SubmitBatch(ctx context.Context, key string, lines []llm.BatchLine) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", ctxError(err)
 	}
@@ -59,9 +61,21 @@ func (p *Provider) SubmitBatch(ctx context.Context, lines []llm.BatchLine) (stri
 	}
 	p.batches.n++
 	id := "simbatch_" + strconv.Itoa(p.batches.n)
-	p.batches.m[id] = &simBatch{lines: append([]llm.BatchLine(nil), lines...), due: p.cfg.Clock.Now().Add(delay)}
+	p.batches.m[id] = &simBatch{key: key, sent: p.cfg.Clock.Now(), lines: append([]llm.BatchLine(nil), lines...), due: p.cfg.Clock.Now().Add(delay)}
 	p.batchLines.Add(int64(len(lines)))
 	return id, nil
+}
+
+// FindBatch implements llm.BatchProvider: by key, as the simulator keeps it.
+func (p *Provider) FindBatch(_ context.Context, q llm.BatchQuery) (string, error) {
+	p.batches.mu.Lock()
+	defer p.batches.mu.Unlock()
+	for id, b := range p.batches.m {
+		if b.key == q.Key && !q.Taken[id] && !b.sent.Before(q.Since.Add(-llm.FindWindow)) && !b.sent.After(q.Since.Add(llm.FindWindow)) {
+			return id, nil
+		}
+	}
+	return "", nil
 }
 
 func (p *Provider) batch(id string) (*simBatch, error) {
