@@ -115,8 +115,9 @@ func NewEngine(d *DataDir, router llm.Provider, cfg EngineConfig) (*Engine, erro
 	// under load the group is as large as the store allows.
 	g.FlushInterval, g.FlushRows = pipeline.FlushAtOnce, store.MaxSaveRows
 	if g.Economy.Journal == nil {
-		// Beside the results: a killed run finds its provider batches.
-		g.Economy.Journal = &pipeline.BlobJournal{Blobs: d.Blobs}
+		// Beside the rows: a killed run finds its provider batches (and
+		// those an older version journaled in the blobs).
+		g.Economy.Journal = pipeline.LegacyJournal{Journal: d.Store, Blobs: d.Blobs}
 	}
 	e.Generator = pipeline.NewGenerator(d.Store, router, e.Exports, g)
 	return e, nil

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -59,10 +58,10 @@ import (
 type EconomyConfig struct {
 	// Journal records the provider batches each task sent, so that a
 	// process that was killed neither sends their rows again nor loses
-	// their answers. Required: without one (the AWS stack, for now),
+	// their answers (both stores keep one). Required: without one,
 	// economy and auto tasks are called online, saying why, rather than
 	// risk paying for their rows twice.
-	Journal BatchJournal
+	Journal store.ProviderBatches
 	// Gather is how long a lane waits for more rows after the last one
 	// came before it sends a provider batch (at once when the batch is
 	// full). Defaults to 2 seconds.
@@ -107,56 +106,27 @@ func (c EconomyConfig) withDefaults(concurrency int) EconomyConfig {
 	return c
 }
 
-// BatchJournal keeps the provider batches of each task.
-type BatchJournal interface {
-	// Load returns the batches recorded for task taskID, oldest first.
-	Load(ctx context.Context, taskID string) ([]JournalEntry, error)
-	// Record adds one.
-	Record(ctx context.Context, taskID string, e JournalEntry) error
+// LegacyJournal is a task's journal as the embedded runtime first kept it:
+// one JSON array of entries per task in the data directory's blobs
+// (economy/TASK.json). A task with no entries in Journal takes those, and
+// records them in Journal, so that provider batches sent before an upgrade
+// are neither lost nor paid twice.
+type LegacyJournal struct {
+	Journal store.ProviderBatches
+	Blobs   blob.Store
 }
 
-// JournalEntry is one provider batch a task sent, or is about to send.
-//
-// A batch is recorded twice: before it is sent (Intent, under the key it
-// is sent with), and once the provider has taken it (Job). A process
-// killed between the two, or a submit whose answer was lost, leaves the
-// intent alone: the provider is asked for the batch by its key
-// (llm.BatchProvider.FindBatch) before any of its rows is sent again, and
-// the answer recorded (Job, or Gone when the provider has none).
-type JournalEntry struct {
-	// Key is the lane's id of the batch, sent with it.
-	Key string `json:"key,omitempty"`
-	// Job is the provider's id of the batch, once it took it.
-	Job string `json:"job,omitempty"`
-	// Intent marks the record made before the batch was sent.
-	Intent bool `json:"intent,omitempty"`
-	// Gone marks an intent the provider has no batch for.
-	Gone bool `json:"gone,omitempty"`
-	// Lines are the ids of its lines (see lineID).
-	Lines []string `json:"lines,omitempty"`
-	// Submitted is when it was (first) sent.
-	Submitted time.Time `json:"submitted"`
-}
+var _ store.ProviderBatches = LegacyJournal{}
 
-// BlobJournal keeps each task's journal as one JSON object in a blob store
-// (economy/TASK.json), for one process per task (the embedded runtime,
-// whose data directory is locked).
-type BlobJournal struct {
-	Blobs blob.Store
-	mu    sync.Mutex
-}
+func legacyJournalKey(taskID string) string { return "economy/" + taskID + ".json" }
 
-func journalKey(taskID string) string { return "economy/" + taskID + ".json" }
-
-// Load implements BatchJournal.
-func (j *BlobJournal) Load(ctx context.Context, taskID string) ([]JournalEntry, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.load(ctx, taskID)
-}
-
-func (j *BlobJournal) load(ctx context.Context, taskID string) ([]JournalEntry, error) {
-	r, err := j.Blobs.Open(ctx, journalKey(taskID))
+// ListProviderBatches implements store.ProviderBatches.
+func (j LegacyJournal) ListProviderBatches(ctx context.Context, taskID string) ([]store.ProviderBatch, error) {
+	entries, err := j.Journal.ListProviderBatches(ctx, taskID)
+	if err != nil || len(entries) > 0 {
+		return entries, err
+	}
+	r, err := j.Blobs.Open(ctx, legacyJournalKey(taskID))
 	if errors.Is(err, blob.ErrNotFound) {
 		return nil, nil
 	}
@@ -168,29 +138,20 @@ func (j *BlobJournal) load(ctx context.Context, taskID string) ([]JournalEntry, 
 	if err != nil {
 		return nil, fmt.Errorf("read the batch journal of task %s: %w", taskID, err)
 	}
-	var entries []JournalEntry
 	if err := json.Unmarshal(data, &entries); err != nil {
 		return nil, fmt.Errorf("decode the batch journal of task %s: %w", taskID, err)
+	}
+	for _, e := range entries {
+		if err := j.Journal.RecordProviderBatch(ctx, taskID, e); err != nil {
+			return nil, err
+		}
 	}
 	return entries, nil
 }
 
-// Record implements BatchJournal.
-func (j *BlobJournal) Record(ctx context.Context, taskID string, e JournalEntry) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	entries, err := j.load(ctx, taskID)
-	if err != nil {
-		return err
-	}
-	data, err := json.Marshal(append(entries, e))
-	if err != nil {
-		return fmt.Errorf("encode the batch journal of task %s: %w", taskID, err)
-	}
-	if err := j.Blobs.Put(ctx, journalKey(taskID), bytes.NewReader(data)); err != nil {
-		return fmt.Errorf("write the batch journal of task %s: %w", taskID, err)
-	}
-	return nil
+// RecordProviderBatch implements store.ProviderBatches.
+func (j LegacyJournal) RecordProviderBatch(ctx context.Context, taskID string, e store.ProviderBatch) error {
+	return j.Journal.RecordProviderBatch(ctx, taskID, e)
 }
 
 // errLaneClosed: the task's lane has cut over to online (auto mode); the
@@ -493,12 +454,12 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 // whose intent alone was recorded (a kill, or a lost answer, between the
 // send and the record) asked of the provider by their key, and the answer
 // recorded, so that the next run asks no more.
-func (l *lane) recover(ctx context.Context) ([]JournalEntry, error) {
-	entries, err := l.cfg.Journal.Load(ctx, l.taskID)
+func (l *lane) recover(ctx context.Context) ([]store.ProviderBatch, error) {
+	entries, err := l.cfg.Journal.ListProviderBatches(ctx, l.taskID)
 	if err != nil {
 		return nil, err
 	}
-	var jobs []JournalEntry
+	var jobs []store.ProviderBatch
 	taken := l.g.lanes.knownLocked() // called under lanes.mu
 	settled := map[string]bool{}
 	for _, e := range entries {
@@ -519,7 +480,7 @@ func (l *lane) recover(ctx context.Context) ([]JournalEntry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ask the provider for batch %s, sent but not recorded: %w", e.Key, err)
 		}
-		found := JournalEntry{Key: e.Key, Job: job, Gone: job == "", Lines: e.Lines, Submitted: e.Submitted}
+		found := store.ProviderBatch{Key: e.Key, Job: job, Gone: job == "", Lines: e.Lines, Submitted: e.Submitted}
 		if job != "" {
 			l.log.Warn("found a provider batch sent but not recorded (a kill or a lost answer in between); its rows are not sent again", "batch", job, "lines", len(e.Lines))
 			jobs = append(jobs, found)
@@ -527,7 +488,7 @@ func (l *lane) recover(ctx context.Context) ([]JournalEntry, error) {
 		} else {
 			found.Lines = nil
 		}
-		if err := l.cfg.Journal.Record(ctx, l.taskID, found); err != nil {
+		if err := l.cfg.Journal.RecordProviderBatch(ctx, l.taskID, found); err != nil {
 			return nil, err
 		}
 	}
@@ -822,7 +783,7 @@ func (l *lane) submit(lines []llm.BatchLine, ids []string) (string, error) {
 	l.g.lanes.submit.Lock()
 	defer l.g.lanes.submit.Unlock()
 	key, began := newBatchKey(), l.g.cfg.Clock.Now()
-	if err := l.record(JournalEntry{Key: key, Intent: true, Lines: ids, Submitted: began}); err != nil {
+	if err := l.record(store.ProviderBatch{Key: key, Intent: true, Lines: ids, Submitted: began}); err != nil {
 		l.log.Warn("could not record a provider batch before sending it; its rows wait", "lines", len(lines), "error", err)
 		return "", &llm.Error{Class: llm.ClassServer, Message: errJournal.Error() + ": " + err.Error(), Err: fmt.Errorf("%w: %w", errJournal, err)}
 	}
@@ -848,7 +809,7 @@ func (l *lane) submit(lines []llm.BatchLine, ids []string) (string, error) {
 		}
 	}
 	if err != nil {
-		_ = l.record(JournalEntry{Key: key, Gone: true, Submitted: began})
+		_ = l.record(store.ProviderBatch{Key: key, Gone: true, Submitted: began})
 		return "", err
 	}
 	l.g.lanes.mu.Lock()
@@ -857,7 +818,7 @@ func (l *lane) submit(lines []llm.BatchLine, ids []string) (string, error) {
 	}
 	l.g.lanes.taken[id] = true
 	l.g.lanes.mu.Unlock()
-	if err := l.record(JournalEntry{Key: key, Job: id, Lines: ids, Submitted: began}); err != nil {
+	if err := l.record(store.ProviderBatch{Key: key, Job: id, Lines: ids, Submitted: began}); err != nil {
 		// The batch runs and is polled; a killed run finds it again by its
 		// intent.
 		l.log.Warn("could not record a provider batch once sent; a killed run would ask the provider for it by its key", "batch", id, "error", err)
@@ -866,10 +827,10 @@ func (l *lane) submit(lines []llm.BatchLine, ids []string) (string, error) {
 }
 
 // record adds e to the task's journal.
-func (l *lane) record(e JournalEntry) error {
+func (l *lane) record(e store.ProviderBatch) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return l.cfg.Journal.Record(ctx, l.taskID, e)
+	return l.cfg.Journal.RecordProviderBatch(ctx, l.taskID, e)
 }
 
 // findLost asks the provider, a few times, whether it took the batch sent

@@ -14,6 +14,7 @@ import (
 	anthropicllm "github.com/batchgen/batchgen/internal/llm/anthropic"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
+	"github.com/batchgen/batchgen/internal/llm/sim"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/store"
@@ -77,9 +78,9 @@ func economyConfig() pipeline.GeneratorConfig {
 
 // newEconomyEnv is newEnv with the provider batches' journal in the env's
 // blobs, as the embedded runtime keeps it.
-func newEconomyEnv(t *testing.T, provider llm.Provider, cfg pipeline.GeneratorConfig) (*env, *pipeline.BlobJournal) {
+func newEconomyEnv(t *testing.T, provider llm.Provider, cfg pipeline.GeneratorConfig) (*env, store.ProviderBatches) {
 	e := newEnv(t, provider, cfg)
-	journal := &pipeline.BlobJournal{Blobs: e.blobs}
+	journal := e.store
 	e.cfg.Economy.Journal = journal
 	e.gen = pipeline.NewGenerator(e.store, provider, e.signal, e.cfg)
 	return e, journal
@@ -357,10 +358,12 @@ func TestEconomyOnAnthropic(t *testing.T) {
 // brokenJournal cannot be read.
 type brokenJournal struct{}
 
-func (brokenJournal) Load(context.Context, string) ([]pipeline.JournalEntry, error) {
+func (brokenJournal) ListProviderBatches(context.Context, string) ([]store.ProviderBatch, error) {
 	return nil, errors.New("disk on fire")
 }
-func (brokenJournal) Record(context.Context, string, pipeline.JournalEntry) error { return nil }
+func (brokenJournal) RecordProviderBatch(context.Context, string, store.ProviderBatch) error {
+	return nil
+}
 
 // TestEconomyUnreadableJournalWaits: when the journal of provider batches
 // cannot be read, an economy task's rows neither go online nor into a new
@@ -411,14 +414,14 @@ func (e *env) resumeInNewProcess(provider llm.Provider, taskID string) store.Tas
 // runUntilJournaled works task taskID until all its rows are in provider
 // batches the journal records, then for after more, and kills the workers
 // (their process, as far as the lanes go: resumeInNewProcess follows).
-func (e *env) runUntilJournaled(journal pipeline.BatchJournal, taskID string, rows int, after time.Duration) {
+func (e *env) runUntilJournaled(journal store.ProviderBatches, taskID string, rows int, after time.Duration) {
 	e.t.Helper()
 	e.runUntilSent(journal, taskID, rows, after, false)
 }
 
 // runUntilSent is runUntilJournaled counting the rows of the batches about
 // to be sent (the journal's intents) too when intents is set.
-func (e *env) runUntilSent(journal pipeline.BatchJournal, taskID string, rows int, after time.Duration, intents bool) {
+func (e *env) runUntilSent(journal store.ProviderBatches, taskID string, rows int, after time.Duration, intents bool) {
 	e.t.Helper()
 	ctx, kill := context.WithCancel(context.Background())
 	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 2, PollInterval: 5 * time.Millisecond})
@@ -427,7 +430,7 @@ func (e *env) runUntilSent(journal pipeline.BatchJournal, taskID string, rows in
 	defer func() { kill(); <-done }()
 	deadline := time.Now().Add(20 * time.Second)
 	for lines := 0; lines < rows; {
-		entries, err := journal.Load(context.Background(), taskID)
+		entries, err := journal.ListProviderBatches(context.Background(), taskID)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -585,13 +588,13 @@ func TestEconomyFindsABatchWhoseAnswerWasLost(t *testing.T) {
 
 // forgetfulJournal records a batch's intent but not the batch the provider
 // took: a process killed between the two.
-type forgetfulJournal struct{ pipeline.BatchJournal }
+type forgetfulJournal struct{ store.ProviderBatches }
 
-func (j forgetfulJournal) Record(ctx context.Context, taskID string, e pipeline.JournalEntry) error {
+func (j forgetfulJournal) RecordProviderBatch(ctx context.Context, taskID string, e store.ProviderBatch) error {
 	if e.Job != "" {
 		return nil
 	}
-	return j.BatchJournal.Record(ctx, taskID, e)
+	return j.ProviderBatches.RecordProviderBatch(ctx, taskID, e)
 }
 
 // TestEconomyKilledBetweenSendAndRecord: a run killed after the provider
@@ -629,7 +632,7 @@ func TestEconomyKilledBetweenSendAndRecord(t *testing.T) {
 			if st := srv.Stats(); st.BatchesCreated != created {
 				t.Errorf("the resumed run created %d batches more: it sent rows again", st.BatchesCreated-created)
 			}
-			entries, err := journal.Load(context.Background(), p.TaskID)
+			entries, err := journal.ListProviderBatches(context.Background(), p.TaskID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -643,5 +646,29 @@ func TestEconomyKilledBetweenSendAndRecord(t *testing.T) {
 				t.Errorf("the journal records %d batches after the resume, want the %d found", found, created)
 			}
 		})
+	}
+}
+
+// TestLegacyJournal: a journal the embedded runtime kept in its blobs
+// before the store kept it (economy/TASK.json) is read for a task the
+// store has no entries for, and moved into the store.
+func TestLegacyJournal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sim.New(sim.Config{}), economyConfig())
+	old := `[{"job":"batch_1","lines":["a-0","b-0"],"submitted":"2026-12-01T10:00:00Z"}]`
+	if err := e.blobs.Put(context.Background(), "economy/t1.json", strings.NewReader(old)); err != nil {
+		t.Fatal(err)
+	}
+	j := pipeline.LegacyJournal{Journal: e.store, Blobs: e.blobs}
+	got, err := j.ListProviderBatches(context.Background(), "t1")
+	if err != nil || len(got) != 1 || got[0].Job != "batch_1" || len(got[0].Lines) != 2 {
+		t.Fatalf("legacy journal: %+v %v, want its batch", got, err)
+	}
+	moved, err := e.store.ListProviderBatches(context.Background(), "t1")
+	if err != nil || len(moved) != 1 || moved[0].Job != "batch_1" {
+		t.Errorf("the store after reading the legacy journal: %+v %v, want the batch moved in", moved, err)
+	}
+	if got, err := j.ListProviderBatches(context.Background(), "t2"); err != nil || len(got) != 0 {
+		t.Errorf("a task with no journal: %+v %v", got, err)
 	}
 }

@@ -863,6 +863,49 @@ type Cache interface {
 	PutCached(ctx context.Context, key, output string) error
 }
 
+// ProviderBatch is one entry of an economy task's journal of provider
+// batches (pipeline's lanes keep it): a batch recorded before it is sent
+// (Intent, under its Key), once the provider took it (Job), or when the
+// provider has none under its key (Gone).
+type ProviderBatch struct {
+	// Key is the lane's id of the batch, sent with it.
+	Key string `json:"key,omitempty"`
+	// Job is the provider's id of the batch, once it took it.
+	Job string `json:"job,omitempty"`
+	// Intent marks the record made before the batch was sent.
+	Intent bool `json:"intent,omitempty"`
+	// Gone marks an intent the provider has no batch for.
+	Gone bool `json:"gone,omitempty"`
+	// Lines are the ids of its lines.
+	Lines []string `json:"lines,omitempty"`
+	// Submitted is when it was (first) sent.
+	Submitted time.Time `json:"submitted"`
+}
+
+// Kind names what e records: "intent", "gone" or "job".
+func (e ProviderBatch) Kind() string {
+	switch {
+	case e.Job != "":
+		return "job"
+	case e.Gone:
+		return "gone"
+	}
+	return "intent"
+}
+
+// ProviderBatches keeps the journal of the provider batches each economy
+// task sent. Writers may be many at once (a fleet of generators working
+// one task): each entry is a record of its own, never a rewrite of the
+// journal.
+type ProviderBatches interface {
+	// RecordProviderBatch adds e to task taskID's journal; recording the
+	// same entry again changes nothing.
+	RecordProviderBatch(ctx context.Context, taskID string, e ProviderBatch) error
+	// ListProviderBatches returns task taskID's journal, oldest first (by
+	// Submitted, then Key; an intent before its batch's other entries).
+	ListProviderBatches(ctx context.Context, taskID string) ([]ProviderBatch, error)
+}
+
 // Valid reports whether a row may be stored in state s.
 func (s RowState) Valid() bool {
 	switch s {

@@ -73,6 +73,13 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestProviderBatchesConformance(t *testing.T) {
+	storetest.RunProviderBatches(t, func(t *testing.T) store.ProviderBatches {
+		s, _, _ := newStore(t, dynamostore.Options{})
+		return s
+	})
+}
+
 func TestCacheTTL(t *testing.T) {
 	storetest.RunCacheTTL(t, func(t *testing.T, clk clock.Clock, ttl time.Duration) store.Cache {
 		s, _, _ := newStore(t, dynamostore.Options{Clock: clk, CacheTTL: ttl})

@@ -46,6 +46,13 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+func TestProviderBatchesConformance(t *testing.T) {
+	storetest.RunProviderBatches(t, func(t *testing.T) store.ProviderBatches {
+		s, _ := open(t)
+		return s
+	})
+}
+
 func TestCacheTTL(t *testing.T) {
 	t.Parallel()
 	storetest.RunCacheTTL(t, func(t *testing.T, clk clock.Clock, ttl time.Duration) store.Cache {

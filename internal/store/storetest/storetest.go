@@ -1948,3 +1948,78 @@ func testUsageByProvider(t *testing.T, s store.Store) {
 	got = getTask(t, s, task.ID)
 	diff(t, "usage after the second finish", usage{wantSum, want}, usage{got.Usage, got.UsageByProvider})
 }
+
+// RunProviderBatches checks an adapter's journal of provider batches:
+// entries round-trip in order (by time, an intent before its batch's other
+// entries), a repeated record adds nothing, a batch of more ids than one
+// record of the backend holds comes back whole, and tasks keep their own.
+func RunProviderBatches(t *testing.T, newStore func(t *testing.T) store.ProviderBatches) {
+	t.Helper()
+	t.Run("RoundTrip", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		ctx := t.Context()
+		if got, err := s.ListProviderBatches(ctx, "none"); err != nil || len(got) != 0 {
+			t.Fatalf("a task without a journal: %v %v, want none", got, err)
+		}
+		t0 := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+		lines := []string{"a-0", "b-0", "a-1"}
+		want := []store.ProviderBatch{
+			{Key: "k0", Intent: true, Lines: []string{"x-0"}, Submitted: t0},
+			{Key: "k0", Gone: true, Submitted: t0},
+			{Key: "k1", Intent: true, Lines: lines, Submitted: t0.Add(time.Second)},
+			{Key: "k1", Job: "batch_1", Lines: lines, Submitted: t0.Add(time.Second)},
+			{Job: "batch_0", Lines: []string{"y-0"}, Submitted: t0.Add(2 * time.Second)}, // a journal from before keys
+		}
+		// Recorded out of order, and twice: the journal sorts, and a
+		// repeated record (a retried write) adds nothing.
+		for _, i := range []int{3, 2, 0, 4, 1, 3, 2} {
+			if err := s.RecordProviderBatch(ctx, "t1", want[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.RecordProviderBatch(ctx, "t2", store.ProviderBatch{Key: "other", Intent: true, Lines: []string{"z-0"}, Submitted: t0}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.ListProviderBatches(ctx, "t1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d entries, want %d: %+v", len(got), len(want), got)
+		}
+		for i := range want {
+			g, w := got[i], want[i]
+			if g.Key != w.Key || g.Job != w.Job || g.Intent != w.Intent || g.Gone != w.Gone || !slices.Equal(g.Lines, w.Lines) || !g.Submitted.Equal(w.Submitted) {
+				t.Errorf("entry %d: %+v, want %+v", i, g, w)
+			}
+		}
+		if other, err := s.ListProviderBatches(ctx, "t2"); err != nil || len(other) != 1 || other[0].Key != "other" {
+			t.Errorf("task t2's journal: %+v %v, want its own entry", other, err)
+		}
+	})
+	t.Run("ManyLines", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		ctx := t.Context()
+		lines := make([]string, 20_001)
+		for i := range lines {
+			lines[i] = fmt.Sprintf("%024x-%d", i, i%3)
+		}
+		e := store.ProviderBatch{Key: "big", Job: "batch_big", Lines: lines, Submitted: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
+		if err := s.RecordProviderBatch(ctx, "big", e); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.ListProviderBatches(ctx, "big")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || !slices.Equal(got[0].Lines, lines) {
+			n := 0
+			if len(got) > 0 {
+				n = len(got[0].Lines)
+			}
+			t.Fatalf("%d entries, the first of %d lines; want one of all %d in order", len(got), n, len(lines))
+		}
+	})
+}
