@@ -87,6 +87,13 @@ type EconomyConfig struct {
 	// for now (a 429, a queue limit) is sent again; it doubles with each
 	// refusal in a row, to 10 minutes. Defaults to 30 seconds.
 	RefusalWait time.Duration
+	// Park makes a runtime that cannot wait hours (a Lambda invocation
+	// lasts minutes) hand a batch back rather than wait for its provider
+	// batches: a row whose line is in a provider batch still running is
+	// left as it was, without an attempt, and the batch's message comes
+	// again after Poll (a fresh one: waiting on a provider is not a
+	// failure). Each delivery asks the provider once.
+	Park bool
 	// IdleLane is how long a task's lane is kept with nothing gathering or
 	// in flight (its task done, or its rows gone with their process):
 	// then it is dropped, and made again from the journal if its task
@@ -100,6 +107,11 @@ func (c EconomyConfig) withDefaults(concurrency int) EconomyConfig {
 	c.IdleLane = cmp.Or(c.IdleLane, 10*time.Minute)
 	c.Gather = cmp.Or(c.Gather, 2*time.Second)
 	c.Poll = cmp.Or(c.Poll, 30*time.Second)
+	if c.Park {
+		// A parked batch's message is sent again with the poll as its
+		// delay, and SQS delays a message 15 minutes at most.
+		c.Poll = min(c.Poll, MaxParkPoll)
+	}
 	if c.OnlineRate <= 0 {
 		c.OnlineRate = float64(concurrency) / 2
 	}
@@ -157,6 +169,20 @@ func (j LegacyJournal) RecordProviderBatch(ctx context.Context, taskID string, e
 // errLaneClosed: the task's lane has cut over to online (auto mode); the
 // call goes online, and nothing was attempted for it.
 var errLaneClosed = errors.New("the task's provider batches are cut over to online")
+
+// MaxParkPoll is the longest poll of a parking runtime: SQS's longest
+// message delay.
+const MaxParkPoll = 15 * time.Minute
+
+// errParked: the call's line is in a provider batch still running, and the
+// runtime parks rather than wait (EconomyConfig.Park). Nothing was
+// attempted; the row's next delivery finds the line again.
+var errParked = fmt.Errorf("%w: its provider batch is still running", errNotStarted)
+
+// ParkedReason is the last error of a batch handed back to wait for its
+// provider batches (EconomyConfig.Park): the sweeper lets it wait, and
+// does not count its claims as a crash loop's.
+const ParkedReason = "waiting on provider batches"
 
 // errLaneUnsure fails the calls of a batch whose submit failed when the
 // provider could not say whether it took it: a failed attempt, retried
@@ -265,6 +291,9 @@ type lane struct {
 	refusals int
 	// used is when a call last came.
 	used time.Time
+	// refreshed is when the journal was last read (a parking fleet reads it
+	// again each Poll/2: other instances send batches of the task too).
+	refreshed time.Time
 	// stale is set when a batch's submit failed and the provider could not
 	// say whether it took it: the next call makes the lane again from the
 	// journal, which asks.
@@ -391,9 +420,18 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 			watch = l.deadline.IsZero() && !l.closed
 			l.deadline = task.Deadline
 		}
+		refresh := l.cfg.Park && g.cfg.Clock.Now().Sub(l.refreshed) >= l.cfg.Poll/2
 		l.mu.Unlock()
 		if watch {
 			go l.watchDeadline()
+		}
+		if refresh {
+			// Other instances work the task's other batches and send
+			// their own provider batches: learn them before a call of a
+			// row they sent asks again.
+			if err := l.load(ctx); err != nil {
+				return nil, "", err
+			}
 		}
 		return l, "", nil
 	}
@@ -425,20 +463,8 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 	if task.Mode == store.ModeAuto {
 		l.deadline = task.Deadline
 	}
-	entries, err := l.recover(ctx)
-	if err != nil {
+	if err := l.load(ctx); err != nil {
 		return nil, "", err
-	}
-	for _, e := range entries {
-		j := &laneJob{id: e.Job, lines: map[string]*lineCall{}, sent: e.Submitted, status: llm.BatchStatus{ID: e.Job, State: llm.BatchRunning, Total: len(e.Lines)}}
-		for _, id := range e.Lines {
-			j.lines[id] = nil
-			l.recovered[lineHash(id)] = append(l.recovered[lineHash(id)], lineRef{job: j, id: id})
-		}
-		l.jobs[e.Job] = j
-	}
-	if len(entries) > 0 {
-		l.log.Info("found the provider batches of an earlier run", "batches", len(entries))
 	}
 	if g.lanes.m == nil {
 		g.lanes.m = map[string]*lane{}
@@ -448,6 +474,37 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 		go l.watchDeadline()
 	}
 	return l, "", nil
+}
+
+// load reads the task's journal (recover) and takes the provider batches
+// l does not know yet: their lines, for a call asking the same to attach
+// to. Called under lanes.mu.
+func (l *lane) load(ctx context.Context) error {
+	now := l.g.cfg.Clock.Now()
+	entries, err := l.recover(ctx)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refreshed = now
+	found := 0
+	for _, e := range entries {
+		if _, ok := l.jobs[e.Job]; ok {
+			continue
+		}
+		found++
+		j := &laneJob{id: e.Job, lines: map[string]*lineCall{}, sent: e.Submitted, status: llm.BatchStatus{ID: e.Job, State: llm.BatchRunning, Total: len(e.Lines)}}
+		for _, id := range e.Lines {
+			j.lines[id] = nil
+			l.recovered[lineHash(id)] = append(l.recovered[lineHash(id)], lineRef{job: j, id: id})
+		}
+		l.jobs[e.Job] = j
+	}
+	if found > 0 {
+		l.log.Info("found provider batches in the task's journal", "batches", found)
+	}
+	return nil
 }
 
 // recover reads the task's journal: the provider batches it sent, those
@@ -475,6 +532,11 @@ func (l *lane) recover(ctx context.Context) ([]store.ProviderBatch, error) {
 		if !e.Intent || e.Key == "" || settled[e.Key] {
 			continue
 		}
+		if l.cfg.Park && l.g.cfg.Clock.Now().Sub(e.Submitted) < intentSettles {
+			// Another instance of the fleet may be sending it right now:
+			// asked too soon, the provider would not have it yet.
+			continue
+		}
 		settled[e.Key] = true
 		job, err := l.find(ctx, e.Key, e.Submitted, len(e.Lines), taken)
 		if err != nil {
@@ -494,6 +556,12 @@ func (l *lane) recover(ctx context.Context) ([]store.ProviderBatch, error) {
 	}
 	return jobs, nil
 }
+
+// intentSettles is how long after its intent a batch is surely sent or
+// refused (a submit's 5 minutes, and a margin): a parking fleet asks the
+// provider for an intent alone only then, as it may be another instance's
+// submit under way.
+const intentSettles = 7 * time.Minute
 
 // find asks the provider for the batch sent under key since when with
 // lines lines, not one of taken: its id, or "" when it has none.
@@ -762,7 +830,28 @@ func (l *lane) send(calls []*lineCall) {
 	if closed {
 		l.cancelJob(j)
 	}
+	if l.cfg.Park && !closed {
+		// Just sent: it is surely running. The next delivery asks.
+		l.park(j)
+		return
+	}
 	l.poll(j)
+}
+
+// park hands each caller of batch j, which is still running, errParked:
+// its line stays in the batch, for the row's next delivery to find.
+func (l *lane) park(j *laneJob) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	j.polling = false
+	for id, c := range j.lines {
+		if c == nil || c.left {
+			continue
+		}
+		j.lines[id] = nil
+		l.recovered[c.hash] = append(l.recovered[c.hash], lineRef{job: j, id: id})
+		c.deliver(llm.Response{}, errParked)
+	}
 }
 
 // errJournal wraps a journal that could not record a batch before it was
@@ -903,7 +992,7 @@ func (l *lane) poll(j *laneJob) {
 		l.mu.Unlock()
 	}()
 	failures := 0
-	for {
+	for first := true; ; first = false {
 		l.mu.Lock()
 		live, closed := j.live(), l.closed
 		l.mu.Unlock()
@@ -911,18 +1000,23 @@ func (l *lane) poll(j *laneJob) {
 			l.cancelIfTaskStopped(j)
 			return
 		}
-		wait := l.cfg.Poll
-		if closed {
-			// Cancelled at the cut-over: look again soon, not in a loop.
-			wait = min(wait, time.Second)
-		}
-		wake := l.closedC
-		if closed {
-			wake = nil
-		}
-		select {
-		case <-l.g.cfg.Clock.After(wait):
-		case <-wake:
+		// Parking, a delivery asks once, at once: its callers came back
+		// after a Poll's wait in the queue.
+		park := l.cfg.Park && !closed
+		if !park || !first {
+			wait := l.cfg.Poll
+			if closed {
+				// Cancelled at the cut-over: look again soon, not in a loop.
+				wait = min(wait, time.Second)
+			}
+			wake := l.closedC
+			if closed {
+				wake = nil
+			}
+			select {
+			case <-l.g.cfg.Clock.After(wait):
+			case <-wake:
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		st, err := l.bp.BatchStatus(ctx, j.id)
@@ -930,8 +1024,13 @@ func (l *lane) poll(j *laneJob) {
 		if err != nil {
 			failures++
 			l.log.Warn("could not read a provider batch's state", "batch", j.id, "failures", failures, "error", err)
-			if e := llm.Classify(err); !e.Class.Retryable() && failures >= 3 {
+			e := llm.Classify(err)
+			if !e.Class.Retryable() && (failures >= 3 || park) {
 				l.finish(j, nil, err)
+				return
+			}
+			if park {
+				l.park(j)
 				return
 			}
 			continue
@@ -941,6 +1040,10 @@ func (l *lane) poll(j *laneJob) {
 		j.status = st
 		l.mu.Unlock()
 		if !st.State.Final() {
+			if park {
+				l.park(j)
+				return
+			}
 			continue
 		}
 		var results []llm.BatchResult

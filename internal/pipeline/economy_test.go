@@ -672,3 +672,72 @@ func TestLegacyJournal(t *testing.T) {
 		t.Errorf("a task with no journal: %+v %v", got, err)
 	}
 }
+
+// TestEconomyParksInsteadOfWaiting: a runtime that cannot wait hours (a
+// Lambda) parks: each delivery of an economy batch sends its rows' lines
+// (or asks the provider once how their batch does) and hands the batch
+// back, to come again after a poll as a fresh message, without using up
+// an attempt of any row. Deliveries alternate between two generators (two
+// Lambda instances, the second without the first's lanes), and the
+// answers still arrive: every row answered in a batch, each paid once.
+func TestEconomyParksInsteadOfWaiting(t *testing.T) {
+	t.Parallel()
+	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 1500 * time.Millisecond, Latency: time.Millisecond})
+	cfg := economyConfig()
+	cfg.Economy.Park, cfg.Economy.Poll = true, 300*time.Millisecond
+	e, _ := newEconomyEnv(t, provider, cfg)
+	const rows = 60
+	p := e.splitEconomy("economy-park", rows, 30, store.Terms{Mode: store.ModeEconomy})
+	gens := []*pipeline.Generator{e.gen, pipeline.NewGenerator(e.store, provider, e.signal, e.cfg)}
+	parks := 0
+	for no := 1; no <= 2; no++ {
+		for delivery := 0; ; delivery++ {
+			if delivery > 50 {
+				t.Fatalf("batch %d not done after 50 deliveries", no)
+			}
+			g := gens[delivery%2]
+			out := g.Process(context.Background(), pipeline.Delivery{Body: pipeline.EncodeBatchMessage(p.TaskID, no)})
+			if out.Ack {
+				break
+			}
+			st := g.Settle(out)
+			if !out.Parked || st.Action != pipeline.SettleResend || st.Delay != 300*time.Millisecond {
+				t.Fatalf("batch %d, delivery %d: outcome %+v settled %+v; want parked and resent after the poll", no, delivery, out, st)
+			}
+			parks++
+			batchRows, err := e.store.ListRows(context.Background(), store.ListRowsParams{TaskID: p.TaskID, FromNo: (no-1)*30 + 1, ToNo: no * 30})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range batchRows {
+				if r.State != store.RowPending || r.Attempts != 0 {
+					t.Fatalf("row %d parked as %s after %d attempts; want pending with none used", r.No, r.State, r.Attempts)
+				}
+			}
+			b, err := e.store.GetBatch(context.Background(), p.TaskID, no)
+			if err != nil || b.State != store.BatchPending || b.LastError != pipeline.ParkedReason {
+				t.Fatalf("batch %d parked: %+v %v; want pending, waiting on provider batches", no, b, err)
+			}
+			time.Sleep(st.Delay)
+		}
+	}
+	if parks < 2 {
+		t.Errorf("%d parks: the provider batches answered before any delivery parked; the test proves nothing", parks)
+	}
+	select {
+	case <-e.signal.C():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the last batch did not start the export")
+	}
+	task, err := e.exporter.Export(context.Background(), p.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if labels := checkAnswers(t, e, task); labels[batchLabel] != rows {
+		t.Errorf("rows by provider %v: want all %d through the batch API", labels, rows)
+	}
+	checkPaidOnceInBatches(t, srv, paid, rows)
+	if st := srv.Stats(); st.BatchesCreated != 2 {
+		t.Errorf("%d provider batches for 2 task batches: a parked row was sent again", st.BatchesCreated)
+	}
+}

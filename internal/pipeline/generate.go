@@ -456,6 +456,11 @@ type Outcome struct {
 	// the quota limiter when the time came: the quota was busy with other
 	// work, and the batch itself did nothing that failed (see Settle).
 	QuotaStarved bool
+	// Parked means the batch's pending rows wait on provider batches still
+	// running (EconomyConfig.Park), and nothing else held it back: it is
+	// to be delivered again after RetryAfter (a poll's wait), as a fresh
+	// message, for waiting is not failing.
+	Parked bool
 	// Err is a failure to handle the message at all. A *PoisonError will
 	// never succeed; other errors are transient. Either way the message is
 	// left for the queue to redeliver and, eventually, dead-letter.
@@ -535,6 +540,9 @@ type rowOutcome struct {
 	// limiter (or right after the wait, the stop time having come meanwhile),
 	// without a model call in this delivery.
 	starved bool
+	// parked means the row's line waits in a provider batch still running
+	// (EconomyConfig.Park); it stays as it was.
+	parked bool
 	// overBudget, when set, is why the row's next call was not made: the
 	// task's spending cap.
 	overBudget *BudgetError
@@ -810,8 +818,14 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 	var maxAttempts, progress int
 	var lastErr string
 	aborted, starved, called := false, false, false
+	parked, onlyParked := 0, true
 	for i, o := range outcomes {
 		starved = starved || o.starved
+		if o.parked {
+			parked++
+		} else if o.aborted {
+			onlyParked = false
+		}
 		called = called || o.result.Attempts > rows[i].Attempts
 		tally.add(o.result)
 		if !o.result.State.Final() {
@@ -830,6 +844,14 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		if !aborted {
 			round := (maxAttempts + g.cfg.CallsPerRound - 1) / g.cfg.CallsPerRound
 			delay = retryDelay(g.cfg.RetryDelays, round)
+		}
+		if parked > 0 && onlyParked {
+			// Rows waiting on provider batches that run for hours: the
+			// batch comes back after a poll's wait, as a fresh message
+			// (EconomyConfig.Park).
+			g.release(ctx, b, ParkedReason, log)
+			log.InfoContext(ctx, "batch handed back to wait for its provider batches", "rows_waiting", parked, "pending_rows", pending, "rows_finished", progress, "next_look", g.cfg.Economy.Poll)
+			return finish(Outcome{Parked: true, RetryAfter: g.cfg.Economy.Poll, Progress: progress, Started: started})
 		}
 		g.release(ctx, b, lastErr, log)
 		if timeUp.Load() && aborted {
@@ -1036,6 +1058,7 @@ func (g *Generator) generateRow(ctx, startCtx context.Context, mayStart func() b
 				result:     g.pendingResult(prior, attempts, last),
 				aborted:    true,
 				starved:    attempts == prior.Attempts && errors.Is(err, errStarved),
+				parked:     errors.Is(err, errParked),
 				overBudget: over,
 			}
 		}

@@ -76,6 +76,10 @@ type Settlement struct {
 //     healthy batch toward the dead-letter queue for the quota's sake; it
 //     is sound to skip because nothing was tried that could fail, and a
 //     limiter that fails on its own is not starvation.
+//   - Parked: the batch's rows wait on provider batches that run for
+//     hours; resend it after out.RetryAfter (a poll's wait), a fresh
+//     message each time, for a day's wait must not walk it toward the
+//     dead-letter queue.
 //   - HandedBack without progress: retry at once, using up a receive, so a
 //     batch that cannot finish a row within a delivery still dead-letters.
 //   - otherwise: the batch was released; retry after out.RetryAfter, the
@@ -95,6 +99,8 @@ func settle(out Outcome, errorDelay time.Duration) Settlement {
 		return Settlement{Action: SettleRetry, Delay: errorDelay, Err: out.Err}
 	case out.HandedBack && (out.Progress > 0 || out.QuotaStarved):
 		return Settlement{Action: SettleResend}
+	case out.Parked:
+		return Settlement{Action: SettleResend, Delay: out.RetryAfter}
 	default:
 		return Settlement{Action: SettleRetry, Delay: out.RetryAfter}
 	}

@@ -47,6 +47,13 @@ type SweeperConfig struct {
 	// remaining rows with class "stuck" so the task still finishes.
 	// Defaults to 12 (three times the default retry rounds).
 	MaxClaims int
+	// ParkedPoll is how long a batch handed back to wait for its provider
+	// batches (ParkedReason; the generators' EconomyConfig.Poll, parking)
+	// stays out of the queue: such a batch waited too long only
+	// PendingAfter past it, and its claims, one per poll for as long as the
+	// provider takes, are not a crash loop's. Defaults to 0 (no runtime
+	// parks).
+	ParkedPoll time.Duration
 	// Clock decides what waited too long. Defaults to the wall clock.
 	Clock clock.Clock
 	// Logger defaults to discarding.
@@ -242,8 +249,12 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 			}
 			continue
 		}
+		parked := b.State == store.BatchPending && b.LastError == ParkedReason
+		if parked && b.UpdatedAt.After(now.Add(-cfg.PendingAfter-cfg.ParkedPoll)) {
+			continue // its message is on its way, delayed a poll
+		}
 		stale := b.State == store.BatchPending || (b.State == store.BatchRunning && b.LeaseUntil.Before(now))
-		if stale && b.Attempt >= cfg.MaxClaims {
+		if stale && b.Attempt >= cfg.MaxClaims && !parked {
 			if err := s.failStuck(ctx, b, now, log); err != nil {
 				errs = append(errs, err)
 			} else {

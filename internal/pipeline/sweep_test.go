@@ -402,3 +402,43 @@ func TestSweeperResumesWhereItRanOutOfTime(t *testing.T) {
 		t.Errorf("re-enqueued (-want +got):\n%s", diff)
 	}
 }
+
+// TestSweeperLetsParkedBatchesWait: a batch handed back to wait for its
+// provider batches (claimed once per poll for hours) is neither
+// re-enqueued while its delayed message is on its way nor failed as stuck
+// for its many claims; once it has waited PendingAfter past its poll (its
+// message lost), it is re-enqueued, still not failed.
+func TestSweeperLetsParkedBatchesWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	e.splitter = pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: clk})
+	id := e.splitProducts("parked", "{{id}}", 4, 4).TaskID
+	for range 20 { // twenty polls, each a claim and a park
+		b, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: 1, Owner: "w", Now: clk.Now(), LeaseUntil: clk.Now().Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: id, BatchNo: 1, Attempt: b.Attempt, LastError: pipeline.ParkedReason, Now: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sw := pipeline.NewSweeper(e.store, e.queue, &recordingStarter{}, pipeline.SweeperConfig{Clock: clk, MaxClaims: 3, PendingAfter: 5 * time.Minute, ParkedPoll: 10 * time.Minute})
+	for _, tc := range []struct {
+		after    time.Duration
+		requeued int
+	}{
+		{14 * time.Minute, 0}, // its message is due at 10 minutes, the sweeper waits 5 more
+		{2 * time.Minute, 1},  // 16 minutes: lost, sent again
+	} {
+		clk.Advance(tc.after)
+		report, err := sw.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if report.BatchesFailed != 0 || report.Requeued != tc.requeued {
+			t.Errorf("at %v: report %+v, want %d re-enqueued and none failed as stuck", tc.after, report, tc.requeued)
+		}
+	}
+}
