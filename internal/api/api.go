@@ -70,7 +70,7 @@ type Limits struct {
 	// nothing holds; the page offers the field only with it.
 	CostCaps bool
 	// BatchModes is set by a runtime that runs economy and auto tasks
-	// through the providers' batch APIs: the embedded server. Without it
+	// through the providers' batch APIs (both runtimes do). Without it
 	// a request for either is refused; the page offers them only with it.
 	BatchModes bool
 	// Models is the allow-list of models a request may name; empty allows

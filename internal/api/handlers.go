@@ -803,7 +803,7 @@ func (s *server) terms(req CreateTaskRequest) (store.Terms, error) {
 func (s *server) mode(m, deadline string) (store.Mode, time.Time, error) {
 	mode, t, err := pipeline.ParseModeDeadline(m, deadline, s.cfg.Clock.Now())
 	if err == nil && mode.Batched() && !s.cfg.Limits.BatchModes {
-		return "", time.Time{}, fmt.Errorf("mode %s: this deployment runs tasks online only yet (batchgen serve runs economy and auto)", mode)
+		return "", time.Time{}, fmt.Errorf("mode %s: this deployment runs tasks online only", mode)
 	}
 	return mode, t, err
 }

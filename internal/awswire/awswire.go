@@ -102,6 +102,12 @@ type Env struct {
 	MaxRows       int           // MAX_ROWS: largest accepted sheet
 	MaxInputBytes int64         // MAX_INPUT_BYTES (optional): largest accepted file; defaults to 100 MiB
 	Lease         time.Duration // LEASE_SECONDS: batch claim lease
+	// ProviderBatchPoll is how long a batch of an economy or auto task
+	// waits between two looks at its provider batches
+	// (PROVIDER_BATCH_POLL, optional: a duration of 1s to 15m, SQS's
+	// longest delay; defaults to 5m): the generator parks the batch for
+	// it, the sweeper lets it wait that long.
+	ProviderBatchPoll time.Duration
 	// DefaultPrompt is the deployment's prompt template for inputs with
 	// none of their own (DEFAULT_PROMPT, optional).
 	DefaultPrompt string
@@ -218,6 +224,14 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 	e.ProviderBedrockModels = list(getenv("PROVIDER_BEDROCK_MODELS"))
 	e.MaxInputBytes = int64(intVar("MAX_INPUT_BYTES", pipeline.DefaultMaxInputBytes, 1))
 	e.Lease = time.Duration(intVar("LEASE_SECONDS", 360, 1)) * time.Second
+	e.ProviderBatchPoll = 5 * time.Minute
+	if v := getenv("PROVIDER_BATCH_POLL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > pipeline.MaxParkPoll {
+			errs = append(errs, fmt.Errorf("PROVIDER_BATCH_POLL=%q: want a duration of 1s to 15m (SQS delays a message 15 minutes at most)", v))
+		}
+		e.ProviderBatchPoll = d
+	}
 	e.SimLatency = 300 * time.Millisecond
 	if v := getenv("SIM_LATENCY"); v != "" {
 		d, err := time.ParseDuration(v)

@@ -41,6 +41,7 @@ var templateEnv = map[string]string{
 	"BATCH_SIZE":          "100",
 	"MAX_ROWS":            "100000",
 	"LEASE_SECONDS":       "360",
+	"PROVIDER_BATCH_POLL": "300s",
 	"LOG_LEVEL":           "warn",
 	"STACK_NAME":          "batchgen",
 }
@@ -60,7 +61,7 @@ func TestLoadEnv(t *testing.T) {
 		BucketName: "batchgen-123456789012-us-east-1", StateMachineARN: templateEnv["STATE_MACHINE_ARN"],
 		ModelProvider: "openai", ModelName: "gpt-4o-mini", ModelAPIKeyParam: "/batchgen/openai-api-key",
 		QuotaRPM: 2000, MaxConcurrency: 10, Concurrency: 8, SimLatency: 300 * time.Millisecond,
-		BatchSize: 100, MaxRows: 100000, MaxInputBytes: 100 << 20, Lease: 360 * time.Second,
+		BatchSize: 100, MaxRows: 100000, MaxInputBytes: 100 << 20, Lease: 360 * time.Second, ProviderBatchPoll: 5 * time.Minute,
 		LogLevel: slog.LevelWarn, StackName: "batchgen",
 		CacheMode: pipeline.CacheAuto, CacheScope: pipeline.CachePerPrincipal, CacheTTL: store.DefaultCacheTTL,
 	}
@@ -138,6 +139,8 @@ func TestLoadEnvRejects(t *testing.T) {
 		{"cache ttl", "CACHE_TTL", "0d", "CACHE_TTL"},
 		{"cache ttl unit", "CACHE_TTL", "30", "CACHE_TTL"},
 		{"drop result format", "DROP_RESULT_FORMAT", "ods", "DROP_RESULT_FORMAT"},
+		{"provider batch poll past SQS's delay", "PROVIDER_BATCH_POLL", "20m", "PROVIDER_BATCH_POLL"},
+		{"provider batch poll", "PROVIDER_BATCH_POLL", "soon", "PROVIDER_BATCH_POLL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -114,6 +114,8 @@ type e2eOptions struct {
 	// providers, when set, returns PROVIDERS_FILE given the mock model's
 	// base URL (http://HOST:PORT/v1).
 	providers func(mockURL string) string
+	// batchDelay is how long the mock's provider batches take.
+	batchDelay time.Duration
 }
 
 func newE2E(t *testing.T, opts e2eOptions) *e2e {
@@ -134,7 +136,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		}
 	})
 
-	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, InvalidRate: opts.invalidRate, Seed: 7, Latency: opts.latency})
+	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, InvalidRate: opts.invalidRate, Seed: 7, Latency: opts.latency, BatchDelay: opts.batchDelay})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

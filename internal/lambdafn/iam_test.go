@@ -87,7 +87,8 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	var ops awsops.Set
 	// Faults in the model take the generator's release paths (visibility
 	// changes) as well as the happy one.
-	e := newE2E(t, e2eOptions{ops: &ops, failRate: 0.2, callsPerRound: 2, rounds: 6})
+	e := newE2E(t, e2eOptions{ops: &ops, failRate: 0.2, callsPerRound: 2, rounds: 6,
+		batchDelay: 2 * time.Second, env: map[string]string{"PROVIDER_BATCH_POLL": "1s"}})
 
 	// 1. A drop-folder sheet, run to its export.
 	ev := e.upload("iam.xlsx", []int{3})
@@ -222,6 +223,21 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	// 5. Retry through the API: the dropped task is PARTIAL (row 3 is
 	// filtered), its failed rows run again.
 	call("POST", "/api/tasks/"+dropped+"/retry", "", http.StatusAccepted)
+
+	// 6. An economy task dropped with its settings: the generators journal
+	// its provider batches in the table and park its batches between
+	// looks, each a fresh message (sqs:SendMessage).
+	if _, err := e.stack.Upload(ctx, "economy.batchgen.json", []byte(`{"mode": "economy"}`)); err != nil {
+		t.Fatal(err)
+	}
+	ecoEv := e.upload("economy.xlsx", nil)
+	if err := e.stack.Splitter.Handle(ctx, ecoEv); err != nil {
+		t.Fatalf("splitter on the economy sheet: %v", err)
+	}
+	eco := e.taskNamed(ctx, "economy.xlsx")
+	if got := e.pump(eco, 90*time.Second); got.State != store.TaskSucceeded || got.Mode != store.ModeEconomy {
+		t.Errorf("the economy task is %s in mode %q, want SUCCEEDED in economy", got.State, got.Mode)
+	}
 
 	checkGrants(t, &ops)
 }

@@ -86,7 +86,7 @@ type IntakeConfig struct {
 	// 404, not 403).
 	Sidecars bool
 	// BatchModes, when set, lets a settings sidecar ask for economy or
-	// auto: the runtime runs provider batches (the embedded server).
+	// auto: the runtime runs provider batches (both runtimes do).
 	// Without it such a sidecar rejects its input, saying why.
 	BatchModes bool
 	// MoveTaken, when set, makes Accept move a taken input (see
@@ -480,7 +480,7 @@ func (in *Intake) applySettings(src *input, text string) error {
 			return err
 		}
 		if mode.Batched() && !in.cfg.BatchModes {
-			return fmt.Errorf("mode %s: this deployment runs tasks online only yet (batchgen serve runs economy and auto)", mode)
+			return fmt.Errorf("mode %s: this deployment runs tasks online only", mode)
 		}
 		src.terms.Mode, src.terms.Deadline = mode, deadline
 	}

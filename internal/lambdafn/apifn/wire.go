@@ -48,6 +48,9 @@ func New(d *awswire.Deps) (*Handler, error) {
 		Models: d.Env.AllowedModels, ModelFixed: providers.FixedModels(), MaxTokens: d.Env.MaxTokensLimit, MaxBatchSize: d.Env.MaxBatchSize,
 		MaxActiveTasks: d.Env.MaxActiveTasks, MaxRowsPerDay: d.Env.MaxRowsPerDay,
 		MaxFileBytes: d.Env.MaxInputBytes, MaxRows: d.Env.MaxRows,
+		// Economy and auto tasks park between looks at their provider
+		// batches (the generator's EconomyConfig.Park).
+		BatchModes: true,
 	}
 	handler := api.New(api.Config{
 		Store: st, Blobs: blobs, Presigner: blobs, Auth: auth, Clock: d.Clock, Logger: d.Logger,

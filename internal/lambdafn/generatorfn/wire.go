@@ -118,6 +118,10 @@ func New(ctx context.Context, d *awswire.Deps) (*Handler, error) {
 		// Each instance takes its share of the token quota; a packed call
 		// fits a quarter of the whole (the shared limiter spreads it).
 		PackTokens: f.PackTokens(),
+		// An invocation lasts minutes and a provider batch hours: an
+		// economy batch is parked between looks, its provider batches
+		// journaled in the table, where every instance finds them.
+		Economy: pipeline.EconomyConfig{Journal: d.Store(overflow), Park: true, Poll: d.Env.ProviderBatchPoll},
 	}
 	if d.TuneGenerator != nil {
 		st = d.TuneGenerator(st, &cfg)

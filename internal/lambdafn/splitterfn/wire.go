@@ -35,6 +35,8 @@ func New(d *awswire.Deps) (*Handler, error) {
 			Owner:       d.Env.DropOwner,
 			// The role may list the bucket, so a missing sidecar is a 404.
 			Sidecars: true,
+			// A sidecar may ask for economy or auto: the generator parks.
+			BatchModes: true,
 			// As the local drop folder does: taken inputs go to processed/.
 			MoveTaken: true,
 			TempDir:   d.TempDir,

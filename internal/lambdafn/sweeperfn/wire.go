@@ -13,7 +13,8 @@ func New(d *awswire.Deps) (*Handler, error) {
 		return nil, err
 	}
 	counter := NewCounter()
-	cfg := pipeline.SweeperConfig{Clock: d.Clock, Logger: d.Logger, Metrics: counter}
+	// A batch parked on its provider batches waits a poll between looks.
+	cfg := pipeline.SweeperConfig{Clock: d.Clock, Logger: d.Logger, Metrics: counter, ParkedPoll: d.Env.ProviderBatchPoll}
 	if d.TuneSweeper != nil {
 		d.TuneSweeper(&cfg)
 	}

@@ -1,0 +1,94 @@
+//go:build emulator
+
+package lambdafn_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// taskNamed is the id of the task of the sheet dropped as name.
+func (e *e2e) taskNamed(ctx context.Context, name string) string {
+	e.t.Helper()
+	tasks, err := e.stack.Store.ListTasks(ctx, 0)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, t := range tasks {
+		if t.Source == name || strings.HasSuffix(t.Source, "/"+name) {
+			return t.ID
+		}
+	}
+	e.t.Fatalf("no task of %s among %d", name, len(tasks))
+	return ""
+}
+
+// TestEconomyOnTheStack: a sheet dropped with a settings sidecar asking
+// for economy runs on the AWS stack through the provider's batch API. The
+// generators park its batches between looks (delayed messages, a second
+// here), two instances sharing the journal in the table: every row is
+// answered in a provider batch, each line sent once, none online, and no
+// message walks toward the dead-letter queue however many looks it took.
+func TestEconomyOnTheStack(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const rows = 40
+	e := newE2E(t, e2eOptions{rows: rows, batchSize: 10, batchDelay: 4 * time.Second, env: map[string]string{"PROVIDER_BATCH_POLL": "1s"}})
+	if _, err := e.stack.Upload(ctx, "economy.batchgen.json", []byte(`{"mode": "economy"}`)); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.upload("economy.xlsx", nil)
+	if err := e.stack.Splitter.Handle(ctx, ev); err != nil {
+		t.Fatalf("splitter: %v", err)
+	}
+	id := e.taskNamed(ctx, "economy.xlsx") // the sidecar is part of what names it
+	task := e.pump(id, 120*time.Second)
+	if task.State != store.TaskSucceeded || task.RowsSucceeded != rows || task.Mode != store.ModeEconomy {
+		t.Fatalf("task %s (%s) with %d of %d rows succeeded; want SUCCEEDED in economy", task.State, task.Mode, task.RowsSucceeded, rows)
+	}
+	batchLabel := "openai/mock-1" + pricing.BatchSuffix
+	if u := task.UsageByProvider[batchLabel]; u.OutputTokens == 0 || len(task.UsageByProvider) != 1 {
+		t.Errorf("usage by provider %+v: want all of it through the batch API, as %q", task.UsageByProvider, batchLabel)
+	}
+	st := e.mock.Stats()
+	if st.Requests != 0 || st.BatchLines != rows {
+		t.Errorf("the mock answered %d online requests and ran %d batch lines for %d rows; want none online and each line once", st.Requests, st.BatchLines, rows)
+	}
+	if st.BatchesCreated == 0 || st.BatchesCreated > 4 {
+		t.Errorf("%d provider batches for 4 task batches", st.BatchesCreated)
+	}
+	journal, err := e.stack.Store.(store.ProviderBatches).ListProviderBatches(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := 0
+	for _, j := range journal {
+		if j.Job != "" {
+			jobs++
+		}
+	}
+	if jobs != int(st.BatchesCreated) {
+		t.Errorf("the table's journal records %d provider batches, the provider made %d", jobs, st.BatchesCreated)
+	}
+	if n := e.stack.MaxReceiveCount(); n > 2 {
+		t.Errorf("highest ApproximateReceiveCount %d: parked batches must come back as fresh messages", n)
+	}
+	if !strings.Contains(e.logs.String(), "batch handed back to wait for its provider batches") {
+		t.Error("no batch was parked: the provider batches answered within the first look; the test proves nothing")
+	}
+	rowsOut := e.resultRows(task.ResultKey)
+	col := map[string]int{}
+	for i, h := range rowsOut[0] {
+		col[h] = i
+	}
+	for _, r := range rowsOut[1:] {
+		if r[col["status"]] != "succeeded" || r[col["provider"]] != batchLabel {
+			t.Errorf("result row %v: want succeeded through the batch API", r)
+		}
+	}
+}
