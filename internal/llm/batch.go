@@ -71,6 +71,9 @@ type BatchLimits struct {
 	// requests as sent.
 	Lines int
 	Bytes int64
+	// MinLines is the fewest requests a batch may hold (Bedrock's jobs
+	// take at least 100); 0 for none. Fewer go online.
+	MinLines int
 }
 
 // BatchQuery describes a batch that may have been sent, for FindBatch.

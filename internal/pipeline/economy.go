@@ -174,6 +174,10 @@ var errLaneClosed = errors.New("the task's provider batches are cut over to onli
 // message delay.
 const MaxParkPoll = 15 * time.Minute
 
+// errTooFewLines: the call's batch would hold fewer lines than the
+// provider takes in one (llm.BatchLimits.MinLines): it goes online.
+var errTooFewLines = fmt.Errorf("%w: too few rows for a provider batch", errLaneClosed)
+
 // errParked: the call's line is in a provider batch still running, and the
 // runtime parks rather than wait (EconomyConfig.Park). Nothing was
 // attempted; the row's next delivery finds the line again.
@@ -761,6 +765,15 @@ func (l *lane) send(calls []*lineCall) {
 		calls = slices.DeleteFunc(calls, func(c *lineCall) bool { return c.left })
 		l.mu.Unlock()
 		if len(calls) == 0 {
+			return
+		}
+		if min := l.limits.MinLines; len(calls) < min {
+			// Too few for the provider's batch (Bedrock's jobs take at
+			// least 100 records): online, at the online price.
+			l.log.Warn("too few rows for a provider batch; they are called online", "rows", len(calls), "min_lines", min)
+			for _, c := range calls {
+				c.deliver(llm.Response{}, errTooFewLines)
+			}
 			return
 		}
 		seen := map[string]int{}

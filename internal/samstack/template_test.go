@@ -422,6 +422,12 @@ func TestTemplateFunctions(t *testing.T) {
 				// at cold start.
 				wantEnv = append(wantEnv, "PROVIDER_API_KEY_PARAMS", "PROVIDER_BEDROCK_MODELS")
 			}
+			if name == "generator" || name == "sweeper" {
+				// How long an economy batch waits between looks at its
+				// provider batches: the generator parks it that long, the
+				// sweeper lets it wait.
+				wantEnv = append(wantEnv, "PROVIDER_BATCH_POLL")
+			}
 			if name == "generator" || name == "splitter" || name == "api" {
 				// The providers file: the generator routes over it, and
 				// every function that builds a task spec records it there.

@@ -91,7 +91,9 @@ func (p *Provider) FindBatch(ctx context.Context, q llm.BatchQuery) (string, err
 		if total != q.Lines || q.Taken[b.ID] || b.CreatedAt.Before(from) || b.CreatedAt.After(to) {
 			continue
 		}
-		if best.ID == "" || b.CreatedAt.Before(best.CreatedAt) {
+		// Newest first: of batches created at the same instant, the
+		// last seen is the first created.
+		if best.ID == "" || !b.CreatedAt.After(best.CreatedAt) {
 			best = b
 		}
 	}

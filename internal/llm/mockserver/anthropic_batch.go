@@ -198,7 +198,7 @@ func anthropicBatchObject(b *mockBatch) map[string]any {
 	}
 	o := map[string]any{
 		"id": b.id, "type": "message_batch", "processing_status": status, "request_counts": counts,
-		"created_at": b.createdAt.UTC().Format(time.RFC3339), "expires_at": b.createdAt.Add(24 * time.Hour).UTC().Format(time.RFC3339),
+		"created_at": b.createdAt.UTC().Format(time.RFC3339Nano), "expires_at": b.createdAt.Add(24 * time.Hour).UTC().Format(time.RFC3339Nano),
 		"ended_at": nil, "cancel_initiated_at": nil, "archived_at": nil, "results_url": nil,
 	}
 	if status == "ended" {

@@ -83,6 +83,8 @@ type mockBatch struct {
 	outputFileID, errorFileID string
 	// failure is why a failed batch failed as a whole (its errors).
 	failure map[string]any
+	// bedrock is set for a Bedrock batch inference job.
+	bedrock *bedrockJob
 }
 
 // batchRecord is one finished line's result as the batch's format words
@@ -123,7 +125,7 @@ func (b *batches) nextID(prefix string) string {
 
 // serveBatchAPI routes the Batch API's paths; false when path is not one.
 func (s *Server) serveBatchAPI(w http.ResponseWriter, r *http.Request) bool {
-	if s.serveMessageBatches(w, r) {
+	if s.serveMessageBatches(w, r) || s.serveBedrockJobs(w, r) {
 		return true
 	}
 	path := r.URL.Path
@@ -482,7 +484,9 @@ func (s *Server) finishLine(b *mockBatch, i int) {
 // such, and an OpenAI batch gets its output and error files.
 func (s *Server) finalize(b *mockBatch, final string) {
 	for _, i := range b.order[b.done:] {
-		b.results = append(b.results, batchRecord{line: b.format.unfinished(b, i, final)})
+		if line := b.format.unfinished(b, i, final); line != nil {
+			b.results = append(b.results, batchRecord{line: line})
+		}
 		b.unfinished++
 	}
 	now := s.cfg.Clock.Now()

@@ -156,6 +156,9 @@ type Config struct {
 	// lines): a batch that would pass it fails at validation with
 	// token_limit_exceeded, as OpenAI's does, billing nothing.
 	BatchQueueLimit int
+	// Objects is where Bedrock batch jobs read their input and write their
+	// output (S3: S3Objects); without it the mock refuses such jobs.
+	Objects Objects
 	// BatchAnswersLost makes the first that many batch creates (either
 	// API) create their batch and then answer 502, as a create whose
 	// answer a proxy or a timeout lost: a client that sends it again pays
@@ -346,6 +349,7 @@ func (s *Server) Reset() {
 //	POST /v1/chat/completions (also /chat/completions)
 //	POST /v1/messages (Anthropic's Messages API; see anthropic.go)
 //	/v1/files, /v1/batches (OpenAI's Batch API; see batch.go)
+//	/model-invocation-job[s] (Bedrock's batch inference; see bedrock_batch.go)
 //	GET  /stats   (JSON Stats; ?summary=1 leaves out per_prompt)
 //	POST /reset
 //	GET  /healthz

@@ -249,6 +249,7 @@ func TestMigrationSplitsUsageByProvider(t *testing.T) {
 		`ALTER TABLE tasks DROP COLUMN max_cost`,
 		`ALTER TABLE tasks DROP COLUMN mode`,
 		`ALTER TABLE tasks DROP COLUMN deadline`,
+		`DROP TABLE provider_batches`,
 		`UPDATE schema_version SET version = 7 WHERE component = 'sqlitestore'`,
 	} {
 		if _, err := s.DB().Exec(q); err != nil {
