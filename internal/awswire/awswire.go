@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,10 @@ type Env struct {
 	ModelName        string // MODEL_NAME
 	ModelBaseURL     string // MODEL_BASE_URL: empty for the provider's public endpoint
 	ModelAPIKeyParam string // MODEL_API_KEY_PARAM: SSM SecureString name; read by the generator only
+	// BedrockBatchRoleARN is the service role Bedrock's batch inference
+	// jobs assume to read and write the stack's bucket
+	// (BEDROCK_BATCH_ROLE_ARN; the template sets it with bedrock).
+	BedrockBatchRoleARN string
 	// BedrockInferenceProfile (BEDROCK_INFERENCE_PROFILE) is the
 	// cross-region inference profile a bedrock deployment calls instead of
 	// ModelName; empty calls ModelName.
@@ -175,6 +180,7 @@ func LoadEnv(getenv func(string) string) (Env, error) {
 		ModelName:               getenv("MODEL_NAME"),
 		ModelBaseURL:            getenv("MODEL_BASE_URL"),
 		ModelAPIKeyParam:        getenv("MODEL_API_KEY_PARAM"),
+		BedrockBatchRoleARN:     getenv("BEDROCK_BATCH_ROLE_ARN"),
 		BedrockInferenceProfile: getenv("BEDROCK_INFERENCE_PROFILE"),
 		DefaultPrompt:           getenv("DEFAULT_PROMPT"),
 		DropOwner:               getenv("DROP_OWNER"),
@@ -318,6 +324,8 @@ func (e Env) Grants(region string) providerfile.Grants {
 		} else {
 			g.Bedrock = append(g.Bedrock, providerfile.BedrockGrant{Resource: "foundation-model/" + e.ModelName, Region: region})
 		}
+		// Batch inference jobs of the same model (RunBatchInferenceJobs).
+		g.Batch = providerfile.BatchGrant{Bucket: e.BucketName, RoleARN: e.BedrockBatchRoleARN, Models: slices.Clone(g.Bedrock)}
 	}
 	for _, m := range e.ProviderBedrockModels {
 		g.Bedrock = append(g.Bedrock,
@@ -397,6 +405,11 @@ func (e Env) Providers() (*providerfile.File, error) {
 	case kind == providerfile.KindBedrock && e.BedrockInferenceProfile != "":
 		// Calls go through the profile (the role is granted it).
 		single.Model = e.BedrockInferenceProfile
+	}
+	if kind == providerfile.KindBedrock {
+		// Economy tasks run as batch inference jobs, their files in the
+		// stack's bucket, read and written by the template's service role.
+		single.BatchBucket, single.BatchRoleARN = e.BucketName, e.BedrockBatchRoleARN
 	}
 	f, err := single.File()
 	if err != nil {

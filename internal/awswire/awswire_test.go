@@ -533,6 +533,23 @@ func TestGeneratorChecksGrants(t *testing.T) {
 			vars: map[string]string{"MODEL_PROVIDER": "bedrock", "MODEL_NAME": "amazon.nova-lite-v1:0", "BEDROCK_INFERENCE_PROFILE": "us.amazon.nova-lite-v1:0", "PROVIDERS_FILE": "providers:\n  - {name: nova, kind: bedrock, model: us.amazon.nova-lite-v1:0}\n"},
 		},
 		{
+			name: "batch inference of the stack's model, bucket and role",
+			vars: map[string]string{"MODEL_PROVIDER": "bedrock", "MODEL_NAME": "anthropic.claude-3-5-haiku-20241022-v1:0", "BEDROCK_BATCH_ROLE_ARN": "arn:aws:iam::123456789012:role/batch",
+				"PROVIDERS_FILE": "providers:\n  - {name: claude, kind: bedrock, model: anthropic.claude-3-5-haiku-20241022-v1:0, batch_bucket: batchgen-123456789012-us-east-1, batch_role_arn: \"arn:aws:iam::123456789012:role/batch\"}\n"},
+		},
+		{
+			name: "batch inference in another bucket",
+			vars: map[string]string{"MODEL_PROVIDER": "bedrock", "MODEL_NAME": "anthropic.claude-3-5-haiku-20241022-v1:0", "BEDROCK_BATCH_ROLE_ARN": "arn:aws:iam::123456789012:role/batch",
+				"PROVIDERS_FILE": "providers:\n  - {name: claude, kind: bedrock, model: anthropic.claude-3-5-haiku-20241022-v1:0, batch_bucket: elsewhere, batch_role_arn: \"arn:aws:iam::123456789012:role/batch\"}\n"},
+			wantErr: []string{`provider "claude"`, "only the stack's bucket and service role", "batch_bucket batchgen-123456789012-us-east-1"},
+		},
+		{
+			name: "batch inference of a model the stack does not run",
+			vars: map[string]string{"PROVIDER_BEDROCK_MODELS": "anthropic.claude-3-5-haiku-20241022-v1:0",
+				"PROVIDERS_FILE": "providers:\n  - {name: claude, kind: bedrock, model: anthropic.claude-3-5-haiku-20241022-v1:0, batch_bucket: b, batch_role_arn: r}\n"},
+			wantErr: []string{`provider "claude"`, "batch inference jobs of the stack's own model only"},
+		},
+		{
 			name: "a foundation model's ARN",
 			vars: map[string]string{"PROVIDERS_FILE": "providers:\n  - {name: nova, kind: bedrock, model: \"arn:aws:bedrock:us-west-2::foundation-model/amazon.nova-lite-v1:0\"}\n", "PROVIDER_BEDROCK_MODELS": "amazon.nova-lite-v1:0"},
 		},

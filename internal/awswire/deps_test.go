@@ -164,7 +164,7 @@ func TestDependencyEdges(t *testing.T) {
 		},
 		{
 			pkg:      "functions/generator",
-			services: []string{"bedrockruntime", "dynamodb", "s3", "sfn", "sqs", "ssm"},
+			services: []string{"bedrock", "bedrockruntime", "dynamodb", "s3", "sfn", "sqs", "ssm"},
 			must:     []string{openai, mod + "internal/llm/bedrock", mod + "internal/quota/dynamoquota"},
 			mustNot:  []string{apiProxy, mod + "internal/api"},
 		},

@@ -97,7 +97,14 @@ func Providers(ctx context.Context, f *providerfile.File, stats *Stats, logger *
 		Builder: providers.Builder{
 			Clock:   clk,
 			Bedrock: func(p providerfile.Provider) (llm.Provider, error) { return bedrockProvider(ctx, p) },
-			Logger:  logger,
+			BedrockBatch: func(p providerfile.Provider) (llm.BatchProvider, error) {
+				awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+				if err != nil {
+					return nil, fmt.Errorf("AWS configuration: %w", err)
+				}
+				return providers.BedrockBatch(awsCfg, p)
+			},
+			Logger: logger,
 		},
 		Limiters: providers.Limiters{Clock: clk, Logger: logger},
 		Wrap:     func(_ providerfile.Provider, lp llm.Provider) llm.Provider { return countingProvider{lp, stats} },

@@ -116,7 +116,14 @@ type e2eOptions struct {
 	providers func(mockURL string) string
 	// batchDelay is how long the mock's provider batches take.
 	batchDelay time.Duration
+	// bedrock makes the stack's model a Claude model on Bedrock
+	// (ModelProvider=bedrock), whose control plane the mock plays, with
+	// batch inference jobs' files in the stack's bucket.
+	bedrock bool
 }
+
+// bedrockE2EModel is the model of e2eOptions.bedrock.
+const bedrockE2EModel = "anthropic.claude-3-5-haiku-20241022-v1:0"
 
 func newE2E(t *testing.T, opts e2eOptions) *e2e {
 	t.Helper()
@@ -136,7 +143,9 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		}
 	})
 
-	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, InvalidRate: opts.invalidRate, Seed: 7, Latency: opts.latency, BatchDelay: opts.batchDelay})
+	// Bedrock's batch inference jobs read and write the emulator's S3.
+	objects := mockserver.S3Objects{Client: s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })}
+	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, InvalidRate: opts.invalidRate, Seed: 7, Latency: opts.latency, BatchDelay: opts.batchDelay, Objects: objects})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +170,11 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 	vars["LOG_LEVEL"] = "debug"
 	if opts.providers != nil {
 		vars["PROVIDERS_FILE"] = opts.providers(vars["MODEL_BASE_URL"])
+	}
+	if opts.bedrock {
+		vars["MODEL_PROVIDER"], vars["MODEL_NAME"] = "bedrock", bedrockE2EModel
+		vars["MODEL_BASE_URL"] = "http://" + ln.Addr().String()
+		vars["BEDROCK_BATCH_ROLE_ARN"] = "arn:aws:iam::" + samstack.AccountID + ":role/" + prefix + "-BedrockBatchRole"
 	}
 	if opts.quotaRPM > 0 {
 		vars["QUOTA_RPM"] = strconv.Itoa(opts.quotaRPM)

@@ -4,10 +4,12 @@ package lambdafn_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -91,4 +93,42 @@ func TestEconomyOnTheStack(t *testing.T) {
 			t.Errorf("result row %v: want succeeded through the batch API", r)
 		}
 	}
+}
+
+// TestBedrockEconomyOnTheStack: with a Claude model on Bedrock as the
+// stack's model, an economy task runs as batch inference jobs: their input
+// written under provider-batches/ in the stack's bucket, the jobs created,
+// looked at and read back through Bedrock's control plane (the mock's
+// double, over the emulator's S3), the task batches parked between looks.
+// Every row answered by a job, none online; and the generator did nothing
+// its role does not grant (the grants only this run uses are listed in
+// iam_test.go's unobserved, pointing here).
+func TestBedrockEconomyOnTheStack(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var ops awsops.Set
+	const rows = 200
+	e := newE2E(t, e2eOptions{ops: &ops, bedrock: true, rows: rows, batchSize: 100, batchDelay: 3 * time.Second, env: map[string]string{"PROVIDER_BATCH_POLL": "1s"}})
+	if _, err := e.stack.Upload(ctx, "bedrock.batchgen.json", []byte(`{"mode": "economy"}`)); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.upload("bedrock.xlsx", nil)
+	if err := e.stack.Splitter.Handle(ctx, ev); err != nil {
+		t.Fatalf("splitter: %v", err)
+	}
+	task := e.pump(e.taskNamed(ctx, "bedrock.xlsx"), 120*time.Second)
+	label := "bedrock/" + bedrockE2EModel + pricing.BatchSuffix
+	if task.State != store.TaskSucceeded || task.RowsSucceeded != rows || task.UsageByProvider[label].OutputTokens == 0 || len(task.UsageByProvider) != 1 {
+		t.Fatalf("task %s with %d of %d rows succeeded, usage %+v; want all answered by batch inference jobs (%q)", task.State, task.RowsSucceeded, rows, task.UsageByProvider, label)
+	}
+	if st := e.mock.Stats(); st.Requests != 0 || st.BatchLines != rows || st.BatchesCreated == 0 || st.BatchesCreated > 2 {
+		t.Errorf("the mock had %d online requests, %d batch lines in %d jobs, for %d rows in 2 task batches; want each row once in a job", st.Requests, st.BatchLines, st.BatchesCreated, rows)
+	}
+	observed := ops.For("generator").Actions()
+	for _, want := range []string{"bedrock:CreateModelInvocationJob", "bedrock:GetModelInvocationJob", "s3:PutObject", "s3:GetObject"} {
+		if !slices.Contains(observed, want) {
+			t.Errorf("the generator did not %s (did %v): the run did not go through batch inference", want, observed)
+		}
+	}
+	checkObservedGranted(t, &ops, "generator")
 }

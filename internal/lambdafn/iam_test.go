@@ -63,7 +63,15 @@ var unobserved = map[string]map[string]string{
 		// No emulator serves Bedrock; internal/llm/bedrock tests the calls
 		// through the SDK against a double of the Converse wire format.
 		"bedrock:InvokeModel": "calls the model through Bedrock's Converse, only when ModelProvider is bedrock or ProviderBedrockModels is set (the emulator runs use a mock)",
-		"s3:GetObject":        "reads the cells of rows over 300 KB from overflow/; the test sheets have no such rows",
+		"s3:GetObject":        "reads the cells of rows over 300 KB from overflow/ (the test sheets have no such rows) and batch inference jobs' output (TestBedrockEconomyOnTheStack)",
+		// Batch inference on Bedrock (ModelProvider=bedrock):
+		// TestBedrockEconomyOnTheStack runs it and checks these grants.
+		"bedrock:CreateModelInvocationJob": "creates Bedrock batch inference jobs (TestBedrockEconomyOnTheStack)",
+		"bedrock:GetModelInvocationJob":    "looks at Bedrock batch inference jobs (TestBedrockEconomyOnTheStack)",
+		"bedrock:StopModelInvocationJob":   "stops the Bedrock batch inference jobs of a cancelled or auto task",
+		"bedrock:ListModelInvocationJobs":  "finds a Bedrock batch inference job whose create answer was lost",
+		"iam:PassRole":                     "passes BedrockBatchRole to the jobs it creates: checked by Bedrock, no call of ours",
+		"s3:PutObject":                     "writes the input of Bedrock batch inference jobs (TestBedrockEconomyOnTheStack)",
 	},
 	"ExportStateMachine": {
 		"lambda:InvokeFunction": "the Task state invokes the exporter; the emulator runs stand in for that call with the handler itself",
@@ -240,6 +248,24 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	}
 
 	checkGrants(t, &ops)
+}
+
+// checkObservedGranted checks that what the named functions did is
+// granted to their roles in template.yaml.
+func checkObservedGranted(t *testing.T, ops *awsops.Set, names ...string) {
+	t.Helper()
+	grants, err := samgrants.RoleGrants(t.Context(), "../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		id := roles[name]
+		for _, a := range ops.For(name).Actions() {
+			if !slices.ContainsFunc(grants[id], func(g samgrants.Grant) bool { return g.Matches(a) }) {
+				t.Errorf("%s needs %s (operations %v), which template.yaml does not grant its role", id, a, ops.For(name).Ops())
+			}
+		}
+	}
 }
 
 // checkGrants compares what each function did with what template.yaml

@@ -23,6 +23,18 @@ type Grants struct {
 	// Region is the function's own region: a bedrock entry without a
 	// region calls it.
 	Region string
+	// Batch is what the role may use of Bedrock's batch inference: the
+	// bucket of the jobs' files, the service role it may pass, and the
+	// models whose jobs it may create (the stack's configured model);
+	// zero when the stack grants none (ModelProvider is not bedrock).
+	Batch BatchGrant
+}
+
+// BatchGrant is what the generator's role may use of Bedrock's batch
+// inference.
+type BatchGrant struct {
+	Bucket, RoleARN string
+	Models          []BedrockGrant
 }
 
 // BedrockGrant is one Bedrock resource the role may invoke.
@@ -95,6 +107,17 @@ func (f *File) CheckGrants(g Grants) error {
 		if err != nil {
 			bad("%v", err)
 			continue
+		}
+		if p.BatchBucket != "" {
+			covered := g.Batch.RoleARN != "" && !slices.ContainsFunc(needs, func(need BedrockGrant) bool {
+				return !slices.ContainsFunc(g.Batch.Models, func(have BedrockGrant) bool { return have.covers(need) })
+			})
+			switch {
+			case !covered:
+				bad("the generator's role may run batch inference jobs of the stack's own model only (ModelProvider=bedrock, ModelName): leave batch_bucket out, or make this model the stack's")
+			case p.BatchBucket != g.Batch.Bucket || p.BatchRoleARN != g.Batch.RoleARN:
+				bad("batch inference jobs may use only the stack's bucket and service role: batch_bucket %s, batch_role_arn %s", g.Batch.Bucket, g.Batch.RoleARN)
+			}
 		}
 		var missing []string
 		for _, need := range needs {

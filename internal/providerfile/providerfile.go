@@ -118,6 +118,14 @@ type Provider struct {
 	// Latency and Jitter shape a sim provider's simulated calls.
 	Latency time.Duration `yaml:"latency"`
 	Jitter  time.Duration `yaml:"jitter"`
+	// BatchBucket, BatchPrefix and BatchRoleARN let a bedrock provider run
+	// economy and auto tasks as batch inference jobs: the S3 bucket (and
+	// key prefix, "provider-batches/" by default) holding the jobs' input
+	// and output, and the service role Bedrock assumes to read and write
+	// them. Without them, such tasks are called online, saying why.
+	BatchBucket  string `yaml:"batch_bucket"`
+	BatchPrefix  string `yaml:"batch_prefix"`
+	BatchRoleARN string `yaml:"batch_role_arn"`
 
 	// line is where the entry starts in its file, for messages.
 	line int
@@ -407,6 +415,15 @@ func (f *File) Validate() error {
 		}
 		if p.Kind == KindAnthropic && strings.HasSuffix(strings.TrimRight(p.BaseURL, "/"), "/v1") {
 			bad("base_url %q: anthropic takes the API root without /v1 (its SDK adds /v1/messages)", p.BaseURL)
+		}
+		batch := p.BatchBucket != "" || p.BatchPrefix != "" || p.BatchRoleARN != ""
+		switch {
+		case batch && p.Kind != KindBedrock:
+			bad("batch_bucket, batch_prefix and batch_role_arn are only used by bedrock (openai and anthropic sell their batch APIs with the key)")
+		case batch && (p.BatchBucket == "" || p.BatchRoleARN == ""):
+			bad("batch_bucket and batch_role_arn go together: the bucket of the batch jobs' files and the ARN of the service role Bedrock assumes to read and write them")
+		case batch && p.BatchPrefix == "":
+			p.BatchPrefix = "provider-batches/"
 		}
 		if (p.Latency != 0 || p.Jitter != 0) && p.Kind != KindSim {
 			bad("latency and jitter are only used by sim")

@@ -100,6 +100,9 @@ type Single struct {
 	// Latency and Jitter shape the simulator's calls (kind sim only; other
 	// kinds ignore them).
 	Latency, Jitter time.Duration
+	// BatchBucket and BatchRoleARN let a bedrock provider run batch
+	// inference jobs (as in a file's entry; other kinds ignore them).
+	BatchBucket, BatchRoleARN string
 	// Names are what the entry point calls the settings, for its errors;
 	// the zero value uses the file's keys.
 	Names SettingNames
@@ -172,6 +175,8 @@ func (s Single) File() (*File, error) {
 	case s.Kind == KindSim:
 		entry.BaseURL = ""
 		entry.Latency, entry.Jitter = s.Latency, s.Jitter
+	case s.Kind == KindBedrock && s.BatchBucket != "" && s.BatchRoleARN != "":
+		entry.BatchBucket, entry.BatchRoleARN = s.BatchBucket, s.BatchRoleARN
 	}
 	names := s.Names
 	if names == (SettingNames{}) {

@@ -14,6 +14,7 @@ import (
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
 	anthropicllm "github.com/batchgen/batchgen/internal/llm/anthropic"
+	bedrockllm "github.com/batchgen/batchgen/internal/llm/bedrock"
 	openaillm "github.com/batchgen/batchgen/internal/llm/openai"
 	"github.com/batchgen/batchgen/internal/llm/sim"
 	"github.com/batchgen/batchgen/internal/providerfile"
@@ -33,6 +34,10 @@ type Builder struct {
 	// Bedrock builds a bedrock provider (its AWS configuration is the
 	// runtime's); nil rejects bedrock entries.
 	Bedrock func(p providerfile.Provider) (llm.Provider, error)
+	// BedrockBatch builds the batch inference side of a bedrock provider
+	// with a batch bucket (providerfile.Provider.BatchBucket); nil calls
+	// such a provider's economy tasks online.
+	BedrockBatch func(p providerfile.Provider) (llm.BatchProvider, error)
 	// Logger hears what an adapter learns of its server once (an
 	// OpenAI-compatible server that refuses structured outputs). Defaults
 	// to discarding.
@@ -80,6 +85,22 @@ func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
 		return nil, fmt.Errorf("kind %w", err)
 	}
 	return nil, fmt.Errorf("kind %q has no adapter in this build", p.Kind)
+}
+
+// Batch returns the batch API of entry p when it is not its provider's
+// own (Bedrock's batch inference, through its control plane and bucket),
+// or nil.
+func (b Builder) Batch(p providerfile.Provider) (llm.BatchProvider, error) {
+	if p.Kind != providerfile.KindBedrock || p.BatchBucket == "" || b.BedrockBatch == nil {
+		return nil, nil
+	}
+	if err := bedrockllm.BatchFormat(p.Model); err != nil {
+		if b.Logger != nil {
+			b.Logger.Warn("the provider's economy and auto tasks are called online", "provider", p.Name, "why", err.Error())
+		}
+		return nil, nil
+	}
+	return b.BedrockBatch(p)
 }
 
 func (b Builder) key(p providerfile.Provider) (string, error) {

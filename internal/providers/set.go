@@ -133,6 +133,11 @@ func Build(f *providerfile.File, cfg Config) (*Set, error) {
 		// The batch API is the adapter's own: a wrapper counts online
 		// calls.
 		bp, _ := lp.(llm.BatchProvider)
+		if bp == nil {
+			if bp, err = cfg.Builder.Batch(p); err != nil {
+				return nil, &providerfile.Error{File: f.Name(), Line: p.Line(), Msg: fmt.Sprintf("provider %q: batch inference: %v", p.Name, err)}
+			}
+		}
 		if cfg.Wrap != nil {
 			lp = cfg.Wrap(p, lp)
 		}

@@ -421,6 +421,8 @@ func TestTemplateFunctions(t *testing.T) {
 				// What the role is granted for the providers file, checked
 				// at cold start.
 				wantEnv = append(wantEnv, "PROVIDER_API_KEY_PARAMS", "PROVIDER_BEDROCK_MODELS")
+				// The service role of Bedrock's batch inference jobs.
+				wantEnv = append(wantEnv, "BEDROCK_BATCH_ROLE_ARN")
 			}
 			if name == "generator" || name == "sweeper" {
 				// How long an economy batch waits between looks at its

@@ -55,6 +55,9 @@ func Providers(ctx context.Context, d *awswire.Deps, f *providerfile.File, rec m
 				cfg := bedrockllm.Config{Model: p.Model, Region: p.Region, BaseURL: p.BaseURL}
 				return bedrockllm.New(bedrockllm.NewClient(d.AWS, cfg), cfg)
 			},
+			// Batch inference jobs read and write the stack's bucket as
+			// the template's service role (BEDROCK_BATCH_ROLE_ARN).
+			BedrockBatch: func(p providerfile.Provider) (llm.BatchProvider, error) { return providers.BedrockBatch(d.AWS, p) },
 		},
 		Limiters: providers.Limiters{
 			Clock: d.Clock, Logger: d.Logger, Instances: d.Env.MaxConcurrency,
