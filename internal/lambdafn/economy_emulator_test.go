@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/awsops"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -74,8 +75,12 @@ func TestEconomyOnTheStack(t *testing.T) {
 			jobs++
 		}
 	}
-	if jobs != int(st.BatchesCreated) {
-		t.Errorf("the table's journal records %d provider batches, the provider made %d", jobs, st.BatchesCreated)
+	if jobs != 2*int(st.BatchesCreated) {
+		t.Errorf("the table's journal records %d provider batches and their ends, the provider made %d", jobs, st.BatchesCreated)
+	}
+	// The API's view, from the journal: nothing waited on any more.
+	if got := pipeline.JournalWaitingOn(e.stack.Store.(store.ProviderBatches))(id); got != "" {
+		t.Errorf("the finished task still waits on %q", got)
 	}
 	if n := e.stack.MaxReceiveCount(); n > 2 {
 		t.Errorf("highest ApproximateReceiveCount %d: parked batches must come back as fresh messages", n)

@@ -334,7 +334,11 @@ type lineRef struct {
 
 // laneJob is one provider batch.
 type laneJob struct {
-	id     string
+	id string
+	// key is the lane's key of it ("" in a journal from before keys);
+	// ended is set once its end is journaled.
+	key    string
+	ended  bool
 	lines  map[string]*lineCall // by line id; nil until a call attaches
 	status llm.BatchStatus
 	// results are the outcomes of its lines no caller waited for when it
@@ -498,7 +502,7 @@ func (l *lane) load(ctx context.Context) error {
 			continue
 		}
 		found++
-		j := &laneJob{id: e.Job, lines: map[string]*lineCall{}, sent: e.Submitted, status: llm.BatchStatus{ID: e.Job, State: llm.BatchRunning, Total: len(e.Lines)}}
+		j := &laneJob{id: e.Job, key: e.Key, lines: map[string]*lineCall{}, sent: e.Submitted, status: llm.BatchStatus{ID: e.Job, State: llm.BatchRunning, Total: len(e.Lines)}}
 		for _, id := range e.Lines {
 			j.lines[id] = nil
 			l.recovered[lineHash(id)] = append(l.recovered[lineHash(id)], lineRef{job: j, id: id})
@@ -524,7 +528,7 @@ func (l *lane) recover(ctx context.Context) ([]store.ProviderBatch, error) {
 	taken := l.g.lanes.knownLocked() // called under lanes.mu
 	settled := map[string]bool{}
 	for _, e := range entries {
-		if e.Job != "" {
+		if e.Job != "" && !e.Ended {
 			jobs = append(jobs, e)
 			taken[e.Job] = true
 		}
@@ -756,7 +760,8 @@ func (l *lane) send(calls []*lineCall) {
 	}()
 	var lines []llm.BatchLine
 	var ids []string
-	var jobID string
+	var jobID, key string
+	var began time.Time
 	for attempt := 0; ; attempt++ {
 		// The callers still waiting: one that left while the batch was
 		// refused asks again in a later batch of its own, and must not be
@@ -783,7 +788,8 @@ func (l *lane) send(calls []*lineCall) {
 			seen[c.hash]++
 			lines[i] = llm.BatchLine{ID: ids[i], Req: c.req}
 		}
-		id, err := l.submit(lines, ids)
+		id, k, at, err := l.submit(lines, ids)
+		key, began = k, at
 		if errors.Is(err, errLaneUnsure) || errors.Is(err, errJournal) {
 			for _, c := range calls {
 				c.deliver(llm.Response{}, err)
@@ -822,9 +828,8 @@ func (l *lane) send(calls []*lineCall) {
 		case <-l.closedC:
 		}
 	}
-	now := l.g.cfg.Clock.Now()
 	l.log.Info("sent a provider batch", "batch", jobID, "lines", len(lines))
-	j := &laneJob{id: jobID, lines: make(map[string]*lineCall, len(calls)), sent: now, polling: true,
+	j := &laneJob{id: jobID, key: key, lines: make(map[string]*lineCall, len(calls)), sent: began, polling: true,
 		status: llm.BatchStatus{ID: jobID, State: llm.BatchRunning, Total: len(lines)}}
 	l.mu.Lock()
 	for i, c := range calls {
@@ -881,16 +886,16 @@ var errJournal = errors.New("record a provider batch in the journal")
 // Submits are one at a time in a generator, so that a batch found by
 // something less than its key (Anthropic's: its size and time) is never
 // another one sent from this process.
-func (l *lane) submit(lines []llm.BatchLine, ids []string) (string, error) {
+func (l *lane) submit(lines []llm.BatchLine, ids []string) (id, key string, began time.Time, err error) {
 	l.g.lanes.submit.Lock()
 	defer l.g.lanes.submit.Unlock()
-	key, began := newBatchKey(), l.g.cfg.Clock.Now()
+	key, began = newBatchKey(), l.g.cfg.Clock.Now()
 	if err := l.record(store.ProviderBatch{Key: key, Intent: true, Lines: ids, Submitted: began}); err != nil {
 		l.log.Warn("could not record a provider batch before sending it; its rows wait", "lines", len(lines), "error", err)
-		return "", &llm.Error{Class: llm.ClassServer, Message: errJournal.Error() + ": " + err.Error(), Err: fmt.Errorf("%w: %w", errJournal, err)}
+		return "", key, began, &llm.Error{Class: llm.ClassServer, Message: errJournal.Error() + ": " + err.Error(), Err: fmt.Errorf("%w: %w", errJournal, err)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	id, err := l.bp.SubmitBatch(ctx, key, lines)
+	id, err = l.bp.SubmitBatch(ctx, key, lines)
 	cancel()
 	if err != nil && mayHaveCreated(err) {
 		// The provider may have taken the batch and lost the answer:
@@ -904,7 +909,7 @@ func (l *lane) submit(lines []llm.BatchLine, ids []string) (string, error) {
 			l.mu.Lock()
 			l.stale = true
 			l.mu.Unlock()
-			return "", errLaneUnsure
+			return "", key, began, errLaneUnsure
 		case found != "":
 			l.log.Warn("a provider batch's submit failed, yet the provider took it; it is not sent again", "batch", found, "lines", len(lines), "error", err)
 			id, err = found, nil
@@ -912,7 +917,7 @@ func (l *lane) submit(lines []llm.BatchLine, ids []string) (string, error) {
 	}
 	if err != nil {
 		_ = l.record(store.ProviderBatch{Key: key, Gone: true, Submitted: began})
-		return "", err
+		return "", key, began, err
 	}
 	l.g.lanes.mu.Lock()
 	if l.g.lanes.taken == nil {
@@ -925,7 +930,66 @@ func (l *lane) submit(lines []llm.BatchLine, ids []string) (string, error) {
 		// intent.
 		l.log.Warn("could not record a provider batch once sent; a killed run would ask the provider for it by its key", "batch", id, "error", err)
 	}
-	return id, nil
+	return id, key, began, nil
+}
+
+// recordEnd journals that batch j ended (its answers are in), once: what
+// the task waits on is read from the journal by a process with no lanes
+// (JournalWaitingOn). Best effort: a batch not marked ended shows as
+// waited on until its task ends.
+func (l *lane) recordEnd(j *laneJob) {
+	l.mu.Lock()
+	done := j.ended
+	j.ended = true
+	l.mu.Unlock()
+	if !done {
+		_ = l.record(store.ProviderBatch{Key: j.key, Job: j.id, Ended: true, Submitted: j.sent})
+	}
+}
+
+// JournalWaitingOn says what an economy or auto task waits for as its
+// journal tells, for a process with no lanes (the AWS stack's API): "waiting
+// on 2 provider batches (batch_abc, batch_def), sent from 14:05 UTC", or ""
+// when none is running. A lane's own view (Generator.EconomyStatus) adds
+// what the provider last reported.
+func JournalWaitingOn(j store.ProviderBatches) func(taskID string) string {
+	return func(taskID string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		entries, err := j.ListProviderBatches(ctx, taskID)
+		if err != nil {
+			return ""
+		}
+		ended := map[string]bool{}
+		for _, e := range entries {
+			if e.Ended {
+				ended[e.Job] = true
+			}
+		}
+		var running []string
+		var since time.Time
+		for _, e := range entries {
+			if e.Job == "" || e.Ended || ended[e.Job] || slices.Contains(running, e.Job) {
+				continue
+			}
+			running = append(running, e.Job)
+			if since.IsZero() || e.Submitted.Before(since) {
+				since = e.Submitted
+			}
+		}
+		if len(running) == 0 {
+			return ""
+		}
+		names := running
+		if len(names) > 3 {
+			names = append(slices.Clone(names[:3]), "...")
+		}
+		plural := "batch"
+		if len(running) > 1 {
+			plural = "batches"
+		}
+		return fmt.Sprintf("waiting on %d provider %s (%s), sent from %s UTC", len(running), plural, strings.Join(names, ", "), since.UTC().Format("2006-01-02 15:04"))
+	}
 }
 
 // record adds e to the task's journal.
@@ -1079,6 +1143,7 @@ func (l *lane) poll(j *laneJob) {
 			return
 		}
 		l.log.Info("provider batch done", "batch", j.id, "state", st.State, "completed", st.Completed, "failed", st.Failed)
+		l.recordEnd(j)
 		l.mu.Lock()
 		l.refusals = 0
 		l.mu.Unlock()

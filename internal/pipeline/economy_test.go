@@ -638,7 +638,7 @@ func TestEconomyKilledBetweenSendAndRecord(t *testing.T) {
 			}
 			found := 0
 			for _, en := range entries {
-				if en.Job != "" {
+				if en.Job != "" && !en.Ended {
 					found++
 				}
 			}
@@ -739,5 +739,59 @@ func TestEconomyParksInsteadOfWaiting(t *testing.T) {
 	checkPaidOnceInBatches(t, srv, paid, rows)
 	if st := srv.Stats(); st.BatchesCreated != 2 {
 		t.Errorf("%d provider batches for 2 task batches: a parked row was sent again", st.BatchesCreated)
+	}
+}
+
+// TestJournalWaitingOn: what a task waits for, as its journal tells a
+// process with no lanes: the batches sent and not ended, by id.
+func TestJournalWaitingOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sim.New(sim.Config{}), economyConfig())
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 2, 14, 5, 0, 0, time.UTC)
+	for _, en := range []store.ProviderBatch{
+		{Key: "k1", Intent: true, Lines: []string{"a-0"}, Submitted: t0},
+		{Key: "k1", Job: "batch_one", Lines: []string{"a-0"}, Submitted: t0},
+		{Key: "k2", Job: "batch_two", Lines: []string{"b-0"}, Submitted: t0.Add(time.Minute)},
+		{Key: "k2", Job: "batch_two", Ended: true, Submitted: t0.Add(time.Minute)},
+		{Key: "k3", Intent: true, Lines: []string{"c-0"}, Submitted: t0.Add(2 * time.Minute)}, // not sent (yet)
+		{Key: "k4", Job: "batch_four", Lines: []string{"d-0"}, Submitted: t0.Add(3 * time.Minute)},
+	} {
+		if err := e.store.RecordProviderBatch(ctx, "t1", en); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiting := pipeline.JournalWaitingOn(e.store)
+	if got, want := waiting("t1"), "waiting on 2 provider batches (batch_one, batch_four), sent from 2026-12-02 14:05 UTC"; got != want {
+		t.Errorf("waiting on %q, want %q", got, want)
+	}
+	if got := waiting("no-such-task"); got != "" {
+		t.Errorf("a task without a journal waits on %q, want nothing", got)
+	}
+}
+
+// TestEconomyJournalsWhatEnded: once a task's provider batches have ended,
+// its journal says so: a process with no lanes sees nothing waited on.
+func TestEconomyJournalsWhatEnded(t *testing.T) {
+	t.Parallel()
+	_, provider, _ := mockBatchServer(t, mockserver.Config{BatchDelay: 200 * time.Millisecond, Latency: time.Millisecond})
+	e, journal := newEconomyEnv(t, provider, economyConfig())
+	p := e.splitEconomy("economy-ended", 40, 20, store.Terms{Mode: store.ModeEconomy})
+	e.runAllInBatches(p.TaskID, 40)
+	if got := pipeline.JournalWaitingOn(journal)(p.TaskID); got != "" {
+		t.Errorf("after the task, its journal says %q; want nothing waited on", got)
+	}
+	entries, err := journal.ListProviderBatches(context.Background(), p.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := 0
+	for _, en := range entries {
+		if en.Ended {
+			ended++
+		}
+	}
+	if ended == 0 {
+		t.Error("no provider batch journaled as ended")
 	}
 }

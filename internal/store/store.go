@@ -865,8 +865,8 @@ type Cache interface {
 
 // ProviderBatch is one entry of an economy task's journal of provider
 // batches (pipeline's lanes keep it): a batch recorded before it is sent
-// (Intent, under its Key), once the provider took it (Job), or when the
-// provider has none under its key (Gone).
+// (Intent, under its Key), once the provider took it (Job), when the
+// provider has none under its key (Gone), or once it ended (Ended).
 type ProviderBatch struct {
 	// Key is the lane's id of the batch, sent with it.
 	Key string `json:"key,omitempty"`
@@ -876,15 +876,20 @@ type ProviderBatch struct {
 	Intent bool `json:"intent,omitempty"`
 	// Gone marks an intent the provider has no batch for.
 	Gone bool `json:"gone,omitempty"`
+	// Ended marks a batch (Job) seen final: its answers are in, for the
+	// rows to take.
+	Ended bool `json:"ended,omitempty"`
 	// Lines are the ids of its lines.
 	Lines []string `json:"lines,omitempty"`
 	// Submitted is when it was (first) sent.
 	Submitted time.Time `json:"submitted"`
 }
 
-// Kind names what e records: "intent", "gone" or "job".
+// Kind names what e records: "intent", "gone", "job" or "ended".
 func (e ProviderBatch) Kind() string {
 	switch {
+	case e.Ended:
+		return "ended"
 	case e.Job != "":
 		return "job"
 	case e.Gone:

@@ -59,6 +59,8 @@ func New(d *awswire.Deps) (*Handler, error) {
 		Limits:    limits,
 		Retrier:   pipeline.Retrier{Store: st, Queue: queue},
 		EventsURL: d.Env.EventsURL,
+		// What an economy task waits for, from its journal in the table.
+		WaitingOn: pipeline.JournalWaitingOn(st),
 		Prices:    pricing.Default().FromProviders(providers),
 	})
 	// The page reads sheets with the API's limits and admits to POST

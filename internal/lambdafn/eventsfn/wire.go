@@ -8,6 +8,7 @@ import (
 	"github.com/batchgen/batchgen/internal/api/jwtauth"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/blob/s3blob"
+	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 )
 
@@ -44,6 +45,8 @@ func New(ctx context.Context, d *awswire.Deps, auth api.Authenticator) (*Handler
 			// Each instance serves one stream: the principal's count is kept
 			// in the table, across the instances.
 			StreamGate: st, Limits: api.Limits{MaxStreams: d.Env.MaxStreams},
+			// What an economy task waits for, from its journal in the table.
+			WaitingOn: pipeline.JournalWaitingOn(st),
 		}),
 		Logger: d.Logger,
 	}, nil

@@ -16,7 +16,7 @@ import (
 // The journal of an economy task's provider batches: one item per entry,
 // under the task's partition,
 //
-//	PK=TASK#<id>  SK=PBATCH#<submitted>#<key>#<0 intent|1 job or gone>#<job>#<part, 4 digits>
+//	PK=TASK#<id>  SK=PBATCH#<submitted>#<key>#<0 intent|1 job or gone|2 ended>#<job>#<part, 4 digits>
 //
 // sorted as ListProviderBatches returns them. A batch of many lines (up to
 // 100,000 ids of about 30 bytes) passes DynamoDB's 400 KB item: its ids are
@@ -39,10 +39,7 @@ var _ store.ProviderBatches = (*Store)(nil)
 
 // journalSK is the sort key of part n of entry e.
 func journalSK(e store.ProviderBatch, n int) string {
-	order := "1"
-	if e.Kind() == "intent" {
-		order = "0"
-	}
+	order := map[string]string{"intent": "0", "job": "1", "gone": "1", "ended": "2"}[e.Kind()]
 	return fmt.Sprintf("%s%s#%s#%s#%s#%04d", journalPrefix, encodeTime(e.Submitted), e.Key, order, e.Job, n)
 }
 
@@ -123,7 +120,7 @@ func (s *Store) ListProviderBatches(ctx context.Context, taskID string) ([]store
 			}
 			kind := stringAttr(item, attrJournalKind)
 			cur = &store.ProviderBatch{Key: stringAttr(item, attrJournalKey), Job: stringAttr(item, attrJournalJob),
-				Intent: kind == "intent", Gone: kind == "gone", Submitted: submitted}
+				Intent: kind == "intent", Gone: kind == "gone", Ended: kind == "ended", Submitted: submitted}
 			p, _ := item[attrJournalParts].(*types.AttributeValueMemberN)
 			if p != nil {
 				partsWant, _ = strconv.Atoi(p.Value)

@@ -32,7 +32,7 @@ func (s *Store) RecordProviderBatch(ctx context.Context, taskID string, e store.
 // ListProviderBatches implements store.ProviderBatches.
 func (s *Store) ListProviderBatches(ctx context.Context, taskID string) ([]store.ProviderBatch, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT key, kind, job, lines, submitted FROM provider_batches
-		WHERE task_id = ? ORDER BY submitted, key, kind != 'intent', job`, taskID)
+		WHERE task_id = ? ORDER BY submitted, key, CASE kind WHEN 'intent' THEN 0 WHEN 'ended' THEN 2 ELSE 1 END, job`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("list provider batches of task %s: %w", taskID, err)
 	}
@@ -51,7 +51,7 @@ func (s *Store) ListProviderBatches(ctx context.Context, taskID string) ([]store
 		if len(e.Lines) == 0 {
 			e.Lines = nil
 		}
-		e.Intent, e.Gone = kind == "intent", kind == "gone"
+		e.Intent, e.Gone, e.Ended = kind == "intent", kind == "gone", kind == "ended"
 		e.Submitted = time.UnixMilli(submitted).UTC()
 		out = append(out, e)
 	}

@@ -1969,11 +1969,12 @@ func RunProviderBatches(t *testing.T, newStore func(t *testing.T) store.Provider
 			{Key: "k0", Gone: true, Submitted: t0},
 			{Key: "k1", Intent: true, Lines: lines, Submitted: t0.Add(time.Second)},
 			{Key: "k1", Job: "batch_1", Lines: lines, Submitted: t0.Add(time.Second)},
+			{Key: "k1", Job: "batch_1", Ended: true, Submitted: t0.Add(time.Second)},
 			{Job: "batch_0", Lines: []string{"y-0"}, Submitted: t0.Add(2 * time.Second)}, // a journal from before keys
 		}
 		// Recorded out of order, and twice: the journal sorts, and a
 		// repeated record (a retried write) adds nothing.
-		for _, i := range []int{3, 2, 0, 4, 1, 3, 2} {
+		for _, i := range []int{3, 5, 2, 0, 4, 1, 3, 2, 5} {
 			if err := s.RecordProviderBatch(ctx, "t1", want[i]); err != nil {
 				t.Fatal(err)
 			}
@@ -1990,7 +1991,7 @@ func RunProviderBatches(t *testing.T, newStore func(t *testing.T) store.Provider
 		}
 		for i := range want {
 			g, w := got[i], want[i]
-			if g.Key != w.Key || g.Job != w.Job || g.Intent != w.Intent || g.Gone != w.Gone || !slices.Equal(g.Lines, w.Lines) || !g.Submitted.Equal(w.Submitted) {
+			if g.Key != w.Key || g.Job != w.Job || g.Intent != w.Intent || g.Gone != w.Gone || g.Ended != w.Ended || !slices.Equal(g.Lines, w.Lines) || !g.Submitted.Equal(w.Submitted) {
 				t.Errorf("entry %d: %+v, want %+v", i, g, w)
 			}
 		}
