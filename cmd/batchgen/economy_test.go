@@ -107,13 +107,18 @@ func TestEconomyKilledRunFindsItsBatches(t *testing.T) {
 	args := []string{"run", "--in", in, "--prompt", "{{sku}} {{商品名称}}", "--provider", "mock", "--base-url", m.baseURL,
 		"--mode", "economy", "--batch-poll", "1s", "--batch-size", "50", "--progress-interval", "200ms"}
 
-	cmd, _ := startEconomyRun(t, args)
+	cmd, taskID := startEconomyRun(t, args)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
 	if st := m.stats(t); st.BatchLines >= rows {
 		t.Fatalf("the mock answered all %d lines before the kill; the test wants the run killed midway", st.BatchLines)
+	}
+	// Another process, with no lanes, reads what the task waits on from
+	// its journal.
+	if st := runBinary(t, context.Background(), "status", taskID, "--data", filepath.Join(dir, ".batchgen")); st.code != 0 || !regexp.MustCompile(`provider\s+waiting on \d+ provider batch(es)? \(`).MatchString(st.stdout) {
+		t.Errorf("status of the killed task: exit %d, want the provider batch it waits on:\n%s%s", st.code, st.stdout, st.stderr)
 	}
 
 	r := runBinary(t, context.Background(), args...)

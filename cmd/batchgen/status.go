@@ -99,6 +99,9 @@ func writeStatus(w io.Writer, s pipeline.TaskStatus, prices *pricing.Table) erro
 	case store.ModeAuto:
 		line("mode", "auto: economy until the deadline %s needs the rest online", t.Deadline.Local().Format(time.RFC3339))
 	}
+	if s.WaitingOn != "" {
+		line("provider", "%s", s.WaitingOn)
+	}
 	done := r.Succeeded + r.Failed + r.Skipped
 	pct := 100 * float64(done) / float64(max(r.Total, 1))
 	progress := fmt.Sprintf("%.0f%% in %s  (%.1f rows/s)", pct, s.Elapsed.Round(100*time.Millisecond), s.Rate)

@@ -956,40 +956,46 @@ func JournalWaitingOn(j store.ProviderBatches) func(taskID string) string {
 	return func(taskID string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		entries, err := j.ListProviderBatches(ctx, taskID)
-		if err != nil {
-			return ""
-		}
-		ended := map[string]bool{}
-		for _, e := range entries {
-			if e.Ended {
-				ended[e.Job] = true
-			}
-		}
-		var running []string
-		var since time.Time
-		for _, e := range entries {
-			if e.Job == "" || e.Ended || ended[e.Job] || slices.Contains(running, e.Job) {
-				continue
-			}
-			running = append(running, e.Job)
-			if since.IsZero() || e.Submitted.Before(since) {
-				since = e.Submitted
-			}
-		}
-		if len(running) == 0 {
-			return ""
-		}
-		names := running
-		if len(names) > 3 {
-			names = append(slices.Clone(names[:3]), "...")
-		}
-		plural := "batch"
-		if len(running) > 1 {
-			plural = "batches"
-		}
-		return fmt.Sprintf("waiting on %d provider %s (%s), sent from %s UTC", len(running), plural, strings.Join(names, ", "), since.UTC().Format("2006-01-02 15:04"))
+		return journalWaitingOn(ctx, j, taskID)
 	}
+}
+
+// journalWaitingOn is JournalWaitingOn's answer for task taskID; "" when
+// the journal cannot be read.
+func journalWaitingOn(ctx context.Context, j store.ProviderBatches, taskID string) string {
+	entries, err := j.ListProviderBatches(ctx, taskID)
+	if err != nil {
+		return ""
+	}
+	ended := map[string]bool{}
+	for _, e := range entries {
+		if e.Ended {
+			ended[e.Job] = true
+		}
+	}
+	var running []string
+	var since time.Time
+	for _, e := range entries {
+		if e.Job == "" || e.Ended || ended[e.Job] || slices.Contains(running, e.Job) {
+			continue
+		}
+		running = append(running, e.Job)
+		if since.IsZero() || e.Submitted.Before(since) {
+			since = e.Submitted
+		}
+	}
+	if len(running) == 0 {
+		return ""
+	}
+	names := running
+	if len(names) > 3 {
+		names = append(slices.Clone(names[:3]), "...")
+	}
+	plural := "batch"
+	if len(running) > 1 {
+		plural = "batches"
+	}
+	return fmt.Sprintf("waiting on %d provider %s (%s), sent from %s UTC", len(running), plural, strings.Join(names, ", "), since.UTC().Format("2006-01-02 15:04"))
 }
 
 // record adds e to the task's journal.

@@ -36,6 +36,9 @@ type TaskStatus struct {
 	// or unknown (ETAKnown false).
 	ETA      time.Duration
 	ETAKnown bool
+	// WaitingOn names the provider batches an economy or auto task waits
+	// on, as its journal tells (JournalWaitingOn); "" for none.
+	WaitingOn string
 }
 
 // StatusRows counts a task's rows.
@@ -78,6 +81,9 @@ func Status(ctx context.Context, st store.Store, id string, now time.Time) (Task
 	s.Rate, eta = averagePace(t, s.Rows.Succeeded+s.Rows.Failed+s.Rows.Skipped, s.Rows.Pending, now)
 	if !t.State.Final() && s.Rate > 0 {
 		s.ETA, s.ETAKnown = eta.Round(time.Second), true
+	}
+	if j, ok := st.(store.ProviderBatches); ok && t.Mode.Batched() && !t.State.Final() {
+		s.WaitingOn = journalWaitingOn(ctx, j, id)
 	}
 	return s, nil
 }
