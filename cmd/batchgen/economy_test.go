@@ -54,7 +54,7 @@ func TestEconomyQuoteAndRun(t *testing.T) {
 	if !strings.Contains(r.stderr, "waiting on 1 provider batch") {
 		t.Errorf("the progress line never said it waits on a provider batch:\n%s", r.stderr)
 	}
-	if !strings.Contains(r.stdout, "less than online through the batch API") || !strings.Contains(r.stdout, "(a failed line is sent again), at the batch price") {
+	if !strings.Contains(r.stdout, "less than online through the batch API") || !regexp.MustCompile(`(?m)^batches +\d+ lines in \d+ provider batch(es)? this run  \(at the batch price`).MatchString(r.stdout) {
 		t.Errorf("the summary does not show the economy run and its saving:\n%s", r.stdout)
 	}
 	for prompt, n := range paid(t, m) {

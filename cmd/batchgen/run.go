@@ -568,15 +568,13 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 		return err
 	}
 	summary.Prices = j.prices
-	if s, ok := j.engine.Generator.EconomyStatus(task.ID); ok && s.Sent > 0 {
-		batches := "provider batch"
-		if s.Sent > 1 {
-			batches += "es"
+	if s, ok := j.engine.Generator.EconomyStatus(task.ID); ok {
+		if summary.Counted != nil {
+			summary.Counted.BatchLines, summary.Counted.ProviderBatches = s.Lines, s.Sent
 		}
-		summary.Notes = append(summary.Notes, fmt.Sprintf("economy: %d lines sent in %d %s (a failed line is sent again), at the batch price", s.Lines, s.Sent, batches))
-	}
-	if s, ok := j.engine.Generator.EconomyStatus(task.ID); ok && s.Online {
-		summary.Notes = append(summary.Notes, "auto: the rest went online at "+s.Why)
+		if s.Online {
+			summary.Notes = append(summary.Notes, "auto: the rest went online at "+s.Why)
+		}
 	}
 	for _, name := range j.set.JSONMode() {
 		summary.Notes = append(summary.Notes, fmt.Sprintf("provider %s refused structured outputs: the columns were asked for in JSON mode, every answer checked", name))

@@ -110,6 +110,10 @@ type Counted struct {
 	Calls, RateLimited, Errors int64
 	// Classes counts this run's failed rows by error class.
 	Classes map[string]int
+	// BatchLines and ProviderBatches count the lines this run sent in
+	// provider batches (economy and auto) and those batches; Calls counts
+	// the online calls only.
+	BatchLines, ProviderBatches int
 }
 
 // Summary is what a job prints on stdout when it ends.
@@ -142,6 +146,13 @@ func (s Summary) String() string {
 	if c := s.Counted; c != nil {
 		fmt.Fprintf(&b, "rows      %d  (succeeded %d, failed %d, skipped %d, cached %d)\n", r.Total, r.Succeeded, r.Failed, r.Skipped, c.Cached)
 		fmt.Fprintf(&b, "requests  %d this run  (rate limited %d, errors %d)\n", c.Calls, c.RateLimited, c.Errors)
+		if c.ProviderBatches > 0 {
+			batches := "provider batch"
+			if c.ProviderBatches > 1 {
+				batches += "es"
+			}
+			fmt.Fprintf(&b, "batches   %d lines in %d %s this run  (at the batch price; a failed line is sent again)\n", c.BatchLines, c.ProviderBatches, batches)
+		}
 		rate := 0.0
 		if s.Elapsed > 0 {
 			rate = float64(c.Calls) / s.Elapsed.Minutes()
