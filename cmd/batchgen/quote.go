@@ -11,6 +11,7 @@ import (
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/report"
+	"github.com/batchgen/batchgen/internal/store"
 )
 
 // newQuoteCmd quotes a job before it runs: a sample of its rows answered,
@@ -68,7 +69,7 @@ func (j *runJob) quote(cmd *cobra.Command, sample int, stdout io.Writer) error {
 		return err
 	}
 	q, err := pipeline.QuoteTask(ctx, j.data.Store, task, pipeline.QuoteParams{
-		Prices: j.prices, RequestsPerSecond: j.quotaPace(), Concurrency: j.providers.Concurrency(), RowsToCall: toCall,
+		Prices: j.prices, RequestsPerSecond: j.set.QuotaPace(j.providers), Concurrency: j.providers.Concurrency(), RowsToCall: toCall,
 	})
 	if errors.Is(err, pipeline.ErrNothingMeasured) {
 		return &report.ExitError{Code: report.RowsFailed, Err: fmt.Errorf("%w: the sample's rows failed or came from the cache (batchgen status %s --data %s shows why)", err, task.ID, j.data.Dir)}
@@ -80,33 +81,12 @@ func (j *runJob) quote(cmd *cobra.Command, sample int, stdout io.Writer) error {
 	return nil
 }
 
-// quotaPace is the requests a second the providers' quotas allow: the
-// configured ones, or what the limiters learnt during the sample; 0 when
-// a provider's is not known.
-func (j *runJob) quotaPace() float64 {
-	if rpm := j.providers.RPM(); rpm > 0 {
-		return float64(rpm) / 60
-	}
-	total := 0.0
-	for _, p := range j.providers.Providers {
-		l, ok := j.set.Limiter(p.Name).(interface{ Rate() float64 })
-		if !ok || l.Rate() <= 0 {
-			return 0
-		}
-		total += l.Rate()
-	}
-	return total
-}
-
 // quotePlans are what the quote says of economy and auto: whether the
 // providers sell a batch API, and the --deadline of auto (0 for none).
 type quotePlans struct {
 	batch    bool
 	deadline time.Duration
 }
-
-// batchWindow is what a provider batch takes, as the providers sell it.
-const batchWindow = "within the provider's batch window (often minutes to a few hours, at most 24h)"
 
 // quoteText words q for people.
 func quoteText(taskID, source string, q pipeline.Quote, plans quotePlans) string {
@@ -124,50 +104,47 @@ func quoteText(taskID, source string, q pipeline.Quote, plans quotePlans) string
 	out += "\n"
 	out += fmt.Sprintf("tokens    per row: input %.0f (%.0f-%.0f), output %.0f (%.0f-%.0f)\n",
 		q.InputTokens.Mid, q.InputTokens.Low, q.InputTokens.High, q.OutputTokens.Mid, q.OutputTokens.Low, q.OutputTokens.High)
-	cost := "cost unknown (no price for a provider that answered: --prices, or the providers file's price)"
-	if q.CostKnown {
-		cost = fmt.Sprintf("%s (%s-%s)", usd(q.Cost.Mid), usd(q.Cost.Low), usd(q.Cost.High))
-	}
-	took := "time unknown"
-	if q.Duration[1] > 0 {
-		took = fmt.Sprintf("about %s (%s-%s)", span(q.Duration[1]), span(q.Duration[0]), span(q.Duration[2]))
-		if !q.QuotaKnown {
-			took += " if the quota does not bind (it is not known: --rpm)"
+	for _, p := range q.Plans(plans.batch, plans.deadline) {
+		if !plans.batch && p.Mode == store.ModeAuto {
+			continue // economy's line says why neither runs
 		}
+		out += fmt.Sprintf("%-9s %s\n", p.Mode.String(), planText(q, p, usd, span))
 	}
-	out += fmt.Sprintf("online    %s, %s\n", cost, took)
-	out += economyQuote(q, plans, usd, span)
 	out += "intervals 90%, of the mean per row over the rows left; batchgen run with the same flags continues this task\n"
 	return out
 }
 
-// economyQuote is the quote's economy and auto lines.
-func economyQuote(q pipeline.Quote, plans quotePlans, usd func(float64) string, span func(time.Duration) string) string {
-	if !plans.batch {
-		return "economy   not offered: no provider here sells a batch API (openai, anthropic and the simulator do)\n"
-	}
-	eco := "cost unknown"
+// planText words one plan of the quote; "" for a plan not worth a line
+// (auto where economy is not offered).
+func planText(q pipeline.Quote, p pipeline.Plan, usd func(float64) string, span func(time.Duration) string) string {
+	cost := "cost unknown"
 	if q.CostKnown {
-		eco = fmt.Sprintf("%s (%s-%s)", usd(q.Economy.Mid), usd(q.Economy.Low), usd(q.Economy.High))
+		cost = fmt.Sprintf("%s (%s-%s)", usd(p.Cost.Mid), usd(p.Cost.Low), usd(p.Cost.High))
 	}
-	out := fmt.Sprintf("economy   %s, %s\n", eco, batchWindow)
-	if plans.deadline <= 0 {
-		return out + "auto      give --deadline: economy until the deadline leaves the time the rest needs online\n"
-	}
-	// As the lane cuts over: the rows' online time, a tenth more, and a
-	// margin.
-	need := q.Duration[1]*11/10 + 30*time.Second
 	switch {
-	case q.Duration[1] == 0:
-		out += "auto      time online unknown, so the switch to online cannot be placed\n"
-	case need >= plans.deadline:
-		out += fmt.Sprintf("auto      all online at once: the rows need about %s online, the deadline is %s away\n", span(need), span(plans.deadline))
-	default:
-		cost := "cost unknown"
+	case p.Mode == store.ModeEconomy && !p.Offered:
+		return "not offered: " + p.Why
+	case p.Mode == store.ModeEconomy:
+		return cost + ", " + p.Why
+	case p.Mode == store.ModeAuto && p.NeedsDeadline:
+		return "give --deadline: economy until the deadline leaves the time the rest needs online"
+	case p.Mode == store.ModeAuto && (!p.Offered || p.AllOnline):
+		return p.Why
+	case p.Mode == store.ModeAuto:
 		if q.CostKnown {
-			cost = fmt.Sprintf("%s to %s", usd(q.Economy.Mid), usd(q.Cost.Mid))
+			cost = fmt.Sprintf("%s to %s", usd(p.Cost.Low), usd(p.Cost.High))
 		}
-		out += fmt.Sprintf("auto      %s, done within %s: economy for up to %s, then the rows left online\n", cost, span(plans.deadline), span(plans.deadline-need))
+		return fmt.Sprintf("%s, done within %s: %s", cost, span(p.Duration[2]), p.Why)
 	}
-	return out
+	if !q.CostKnown {
+		cost = "cost unknown (no price for a provider that answered: --prices, or the providers file's price)"
+	}
+	took := "time unknown"
+	if p.Duration[1] > 0 {
+		took = fmt.Sprintf("about %s (%s-%s)", span(p.Duration[1]), span(p.Duration[0]), span(p.Duration[2]))
+		if !q.QuotaKnown {
+			took += " if the quota does not bind (it is not known: --rpm)"
+		}
+	}
+	return cost + ", " + took
 }

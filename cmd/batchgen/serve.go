@@ -196,6 +196,9 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		MaxInlineBytes: o.maxInlineBytes, DropOwner: o.dropOwner, DropInterval: o.dropInterval,
 		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), o.batchSize), SweepAfter: o.sweepAfter, Grace: o.grace,
 		Prices: j.prices, Metrics: reg, Logger: logger,
+		QuotePace: func() api.QuotePace {
+			return api.QuotePace{RequestsPerSecond: j.set.QuotaPace(j.providers), Concurrency: j.providers.Concurrency()}
+		},
 	}
 	if tokens != nil {
 		cfg.PageAuth = web.Authenticate(tokens)

@@ -73,6 +73,9 @@ type Limits struct {
 	// through the providers' batch APIs (both runtimes do). Without it
 	// a request for either is refused; the page offers them only with it.
 	BatchModes bool
+	// Quotes is set by a runtime that holds a task for a quote first
+	// (Config.Starter; both runtimes do): the page offers it.
+	Quotes bool
 	// Models is the allow-list of models a request may name; empty allows
 	// the deployment's default model only (which is always allowed).
 	Models []string
@@ -190,6 +193,14 @@ type Config struct {
 	// Retrier, when non-nil, serves POST /api/tasks/{id}/retry; without it
 	// that endpoint answers 501.
 	Retrier Retrier
+	// Starter, when non-nil, starts held tasks (POST
+	// /api/tasks/{id}/start), so a create may ask for a quote first
+	// (sample); without it both are refused.
+	Starter Starter
+	// QuotePace, when non-nil, is the pace the providers' quotas allow
+	// now, for the time a quote gives (GET /api/tasks/{id}/quote); without
+	// it the quote gives no time.
+	QuotePace func() QuotePace
 	// EventInterval is how often an event stream reads its task, and so
 	// the most often it sends progress. Defaults to 1 second.
 	EventInterval time.Duration
@@ -220,6 +231,22 @@ type Retrier interface {
 	// store.ErrNotFound for no such task and store.ErrConflict for a task
 	// that is not finished.
 	Retry(ctx context.Context, p pipeline.RetryParams) (pipeline.RetryOutcome, error)
+}
+
+// Starter starts a held task (pipeline.Starter): it sets the terms its
+// owner chose, moves it to RUNNING and sends its batches. It returns
+// store.ErrNotFound for no such task and a *pipeline.StateError for a task
+// that is not held.
+type Starter interface {
+	Start(ctx context.Context, p pipeline.StartParams) (store.Task, int, error)
+}
+
+// QuotePace is what the time of a quote is computed at
+// (pipeline.QuoteParams): the requests a second the providers' quotas
+// allow (0 when not known) and how many calls run at once.
+type QuotePace struct {
+	RequestsPerSecond float64
+	Concurrency       int
 }
 
 // Exporter starts the export of a task (pipeline.ExportStarter).
@@ -300,6 +327,8 @@ var routes = []route{
 	{http.MethodGet, "/api/tasks/{id}/preview", (*server).previewTask},
 	{http.MethodPost, "/api/tasks/{id}/cancel", (*server).cancelTask},
 	{http.MethodPost, "/api/tasks/{id}/retry", (*server).retryTask},
+	{http.MethodGet, "/api/tasks/{id}/quote", (*server).quoteTask},
+	{http.MethodPost, "/api/tasks/{id}/start", (*server).startTask},
 	{http.MethodGet, EventsPattern, (*server).taskEvents},
 }
 

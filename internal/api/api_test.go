@@ -81,7 +81,7 @@ func linksOf(id string, upload bool) map[string]any {
 	base := "/api/tasks/" + id
 	l := map[string]any{
 		"self": base, "result": base + "/result", "preview": base + "/preview", "events": base + "/events",
-		"cancel": base + "/cancel", "retry": base + "/retry",
+		"cancel": base + "/cancel", "retry": base + "/retry", "quote": base + "/quote", "start": base + "/start",
 	}
 	if upload {
 		l["upload"] = base + "/upload"

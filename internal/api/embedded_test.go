@@ -51,6 +51,7 @@ func newEmbedded(t *testing.T) *embedded {
 	f.config.Intake = intake
 	f.config.Exports = exports
 	f.config.Retrier = pipeline.Retrier{Store: f.store, Queue: q}
+	f.config.Starter = pipeline.Starter{Store: f.store, Queue: q, Exports: exports}
 	ids := []string{"0123456789abcdef0123456789abcdef", "1123456789abcdef0123456789abcdef", "2123456789abcdef0123456789abcdef", "3123456789abcdef0123456789abcdef"}
 	f.config.NewID = func() string {
 		id := ids[0]

@@ -204,7 +204,7 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 }
 
 // formFields are the multipart fields besides "file".
-var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format", "columns", "rows_per_call", "max_cost_usd", "mode", "deadline"}
+var formFields = []string{"prompt", "system", "model", "temperature", "max_tokens", "batch_size", "encoding", "result_format", "columns", "rows_per_call", "max_cost_usd", "mode", "deadline", "sample"}
 
 // formRequest fills req from the form's text fields.
 func formRequest(fields map[string]string, req *CreateTaskRequest) error {
@@ -230,7 +230,7 @@ func formRequest(fields map[string]string, req *CreateTaskRequest) error {
 		}
 		req.MaxCostUSD = &f
 	}
-	for name, dst := range map[string]*int{"max_tokens": &req.MaxTokens, "batch_size": &req.BatchSize, "rows_per_call": &req.RowsPerCall} {
+	for name, dst := range map[string]*int{"max_tokens": &req.MaxTokens, "batch_size": &req.BatchSize, "rows_per_call": &req.RowsPerCall, "sample": &req.Sample} {
 		if v, ok := fields[name]; ok && strings.TrimSpace(v) != "" {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil {
@@ -795,7 +795,16 @@ func (s *server) terms(req CreateTaskRequest) (store.Terms, error) {
 		return store.Terms{}, err
 	}
 	mode, deadline, err := s.mode(req.Mode, req.Deadline)
-	return store.Terms{MaxCost: maxCost, Mode: mode, Deadline: deadline}, err
+	if err != nil {
+		return store.Terms{}, err
+	}
+	if err := pipeline.CheckSample("sample", req.Sample); err != nil {
+		return store.Terms{}, err
+	}
+	if req.Sample > 0 && s.cfg.Starter == nil {
+		return store.Terms{}, errors.New("sample: this deployment cannot hold a task for a quote")
+	}
+	return store.Terms{MaxCost: maxCost, Mode: mode, Deadline: deadline, Sample: req.Sample}, nil
 }
 
 // mode reads a request's mode and deadline (pipeline.ParseModeDeadline),
@@ -1147,7 +1156,7 @@ func (s *server) viewOf(t store.Task) TaskView {
 		RowsTotal: t.RowsTotal, RowsSucceeded: t.RowsSucceeded, RowsFailed: t.RowsFailed, RowsSkipped: t.RowsSkipped,
 		BatchesDone: t.BatchesDone, BatchesTotal: t.BatchesTotal, Error: t.Error,
 		InputTokens: t.Usage.InputTokens, CachedInputTokens: t.Usage.CachedInputTokens, OutputTokens: t.Usage.OutputTokens,
-		CreatedAt: t.CreatedAt.UTC(), Links: s.linksOf(t.ID), Mode: string(t.Mode),
+		CreatedAt: t.CreatedAt.UTC(), Links: s.linksOf(t.ID), Mode: string(t.Mode), Sample: t.Sample,
 	}
 	if !t.Deadline.IsZero() {
 		d := t.Deadline.UTC()

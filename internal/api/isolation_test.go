@@ -41,6 +41,8 @@ func TestIsolation(t *testing.T) {
 			{"GET", "/api/tasks/" + id + "/preview", "", ""},
 			{"POST", "/api/tasks/" + id + "/cancel", "", ""},
 			{"POST", "/api/tasks/" + id + "/retry", "application/json", `{"error_class": "server_error"}`},
+			{"GET", "/api/tasks/" + id + "/quote", "", ""},
+			{"POST", "/api/tasks/" + id + "/start", "application/json", `{"mode": "online"}`},
 			{"PUT", "/api/tasks/" + id + "/upload", "text/csv", "name\nx\n"},
 		}
 	}

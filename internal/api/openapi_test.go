@@ -170,7 +170,7 @@ func TestOpenAPI(t *testing.T) {
 		formProps = append(formProps, p)
 	}
 	sort.Strings(formProps)
-	wantForm := []string{"batch_size", "columns", "deadline", "encoding", "file", "max_cost_usd", "max_tokens", "mode", "model", "prompt", "result_format", "rows_per_call", "system", "temperature"}
+	wantForm := []string{"batch_size", "columns", "deadline", "encoding", "file", "max_cost_usd", "max_tokens", "mode", "model", "prompt", "result_format", "rows_per_call", "sample", "system", "temperature"}
 	if diff := cmp.Diff(wantForm, formProps); diff != "" {
 		t.Errorf("multipart fields vs schema CreateTaskForm (-handler +document):\n%s", diff)
 	}
@@ -252,6 +252,24 @@ func provokeEveryStatus(t *testing.T, o *observer) {
 	o.serve(h, "alice", request("GET", "/api/tasks/"+waiting, "", nil))
 	o.serve(h, "", request("GET", "/api/tasks/"+running, "", nil))
 	o.serve(h, "bob", request("GET", "/api/tasks/"+running, "", nil))
+
+	// GET /api/tasks/{id}/quote and POST /api/tasks/{id}/start: a task held
+	// for its quote, quoted and started; one awaiting its sheet conflicts.
+	ct, body = csv(map[string]string{"prompt": "{{name}}", "sample": "2"})
+	held := o.serve(h, "alice", request("POST", "/api/tasks", ct, body)).json(t)["id"].(string)
+	o.serve(h, "alice", request("GET", "/api/tasks/"+held+"/quote", "", nil))
+	o.serve(h, "alice", request("GET", "/api/tasks/"+held+"/quote?deadline=soon", "", nil))
+	o.serve(h, "", request("GET", "/api/tasks/"+held+"/quote", "", nil))
+	o.serve(h, "bob", request("GET", "/api/tasks/"+held+"/quote", "", nil))
+	o.serve(h, "alice", request("GET", "/api/tasks/"+waiting+"/quote", "", nil))
+	o.serve(h, "alice", request("POST", "/api/tasks/"+held+"/start", "application/json", []byte(`{"mode": "fast"}`)))
+	o.serve(h, "", request("POST", "/api/tasks/"+held+"/start", "", nil))
+	o.serve(h, "bob", request("POST", "/api/tasks/"+held+"/start", "", nil))
+	noStart := e.config
+	noStart.Starter = nil
+	o.serve(api.New(noStart), "alice", request("POST", "/api/tasks/"+held+"/start", "", nil))
+	o.serve(h, "alice", request("POST", "/api/tasks/"+held+"/start", "application/json", []byte(`{"mode": "online"}`)))
+	o.serve(h, "alice", request("POST", "/api/tasks/"+held+"/start", "", nil))
 
 	// GET /api/tasks/{id}/preview
 	o.serve(h, "alice", request("GET", "/api/tasks/"+running+"/preview", "", nil))

@@ -83,6 +83,11 @@ type CreateTaskRequest struct {
 	// Deadline is when an auto task must be done (RFC 3339); required for
 	// auto, refused otherwise.
 	Deadline string `json:"deadline,omitempty"`
+	// Sample, when positive, asks for a quote before the task runs: the
+	// task is split and held (HELD), that many of its rows are answered
+	// (kept by the task), GET .../quote prices the rest online, economy
+	// and auto, and POST .../start runs it (or .../cancel drops it).
+	Sample int `json:"sample,omitempty"`
 	// Size is the sheet's length in bytes; required. The upload URL is
 	// signed for exactly this length, and a size over the deployment's
 	// input limit is refused with 413.
@@ -147,6 +152,9 @@ type TaskView struct {
 	// task's (RFC 3339).
 	Mode     string     `json:"mode,omitempty"`
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// Sample is the rows a quote asked to be answered before the task
+	// runs; absent for none.
+	Sample int `json:"sample,omitempty"`
 	// SavedUSD is what the rows answered through the provider's batch API
 	// would have cost more online; absent for none.
 	SavedUSD *float64 `json:"saved_usd,omitempty"`
@@ -198,13 +206,18 @@ type Links struct {
 	Events  string `json:"events"`
 	Cancel  string `json:"cancel"`
 	Retry   string `json:"retry"`
+	// Quote prices the rows left from those answered (a held task's
+	// sample), and Start starts a held task.
+	Quote string `json:"quote"`
+	Start string `json:"start"`
 	// Upload is where to PUT the sheet, while the task awaits it.
 	Upload string `json:"upload,omitempty"`
 }
 
 func (s *server) linksOf(id string) Links {
 	base := "/api/tasks/" + id
-	l := Links{Self: base, Result: base + "/result", Preview: base + "/preview", Events: base + "/events", Cancel: base + "/cancel", Retry: base + "/retry"}
+	l := Links{Self: base, Result: base + "/result", Preview: base + "/preview", Events: base + "/events", Cancel: base + "/cancel", Retry: base + "/retry",
+		Quote: base + "/quote", Start: base + "/start"}
 	if s.cfg.EventsURL != "" {
 		l.Events = strings.TrimSuffix(s.cfg.EventsURL, "/") + l.Events
 	}

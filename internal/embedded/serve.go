@@ -74,7 +74,10 @@ type ServeConfig struct {
 	// Prices estimate the tasks' cost; Metrics are served at /metrics.
 	Prices  *pricing.Table
 	Metrics MetricsHandler
-	Logger  *slog.Logger
+	// QuotePace is the pace the providers' quotas allow now, for the time
+	// a task's quote gives (api.Config.QuotePace).
+	QuotePace func() api.QuotePace
+	Logger    *slog.Logger
 	// LocalOnly guards a server without API tokens: it answers only its
 	// loopback names, and refuses cross-origin changes (web.LocalOnly).
 	LocalOnly bool
@@ -134,13 +137,18 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	// Its workers run economy and auto tasks beside the online ones
 	// (LocalWorkers works their batches detached).
 	limits.BatchModes = true
+	// It holds a task for its quote (Starter) while its workers answer the
+	// sample.
+	limits.Quotes = true
 	handler := api.New(api.Config{
 		Auth:  cfg.Auth,
 		Store: st, Blobs: cfg.Bucket, Intake: intake, TempDir: tmp, Logger: logger, DefaultSpec: cfg.Spec,
 		Limits:    limits,
 		PublicURL: strings.TrimSuffix(cfg.PublicURL, "/"),
 		Exports:   e.Exporter, Retrier: pipeline.Retrier{Store: st, Queue: e.Queue},
-		Prices: cfg.Prices,
+		Starter:   pipeline.Starter{Store: st, Queue: e.Queue, Exports: e.Exporter},
+		QuotePace: cfg.QuotePace,
+		Prices:    cfg.Prices,
 		WaitingOn: func(id string) string {
 			s, _ := e.Generator.EconomyStatus(id)
 			return s.String()

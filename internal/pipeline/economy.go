@@ -102,7 +102,7 @@ type EconomyConfig struct {
 }
 
 func (c EconomyConfig) withDefaults(concurrency int) EconomyConfig {
-	c.CutOverMargin = cmp.Or(c.CutOverMargin, 30*time.Second)
+	c.CutOverMargin = cmp.Or(c.CutOverMargin, DefaultCutOverMargin)
 	c.RefusalWait = cmp.Or(c.RefusalWait, 30*time.Second)
 	c.IdleLane = cmp.Or(c.IdleLane, 10*time.Minute)
 	c.Gather = cmp.Or(c.Gather, 2*time.Second)
@@ -1317,7 +1317,7 @@ func (l *lane) watchDeadline() {
 				waiting += max(j.live(), j.status.Total-j.status.Completed-j.status.Failed)
 			}
 		}
-		need := time.Duration(float64(waiting)/l.cfg.OnlineRate*float64(time.Second))*11/10 + l.cfg.CutOverMargin
+		need := onlineNeed(time.Duration(float64(waiting)/l.cfg.OnlineRate*float64(time.Second)), l.cfg.CutOverMargin)
 		l.cutAt = l.deadline.Add(-need)
 		cutAt := l.cutAt
 		l.mu.Unlock()

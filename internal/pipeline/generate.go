@@ -480,8 +480,11 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	if err != nil {
 		return Outcome{Err: fmt.Errorf("batch %s/%d: load task: %w", msg.TaskID, msg.BatchNo, err)}
 	}
-	if !task.State.Generating() {
-		return Outcome{Ack: true} // exporting, finished or cancelled: no row starts
+	// A held task's sample (BatchMessage.Sample) runs its rows online; once
+	// the task is started its sample messages are batch messages as any.
+	sample := msg.Sample > 0 && task.State == store.TaskHeld
+	if !task.State.Generating() && !sample {
+		return Outcome{Ack: true} // held, exporting, finished or cancelled: no row starts
 	}
 	if msg.BatchNo > task.BatchesTotal {
 		return Outcome{Err: &PoisonError{Err: fmt.Errorf("task %s has %d batches, not %d", task.ID, task.BatchesTotal, msg.BatchNo)}}
@@ -505,7 +508,23 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	case err != nil:
 		return Outcome{Err: fmt.Errorf("claim batch %s/%d: %w", task.ID, msg.BatchNo, err)}
 	}
-	return g.runBatch(ctx, task, b, d)
+	if !sample {
+		return g.runBatch(ctx, task, b, d)
+	}
+	d.RowLimit, d.Online = msg.Sample, true
+	out := g.runBatch(ctx, task, b, d)
+	if out.Err != nil || out.Ack {
+		return out
+	}
+	// The sample's rows are answered (or tried: a row whose call failed
+	// for now stays pending with its attempt counted, as the quote says).
+	// The batch's other rows wait for the start, which sends the batch
+	// again; a task started meanwhile keeps the outcome, so its batch comes
+	// back as any released batch does.
+	if t, err := g.store.GetTask(ctx, task.ID); err == nil && t.State == store.TaskHeld {
+		return Outcome{Ack: true, Started: out.Started, Progress: out.Progress}
+	}
+	return out
 }
 
 func (g *Generator) ensureExport(ctx context.Context, taskID string, batchNo int) error {

@@ -39,6 +39,10 @@ type BatchMessage struct {
 	// principals; a message sent again from its body (Settlement.Apply)
 	// keeps it. Messages sent before it existed have none.
 	Owner string `json:"owner,omitempty"`
+	// Sample, when positive, asks for that many of the batch's rows only,
+	// answered online, for a quote (SampleMessages): the batch is handed
+	// back with its other rows pending and the message is not retried.
+	Sample int `json:"sample,omitempty"`
 }
 
 // Outgoing is m as a message to send after delay, in its owner's group.
@@ -72,6 +76,9 @@ func DecodeBatchMessage(body []byte) (BatchMessage, error) {
 	}
 	if m.TaskID == "" || m.BatchNo < 1 {
 		return m, fmt.Errorf("decode batch message %.80q: task_id and batch_no >= 1 are required", body)
+	}
+	if m.Sample < 0 {
+		return m, fmt.Errorf("decode batch message %.80q: sample must be 0 or more rows", body)
 	}
 	return m, nil
 }

@@ -28,7 +28,7 @@ type BatchLister interface {
 // nothing), and since a batch's counts only grow until a retry reopens it,
 // a later reading never shows fewer rows done than an earlier one.
 func LiveCounts(ctx context.Context, st BatchLister, t store.Task) (store.Task, error) {
-	if !t.State.Generating() || t.BatchesDone >= t.BatchesTotal {
+	if !t.State.Sampling() || t.BatchesDone >= t.BatchesTotal {
 		return t, nil
 	}
 	batches, err := st.ListBatches(ctx, store.ListBatchesParams{TaskID: t.ID})
@@ -63,8 +63,8 @@ type Progress struct {
 // TaskProgress computes t's progress at now, from its counters.
 func TaskProgress(t store.Task, now time.Time) Progress {
 	p := Progress{Done: t.RowsSucceeded + t.RowsFailed + t.RowsSkipped, Total: t.RowsTotal}
-	if t.CreatedAt.IsZero() {
-		return p
+	if t.CreatedAt.IsZero() || t.State == store.TaskHeld {
+		return p // a held task waits for its owner, not for its rows
 	}
 	p.RowsPerSecond, p.ETA = averagePace(t, p.Done, p.Total-p.Done, now)
 	return p

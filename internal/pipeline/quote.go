@@ -14,30 +14,23 @@ import (
 )
 
 // Sample answers up to n rows of task taskID that have no result yet, for
-// a quote, online whatever the task's mode. The rows are spread over the sheet, the first ones of batches
-// spread evenly over the task, so that a sheet sorted by anything (short
-// descriptions first, one category after another) is measured across its
-// length. Each batch is worked as a worker would work it (claimed, fenced,
-// each result saved), starting only the rows the sample takes from it, and
-// handed back with its other rows pending. The task keeps the answers, so
-// the run that follows does not pay for them again. It returns how many
-// rows it started.
+// a quote, online whatever the task's mode, in this process (the CLI's
+// quote; the API's quote sends SampleMessages instead). The rows are
+// spread over the sheet (samplePlan). Each batch is worked as a worker
+// would work it (claimed, fenced, each result saved), starting only the
+// rows the sample takes from it, and handed back with its other rows
+// pending. The task keeps the answers, so the run that follows does not
+// pay for them again. It returns how many rows it started.
 func (g *Generator) Sample(ctx context.Context, taskID string, n int) (int, error) {
 	task, err := g.store.GetTask(ctx, taskID)
 	if err != nil {
 		return 0, fmt.Errorf("sample task %s: %w", taskID, err)
 	}
-	batches := min(n, task.BatchesTotal)
 	started := 0
-	for i := 0; i < batches; i++ {
-		no := 1 + i*task.BatchesTotal/batches
-		want := n / batches
-		if i < n%batches {
-			want++
-		}
-		out := g.Process(ctx, Delivery{Body: EncodeBatchMessage(taskID, no), RowLimit: want, Online: true})
+	for _, s := range samplePlan(task, n) {
+		out := g.Process(ctx, Delivery{Body: EncodeBatchMessage(taskID, s.batchNo), RowLimit: s.rows, Online: true})
 		if out.Err != nil {
-			return started, fmt.Errorf("sample task %s: batch %d: %w", taskID, no, out.Err)
+			return started, fmt.Errorf("sample task %s: batch %d: %w", taskID, s.batchNo, out.Err)
 		}
 		started += out.Started
 		if err := ctx.Err(); err != nil {
@@ -75,6 +68,13 @@ type Quote struct {
 	// Measured is how many answered rows the figures come from: rows a
 	// model answered (cached answers cost nothing and say nothing).
 	Measured int
+	// Asked is the sample a held task asked for (store.Terms.Sample), and
+	// Tried how many of its rows a model was asked for so far (answered,
+	// failed, or failed for now). Sampling is set while a held task's
+	// sample is still being answered: fewer rows tried than asked, and
+	// rows left to try.
+	Asked, Tried int
+	Sampling     bool
 	// Spent is what the measured rows cost.
 	Spent float64
 	// InputTokens and OutputTokens are per row.
@@ -100,7 +100,8 @@ var ErrNothingMeasured = errors.New("no row answered by a model to measure")
 // the total of many rows is expected to land within, not the spread of one
 // row.
 func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuoteParams) (Quote, error) {
-	q := Quote{Rows: task.RowsTotal, CostKnown: p.Prices != nil, QuotaKnown: p.RequestsPerSecond > 0}
+	q := Quote{Rows: task.RowsTotal, CostKnown: p.Prices != nil, QuotaKnown: p.RequestsPerSecond > 0, Asked: task.Sample}
+	untried := 0
 	var in, out, cost, economy, latency []float64
 	const page = 1000
 	for from := 1; from <= task.RowsTotal; from += page {
@@ -111,6 +112,12 @@ func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuotePara
 		for _, r := range rows {
 			if r.State != store.RowSucceeded && r.State != store.RowSkipped {
 				q.Left++
+			}
+			switch {
+			case r.Attempts > 0:
+				q.Tried++
+			case !r.State.Final():
+				untried++
 			}
 			if r.State != store.RowSucceeded || r.Cached || r.Usage == (store.Usage{}) {
 				continue
@@ -135,6 +142,7 @@ func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuotePara
 		}
 	}
 	q.Measured = len(in)
+	q.Sampling = task.State == store.TaskHeld && q.Tried < q.Asked && untried > 0
 	if q.Measured == 0 {
 		return q, fmt.Errorf("quote task %s: %w", task.ID, ErrNothingMeasured)
 	}
@@ -236,4 +244,81 @@ func (g *Generator) RowsToCall(ctx context.Context, task store.Task) (int, error
 		calls += len(keys) - len(cached)
 	}
 	return calls, nil
+}
+
+// DefaultCutOverMargin is the time an auto task keeps beside what its
+// waiting rows need online (EconomyConfig.CutOverMargin's default).
+const DefaultCutOverMargin = 30 * time.Second
+
+// onlineNeed is the time an auto task keeps before its deadline for rows
+// that take online long at the pace it knows: a tenth more, for a pace
+// that falls short, and margin (the provider batches' cancel, the
+// export). The lane cuts over by it, and the quote places the cut-over by
+// it.
+func onlineNeed(online, margin time.Duration) time.Duration { return online*11/10 + margin }
+
+// Plan is one way of running a task's rows left, as its quote prices it.
+type Plan struct {
+	// Mode is the plan's mode.
+	Mode store.Mode
+	// Offered is false when the plan cannot run here; Why then says why
+	// (and, for an offered plan, anything its figures leave out).
+	Offered bool
+	Why     string
+	// Cost is what the plan is expected to cost; known when
+	// Quote.CostKnown. An auto plan costs between its economy part
+	// (Cost.Low: the batch API answers everything in time) and online
+	// (Cost.High: nothing comes back before the cut-over).
+	Cost Spread
+	// Duration is how long the plan is expected to take (low, expected,
+	// high), when it is known: online at the quota; for economy none (the
+	// provider's batch window); for auto at most its deadline.
+	Duration [3]time.Duration
+	// EconomyFor is how long an auto plan waits on the batch API before
+	// the rows left go online; 0 when they go online at once
+	// (AllOnline).
+	EconomyFor time.Duration
+	AllOnline  bool
+	// NeedsDeadline: an auto plan not offered for want of a deadline.
+	NeedsDeadline bool
+}
+
+// BatchWindow is what a provider batch takes, as the providers sell it.
+const BatchWindow = "within the provider's batch window (often minutes to a few hours, at most 24h)"
+
+// Plans prices the rows left of q three ways: online, economy (when batch:
+// a provider here sells a batch API) and auto with a deadline this far
+// away (0 for none given).
+func (q Quote) Plans(batch bool, deadline time.Duration) []Plan {
+	online := Plan{Mode: store.ModeOnline, Offered: true, Cost: q.Cost, Duration: q.Duration}
+	if q.Duration[1] > 0 && !q.QuotaKnown {
+		online.Why = "if the quota does not bind (it is not known)"
+	}
+	if q.Duration[1] == 0 {
+		online.Why = "time unknown"
+	}
+	economy := Plan{Mode: store.ModeEconomy, Offered: batch, Cost: q.Economy, Why: BatchWindow}
+	auto := Plan{Mode: store.ModeAuto, Offered: batch}
+	if !batch {
+		economy.Why = "no provider here sells a batch API (openai, anthropic and the simulator do)"
+		auto.Why = economy.Why
+		return []Plan{online, economy, auto}
+	}
+	need := onlineNeed(q.Duration[1], DefaultCutOverMargin)
+	switch {
+	case deadline <= 0:
+		auto.Offered, auto.NeedsDeadline = false, true
+		auto.Why = "needs a deadline: economy until the deadline leaves the time the rest needs online"
+	case q.Duration[1] == 0:
+		auto.Offered, auto.Why = false, "time online unknown, so the switch to online cannot be placed"
+	case need >= deadline:
+		auto.AllOnline, auto.Cost, auto.Duration = true, q.Cost, q.Duration
+		auto.Why = "all online at once: the rows need about " + need.Round(time.Second).String() + " online, the deadline is " + deadline.Round(time.Second).String() + " away"
+	default:
+		auto.Cost = Spread{Low: q.Economy.Mid, Mid: (q.Economy.Mid + q.Cost.Mid) / 2, High: q.Cost.Mid}
+		auto.Duration = [3]time.Duration{0, deadline, deadline}
+		auto.EconomyFor = deadline - need
+		auto.Why = "economy for up to " + auto.EconomyFor.Round(time.Second).String() + ", then the rows left online"
+	}
+	return []Plan{online, economy, auto}
 }

@@ -359,6 +359,9 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	if err != nil {
 		return store.Task{}, err
 	}
+	if task.Sample > 0 {
+		return s.hold(ctx, task, resumed)
+	}
 	toSend, err := s.unsent(ctx, task.ID, batches, resumed)
 	if err != nil {
 		return store.Task{}, err
@@ -390,6 +393,31 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 	}
 	s.cfg.Logger.InfoContext(ctx, "task split", logging.TaskID, t.ID, "source", t.Source, "encoding", t.Encoding, "rows", t.RowsTotal, "batches", t.BatchesTotal,
 		"finished_at_split", len(settled))
+	return t, nil
+}
+
+// hold ends the split of a task that asks for a quote first: it sends its
+// sample's messages instead of its batches' and holds it (EventHold) until
+// its owner starts it (Starter.Start), which sends the batches. A split
+// resumed after it died sends the sample again: rows already answered are
+// not asked again, so a sample sent twice answers at most twice its size.
+// Batches whose rows are all final at the split are finished when the
+// task starts, as any batch (the generator makes no call for them).
+func (s *Splitter) hold(ctx context.Context, task store.Task, resumed bool) (store.Task, error) {
+	if msgs := SampleMessages(task, task.Sample); len(msgs) > 0 {
+		if err := s.queue.Send(ctx, msgs); err != nil {
+			return store.Task{}, fmt.Errorf("split %s: send the sample of %d rows: %w", task.ID, task.Sample, err)
+		}
+	}
+	t, err := s.store.TransitionTask(ctx, store.EventHold.Params(task.ID, s.cfg.Clock.Now()))
+	if isConflict(err) {
+		return s.store.GetTask(ctx, task.ID)
+	}
+	if err != nil {
+		return store.Task{}, fmt.Errorf("split %s: hold task: %w", task.ID, err)
+	}
+	s.cfg.Logger.InfoContext(ctx, "task split and held for a quote", logging.TaskID, t.ID, "source", t.Source, "rows", t.RowsTotal,
+		"batches", t.BatchesTotal, "sample", t.Sample, "resumed", resumed)
 	return t, nil
 }
 

@@ -208,6 +208,10 @@ type sweptTask struct {
 	done bool
 	// owner is its principal, the group of its messages.
 	owner string
+	// held: it waits for its owner to start it (store.TaskHeld). Its
+	// batches wait unsent; one a sample's worker died holding is handed
+	// back, unsent too.
+	held bool
 }
 
 // sweepPage acts on one page of open batches: parks those of tasks with no
@@ -232,7 +236,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 			default:
 				// A cancelled or failed task's open batches stay as they
 				// are: its remaining rows are not to run.
-				task = sweptTask{done: t.State.Final(), owner: t.Owner}
+				task = sweptTask{done: t.State.Final(), owner: t.Owner, held: t.State == store.TaskHeld}
 			}
 			tasks[b.TaskID] = task
 		}
@@ -248,6 +252,9 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 				errs = append(errs, fmt.Errorf("park batch %s/%d: %w", b.TaskID, b.No, err))
 			}
 			continue
+		}
+		if task.held && b.State == store.BatchPending {
+			continue // sent when its task starts
 		}
 		parked := b.State == store.BatchPending && b.LastError == ParkedReason
 		if parked && b.UpdatedAt.After(now.Add(-cfg.PendingAfter-cfg.ParkedPoll)) {
@@ -287,6 +294,9 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 			}
 			report.LeasesReset++
 			log.WarnContext(ctx, "sweeper reset an expired lease", logging.TaskID, b.TaskID, logging.BatchNo, b.No, "owner", b.Owner, "lease_until", b.LeaseUntil)
+			if task.held {
+				continue // sent when its task starts
+			}
 		default:
 			continue
 		}

@@ -116,6 +116,24 @@ func (s *Set) JSONMode() []string {
 // such provider.
 func (s *Set) Limiter(name string) pipeline.Limiter { return s.limiters[name] }
 
+// QuotaPace is the requests a second the quotas of f's providers allow:
+// the configured ones, or what the set's limiters learnt so far (a quote's
+// sample teaches them); 0 when a provider's is not known.
+func (s *Set) QuotaPace(f *providerfile.File) float64 {
+	if rpm := f.RPM(); rpm > 0 {
+		return float64(rpm) / 60
+	}
+	total := 0.0
+	for _, p := range f.Providers {
+		l, ok := s.Limiter(p.Name).(interface{ Rate() float64 })
+		if !ok || l.Rate() <= 0 {
+			return 0
+		}
+		total += l.Rate()
+	}
+	return total
+}
+
 // Build builds the providers of f (validated) for one runtime.
 func Build(f *providerfile.File, cfg Config) (*Set, error) {
 	rc := cfg.Router

@@ -15,11 +15,13 @@ import (
 // workbook) adds an event here, not a From list at its call site.
 //
 //	PENDING ──split──▶ RUNNING ──export──▶ EXPORTING ──exported──▶ SUCCEEDED
-//	   │  ╲                │                   ╲──exported partial──▶ PARTIAL
-//	   │   ╲──export───────┼──────────────────▶ (a fast worker can finish every
-//	   │                   │                     batch before the split's move)
-//	   ├──reject──▶ FAILED │
-//	   └──cancel──▶ CANCELLED ◀──cancel──┘   CANCELLED ──exported cancelled──▶ CANCELLED (+ result)
+//	   │  ╲                ▲  │                ╲──exported partial──▶ PARTIAL
+//	   │   ╲──hold──▶ HELD ┘  │   (start; a quote's sample is answered while held)
+//	   │   ╲──export──────────┼──▶ EXPORTING  (a fast worker can finish every
+//	   │                      │                batch before the split's move)
+//	   ├──reject──▶ FAILED    │
+//	   └──cancel──▶ CANCELLED ◀──cancel──┘ (from HELD too)
+//	CANCELLED ──exported cancelled──▶ CANCELLED (+ result)
 //	SUCCEEDED, PARTIAL ──re-export──▶ EXPORTING (next export generation)
 //	SUCCEEDED, PARTIAL, CANCELLED ──reopen──▶ RUNNING (next export generation)
 
@@ -28,8 +30,11 @@ type TaskState string
 
 // Task states. PENDING while splitting, RUNNING while batches are generated,
 // EXPORTING while the result file is written, then one of the final states.
+// HELD is a task split but not started: it waits for its owner to read a
+// quote (a sample of its rows is answered meanwhile) and start it.
 const (
 	TaskPending   TaskState = "PENDING"
+	TaskHeld      TaskState = "HELD"
 	TaskRunning   TaskState = "RUNNING"
 	TaskExporting TaskState = "EXPORTING"
 	TaskSucceeded TaskState = "SUCCEEDED"
@@ -39,7 +44,7 @@ const (
 )
 
 // TaskStates are all task states, in lifecycle order.
-var TaskStates = []TaskState{TaskPending, TaskRunning, TaskExporting, TaskSucceeded, TaskPartial, TaskFailed, TaskCancelled}
+var TaskStates = []TaskState{TaskPending, TaskHeld, TaskRunning, TaskExporting, TaskSucceeded, TaskPartial, TaskFailed, TaskCancelled}
 
 // Final reports whether no further work will happen on a task in state s.
 func (s TaskState) Final() bool {
@@ -51,10 +56,15 @@ func (s TaskState) Final() bool {
 }
 
 // Generating reports whether rows of a task in state s may still be
-// generated: a worker that finds its task in another state (exporting,
-// finished, cancelled) starts no row. They are the states a cancel applies
-// to.
-func (s TaskState) Generating() bool { return EventCancel.Allows(s) }
+// generated: a worker that finds its task in another state (held,
+// exporting, finished, cancelled) starts no row, but for a held task's
+// sample (Sampling). They are the states a cancel applies to, but HELD.
+func (s TaskState) Generating() bool { return s != TaskHeld && EventCancel.Allows(s) }
+
+// Sampling reports whether a quote's sample of rows may be answered for a
+// task in state s: a held task's, or a task already running (the sample
+// then runs beside its batches).
+func (s TaskState) Sampling() bool { return s == TaskHeld || s.Generating() }
 
 // TaskEvent names a move of the task lifecycle.
 type TaskEvent string
@@ -63,6 +73,11 @@ type TaskEvent string
 const (
 	// EventSplit: the splitter wrote every row, batch and message.
 	EventSplit TaskEvent = "split"
+	// EventHold: the splitter wrote every row and batch of a task that asks
+	// for a quote first (Terms.Sample): it sent only the sample's messages.
+	EventHold TaskEvent = "hold"
+	// EventStart: a held task's owner started it; its batches are sent.
+	EventStart TaskEvent = "start"
 	// EventReject: the input was refused (a split that died before the input
 	// changed under it).
 	EventReject TaskEvent = "reject"
@@ -77,7 +92,8 @@ const (
 	// EventExportedCancelled: the partial result of a cancelled task is
 	// written; it stays CANCELLED with its result key.
 	EventExportedCancelled TaskEvent = "exported cancelled"
-	// EventCancel: an operator stopped the task.
+	// EventCancel: an operator stopped the task (or decided, from its quote,
+	// not to run a held one).
 	EventCancel TaskEvent = "cancel"
 	// EventReexport: a finished task's result is written again from its
 	// stored rows (its file was deleted or expired), under the next export
@@ -102,18 +118,20 @@ type move struct {
 // lifecycle is the transition table.
 var lifecycle = map[TaskEvent]move{
 	EventSplit:             {from: []TaskState{TaskPending}, to: TaskRunning},
+	EventHold:              {from: []TaskState{TaskPending}, to: TaskHeld},
+	EventStart:             {from: []TaskState{TaskHeld}, to: TaskRunning},
 	EventReject:            {from: []TaskState{TaskPending}, to: TaskFailed},
 	EventExport:            {from: []TaskState{TaskPending, TaskRunning}, to: TaskExporting},
 	EventExported:          {from: []TaskState{TaskExporting}, to: TaskSucceeded},
 	EventExportedPartial:   {from: []TaskState{TaskExporting}, to: TaskPartial},
 	EventExportedCancelled: {from: []TaskState{TaskCancelled}, to: TaskCancelled},
-	EventCancel:            {from: []TaskState{TaskPending, TaskRunning}, to: TaskCancelled},
+	EventCancel:            {from: []TaskState{TaskPending, TaskHeld, TaskRunning}, to: TaskCancelled},
 	EventReexport:          {from: []TaskState{TaskSucceeded, TaskPartial}, to: TaskExporting, nextExportGen: true},
 	EventReopen:            {from: []TaskState{TaskSucceeded, TaskPartial, TaskCancelled}, to: TaskRunning, nextExportGen: true},
 }
 
 // TaskEvents are all events, in the order of the table above.
-var TaskEvents = []TaskEvent{EventSplit, EventReject, EventExport, EventExported, EventExportedPartial,
+var TaskEvents = []TaskEvent{EventSplit, EventHold, EventStart, EventReject, EventExport, EventExported, EventExportedPartial,
 	EventExportedCancelled, EventCancel, EventReexport, EventReopen}
 
 func (e TaskEvent) move() move {

@@ -17,7 +17,7 @@ import (
 // TestLifecycleTable holds the transition table to the lifecycle the
 // design describes, event by event.
 func TestLifecycleTable(t *testing.T) {
-	P, R, E, S, X, F, C := store.TaskPending, store.TaskRunning, store.TaskExporting, store.TaskSucceeded, store.TaskPartial, store.TaskFailed, store.TaskCancelled
+	P, H, R, E, S, X, F, C := store.TaskPending, store.TaskHeld, store.TaskRunning, store.TaskExporting, store.TaskSucceeded, store.TaskPartial, store.TaskFailed, store.TaskCancelled
 	tests := []struct {
 		event   store.TaskEvent
 		from    []store.TaskState
@@ -25,12 +25,14 @@ func TestLifecycleTable(t *testing.T) {
 		nextGen bool
 	}{
 		{store.EventSplit, []store.TaskState{P}, R, false},
+		{store.EventHold, []store.TaskState{P}, H, false},
+		{store.EventStart, []store.TaskState{H}, R, false},
 		{store.EventReject, []store.TaskState{P}, F, false},
 		{store.EventExport, []store.TaskState{P, R}, E, false},
 		{store.EventExported, []store.TaskState{E}, S, false},
 		{store.EventExportedPartial, []store.TaskState{E}, X, false},
 		{store.EventExportedCancelled, []store.TaskState{C}, C, false},
-		{store.EventCancel, []store.TaskState{P, R}, C, false},
+		{store.EventCancel, []store.TaskState{P, H, R}, C, false},
 		{store.EventReexport, []store.TaskState{S, X}, E, true},
 		{store.EventReopen, []store.TaskState{S, X, C}, R, true},
 	}
@@ -90,8 +92,13 @@ func TestLifecycleReachability(t *testing.T) {
 			}
 		}
 	}
-	if store.TaskCancelled.Generating() || store.TaskExporting.Generating() || !store.TaskRunning.Generating() || !store.TaskPending.Generating() {
+	if store.TaskCancelled.Generating() || store.TaskExporting.Generating() || store.TaskHeld.Generating() || !store.TaskRunning.Generating() || !store.TaskPending.Generating() {
 		t.Error("Generating: rows run in PENDING and RUNNING only")
+	}
+	for _, s := range store.TaskStates {
+		if want := s == store.TaskHeld || s.Generating(); s.Sampling() != want {
+			t.Errorf("Sampling(%s) = %v: a quote's sample runs in HELD and where rows run", s, !want)
+		}
 	}
 }
 

@@ -98,6 +98,11 @@ type Terms struct {
 	Mode Mode `json:"mode,omitempty"`
 	// Deadline is when an auto task must be done; zero for none.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Sample, when positive, asks for a quote before the task runs: the
+	// split holds it (HELD) and answers that many of its rows first, and
+	// its owner starts it (EventStart) after reading the quote. The task
+	// keeps the sample's answers. 0 starts the task at once.
+	Sample int `json:"sample,omitempty"`
 }
 
 // Mode is how a task's rows are called (Terms.Mode).

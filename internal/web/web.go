@@ -79,6 +79,9 @@ type PageConfig struct {
 	// BatchModes is set when a task may run in economy or auto
 	// (api.Limits.BatchModes): the page offers the mode.
 	BatchModes bool `json:"batch_modes,omitempty"`
+	// Quotes is set when a task may be quoted first (api.Limits.Quotes):
+	// the page offers "Quote first".
+	Quotes bool `json:"quotes,omitempty"`
 }
 
 func (c Config) withDefaults() Config {
@@ -136,7 +139,7 @@ func New(cfg Config) http.Handler {
 	// Under /ui/ so that it is public wherever the assets are (on AWS, the
 	// GET /ui/{proxy+} route has no authorizer).
 	pageConfig := PageConfig{MaxInlineBytes: cfg.MaxInlineBytes, MaxFileBytes: cfg.Limits.MaxFileBytes,
-		Models: cfg.Limits.Models, ModelFixed: cfg.Limits.ModelFixed, CostCaps: cfg.Limits.CostCaps, BatchModes: cfg.Limits.BatchModes}
+		Models: cfg.Limits.Models, ModelFixed: cfg.Limits.ModelFixed, CostCaps: cfg.Limits.CostCaps, BatchModes: cfg.Limits.BatchModes, Quotes: cfg.Limits.Quotes}
 	mux.HandleFunc("GET "+ConfigPath, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, pageConfig)
 	})

@@ -44,6 +44,7 @@ func New(d *awswire.Deps) (*Handler, error) {
 	st := d.Store(blobs)
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
 	auth := GatewayAuth{}
+	exports := d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN))
 	limits := api.Limits{
 		Models: d.Env.AllowedModels, ModelFixed: providers.FixedModels(), MaxTokens: d.Env.MaxTokensLimit, MaxBatchSize: d.Env.MaxBatchSize,
 		MaxActiveTasks: d.Env.MaxActiveTasks, MaxRowsPerDay: d.Env.MaxRowsPerDay,
@@ -51,13 +52,22 @@ func New(d *awswire.Deps) (*Handler, error) {
 		// Economy and auto tasks park between looks at their provider
 		// batches (the generator's EconomyConfig.Park).
 		BatchModes: true,
+		// A held task's sample goes to the generators by the queue, as
+		// any batch (pipeline.SampleMessages); the start sends the rest.
+		Quotes: true,
 	}
 	handler := api.New(api.Config{
 		Store: st, Blobs: blobs, Presigner: blobs, Auth: auth, Clock: d.Clock, Logger: d.Logger,
-		DefaultSpec: spec, Exports: d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN)),
-		TempDir:   d.TempDir,
-		Limits:    limits,
-		Retrier:   pipeline.Retrier{Store: st, Queue: queue},
+		DefaultSpec: spec, Exports: exports,
+		TempDir: d.TempDir,
+		Limits:  limits,
+		Retrier: pipeline.Retrier{Store: st, Queue: queue},
+		Starter: pipeline.Starter{Store: st, Queue: queue, Exports: exports},
+		// The quote's time at the quotas the providers config states (the
+		// fleet's limiters learn theirs in the generators).
+		QuotePace: func() api.QuotePace {
+			return api.QuotePace{RequestsPerSecond: float64(providers.RPM()) / 60, Concurrency: providers.Concurrency()}
+		},
 		EventsURL: d.Env.EventsURL,
 		// What an economy task waits for, from its journal in the table.
 		WaitingOn: pipeline.JournalWaitingOn(st),

@@ -37,6 +37,7 @@ const (
 	attrResultKey      = "result_key"
 	attrMaxCost        = "max_cost"
 	attrMode           = "mode"
+	attrSample         = "sample"
 	attrDeadline       = "deadline"
 	attrExpiresAt      = "expires_at"
 	attrListPK         = "list_pk"
@@ -110,6 +111,8 @@ type taskItem struct {
 	// absent for online and none.
 	Mode     string `dynamodbav:"mode,omitempty"`
 	Deadline string `dynamodbav:"deadline,omitempty"`
+	// Sample is store.Task.Sample; absent for none.
+	Sample int `dynamodbav:"sample,omitempty"`
 	// Token sums of the task's finished batches.
 	InputTokens       int64 `dynamodbav:"input_tokens,omitempty"`
 	OutputTokens      int64 `dynamodbav:"output_tokens,omitempty"`
@@ -248,6 +251,7 @@ func taskToItem(t store.Task) (taskItem, error) {
 		Error:             t.Error,
 		ExportGen:         t.ExportGen,
 		MaxCost:           t.MaxCost,
+		Sample:            t.Sample,
 		Mode:              string(t.Mode),
 		Deadline:          encodeTime(t.Deadline),
 		InputTokens:       t.Usage.InputTokens,
@@ -364,7 +368,7 @@ func taskFromAV(av map[string]types.AttributeValue) (store.Task, error) {
 	if err := json.Unmarshal([]byte(it.Spec), &t.Spec); err != nil {
 		return store.Task{}, fmt.Errorf("decode spec of task %s: %w", it.ID, err)
 	}
-	t.Terms = store.Terms{MaxCost: it.MaxCost, Mode: store.Mode(it.Mode)}
+	t.Terms = store.Terms{MaxCost: it.MaxCost, Mode: store.Mode(it.Mode), Sample: it.Sample}
 	deadline, derr := decodeTime(it.Deadline)
 	if derr != nil {
 		return store.Task{}, fmt.Errorf("decode deadline of task %s: %w", it.ID, derr)

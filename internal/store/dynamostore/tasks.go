@@ -307,6 +307,7 @@ func (s *Store) SetTerms(ctx context.Context, taskID string, terms store.Terms) 
 	u.setFOrRemove(attrMaxCost, terms.MaxCost)
 	u.setOrRemove(attrMode, string(terms.Mode))
 	u.setOrRemove(attrDeadline, encodeTime(terms.Deadline))
+	u.setFOrRemove(attrSample, float64(terms.Sample))
 	updated, err := s.updateIf(ctx, key(taskPK(taskID), taskSK), "attribute_exists("+e.n(attrPK)+")", u, true)
 	if _, ok := conditionFailed(err); ok {
 		return store.Task{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)

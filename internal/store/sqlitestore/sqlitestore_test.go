@@ -250,6 +250,7 @@ func TestMigrationSplitsUsageByProvider(t *testing.T) {
 		`ALTER TABLE tasks DROP COLUMN mode`,
 		`ALTER TABLE tasks DROP COLUMN deadline`,
 		`DROP TABLE provider_batches`,
+		`ALTER TABLE tasks DROP COLUMN sample`,
 		`UPDATE schema_version SET version = 7 WHERE component = 'sqlitestore'`,
 	} {
 		if _, err := s.DB().Exec(q); err != nil {

@@ -14,7 +14,7 @@ import (
 
 const taskColumns = `id, state, spec, source, sheet, header, rows_total, batches_total, batches_done,
 	rows_succeeded, rows_failed, rows_skipped, result_key, error, created_at, updated_at, finished_at, encoding, export_gen, owner,
-	input_tokens, output_tokens, cached_input_tokens, usage_by_provider, delimiter, rerun, max_cost, mode, deadline`
+	input_tokens, output_tokens, cached_input_tokens, usage_by_provider, delimiter, rerun, max_cost, mode, deadline, sample`
 
 // providerUsage is one provider's sums in the tasks.usage_by_provider JSON
 // object; the names are the ones the SQL that maintains it uses.
@@ -67,7 +67,7 @@ func scanTask(sc scanner) (store.Task, error) {
 	err := sc.Scan(&t.ID, &t.State, &spec, &t.Source, &t.Sheet, &header, &t.RowsTotal, &t.BatchesTotal,
 		&t.BatchesDone, &t.RowsSucceeded, &t.RowsFailed, &t.RowsSkipped, &t.ResultKey, &t.Error,
 		&created, &updated, &finished, &t.Encoding, &t.ExportGen, &t.Owner,
-		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage, &t.Delimiter, &rerun, &t.MaxCost, &t.Mode, &deadline)
+		&t.Usage.InputTokens, &t.Usage.OutputTokens, &t.Usage.CachedInputTokens, &usage, &t.Delimiter, &rerun, &t.MaxCost, &t.Mode, &deadline, &t.Sample)
 	if err != nil {
 		return store.Task{}, err
 	}
@@ -120,12 +120,12 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 		rerun = string(b)
 	}
 	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
 		t.BatchesDone, t.RowsSucceeded, t.RowsFailed, t.RowsSkipped, t.ResultKey, t.Error,
 		millis(t.CreatedAt), millis(t.UpdatedAt), millis(t.FinishedAt), t.Encoding, t.ExportGen, t.Owner,
-		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage, t.Delimiter, rerun, t.MaxCost, t.Mode, deadlineMillis(t.Deadline))
+		t.Usage.InputTokens, t.Usage.OutputTokens, t.Usage.CachedInputTokens, usage, t.Delimiter, rerun, t.MaxCost, t.Mode, deadlineMillis(t.Deadline), t.Sample)
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
@@ -142,8 +142,8 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 
 // SetTerms implements store.Store.
 func (s *Store) SetTerms(ctx context.Context, taskID string, terms store.Terms) (store.Task, error) {
-	t, err := scanTask(s.write.QueryRowContext(ctx, `UPDATE tasks SET max_cost = ?, mode = ?, deadline = ? WHERE id = ? RETURNING `+taskColumns,
-		terms.MaxCost, terms.Mode, deadlineMillis(terms.Deadline), taskID))
+	t, err := scanTask(s.write.QueryRowContext(ctx, `UPDATE tasks SET max_cost = ?, mode = ?, deadline = ?, sample = ? WHERE id = ? RETURNING `+taskColumns,
+		terms.MaxCost, terms.Mode, deadlineMillis(terms.Deadline), terms.Sample, taskID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Task{}, fmt.Errorf("set terms of task %s: %w", taskID, store.ErrNotFound)
 	}

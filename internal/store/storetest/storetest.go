@@ -340,20 +340,21 @@ func testGetTaskNotFound(t *testing.T, s store.Store) {
 	wantErr(t, err, store.ErrNotFound, "get unknown task")
 }
 
-// testSetTerms: a task's terms (cap, mode, deadline) are kept from its
+// testSetTerms: a task's terms (cap, mode, deadline, sample) are kept from its
 // create, replaced together in any state, removed with zero values, and
 // refused for an unknown task.
 func testSetTerms(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	task := sampleTask()
 	deadline := time.Date(2026, 12, 3, 9, 30, 0, 0, time.UTC)
-	task.Terms = store.Terms{MaxCost: 1.25, Mode: store.ModeAuto, Deadline: deadline}
+	task.Terms = store.Terms{MaxCost: 1.25, Mode: store.ModeAuto, Deadline: deadline, Sample: 20}
 	noErr(t, s.CreateTask(ctx, task), "create task")
 	got, err := s.GetTask(ctx, task.ID)
 	noErr(t, err, "get task")
 	diff(t, "terms as created", task.Terms, got.Terms)
 	for _, terms := range []store.Terms{
 		{MaxCost: 7.5, Mode: store.ModeEconomy},
+		{Sample: 35},
 		{MaxCost: 0.000125, Mode: store.ModeAuto, Deadline: deadline.Add(90 * time.Minute)},
 		{},
 	} {

@@ -5,7 +5,11 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const FINISHED = new Set(["SUCCEEDED", "PARTIAL", "FAILED", "CANCELLED"]);
-  const ACTIVE = new Set(["AWAITING_UPLOAD", "UPLOADED", "PENDING", "RUNNING", "EXPORTING"]);
+  const ACTIVE = new Set(["AWAITING_UPLOAD", "UPLOADED", "PENDING", "HELD", "RUNNING", "EXPORTING"]);
+  // The rows a quote answers first, and the deadline its auto plan is
+  // priced for when the task has none of its own.
+  const QUOTE_SAMPLE = 20;
+  const QUOTE_DEADLINE = "6h";
   const SHEET_EXT = /\.(xlsx|xlsm|csv|tsv)$/i;
   const TEXT_EXT = /\.(csv|tsv)$/i;
   const POLL_MS = 1000;
@@ -65,7 +69,7 @@
     configLoaded = configLoaded || fetch("/ui/config.json", { cache: "no-store" })
       .then((r) => (r.ok ? r.json() : null))
       .catch(() => null)
-      .then((c) => { state.config = c || {}; applyModelRule(state.config); applyCostCaps(state.config); applyBatchModes(state.config); return state.config; });
+      .then((c) => { state.config = c || {}; applyModelRule(state.config); applyCostCaps(state.config); applyBatchModes(state.config); applyQuotes(state.config); return state.config; });
     return configLoaded;
   }
   // The API's rule for a task's model: a server that routes rows to the
@@ -96,6 +100,11 @@
     $("mode-hint").hidden = !c.batch_modes;
     if (!c.batch_modes) $("mode").value = "";
     $("deadline-field").hidden = $("mode").value !== "auto";
+  }
+  // A quote first is offered where the server holds tasks for one.
+  function applyQuotes(c) {
+    $("quote-first").hidden = !c.quotes;
+    $("quote-first-hint").hidden = !c.quotes;
   }
   function applyCostCaps(c) {
     $("max-cost-field").hidden = !c.cost_caps;
@@ -152,6 +161,7 @@
     return {
       self: l.self || base, events: l.events || base + "/events", result: l.result || base + "/result",
       cancel: l.cancel || base + "/cancel", retry: l.retry || base + "/retry",
+      quote: l.quote || base + "/quote", start: l.start || base + "/start",
     };
   }
   function unwrap(v) { return v && v.task ? v.task : v; }
@@ -385,6 +395,11 @@
   // ---- create ----------------------------------------------------------
   async function start(ev) {
     ev.preventDefault();
+    await create(false);
+  }
+  // create sends the sheet with the form's settings; quote asks for a
+  // quote first (the task is held while a sample of its rows is answered).
+  async function create(quote) {
     if (!state.file) return;
     clearError();
     const file = state.file;
@@ -402,7 +417,8 @@
     // The encoding read from a head only is a guess about the rest: let the
     // server detect it on the whole sheet.
     if (state.inspection && state.inspection.encoding && !state.inspection.partial) fields.encoding = state.inspection.encoding;
-    const btn = $("start");
+    if (quote) fields.sample = String(QUOTE_SAMPLE);
+    const btn = $(quote ? "quote-first" : "start"), label = quote ? "quote.first" : "start";
     btn.disabled = true; btn.textContent = t("starting");
     try {
       const created = inline(file) ? await createInline(file, fields) : await createAndUpload(file, fields, (pct) => { btn.textContent = t("uploading", { pct }); });
@@ -414,7 +430,7 @@
     } catch (err) {
       showAPIError(err);
     } finally {
-      btn.disabled = false; btn.textContent = t("start");
+      btn.disabled = false; btn.textContent = t(label);
     }
   }
   // createInline sends the sheet with the task: checked, then split, in one
@@ -437,7 +453,7 @@
       const n = Number(v);
       // Numbers go as numbers; a value that is none is sent as typed, for
       // the server to say what is wrong with it.
-      req[k] = (k === "temperature" || k === "max_tokens" || k === "rows_per_call" || k === "max_cost_usd") && v !== "" && isFinite(n) ? n : v;
+      req[k] = (k === "temperature" || k === "max_tokens" || k === "rows_per_call" || k === "max_cost_usd" || k === "sample") && v !== "" && isFinite(n) ? n : v;
       if (k === "columns") req[k] = JSON.parse(v); // a list of columns, not a string of one
     }
     const created = await call("POST", "/api/tasks", req);
@@ -537,8 +553,9 @@
     $("bar-label").textContent = p.pct + "%";
     $("stat-done").textContent = p.total ? p.done + " / " + p.total : String(p.done);
     $("stat-failed").textContent = String(num(v.rows_failed));
-    $("stat-rate").textContent = r.perSec > 0 && !FINISHED.has(st) ? t("rate.value", { n: r.perSec >= 10 ? Math.round(r.perSec) : r.perSec.toFixed(1) }) : "–";
-    $("stat-eta").textContent = FINISHED.has(st) ? t("eta.done") : typeof r.eta === "number" && isFinite(r.eta) ? fmtDuration(r.eta) : "–";
+    const still = FINISHED.has(st) || st === "HELD"; // a held task waits for its owner
+    $("stat-rate").textContent = r.perSec > 0 && !still ? t("rate.value", { n: r.perSec >= 10 ? Math.round(r.perSec) : r.perSec.toFixed(1) }) : "–";
+    $("stat-eta").textContent = FINISHED.has(st) ? t("eta.done") : typeof r.eta === "number" && isFinite(r.eta) && !still ? fmtDuration(r.eta) : "–";
     // An economy or auto task: what it costs and waits for.
     const md = $("current-mode");
     md.hidden = !v.mode;
@@ -554,18 +571,99 @@
     $("download").disabled = !(st === "SUCCEEDED" || st === "PARTIAL" || (st === "CANCELLED" && !!v.result_url));
     $("retry").disabled = !(FINISHED.has(st) && st !== "FAILED" && num(v.rows_failed) > 0);
     $("cancel").disabled = !ACTIVE.has(st);
+    renderQuote(v, st);
     const tr = $("transport");
     tr.dataset.transport = state.follow ? state.follow.transport : "";
     tr.textContent = state.follow && !FINISHED.has(st) ? t("transport." + state.follow.transport) : "";
+  }
+  // ---- a held task's quote ---------------------------------------------
+  // While the task is held the page reads its quote (at most once a
+  // second, while its sample is answered) and offers a Start per plan.
+  function renderQuote(v, st) {
+    const box = $("quote");
+    box.hidden = st !== "HELD";
+    if (st !== "HELD") return;
+    const q = state.quote && state.quote.id === taskID(v) ? state.quote : null;
+    if (!q || (q.sampling && performance.now() - state.quoteAt > POLL_MS)) loadQuote(v);
+    if (!q) { $("quote-status").textContent = t("quote.measuring", { n: num(v.sample), done: 0 }); $("plans-table").hidden = true; return; }
+    $("quote-status").textContent = q.sampling ? t("quote.measuring", { n: q.sample, done: q.tried })
+      : q.measured ? t("quote.measured", { n: q.measured, left: q.left, spent: q.spent_usd != null ? money(q.spent_usd) : "–" })
+        : t("quote.none");
+    const body = $("plans");
+    body.textContent = "";
+    $("plans-table").hidden = q.sampling || !q.plans || !q.plans.length;
+    for (const p of q.plans || []) {
+      const tr = document.createElement("tr");
+      tr.dataset.plan = p.mode;
+      const cost = p.cost_usd ? (p.mode === "auto" ? money(p.cost_usd.low) + " – " + money(p.cost_usd.high) : money(p.cost_usd.mid) + " (" + money(p.cost_usd.low) + " – " + money(p.cost_usd.high) + ")") : "–";
+      let time = p.note || "–";
+      if (p.mode === "online" && p.seconds) time = t("plan.about", { d: fmtDuration(p.seconds.mid) });
+      if (p.mode === "economy" && p.offered) time = t("plan.window");
+      if (p.mode === "auto" && p.offered && p.seconds) time = t("plan.auto_time", { d: fmtDuration(p.seconds.high), e: fmtDuration(p.economy_seconds || 0) });
+      [t("plan." + p.mode), p.offered ? cost : "–", time].forEach((text, i) => {
+        const td = document.createElement("td");
+        td.textContent = text;
+        if (i === 2 && !p.offered) td.className = "hint";
+        tr.appendChild(td);
+      });
+      const td = document.createElement("td");
+      if (p.offered) {
+        const b = document.createElement("button");
+        b.type = "button"; b.className = "btn small" + (p.mode === "online" ? " primary" : "");
+        b.textContent = t("plan.start");
+        b.addEventListener("click", () => startPlan(v, p.mode));
+        td.appendChild(b);
+      }
+      tr.appendChild(td);
+      body.appendChild(tr);
+    }
+  }
+  function money(x) { return "$" + (x >= 1 ? x.toFixed(2) : x.toPrecision(2)); }
+  // The deadline the auto plan is priced and started with: the task's own,
+  // else the form's hours, else QUOTE_DEADLINE.
+  function quoteDeadline(v) {
+    if (v.deadline) return v.deadline;
+    const hours = Number($("deadline_hours").value);
+    return isFinite(hours) && hours > 0 ? Math.round(hours * 60) + "m" : QUOTE_DEADLINE;
+  }
+  async function loadQuote(v) {
+    if (state.quoteLoading) return;
+    state.quoteLoading = true;
+    state.quoteAt = performance.now();
+    try {
+      const q = await call("GET", links(v).quote + "?deadline=" + encodeURIComponent(quoteDeadline(v)));
+      state.quote = q;
+      if (state.current && taskID(state.current) === q.id) render(state.current);
+    } catch (err) {
+      showAPIError(err);
+    } finally {
+      state.quoteLoading = false;
+    }
+    // A sample still being answered: look again (the event stream may be
+    // quiet while the first calls are made).
+    if (state.quote && state.quote.sampling && state.current && taskID(state.current) === taskID(v) && taskState(state.current) === "HELD") {
+      setTimeout(() => { if (state.current && taskState(state.current) === "HELD") loadQuote(state.current); }, POLL_MS);
+    }
+  }
+  async function startPlan(v, mode) {
+    clearError();
+    const body = { mode };
+    if (mode === "auto") body.deadline = quoteDeadline(v);
+    try {
+      state.quote = null;
+      show(unwrap(await call("POST", links(v).start, body)));
+      loadTasks();
+    } catch (err) { showAPIError(err); }
   }
   function update(view, eventName) {
     if (!state.current || taskID(view) !== taskID(state.current)) return;
     // The page knows its upload arrived before the server has seen it
     // (an S3 upload is noticed by the splitter a moment later).
     if (taskState(view) === "AWAITING_UPLOAD" && taskState(state.current) === "UPLOADED") view = Object.assign({}, view, { status: "UPLOADED" });
-    // Rate and ETA are absent when unknown or finished: drop the old ones.
+    // Rate, ETA and what an economy task waits on are absent when unknown
+    // or over: drop the old ones.
     const merged = Object.assign({}, state.current);
-    delete merged.rows_per_second; delete merged.rate_per_second; delete merged.eta_seconds;
+    delete merged.rows_per_second; delete merged.rate_per_second; delete merged.eta_seconds; delete merged.waiting_on;
     state.current = Object.assign(merged, view);
     render(state.current);
     const i = state.tasks.findIndex((x) => taskID(x) === taskID(view));
@@ -777,6 +875,7 @@
       if (names.length) names[names.length - 1].focus();
     });
     $("task-form").addEventListener("submit", start);
+    $("quote-first").addEventListener("click", () => create(true));
     $("download").addEventListener("click", download);
     $("retry").addEventListener("click", retry);
     $("cancel").addEventListener("click", cancel);

@@ -1,0 +1,187 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batchgen/batchgen/internal/llm"
+	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
+	"github.com/batchgen/batchgen/internal/store"
+)
+
+// TestHeldTaskSamplesThenStarts: a task split with a sample is held; only
+// its sample's rows are called, spread over the sheet; the sweeper sends
+// none of its batches and a stray batch message starts no row; the start
+// runs the rest, and no row is called twice.
+func TestHeldTaskSamplesThenStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	calls := map[string]int{}
+	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		mu.Lock()
+		calls[req.Prompt]++
+		mu.Unlock()
+		return llm.Response{Text: "ok " + req.Prompt, Usage: llm.Usage{InputTokens: 10, OutputTokens: 20}}, nil
+	})
+	callCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range calls {
+			n += c
+		}
+		return n
+	}
+	// Priced, so the cap the start sets holds (a cap without prices stops
+	// the task).
+	prices := pricing.Default().With(map[string]pricing.Price{"sim": {InputPerMTok: 1, OutputPerMTok: 1}})
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2, Prices: prices})
+	const rows, batch, sample = 30, 5, 4
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: batch}
+	params := pipeline.SplitParams{
+		TaskID: pipeline.DeriveTaskID("held", spec), Source: "in.csv", Spec: spec, Terms: store.Terms{Sample: sample},
+		Path: e.writeCSV("in.csv", []string{"id", "name"}, productRows(rows)),
+	}
+	task, err := e.splitter.Split(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.State != store.TaskHeld || task.Sample != sample {
+		t.Fatalf("split task %s (sample %d), want HELD with its sample", task.State, task.Sample)
+	}
+	id := task.ID
+
+	// Work the queue until the quote says the sample is answered.
+	work := func(until func() bool) {
+		t.Helper()
+		wctx, stop := context.WithTimeout(ctx, 30*time.Second)
+		defer stop()
+		workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 3, PollInterval: 5 * time.Millisecond})
+		done := make(chan struct{})
+		go func() { defer close(done); _ = workers.Run(wctx) }()
+		for !until() {
+			if wctx.Err() != nil {
+				t.Fatal("the condition did not hold within 30 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // let stray messages be taken too
+		stop()
+		<-done
+	}
+	quote := func() pipeline.Quote {
+		t.Helper()
+		cur, err := e.store.GetTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := pipeline.QuoteTask(ctx, e.store, cur, pipeline.QuoteParams{RowsToCall: -1, Concurrency: 2})
+		if err != nil && !errors.Is(err, pipeline.ErrNothingMeasured) {
+			t.Fatal(err)
+		}
+		return q
+	}
+	if q := quote(); !q.Sampling || q.Asked != sample || q.Tried != 0 {
+		t.Fatalf("quote before any worker: %+v, want sampling %d rows, none tried", q, sample)
+	}
+	work(func() bool { return !quote().Sampling })
+	q := quote()
+	if q.Tried != sample || q.Measured != sample || q.Left != rows-sample || callCount() != sample {
+		t.Fatalf("after the sample: quote %+v, %d calls; want %d rows measured and called", q, callCount(), sample)
+	}
+	// Spread: one row from each of four batches over the sheet's six.
+	mu.Lock()
+	for _, want := range []string{"SKU-0001", "SKU-0006", "SKU-0016", "SKU-0021"} {
+		if calls[want] != 1 {
+			t.Errorf("sample calls %v, want the first row of batches 1, 2, 4 and 5", calls)
+			break
+		}
+	}
+	mu.Unlock()
+
+	// Held: the sweeper sends none of its batches, and a batch message that
+	// is not the sample's starts no row.
+	sweeper := pipeline.NewSweeper(e.store, e.queue, e.signal, pipeline.SweeperConfig{PendingAfter: time.Nanosecond})
+	rep, err := sweeper.Sweep(ctx)
+	if err != nil || rep.Requeued != 0 || rep.LeasesReset != 0 || rep.BatchesFailed != 0 {
+		t.Fatalf("sweep of a held task: %+v %v, want nothing sent", rep, err)
+	}
+	if err := e.queue.Send(ctx, pipeline.BatchMessages(task, []int{3})); err != nil {
+		t.Fatal(err)
+	}
+	work(func() bool { return true })
+	if n := callCount(); n != sample {
+		t.Fatalf("%d calls after a stray message for the held task, want the sample's %d", n, sample)
+	}
+
+	starter := pipeline.Starter{Store: e.store, Queue: e.queue, Exports: e.signal}
+	started, n, err := starter.Start(ctx, pipeline.StartParams{TaskID: id, Now: time.Now(), Change: func(t *store.Terms) { t.MaxCost = 5 }})
+	if err != nil || started.State != store.TaskRunning || n != rows/batch || started.MaxCost != 5 {
+		t.Fatalf("start: %s, %d batches sent, cap %v, %v; want RUNNING with every batch sent and the new cap", started.State, n, started.MaxCost, err)
+	}
+	done := e.runToCompletion(ctx, id)
+	if done.State != store.TaskSucceeded || done.RowsSucceeded != rows {
+		t.Fatalf("after the start: %s with %d rows succeeded, want SUCCEEDED with %d", done.State, done.RowsSucceeded, rows)
+	}
+	mu.Lock()
+	for prompt, c := range calls {
+		if c != 1 {
+			t.Errorf("%s called %d times: the sample was paid twice", prompt, c)
+		}
+	}
+	if len(calls) != rows {
+		t.Errorf("%d prompts called, want %d", len(calls), rows)
+	}
+	mu.Unlock()
+	var se *pipeline.StateError
+	if _, _, err := starter.Start(ctx, pipeline.StartParams{TaskID: id, Now: time.Now()}); !errors.As(err, &se) || !errors.Is(err, store.ErrConflict) {
+		t.Errorf("second start: %v, want a StateError", err)
+	}
+}
+
+// TestHeldTaskAnsweredWholeBySample: a sheet no larger than its sample is
+// answered whole while held; the start goes straight to the export.
+func TestHeldTaskAnsweredWholeBySample(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, nil, pipeline.GeneratorConfig{Concurrency: 2})
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 2}
+	params := pipeline.SplitParams{
+		TaskID: pipeline.DeriveTaskID("small", spec), Source: "in.csv", Spec: spec, Terms: store.Terms{Sample: 20},
+		Path: e.writeCSV("in.csv", []string{"id", "name"}, productRows(3)),
+	}
+	task, err := e.splitter.Split(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range pipeline.SampleMessages(task, task.Sample) {
+		out := e.gen.Process(ctx, pipeline.Delivery{Body: m.Body})
+		if out.Err != nil || !out.Ack {
+			t.Fatalf("sample message: %+v, want acknowledged", out)
+		}
+	}
+	held, err := e.store.GetTask(ctx, task.ID)
+	if err != nil || held.State != store.TaskHeld || held.BatchesDone != 2 || !held.NeedsExport() {
+		t.Fatalf("after the sample: %+v %v, want HELD with both batches done", held, err)
+	}
+	started, n, err := pipeline.Starter{Store: e.store, Queue: e.queue, Exports: e.signal}.Start(ctx, pipeline.StartParams{TaskID: task.ID, Now: time.Now()})
+	if err != nil || started.State != store.TaskRunning || n != 0 {
+		t.Fatalf("start: %s, %d batches, %v", started.State, n, err)
+	}
+	select {
+	case got := <-e.signal.C():
+		if got != task.ID {
+			t.Fatalf("export signalled for %s", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the start of a task its sample answered whole started no export")
+	}
+	if cur, _ := e.store.GetTask(ctx, task.ID); cur.State != store.TaskExporting {
+		t.Errorf("task %s after the start, want EXPORTING", cur.State)
+	}
+}
