@@ -618,7 +618,7 @@
       body.appendChild(tr);
     }
   }
-  function money(x) { return "$" + (x >= 1 ? x.toFixed(2) : x.toPrecision(2)); }
+  function money(x) { return x === 0 ? "$0" : "$" + (x >= 1 ? x.toFixed(2) : x.toPrecision(2)); }
   // The deadline the auto plan is priced and started with: the task's own,
   // else the form's hours, else QUOTE_DEADLINE.
   function quoteDeadline(v) {
