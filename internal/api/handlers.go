@@ -827,7 +827,7 @@ func (s *server) maxCost(v *float64) (float64, error) {
 		return 0, err
 	}
 	if *v > 0 && !s.cfg.Limits.CostCaps {
-		return 0, errors.New("max_cost_usd: this deployment cannot hold a task to a spending cap yet (batchgen serve can)")
+		return 0, errors.New("max_cost_usd: this deployment cannot hold a task to a spending cap")
 	}
 	return *v, nil
 }

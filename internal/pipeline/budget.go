@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/pricing"
@@ -24,10 +25,23 @@ import (
 // answers with more tokens than its cap allowed for (a task without
 // max_tokens is held at budgetOutputTokens a call).
 //
-// The ledger is the process's: exact on the embedded runtime, whose one
-// process runs every batch of its tasks. A generator without prices (the
-// AWS functions, for now) cannot hold a task to a cap, and stops a capped
-// task at its first call rather than spend without bound.
+// The ledger is the process's on the embedded runtime, whose one process
+// runs every batch of its tasks: exact. A fleet (the AWS generators) shares
+// one ledger per task in the store (store.Allowances, GeneratorConfig.
+// Allowances): each process takes an allowance of a few calls' worst case
+// at a time, holds its calls against it, and gives back what they did not
+// spend when its last batch of the task ends. So the fleet together never
+// passes the cap; a process killed before it gives back leaves its
+// allowance counted as spent (the task may stop up to that much short of
+// its cap, never past it). A generator without prices cannot hold a task to
+// a cap, and stops a capped task at its first call rather than spend
+// without bound.
+
+// allowanceCalls is how many calls' worst case a process takes from the
+// fleet's ledger at a time beyond the call at hand: fewer writes to the
+// task's ledger item, at the price of that much set aside while this
+// process has it.
+const allowanceCalls = 4
 
 // budgetOutputTokens is the completion held for a call of a task that sets
 // no max_tokens (for each row of a packed call): what a provider's default
@@ -44,11 +58,18 @@ type BudgetError struct {
 	MaxCost, Spent, Held, Need float64
 	// Unpriced, when set, says why the call could not be priced instead.
 	Unpriced string
+	// Fleet is set when the ledger is the fleet's (store.Allowances):
+	// Spent then counts what every process spent or set aside.
+	Fleet bool
 }
 
 func (e *BudgetError) Error() string {
 	if e.Unpriced != "" {
 		return fmt.Sprintf("task %s has a max cost of %s, but %s", e.TaskID, money(e.MaxCost), e.Unpriced)
+	}
+	if e.Fleet {
+		return fmt.Sprintf("max cost %s reached: %s spent or set aside for calls in flight by every generator; the next call could cost %s",
+			money(e.MaxCost), money(e.Spent), money(e.Need))
 	}
 	return fmt.Sprintf("max cost %s reached: %s spent and %s held by calls in flight; the next call could cost %s",
 		money(e.MaxCost), money(e.Spent), money(e.Held), money(e.Need))
@@ -83,6 +104,9 @@ var errUnpriced = errors.New("no price known")
 type budgets struct {
 	store  store.Store
 	prices *pricing.Table
+	// shared, when set, is the fleet's ledger each budget takes its
+	// allowances from.
+	shared store.Allowances
 	mu     sync.Mutex
 	tasks  map[string]*budget
 }
@@ -91,6 +115,8 @@ type budgets struct {
 // call for a task reads what its rows cost so far (a run that stopped
 // before), so a resumed task keeps counting from there. A ledger follows
 // the task's cap as its batches bring it (a retry with a higher one).
+// With a fleet's ledger nothing is read here: the first taking opens it.
+// Each ledger returned is released (release) when its batch ends.
 func (bs *budgets) forTask(ctx context.Context, task store.Task) (*budget, error) {
 	if task.MaxCost <= 0 {
 		return nil, nil
@@ -99,10 +125,15 @@ func (bs *budgets) forTask(ctx context.Context, task store.Task) (*budget, error
 	defer bs.mu.Unlock()
 	if b, ok := bs.tasks[task.ID]; ok {
 		b.setLimit(task.MaxCost)
+		b.mu.Lock()
+		b.active++
+		b.mu.Unlock()
 		return b, nil
 	}
-	b := &budget{taskID: task.ID, spec: task.Spec, prices: bs.prices, limit: task.MaxCost}
-	if bs.prices != nil {
+	b := &budget{taskID: task.ID, spec: task.Spec, rows: task.RowsTotal, prices: bs.prices, limit: task.MaxCost, active: 1}
+	if bs.shared != nil && bs.prices != nil {
+		b.shared, b.st = bs.shared, bs.store
+	} else if bs.prices != nil {
 		spent, err := rowsCost(ctx, bs.store, bs.prices, task)
 		if err != nil {
 			return nil, err
@@ -114,6 +145,30 @@ func (bs *budgets) forTask(ctx context.Context, task store.Task) (*budget, error
 	}
 	bs.tasks[task.ID] = b
 	return b, nil
+}
+
+// release ends one batch's use of b: when it was the last of its task in
+// this process, the allowance b holds from the fleet's ledger is given
+// back, so that other processes may spend it. It runs on a context of its
+// own: the batch's may have ended.
+func (bs *budgets) release(ctx context.Context, b *budget) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.active--
+	if b.active > 0 || b.shared == nil || b.allowance <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := b.shared.ReturnAllowance(ctx, b.taskID, b.limit, b.allowance); err == nil {
+		b.allowance = 0
+	}
+	// A return that failed stays counted as spent by the fleet: the task
+	// may stop that much short of its cap, never past it. This process
+	// keeps it for its next batch of the task.
 }
 
 // rowsCost is what task's rows cost so far, each at the price of the
@@ -151,15 +206,30 @@ func rowsCost(ctx context.Context, st store.Store, prices *pricing.Table, task s
 type budget struct {
 	taskID string
 	spec   store.TaskSpec
+	rows   int
 	prices *pricing.Table
 	mu     sync.Mutex
 	limit  float64
 	spent  float64
 	held   float64
+	// active counts this process's batches of the task using the ledger.
+	active int
+	// shared is the fleet's ledger (nil: this process's ledger is the
+	// task's); allowance what this process took from it and has not held
+	// yet; st reads what the rows cost when the ledger is opened.
+	shared    store.Allowances
+	allowance float64
+	st        store.Store
 }
 
 func (b *budget) setLimit(v float64) {
 	b.mu.Lock()
+	if b.shared != nil && v != b.limit {
+		// The fleet's ledger is opened again under the new cap from what
+		// the rows cost: what was taken under the old one is not this
+		// process's to hold any more.
+		b.allowance = 0
+	}
 	b.limit = v
 	b.mu.Unlock()
 }
@@ -204,7 +274,7 @@ func (b *budget) price(label, model string) (pricing.Price, error) {
 // hold reserves the worst case of req, answered by route label, or
 // returns a *BudgetError when it does not fit what the task may still
 // spend.
-func (b *budget) hold(label string, req llm.Request) (float64, error) {
+func (b *budget) hold(ctx context.Context, label string, req llm.Request) (float64, error) {
 	p, err := b.price(label, req.Model)
 	if err != nil {
 		return 0, err
@@ -216,11 +286,45 @@ func (b *budget) hold(label string, req llm.Request) (float64, error) {
 	worst := p.Cost(store.Usage{InputTokens: int64(llm.EstimateInputTokens(req)), OutputTokens: int64(out)})
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.shared != nil {
+		if b.allowance < worst {
+			need := worst - b.allowance
+			taken, left, err := b.take(ctx, need, need+allowanceCalls*worst)
+			if err != nil {
+				return 0, err
+			}
+			if taken == 0 {
+				return 0, &BudgetError{TaskID: b.taskID, MaxCost: b.limit, Spent: b.limit - left, Need: worst, Fleet: true}
+			}
+			b.allowance += taken
+		}
+		b.allowance -= worst
+		b.held += worst
+		return worst, nil
+	}
 	if b.spent+b.held+worst > b.limit {
 		return 0, &BudgetError{TaskID: b.taskID, MaxCost: b.limit, Spent: b.spent, Held: b.held, Need: worst}
 	}
 	b.held += worst
 	return worst, nil
+}
+
+// take takes between need and want from the fleet's ledger, opening it
+// (from what the task's rows cost so far) when it is not open under the
+// task's cap.
+func (b *budget) take(ctx context.Context, need, want float64) (taken, left float64, err error) {
+	taken, left, err = b.shared.TakeAllowance(ctx, b.taskID, b.limit, need, want)
+	if !errors.Is(err, store.ErrNotFound) {
+		return taken, left, err
+	}
+	spent, err := rowsCost(ctx, b.st, b.prices, store.Task{ID: b.taskID, Spec: b.spec, RowsTotal: b.rows})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := b.shared.OpenAllowance(ctx, b.taskID, b.limit, spent); err != nil {
+		return 0, 0, err
+	}
+	return b.shared.TakeAllowance(ctx, b.taskID, b.limit, need, want)
 }
 
 // settle replaces a hold by what the call cost: u at the route's price (u
@@ -235,5 +339,12 @@ func (b *budget) settle(label string, req llm.Request, held float64, u llm.Usage
 	b.mu.Lock()
 	b.held = max(b.held-held, 0)
 	b.spent += cost
+	if b.shared != nil {
+		// What the hold set aside and the call did not spend is this
+		// process's to hold again (or to give back); a call that cost more
+		// than its hold leaves the allowance short, and the next hold takes
+		// the difference.
+		b.allowance += held - cost
+	}
 	b.mu.Unlock()
 }

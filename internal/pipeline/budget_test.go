@@ -158,3 +158,77 @@ func TestMaxCostWithoutPrices(t *testing.T) {
 		t.Errorf("%d prompts called, want none", n)
 	}
 }
+
+// TestMaxCostAcrossAFleet: four generators (as four Lambda instances)
+// work one capped task at once, sharing its ledger in the store
+// (GeneratorConfig.Allowances): together they stop before the cap, not
+// each at it, and the stop says the fleet spent it.
+func TestMaxCostAcrossAFleet(t *testing.T) {
+	t.Parallel()
+	price := pricing.Price{InputPerMTok: 1000, OutputPerMTok: 1000}
+	prices := pricing.Default().With(map[string]pricing.Price{"sim": price})
+	provider := &answeredCounter{Provider: billingProvider{}, paid: map[string]int{}}
+	e := newEnv(t, provider, pipeline.GeneratorConfig{Concurrency: 2, Prices: prices})
+	spec := store.TaskSpec{Prompt: "{{id}} {{name}}", Provider: "sim", BatchSize: 5, MaxTokens: 1000}
+	const rows, capUSD, fleet = 200, 40.0, 4
+	p := pipeline.SplitParams{TaskID: pipeline.DeriveTaskID("fleet-capped", spec), Source: "in.csv", Spec: spec, Terms: store.Terms{MaxCost: capUSD},
+		Path: e.writeCSV("in.csv", []string{"id", "name"}, productRows(rows))}
+	ctx := context.Background()
+	if _, err := e.splitter.Split(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithTimeout(ctx, 60*time.Second)
+	defer stop()
+	var wg sync.WaitGroup
+	for i := range fleet {
+		g := pipeline.NewGenerator(e.store, provider, e.signal, pipeline.GeneratorConfig{
+			Concurrency: 2, Prices: prices, Allowances: e.store, Cache: e.store, Owner: "instance-" + string(rune('a'+i)), ErrorDelay: 20 * time.Millisecond,
+		})
+		w := pipeline.NewLocalWorkers(e.queue, g, pipeline.LocalWorkersConfig{Workers: 2, PollInterval: 5 * time.Millisecond})
+		wg.Go(func() { _ = w.Run(wctx) })
+	}
+	select {
+	case <-e.signal.C():
+	case <-wctx.Done():
+		t.Fatal("the capped task did not stop within 60 s")
+	}
+	// Calls in flight finish (a run would let them); then the workers stop.
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	wg.Wait()
+	stopped, err := e.exporter.Export(ctx, p.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := e.store.ListRows(ctx, store.ListRowsParams{TaskID: p.TaskID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cost, done := 0.0, 0
+	for _, r := range all {
+		cost += price.Cost(r.Usage)
+		if r.State == store.RowSucceeded {
+			done++
+		}
+	}
+	t.Logf("the fleet stopped at $%.4f with %d rows answered: %s", cost, done, stopped.Error)
+	if stopped.State != store.TaskCancelled || !strings.Contains(stopped.Error, "max cost $40.0000 reached") || !strings.Contains(stopped.Error, "every generator") {
+		t.Fatalf("task %s (%q), want CANCELLED at the fleet's max cost", stopped.State, stopped.Error)
+	}
+	if cost > capUSD {
+		t.Errorf("the fleet's calls cost $%.4f, past the cap of $%.2f", cost, capUSD)
+	}
+	// Each instance sets aside at most a few calls' worst case ($1.01) at
+	// a time beyond its calls in flight: the fleet stops within that of the
+	// cap, not far below it.
+	if slack := float64(fleet) * 7 * 1.02; cost < capUSD-slack {
+		t.Errorf("%d rows answered for $%.4f: the fleet stopped more than $%.2f short of its cap", done, cost, slack)
+	}
+	provider.mu.Lock()
+	defer provider.mu.Unlock()
+	for prompt, n := range provider.paid {
+		if n != 1 {
+			t.Errorf("prompt %q paid %d times", prompt, n)
+		}
+	}
+}

@@ -621,7 +621,7 @@ func (l *lane) call(ctx, start context.Context, req llm.Request, spend *budget) 
 	}
 	held, settle := 0.0, func(llm.Usage) {}
 	if spend != nil {
-		h, err := spend.hold(l.label, req)
+		h, err := spend.hold(ctx, l.label, req)
 		if err != nil {
 			return RoutedResponse{}, fmt.Errorf("%w: %w", errNotStarted, err)
 		}

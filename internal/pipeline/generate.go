@@ -190,6 +190,11 @@ type GeneratorConfig struct {
 	// a capped task is stopped at its first call rather than spend without
 	// bound.
 	Prices *pricing.Table
+	// Allowances, when non-nil, is the fleet's ledger of capped tasks: a
+	// runtime whose task's batches run in many processes at once (the AWS
+	// generators) holds each task to its cap across them (budget.go).
+	// Without it the process's ledger is the task's (the embedded runtime).
+	Allowances store.Allowances
 	// Observer, when non-nil, receives row events.
 	Observer Observer
 	// Owner names this worker in claims, for operators. Defaults to
@@ -362,7 +367,7 @@ func NewGenerator(st store.Store, provider llm.Provider, exports ExportStarter, 
 		panic("pipeline.NewGenerator: " + err.Error())
 	}
 	return &Generator{store: st, router: router, exports: exports, cfg: cfg, slots: newRowSlots(cfg.Concurrency),
-		budgets: &budgets{store: st, prices: cfg.Prices}}
+		budgets: &budgets{store: st, prices: cfg.Prices, shared: cfg.Allowances}}
 }
 
 // singleRoute names the one route of a Generator given a plain provider;
@@ -645,6 +650,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		<-hbDone
 		return Outcome{Err: fmt.Errorf("batch %s/%d: %w", task.ID, b.No, err)}
 	}
+	defer g.budgets.release(ctx, spend)
 	var overBudget atomic.Pointer[BudgetError]
 	f := &flusher{
 		g: g, b: b, ctx: ctx, log: log, stop: make(chan struct{}),

@@ -583,7 +583,7 @@ func (r *Router) call(ctx, start context.Context, mayStart func() bool, x *route
 	held := 0.0
 	settle := func(llm.Usage) {}
 	if spend != nil {
-		h, err := spend.hold(label, req)
+		h, err := spend.hold(ctx, label, req)
 		if err != nil {
 			return RoutedResponse{}, fmt.Errorf("%w: %w", errNotStarted, err)
 		}

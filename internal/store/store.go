@@ -916,6 +916,32 @@ type ProviderBatches interface {
 	ListProviderBatches(ctx context.Context, taskID string) ([]ProviderBatch, error)
 }
 
+// Allowances is the fleet's ledger of what each capped task
+// (Task.MaxCost) may still spend, shared by every process that calls for
+// it: a process takes an allowance before its calls and gives back what
+// they did not spend, so that many processes together stay within the
+// cap. The embedded runtime, whose one process runs every batch of its
+// tasks, keeps its ledger in memory; dynamostore implements this for the
+// AWS fleet (one item per task, conditional writes), sqlitestore for the
+// conformance suite.
+type Allowances interface {
+	// TakeAllowance takes between need and want (need <= want) from what
+	// task taskID may still spend under its cap limit, and returns what it
+	// took and what is left after; taken is 0 when not even need is left.
+	// ErrNotFound when the task's ledger is not open under limit (never
+	// opened, or opened under another cap): the caller opens it.
+	TakeAllowance(ctx context.Context, taskID string, limit, need, want float64) (taken, left float64, err error)
+	// OpenAllowance opens task taskID's ledger under limit, spent being
+	// what its rows cost so far; a ledger open under limit already
+	// (another process opened it first) is left as it is, with what was
+	// taken from it.
+	OpenAllowance(ctx context.Context, taskID string, limit, spent float64) error
+	// ReturnAllowance gives amount (taken and not spent) back to task
+	// taskID's ledger while it is open under limit; a ledger opened again
+	// under another cap counted what was spent from the rows.
+	ReturnAllowance(ctx context.Context, taskID string, limit, amount float64) error
+}
+
 // Valid reports whether a row may be stored in state s.
 func (s RowState) Valid() bool {
 	switch s {

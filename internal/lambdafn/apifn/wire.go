@@ -52,6 +52,10 @@ func New(d *awswire.Deps) (*Handler, error) {
 		// Economy and auto tasks park between looks at their provider
 		// batches (the generator's EconomyConfig.Park).
 		BatchModes: true,
+		// The generators hold a task to its cap across the fleet
+		// (pipeline.GeneratorConfig.Allowances, the task's ledger in the
+		// table).
+		CostCaps: true,
 		// A held task's sample goes to the generators by the queue, as
 		// any batch (pipeline.SampleMessages); the start sends the rest.
 		Quotes: true,

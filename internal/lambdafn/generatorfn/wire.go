@@ -19,6 +19,7 @@ import (
 	bedrockllm "github.com/batchgen/batchgen/internal/llm/bedrock"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
+	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/providerfile"
 	"github.com/batchgen/batchgen/internal/providers"
 	"github.com/batchgen/batchgen/internal/queue/sqsqueue"
@@ -125,6 +126,12 @@ func New(ctx context.Context, d *awswire.Deps) (*Handler, error) {
 		// economy batch is parked between looks, its provider batches
 		// journaled in the table, where every instance finds them.
 		Economy: pipeline.EconomyConfig{Journal: d.Store(overflow), Park: true, Poll: d.Env.ProviderBatchPoll},
+		// A task's spending cap holds across the fleet: each instance
+		// prices its calls as the API prices tasks (the providers file's
+		// prices over the built-in table) and takes its allowances from
+		// the task's ledger in the table.
+		Prices:     pricing.Default().FromProviders(f),
+		Allowances: d.Store(overflow),
 	}
 	if d.TuneGenerator != nil {
 		st = d.TuneGenerator(st, &cfg)

@@ -80,6 +80,13 @@ func TestProviderBatchesConformance(t *testing.T) {
 	})
 }
 
+func TestAllowancesConformance(t *testing.T) {
+	storetest.RunAllowances(t, func(t *testing.T) store.Allowances {
+		s, _, _ := newStore(t, dynamostore.Options{})
+		return s
+	})
+}
+
 func TestCacheTTL(t *testing.T) {
 	storetest.RunCacheTTL(t, func(t *testing.T, clk clock.Clock, ttl time.Duration) store.Cache {
 		s, _, _ := newStore(t, dynamostore.Options{Clock: clk, CacheTTL: ttl})

@@ -229,6 +229,9 @@ func (s *Store) reopenBatch(ctx context.Context, b store.Batch, saved store.RowC
 		u.setS(attrState, string(store.BatchPending))
 		u.del(attrLease)
 	}
+	// The cancel marked the task's open batches so that their row saves
+	// fail (tasks.go); reopened, their rows are to be saved again.
+	u.del(attrTaskCancelled)
 	s.touchOpen(u, b.TaskID, b.No, now)
 	_, err := s.updateIf(ctx, key(taskPK(b.TaskID), batchSK(b.No)), fmt.Sprintf("%s = %s", e.n(attrState), e.s(string(b.State))), u, false)
 	if _, ok := conditionFailed(err); ok {

@@ -53,6 +53,13 @@ func TestProviderBatchesConformance(t *testing.T) {
 	})
 }
 
+func TestAllowancesConformance(t *testing.T) {
+	storetest.RunAllowances(t, func(t *testing.T) store.Allowances {
+		s, _ := open(t)
+		return s
+	})
+}
+
 func TestCacheTTL(t *testing.T) {
 	t.Parallel()
 	storetest.RunCacheTTL(t, func(t *testing.T, clk clock.Clock, ttl time.Duration) store.Cache {
@@ -251,6 +258,7 @@ func TestMigrationSplitsUsageByProvider(t *testing.T) {
 		`ALTER TABLE tasks DROP COLUMN deadline`,
 		`DROP TABLE provider_batches`,
 		`ALTER TABLE tasks DROP COLUMN sample`,
+		`DROP TABLE allowances`,
 		`UPDATE schema_version SET version = 7 WHERE component = 'sqlitestore'`,
 	} {
 		if _, err := s.DB().Exec(q); err != nil {

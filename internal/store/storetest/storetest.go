@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateTaskConflict", testCreateTaskConflict},
 		{"GetTaskNotFound", testGetTaskNotFound},
 		{"SetTerms", testSetTerms},
+		{"ReopenCancelled", testReopenCancelled},
 		{"TransitionTaskRecount", testTransitionTaskRecount},
 		{"ListTasks", testListTasks},
 		{"ListTasksByOwner", testListTasksByOwner},
@@ -1048,6 +1049,57 @@ var reopenLabels = [2]string{"bedrock/anthropic.claude-3-haiku-20240307-v1:0", "
 // testReopenTask finishes a task with two failed rows of different classes,
 // reopens one class, and checks rows, batches, counters and the export
 // generation.
+// testReopenCancelled: a task cancelled while its batch was open refuses
+// that batch's row saves (TaskCancelled); reopened, the batch's rows save
+// again, and the retry runs to the end.
+func testReopenCancelled(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	r, ok := s.(reopener)
+	if !ok {
+		t.Fatalf("%T does not implement ReopenTask", s)
+	}
+	task := seed(t, s, 1, 3)
+	at := base.Add(time.Minute)
+	b := claim(t, s, task.ID, 1, "w", at)
+	answer := func(no int) store.RowResult {
+		return store.RowResult{State: store.RowSucceeded, Output: fmt.Sprintf("out %d", no), Attempts: 1}
+	}
+	res, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Rows: []store.RowResultWrite{{RowNo: b.FirstRow, Result: answer(b.FirstRow)}}, Now: at})
+	noErr(t, err, "save the first row")
+	diff(t, "cancelled before the cancel", false, res.TaskCancelled)
+	_, err = s.TransitionTask(ctx, store.EventCancel.Params(task.ID, at))
+	noErr(t, err, "cancel")
+	// A save in flight at the cancel: the adapter may keep it or not, but
+	// says the task is cancelled.
+	res, err = s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Rows: []store.RowResultWrite{{RowNo: b.FirstRow + 1, Result: answer(b.FirstRow + 1)}}, Now: at})
+	if err == nil && !res.TaskCancelled {
+		t.Fatal("a row saved into a cancelled task's batch without TaskCancelled")
+	}
+	noErr(t, s.ReleaseBatch(ctx, store.ReleaseBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, LastError: "task cancelled", Now: at}), "release")
+	later := at.Add(time.Minute)
+	_, batches, err := r.ReopenTask(ctx, task.ID, "", later)
+	noErr(t, err, "reopen the cancelled task")
+	diff(t, "batches to enqueue", []int{1}, batches)
+	b = claim(t, s, task.ID, 1, "w2", later)
+	rows, err := s.ListRows(ctx, store.ListRowsParams{TaskID: task.ID})
+	noErr(t, err, "list rows")
+	var writes []store.RowResultWrite
+	for _, row := range rows {
+		if !row.State.Final() {
+			writes = append(writes, store.RowResultWrite{RowNo: row.No, Result: answer(row.No)})
+		}
+	}
+	if len(writes) == 0 {
+		t.Fatal("no row left to run after the reopen")
+	}
+	res, err = s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Rows: writes, Now: later})
+	noErr(t, err, "save the rows left after the reopen")
+	diff(t, "cancelled after the reopen", false, res.TaskCancelled)
+	_, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 3, Now: later})
+	noErr(t, err, "finish the reopened batch")
+	diff(t, "batches done", 1, getTask(t, s, task.ID).BatchesDone)
+}
+
 func testReopenTask(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	r, ok := s.(reopener)
