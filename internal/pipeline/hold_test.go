@@ -185,3 +185,35 @@ func TestHeldTaskAnsweredWholeBySample(t *testing.T) {
 		t.Errorf("task %s after the start, want EXPORTING", cur.State)
 	}
 }
+
+// TestEconomyBatchRows: a splitter configured for a runtime that parks
+// (EconomyBatchRows) splits economy and auto tasks into large batches, at
+// most the largest batch; online tasks keep the batch size they asked for.
+func TestEconomyBatchRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, nil, pipeline.GeneratorConfig{})
+	splitter := pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{EconomyBatchRows: pipeline.ParkedEconomyBatchRows})
+	path := e.writeCSV("in.csv", []string{"id", "name"}, productRows(2500))
+	for _, tc := range []struct {
+		mode    store.Mode
+		batches int
+	}{
+		{store.ModeOnline, 50},
+		{store.ModeEconomy, 3},
+		{store.ModeAuto, 3},
+	} {
+		spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: 50}
+		terms := store.Terms{Mode: tc.mode}
+		if tc.mode == store.ModeAuto {
+			terms.Deadline = time.Now().Add(time.Hour)
+		}
+		task, err := splitter.Split(ctx, pipeline.SplitParams{TaskID: pipeline.DeriveTaskID("rows-"+string(tc.mode), spec), Source: "in.csv", Spec: spec, Terms: terms, Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.BatchesTotal != tc.batches {
+			t.Errorf("%s: %d batches of %d rows, want %d", tc.mode, task.BatchesTotal, task.Spec.BatchSize, tc.batches)
+		}
+	}
+}

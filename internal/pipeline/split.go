@@ -57,7 +57,20 @@ type SplitterConfig struct {
 	// them: it starts the task's export when that leaves nothing to do.
 	// Without it every batch goes through the queue.
 	Exports ExportStarter
+	// EconomyBatchRows, when positive, is the fewest rows a batch of an
+	// economy or auto task holds (at most the largest batch): a runtime
+	// that sends each batch's rows as a provider batch of their own (the
+	// AWS generators, which park between looks) then makes a tenth as
+	// many provider batches of ten times the lines, which the providers'
+	// job quotas and the looks at them favour. ParkedEconomyBatchRows is
+	// what the AWS stack's splitter sets.
+	EconomyBatchRows int
 }
+
+// ParkedEconomyBatchRows is the AWS stack's EconomyBatchRows: the largest
+// batch. Fifty thousand rows make 50 provider batches rather than 500,
+// each over Bedrock's 100-record minimum.
+const ParkedEconomyBatchRows = maxBatchSize
 
 func (c SplitterConfig) withDefaults() SplitterConfig {
 	c.Clock = orClock(c.Clock)
@@ -321,6 +334,9 @@ func (s *Splitter) Split(ctx context.Context, p SplitParams) (store.Task, error)
 		v = &checked
 	}
 	summary, spec := v.Summary, v.Spec
+	if p.Terms.Mode.Batched() && spec.BatchSize < s.cfg.EconomyBatchRows {
+		spec.BatchSize = min(s.cfg.EconomyBatchRows, maxBatchSize)
+	}
 	for _, note := range v.Notes {
 		s.cfg.Logger.InfoContext(ctx, "input note", logging.TaskID, p.TaskID, "source", p.Source, "note", note)
 	}

@@ -26,7 +26,10 @@ func New(d *awswire.Deps) (*Handler, error) {
 	queue := sqsqueue.FromConfig(d.AWS, d.Env.QueueURL, sqsqueue.Options{DLQURL: d.Env.DLQURL, Clock: d.Clock})
 	exports := d.Exports(stepfn.FromConfig(d.AWS, d.Env.StateMachineARN))
 	intake := pipeline.NewIntake(
-		pipeline.NewSplitter(d.Store(blobs), queue, pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger, Inputs: blobs, Exports: exports}),
+		pipeline.NewSplitter(d.Store(blobs), queue, pipeline.SplitterConfig{Clock: d.Clock, Logger: d.Logger, Inputs: blobs, Exports: exports,
+			// Each economy batch is a provider batch of its own on the
+			// stack (the generators park): make them large.
+			EconomyBatchRows: pipeline.ParkedEconomyBatchRows}),
 		blobs, exports,
 		pipeline.IntakeConfig{
 			DefaultSpec: spec,
