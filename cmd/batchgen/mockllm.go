@@ -54,6 +54,7 @@ func newMockLLMCmd(stdout io.Writer) *cobra.Command {
 	fs.DurationVar(&cfg.BatchDelay, "batch-delay", mockserver.DefaultBatchDelay, "Batch API (/v1/files, /v1/batches): how long a batch takes to finish all its lines")
 	fs.Float64Var(&cfg.BatchErrorRate, "batch-error-rate", 0, "Batch API: fraction of a batch's lines answered with an error (500) in its error file")
 	fs.BoolVar(&cfg.BatchExpire, "batch-expire", false, "Batch API: a batch expires at --batch-delay with half its lines done, the rest in its error file")
+	fs.IntVar(&cfg.BatchJobsLimit, "batch-jobs-limit", 0, "Batch APIs: the most batches (or Bedrock jobs) in progress at once; a create past it is refused for now, with a 429 (Bedrock: ServiceQuotaExceededException) (0: no limit)")
 	fs.IntVar(&cfg.BatchQueueLimit, "batch-queue-limit", 0, "Batch API: the most lines the batches in flight may hold together (OpenAI's enqueued-token limit); a batch past it fails with token_limit_exceeded (0: no limit)")
 	fs.IntVar(&cfg.BatchAnswersLost, "batch-answers-lost", 0, "Batch API: the first N batch creates create their batch and answer 502, as a create whose answer was lost (a client that sends it again pays twice)")
 	fs.StringVar(&paidLog, "paid-log", "", "append one line per completion returned (the prompt, JSON-quoted) to this file, written before the answer so it survives a kill")

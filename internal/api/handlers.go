@@ -777,6 +777,11 @@ type retryRequest struct {
 	// ErrorClass, when set, reruns only rows that failed with this class
 	// (e.g. "content_filter", "retry_exhausted", "stuck").
 	ErrorClass string `json:"error_class"`
+	termsRequest
+}
+
+// termsRequest changes a task's terms, on a retry or a start.
+type termsRequest struct {
 	// MaxCostUSD, when set, is the task's spending cap from now on (0
 	// removes it): a task stopped at its cap runs the rest with a higher
 	// one.
@@ -786,6 +791,33 @@ type retryRequest struct {
 	// in economy can be finished online.
 	Mode     string `json:"mode"`
 	Deadline string `json:"deadline"`
+}
+
+// termsChange reads req into the change it makes to a task's terms; nil
+// when it changes nothing.
+func (s *server) termsChange(req termsRequest) (func(*store.Terms), error) {
+	if req.MaxCostUSD == nil && req.Mode == "" && req.Deadline == "" {
+		return nil, nil
+	}
+	maxCost, err := s.maxCost(req.MaxCostUSD)
+	if err != nil {
+		return nil, err
+	}
+	var mode store.Mode
+	var deadline time.Time
+	if req.Mode != "" || req.Deadline != "" {
+		if mode, deadline, err = s.mode(req.Mode, req.Deadline); err != nil {
+			return nil, err
+		}
+	}
+	return func(t *store.Terms) {
+		if req.MaxCostUSD != nil {
+			t.MaxCost = maxCost
+		}
+		if req.Mode != "" || req.Deadline != "" {
+			t.Mode, t.Deadline = mode, deadline
+		}
+	}, nil
 }
 
 // terms reads a create request's cap, mode and deadline.
@@ -860,25 +892,13 @@ func (s *server) retryTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if req.MaxCostUSD != nil || req.Mode != "" || req.Deadline != "" {
-		maxCost, err := s.maxCost(req.MaxCostUSD)
-		var mode store.Mode
-		var deadline time.Time
-		if err == nil && (req.Mode != "" || req.Deadline != "") {
-			mode, deadline, err = s.mode(req.Mode, req.Deadline)
-		}
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
-			return
-		}
-		_, err = store.UpdateTerms(ctx, s.cfg.Store, id, func(t *store.Terms) {
-			if req.MaxCostUSD != nil {
-				t.MaxCost = maxCost
-			}
-			if req.Mode != "" || req.Deadline != "" {
-				t.Mode, t.Deadline = mode, deadline
-			}
-		})
+	change, err := s.termsChange(req.termsRequest)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	if change != nil {
+		_, err = store.UpdateTerms(ctx, s.cfg.Store, id, change)
 		if errors.Is(err, store.ErrNotFound) {
 			notFound(w, id)
 			return

@@ -140,17 +140,6 @@ func spreadView(s pipeline.Spread) SpreadView {
 // seconds rounds d to tenths of a second.
 func seconds(d time.Duration) float64 { return math.Round(d.Seconds()*10) / 10 }
 
-// startRequest is the optional body of POST /api/tasks/{id}/start: the
-// plan chosen from the quote.
-type startRequest struct {
-	// MaxCostUSD, when set, is the task's spending cap (0 removes it).
-	MaxCostUSD *float64 `json:"max_cost_usd"`
-	// Mode and Deadline, when Mode is set, are the task's mode and (for
-	// auto) deadline, as a create takes them.
-	Mode     string `json:"mode"`
-	Deadline string `json:"deadline"`
-}
-
 // startTask starts a held task, with the plan its owner chose.
 func (s *server) startTask(w http.ResponseWriter, r *http.Request) {
 	owned, ok := s.ownedTask(w, r)
@@ -161,30 +150,20 @@ func (s *server) startTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "not_implemented", "this deployment cannot hold tasks for a quote")
 		return
 	}
-	var req startRequest
+	// The optional body is the plan chosen from the quote: its mode,
+	// deadline and cap, as a retry takes them.
+	var req termsRequest
 	if r.ContentLength != 0 {
 		if !s.decodeJSON(w, r, &req) {
 			return
 		}
 	}
-	maxCost, err := s.maxCost(req.MaxCostUSD)
-	var mode store.Mode
-	var deadline time.Time
-	if err == nil && (req.Mode != "" || req.Deadline != "") {
-		mode, deadline, err = s.mode(req.Mode, req.Deadline)
-	}
+	change, err := s.termsChange(req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	task, _, err := s.cfg.Starter.Start(r.Context(), pipeline.StartParams{TaskID: owned.ID, Now: s.cfg.Clock.Now(), Change: func(t *store.Terms) {
-		if req.MaxCostUSD != nil {
-			t.MaxCost = maxCost
-		}
-		if req.Mode != "" || req.Deadline != "" {
-			t.Mode, t.Deadline = mode, deadline
-		}
-	}})
+	task, _, err := s.cfg.Starter.Start(r.Context(), pipeline.StartParams{TaskID: owned.ID, Now: s.cfg.Clock.Now(), Change: change})
 	var state *pipeline.StateError
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -293,6 +293,14 @@ type lane struct {
 	// refusals counts the provider batches refused for a queue limit in
 	// a row: the wait before sending again doubles with each.
 	refusals int
+	// jobCap is how many of this lane's provider batches the provider had
+	// in flight when it refused another for now (a concurrent-jobs quota,
+	// learned from that refusal; 0 until one comes): the lane sends no
+	// more than that at once, waiting for one to end rather than asking
+	// again blindly. jobEnded is closed, and replaced, whenever one of its
+	// provider batches ends.
+	jobCap   int
+	jobEnded chan struct{}
 	// used is when a call last came.
 	used time.Time
 	// refreshed is when the journal was last read (a parking fleet reads it
@@ -466,7 +474,7 @@ func (g *Generator) lane(ctx context.Context, task store.Task) (*lane, string, e
 		g: g, taskID: task.ID, bp: x.Batch, model: x.Model, label: pricing.BatchLabel(label), limits: limits, cfg: cfg,
 		log:       g.cfg.Logger.With("task_id", task.ID, "provider", label),
 		recovered: map[string][]lineRef{}, jobs: map[string]*laneJob{}, closedC: make(chan struct{}),
-		used: g.cfg.Clock.Now(),
+		used: g.cfg.Clock.Now(), jobEnded: make(chan struct{}),
 	}
 	if task.Mode == store.ModeAuto {
 		l.deadline = task.Deadline
@@ -788,6 +796,7 @@ func (l *lane) send(calls []*lineCall) {
 			seen[c.hash]++
 			lines[i] = llm.BatchLine{ID: ids[i], Req: c.req}
 		}
+		l.waitForRoom()
 		id, k, at, err := l.submit(lines, ids)
 		key, began = k, at
 		if errors.Is(err, errLaneUnsure) || errors.Is(err, errJournal) {
@@ -819,6 +828,9 @@ func (l *lane) send(calls []*lineCall) {
 				c.deliver(llm.Response{}, err)
 			}
 			return
+		}
+		if l.learnJobCap(e) {
+			continue // sent again once one of the lane's batches ends
 		}
 		wait := min(l.cfg.RefusalWait<<attempt, 10*time.Minute)
 		wait = max(wait, e.RetryAfter)
@@ -1158,6 +1170,56 @@ func (l *lane) poll(j *laneJob) {
 	}
 }
 
+// learnJobCap learns the provider's concurrent-jobs quota from a refusal
+// for now (e: a 429, a quota exceeded) that came while some of the lane's
+// provider batches ran: no more than those run at once from now on. It
+// reports whether it did, so that the batch refused waits for one of them
+// to end instead of a blind wait. A lane that parks (a Lambda invocation)
+// cannot wait for an end hours away, and waits as for any refusal.
+func (l *lane) learnJobCap(e *llm.Error) bool {
+	if l.cfg.Park || e.Class != llm.ClassRateLimited {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	running := len(l.runningLocked())
+	if running == 0 {
+		return false // a creation rate, not a count: wait it out
+	}
+	if l.jobCap == 0 || running < l.jobCap {
+		l.jobCap = running
+		l.log.Info("the provider refused another provider batch while some ran; no more than that at once from now on", "in_flight", running, "error", e.Error())
+	}
+	return true
+}
+
+// jobEndedLocked tells a batch waiting for room (waitForRoom) that one of
+// the lane's provider batches ended; the caller holds l.mu.
+func (l *lane) jobEndedLocked() {
+	close(l.jobEnded)
+	l.jobEnded = make(chan struct{})
+}
+
+// waitForRoom waits, when the lane learnt how many provider batches the
+// provider takes at once (jobCap), until fewer than that run, or the lane
+// closes.
+func (l *lane) waitForRoom() {
+	for {
+		l.mu.Lock()
+		full := l.jobCap > 0 && len(l.runningLocked()) >= l.jobCap
+		ended := l.jobEnded
+		l.mu.Unlock()
+		if !full {
+			return
+		}
+		select {
+		case <-ended:
+		case <-l.closedC:
+			return
+		}
+	}
+}
+
 // requeue sends the lines of batch j, which the provider refused whole for
 // a queue limit (st: its enqueued tokens; nothing ran, nothing was billed),
 // again: in halves, from now on no larger than that (the lane learns the
@@ -1174,6 +1236,7 @@ func (l *lane) requeue(j *laneJob, st llm.BatchStatus) {
 	}
 	// A line of it no caller waits for yet is sent again when one does.
 	j.results = map[string]llm.BatchResult{}
+	l.jobEndedLocked()
 	size := max(1, len(calls)/2)
 	if l.limits.Lines <= 0 || size < l.limits.Lines {
 		l.limits.Lines = size
@@ -1206,6 +1269,10 @@ func (l *lane) requeue(j *laneJob, st llm.BatchStatus) {
 func (l *lane) finish(j *laneJob, results []llm.BatchResult, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if j.status.State == llm.BatchRunning {
+		j.status.State = llm.BatchFailed // ended here, unread: not in flight
+	}
+	l.jobEndedLocked()
 	if err != nil {
 		for id, c := range j.lines {
 			if c != nil {

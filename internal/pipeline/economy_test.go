@@ -483,6 +483,47 @@ func TestEconomyLearnsTheQueueLimit(t *testing.T) {
 	}
 }
 
+// TestEconomyLearnsTheJobsQuota: a provider that takes at most 2 batches
+// in progress at once refuses a third for now (a concurrent-jobs quota, as
+// Bedrock's). The lane learns the quota from the first refusals and sends
+// each batch left when one of its own ends, instead of asking again every
+// RefusalWait (10 ms here, against 300 ms batches, which blind asks would
+// turn into dozens of refusals): every row is answered in a batch, on its
+// first attempt, paid once.
+func TestEconomyLearnsTheJobsQuota(t *testing.T) {
+	t.Parallel()
+	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 300 * time.Millisecond, BatchJobsLimit: 2, Latency: time.Millisecond})
+	cfg := economyConfig()
+	cfg.Economy.RefusalWait = 10 * time.Millisecond
+	cfg.Economy.MaxLines = 50
+	e, _ := newEconomyEnv(t, provider, cfg)
+	const rows = 300
+	p := e.splitEconomy("economy-jobs-quota", rows, 100, store.Terms{Mode: store.ModeEconomy})
+	e.runAllInBatches(p.TaskID, rows)
+	st := srv.Stats()
+	t.Logf("%d batches created, %d creates refused for the jobs quota, at most %d in progress", st.BatchesCreated, st.CreatesOverJobs, st.MostJobsInProgress)
+	if st.CreatesOverJobs == 0 {
+		t.Error("no create was refused: the test wants the jobs quota met")
+	}
+	if st.CreatesOverJobs > 10 {
+		t.Errorf("%d creates refused for %d batches: the lane kept asking instead of waiting for its batches to end", st.CreatesOverJobs, st.BatchesCreated)
+	}
+	rs, err := e.store.ListRows(context.Background(), store.ListRowsParams{TaskID: p.TaskID, FromNo: 1, ToNo: rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Attempts != 1 {
+			t.Errorf("row %d took %d attempts: a refused batch cost it one", r.No, r.Attempts)
+		}
+	}
+	for prompt, n := range paid.paid(t) {
+		if n.Calls() != 1 {
+			t.Errorf("prompt %q paid %d times", prompt, n.Calls())
+		}
+	}
+}
+
 // TestEconomyDropsIdleLanes: a lane whose task is done gives its memory
 // back once idle (here after 50 ms); the next task's lane lives on.
 func TestEconomyDropsIdleLanes(t *testing.T) {

@@ -96,6 +96,10 @@ func (s *Server) createMessageBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
+	if s.overJobsLocked() {
+		anthropic{}.writeError(w, http.StatusTooManyRequests, apiError{Message: fmt.Sprintf("Too many message batches in progress: at most %d at once.", s.cfg.BatchJobsLimit), Type: "rate_limit_error", Code: "rate_limit_exceeded"})
+		return
+	}
 	b := s.newBatchLocked("msgbatch", anthropicBatch{}, lines)
 	s.advanceLocked(b)
 	if s.answerLost(w) {

@@ -279,6 +279,10 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lines, _ := parseBatchFile(f.bytes) // checked at upload
+	if s.overJobsLocked() {
+		writeError(w, http.StatusTooManyRequests, apiError{Message: fmt.Sprintf("Too many batches in progress: at most %d at once.", s.cfg.BatchJobsLimit), Type: "rate_limit_error", Code: "rate_limit_exceeded"})
+		return
+	}
 	enqueued := 0
 	for _, o := range s.batch.batches {
 		if _, ok := o.format.(openAIBatch); ok {
@@ -302,6 +306,25 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.batchObject(b))
+}
+
+// overJobsLocked reports whether Config.BatchJobsLimit refuses a create
+// now, counting it, and keeps Stats.MostJobsInProgress; the caller holds
+// s.batch.mu.
+func (s *Server) overJobsLocked() bool {
+	running := int64(0)
+	for _, o := range s.batch.batches {
+		s.advanceLocked(o)
+		if !final(o.status) {
+			running++
+		}
+	}
+	if limit := s.cfg.BatchJobsLimit; limit > 0 && running >= int64(limit) {
+		s.count(func(st *Stats) { st.CreatesOverJobs++ })
+		return true
+	}
+	s.count(func(st *Stats) { st.MostJobsInProgress = max(st.MostJobsInProgress, running+1) })
+	return false
 }
 
 // newBatchLocked starts a batch of lines in format; the caller holds

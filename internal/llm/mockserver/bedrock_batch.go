@@ -193,6 +193,10 @@ func (s *Server) createBedrockJob(w http.ResponseWriter, r *http.Request) {
 	}
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
+	if s.overJobsLocked() {
+		bedrockError(w, http.StatusBadRequest, "ServiceQuotaExceededException", fmt.Sprintf("You have exceeded the number of in-progress batch inference jobs (%d) for this model.", s.cfg.BatchJobsLimit))
+		return
+	}
 	b := s.newBatchLocked("job", bedrockBatch{}, lines)
 	b.bedrock = &bedrockJob{name: req.JobName, token: req.ClientRequestToken, model: req.ModelID, role: req.RoleArn, inputURI: in, outputURI: out}
 	if s.answerLost(w) {

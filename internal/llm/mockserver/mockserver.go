@@ -156,6 +156,12 @@ type Config struct {
 	// lines): a batch that would pass it fails at validation with
 	// token_limit_exceeded, as OpenAI's does, billing nothing.
 	BatchQueueLimit int
+	// BatchJobsLimit, when positive, is the most batches (either API, or
+	// Bedrock jobs) in progress at once: a create past it is refused for
+	// now (OpenAI's and Anthropic's 429, Bedrock's
+	// ServiceQuotaExceededException), creating nothing, as a
+	// concurrent-jobs quota refuses it.
+	BatchJobsLimit int
 	// Objects is where Bedrock batch jobs read their input and write their
 	// output (S3: S3Objects); without it the mock refuses such jobs.
 	Objects Objects
@@ -218,6 +224,10 @@ type Stats struct {
 	BatchFailed int64 `json:"batch_failed"`
 	// BatchesRefused counts batches failed for BatchQueueLimit.
 	BatchesRefused int64 `json:"batches_refused"`
+	// CreatesOverJobs counts creates refused for BatchJobsLimit.
+	CreatesOverJobs int64 `json:"creates_over_jobs"`
+	// MostJobsInProgress is the most batches that were in progress at once.
+	MostJobsInProgress int64 `json:"most_jobs_in_progress"`
 	// BatchesCreated counts the batches created (either API), those whose
 	// answer BatchAnswersLost lost too.
 	BatchesCreated int64 `json:"batches_created"`
