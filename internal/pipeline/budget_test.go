@@ -232,3 +232,35 @@ func TestMaxCostAcrossAFleet(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetLedgerGetsAllowancesBack: once a capped task's batches end,
+// the fleet's ledger holds the cap less what the calls cost: every
+// allowance a generator took and did not spend was given back.
+func TestFleetLedgerGetsAllowancesBack(t *testing.T) {
+	t.Parallel()
+	price := pricing.Price{InputPerMTok: 1000, OutputPerMTok: 1000}
+	prices := pricing.Default().With(map[string]pricing.Price{"sim": price})
+	e := newEnv(t, billingProvider{}, pipeline.GeneratorConfig{Concurrency: 3, Prices: prices})
+	e.cfg.Allowances = e.store
+	e.useStore(e.store)
+	spec := store.TaskSpec{Prompt: "{{id}} {{name}}", Provider: "sim", BatchSize: 5, MaxTokens: 1000}
+	const capUSD = 1000.0
+	p := pipeline.SplitParams{TaskID: pipeline.DeriveTaskID("ledger-back", spec), Source: "in.csv", Spec: spec, Terms: store.Terms{MaxCost: capUSD},
+		Path: e.writeCSV("in.csv", []string{"id", "name"}, productRows(40))}
+	ctx := context.Background()
+	if _, err := e.splitter.Split(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	done := e.runToCompletion(ctx, p.TaskID)
+	if done.State != store.TaskSucceeded {
+		t.Fatalf("task %s (%q), want SUCCEEDED well under its cap", done.State, done.Error)
+	}
+	cost := prices.Task(done).Cost
+	_, left, err := e.store.TakeAllowance(ctx, p.TaskID, capUSD, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := left - (capUSD - cost); diff > 1e-6 || diff < -1e-6 {
+		t.Errorf("the ledger holds $%.6f after the task cost $%.6f of $%.0f: $%.6f not given back", left, cost, capUSD, capUSD-cost-left)
+	}
+}
