@@ -401,6 +401,11 @@ type Delivery struct {
 	// (Generator.Sample). The batch is handed back with its other rows
 	// pending, and Outcome.Started says how many started.
 	RowLimit int
+	// RowLimitTried makes RowLimit count the batch's rows a model was
+	// asked for already (an earlier delivery of the same sample message,
+	// which the queue may deliver twice, or a second splitter's copy): a
+	// held task's sample tries each batch's share once.
+	RowLimitTried bool
 	// Online calls the rows online whatever the task's mode: a quote's
 	// sample, answered in seconds rather than in a provider batch's hours.
 	Online bool
@@ -516,7 +521,7 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	if !sample {
 		return g.runBatch(ctx, task, b, d)
 	}
-	d.RowLimit, d.Online = msg.Sample, true
+	d.RowLimit, d.RowLimitTried, d.Online = msg.Sample, true, true
 	out := g.runBatch(ctx, task, b, d)
 	if out.Err != nil || out.Ack {
 		return out
@@ -773,7 +778,14 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 		}()
 	}
 	pack := newPacker(task.Spec.RowsPerCall, g.cfg.PackTokens)
-	started := 0
+	started, tried := 0, 0
+	if d.RowLimitTried {
+		for _, r := range rows {
+			if r.Attempts > 0 {
+				tried++
+			}
+		}
+	}
 	for i := range rows {
 		if rows[i].State.Final() {
 			outcomes[i] = rowOutcome{result: rows[i].RowResult}
@@ -792,7 +804,7 @@ func (g *Generator) runBatch(ctx context.Context, task store.Task, b store.Batch
 			f.addCached(rows[i].No, outcomes[i])
 			continue
 		}
-		if d.RowLimit > 0 && started >= d.RowLimit {
+		if d.RowLimit > 0 && started+tried >= d.RowLimit {
 			outcomes[i] = rowOutcome{result: rows[i].RowResult, aborted: true}
 			continue
 		}

@@ -14,7 +14,8 @@ import (
 )
 
 // TestHeldTaskSamplesThenStarts: a task split with a sample is held; only
-// its sample's rows are called, spread over the sheet; the sweeper sends
+// its sample's rows are called, spread over the sheet, each once however
+// many copies of the sample's messages come; the sweeper sends
 // none of its batches and a stray batch message starts no row; the start
 // runs the rest, and no row is called twice.
 func TestHeldTaskSamplesThenStarts(t *testing.T) {
@@ -88,6 +89,12 @@ func TestHeldTaskSamplesThenStarts(t *testing.T) {
 	}
 	if q := quote(); !q.Sampling || q.Asked != sample || q.Tried != 0 {
 		t.Fatalf("quote before any worker: %+v, want sampling %d rows, none tried", q, sample)
+	}
+	// The queue delivers at least once, and two splitters racing on one
+	// upload both send the sample: a second copy of each message tries no
+	// more rows.
+	if err := e.queue.Send(ctx, pipeline.SampleMessages(task, sample)); err != nil {
+		t.Fatal(err)
 	}
 	work(func() bool { return !quote().Sampling })
 	q := quote()
