@@ -519,4 +519,25 @@ func TestIntakeSettingsSidecar(t *testing.T) {
 	if task.State != store.TaskFailed || !strings.Contains(task.Error, "x.batchgen.json: mode auto needs a deadline") {
 		t.Errorf("auto without a deadline: %s %q", task.State, task.Error)
 	}
+
+	// A quote first: the task is held with its sample; a sample past the
+	// bound rejects the input.
+	put("incoming/y.csv", "id,name\n1,brick\n2,ball\n")
+	put(pipeline.SidecarSettingsKey("incoming/y.csv"), `{"sample": 1}`)
+	if res, err = intake.Accept(ctx, "incoming/y.csv", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	task, _ = e.store.GetTask(ctx, res.TaskID)
+	if task.State != store.TaskHeld || task.Sample != 1 {
+		t.Errorf("a sample in the settings: %s with sample %d, want HELD with 1", task.State, task.Sample)
+	}
+	put("incoming/z.csv", "id,name\n1,brick\n")
+	put(pipeline.SidecarSettingsKey("incoming/z.csv"), `{"sample": 5000}`)
+	if res, err = intake.Accept(ctx, "incoming/z.csv", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	task, _ = e.store.GetTask(ctx, res.TaskID)
+	if task.State != store.TaskFailed || !strings.Contains(task.Error, "z.batchgen.json: sample 5000: must be 0 (no quote) to 1000 rows") {
+		t.Errorf("a sample past the bound: %s %q", task.State, task.Error)
+	}
 }

@@ -454,7 +454,9 @@ func (in *Intake) identify(ctx context.Context, key, version string) (input, err
 // set what a request sets for an upload: a JSON object with "columns" (any
 // form schema.ParseJSON reads), "rows_per_call", "max_cost_usd" (the
 // task's spending cap), "mode" and "deadline" (an RFC 3339 time, or a
-// duration such as "6h" from when the input is taken). Its columns come after
+// duration such as "6h" from when the input is taken), and "sample" (a
+// quote first: the task is held while that many rows are answered, and its
+// owner reads the quote and starts it on the page or through the API). Its columns come after
 // a columns sidecar's (SidecarColumnsKey) and before the deployment's.
 func SidecarSettingsKey(key string) string {
 	return strings.TrimSuffix(key, path.Ext(key)) + ".batchgen.json"
@@ -468,11 +470,18 @@ func (in *Intake) applySettings(src *input, text string) error {
 		MaxCostUSD  *float64        `json:"max_cost_usd"`
 		Mode        string          `json:"mode"`
 		Deadline    string          `json:"deadline"`
+		Sample      *int            `json:"sample"`
 	}
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return fmt.Errorf(`not a JSON object of settings ("columns", "rows_per_call", "max_cost_usd", "mode", "deadline"): %w`, err)
+		return fmt.Errorf(`not a JSON object of settings ("columns", "rows_per_call", "max_cost_usd", "mode", "deadline", "sample"): %w`, err)
+	}
+	if s.Sample != nil {
+		if err := CheckSample("sample", *s.Sample); err != nil {
+			return err
+		}
+		src.terms.Sample = *s.Sample
 	}
 	if s.Mode != "" || s.Deadline != "" {
 		mode, deadline, err := ParseModeDeadline(s.Mode, s.Deadline, in.cfg.Clock.Now())
