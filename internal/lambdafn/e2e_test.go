@@ -287,6 +287,28 @@ func (e *e2e) pump(taskID string, within time.Duration) store.Task {
 	return task
 }
 
+// pumpUntilQuiet runs the event source mapping until done holds and no
+// batch of the task is leased: every delivery in flight has ended. Pump
+// stops the generators mid-delivery once its condition holds, which a
+// deployed stack never does; a delivery cut off there keeps its batch
+// leased for LEASE_SECONDS, and a test that goes on with the task (a
+// start, a retry) would wait that long for it.
+func (e *e2e) pumpUntilQuiet(taskID string, within time.Duration, done func(context.Context) bool) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.t.Context(), within)
+	defer cancel()
+	quiet := func(ctx context.Context) bool {
+		if !done(ctx) {
+			return false
+		}
+		leased, err := e.stack.Store.ListBatches(ctx, store.ListBatchesParams{TaskID: taskID, States: []store.BatchState{store.BatchRunning}})
+		return err == nil && len(leased) == 0
+	}
+	if err := e.stack.Pump(ctx, quiet, nil); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // duplicateMessages sends every batch message of a task once more, last
 // batch first.
 func (e *e2e) duplicateMessages(batches int, taskID string) {

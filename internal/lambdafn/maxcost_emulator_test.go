@@ -3,6 +3,7 @@
 package lambdafn_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -80,7 +81,11 @@ func TestMaxCostOnTheStack(t *testing.T) {
 		}
 		return cost, done
 	}
-	stopped := e.pump(id, 90*time.Second)
+	e.pumpUntilQuiet(id, 90*time.Second, func(ctx context.Context) bool { return e.stack.TaskFinal(ctx, id) })
+	stopped, err := e.stack.Store.GetTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cost, done := spent()
 	t.Logf("stopped at $%.4f with %d rows answered: %s", cost, done, stopped.Error)
 	if stopped.State != store.TaskCancelled || !strings.Contains(stopped.Error, "every generator") {

@@ -72,8 +72,6 @@ func TestQuoteOnTheStack(t *testing.T) {
 		}
 		return q
 	}
-	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
 	sampled := func(ctx context.Context) bool {
 		task, err := e.stack.Store.GetTask(ctx, id)
 		if err != nil {
@@ -82,9 +80,7 @@ func TestQuoteOnTheStack(t *testing.T) {
 		q, err := pipeline.QuoteTask(ctx, e.stack.Store, task, pipeline.QuoteParams{RowsToCall: -1})
 		return err == nil && !q.Sampling
 	}
-	if err := e.stack.Pump(pctx, sampled, nil); err != nil {
-		t.Fatal(err)
-	}
+	e.pumpUntilQuiet(id, 60*time.Second, sampled)
 	// The queue holds nothing more for a held task: pumping on answers
 	// nothing else.
 	idle, stop := context.WithTimeout(ctx, 2*time.Second)
