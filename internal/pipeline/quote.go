@@ -124,9 +124,10 @@ func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuotePara
 			}
 			in = append(in, float64(r.Usage.InputTokens))
 			out = append(out, float64(r.Usage.OutputTokens))
-			if r.LatencyMS > 0 {
-				latency = append(latency, float64(r.LatencyMS)/1000)
-			}
+			// Stored in whole milliseconds: a call answered faster is
+			// counted as 1 ms, not as no measure (which left the time of a
+			// quote on a fast model unknown).
+			latency = append(latency, float64(max(r.LatencyMS, 1))/1000)
 			if p.Prices != nil {
 				e := p.Prices.Task(store.Task{Spec: task.Spec, UsageByProvider: map[string]store.Usage{r.Provider: r.Usage}})
 				q.CostKnown = q.CostKnown && e.Known

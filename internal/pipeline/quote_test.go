@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/store"
@@ -107,5 +108,35 @@ func TestRowsToCall(t *testing.T) {
 	// chairs are 20 questions.
 	if n != 20 {
 		t.Errorf("%d rows to call, want the 20 chairs", n)
+	}
+}
+
+// TestQuoteOfAFastModel: a model that answers within a millisecond (its
+// rows' latency stored as 0 ms) still gives the quote a time, as 1 ms a
+// call: a quote of such a sample said "time unknown" and offered no auto.
+func TestQuoteOfAFastModel(t *testing.T) {
+	t.Parallel()
+	answer := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		return llm.Response{Text: "ok", Usage: llm.Usage{InputTokens: 10, OutputTokens: 10}}, nil
+	})
+	e := newEnv(t, answer, pipeline.GeneratorConfig{Concurrency: 4})
+	p := e.splitProducts("fast", "{{id}}", 40, 10)
+	ctx := context.Background()
+	if _, err := e.gen.Sample(ctx, p.TaskID, 8); err != nil {
+		t.Fatal(err)
+	}
+	task, err := e.store.GetTask(ctx, p.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := pipeline.QuoteTask(ctx, e.store, task, pipeline.QuoteParams{Concurrency: 4, RowsToCall: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Duration[1] <= 0 || q.Duration[1] > time.Second {
+		t.Errorf("quote of a sub-millisecond model: %v for %d rows, want a short time, not unknown", q.Duration, q.Left)
+	}
+	if plans := q.Plans(true, time.Hour); !plans[2].Offered {
+		t.Errorf("auto not offered: %s", plans[2].Why)
 	}
 }
