@@ -4,20 +4,14 @@ package lambdafn_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awsops"
-	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
-	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
-	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -35,37 +29,8 @@ func TestMaxCostOnTheStack(t *testing.T) {
 	e := newE2E(t, e2eOptions{ops: &ops, rows: rows, batchSize: 5, providers: func(url string) string {
 		return fmt.Sprintf("providers:\n  - {name: main, kind: mock, base_url: %q, model: mock-1, rpm: 60000, concurrency: 4, price: {input_per_mtok: 1000, output_per_mtok: 1000}}\n", url)
 	}})
-	cfg, err := samstack.Config(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := apifn.New(awswire.NewDeps(e.stack.Env, ops.For("api").Attach(cfg), "api"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	call := func(method, path, body string, want int) []byte {
-		t.Helper()
-		resp, out := serveGateway(t, h, gatewayRequest{sub: "alice", method: method, target: path, contentType: "application/json", body: body})
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, out, want)
-		}
-		return out
-	}
-	var sheet [][]string
-	for i := 1; i <= rows; i++ {
-		sheet = append(sheet, e2eRow(i, nil))
-	}
-	body := xlsx(t, header, sheet, "为{{商品名称}}（{{类目}}）写一句文案")
-	var created api.CreateTaskResponse
-	req := fmt.Sprintf(`{"filename":"capped.xlsx","size":%d,"max_cost_usd":%v,"max_tokens":40}`, len(body), capUSD)
-	if err := json.Unmarshal(call("POST", "/api/tasks", req, http.StatusCreated), &created); err != nil {
-		t.Fatal(err)
-	}
-	e.putUpload(created, body)
-	if err := e.stack.Splitter.Handle(ctx, e.uploadedEvent(pipeline.IncomingKey(created.ID, "capped.xlsx"))); err != nil {
-		t.Fatalf("splitter: %v", err)
-	}
-	id := created.ID
+	call := e.apiCaller(&ops, "alice")
+	id := e.createThroughAPI(call, "capped.xlsx", fmt.Sprintf(`"max_cost_usd":%v,"max_tokens":40`, capUSD))
 	spent := func() (float64, int) {
 		t.Helper()
 		all, err := e.stack.Store.ListRows(ctx, store.ListRowsParams{TaskID: id})

@@ -12,10 +12,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/awsops"
-	"github.com/batchgen/batchgen/internal/awswire"
-	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/pipeline"
-	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -30,36 +27,8 @@ func TestQuoteOnTheStack(t *testing.T) {
 	var ops awsops.Set
 	const rows, sample = 30, 4
 	e := newE2E(t, e2eOptions{ops: &ops, rows: rows, batchSize: 5})
-	cfg, err := samstack.Config(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := apifn.New(awswire.NewDeps(e.stack.Env, ops.For("api").Attach(cfg), "api"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	call := func(method, path, body string, want int) []byte {
-		t.Helper()
-		resp, out := serveGateway(t, h, gatewayRequest{sub: "alice", method: method, target: path, contentType: "application/json", body: body})
-		if resp.StatusCode != want {
-			t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, out, want)
-		}
-		return out
-	}
-	var sheet [][]string
-	for i := 1; i <= rows; i++ {
-		sheet = append(sheet, e2eRow(i, nil))
-	}
-	body := xlsx(t, header, sheet, "为{{商品名称}}（{{类目}}）写一句文案")
-	var created api.CreateTaskResponse
-	if err := json.Unmarshal(call("POST", "/api/tasks", fmt.Sprintf(`{"filename":"quoted.xlsx","size":%d,"sample":%d}`, len(body), sample), http.StatusCreated), &created); err != nil {
-		t.Fatal(err)
-	}
-	e.putUpload(created, body)
-	if err := e.stack.Splitter.Handle(ctx, e.uploadedEvent(pipeline.IncomingKey(created.ID, "quoted.xlsx"))); err != nil {
-		t.Fatalf("splitter: %v", err)
-	}
-	id := created.ID
+	call := e.apiCaller(&ops, "alice")
+	id := e.createThroughAPI(call, "quoted.xlsx", fmt.Sprintf(`"sample":%d`, sample))
 	if task, err := e.stack.Store.GetTask(ctx, id); err != nil || task.State != store.TaskHeld {
 		t.Fatalf("task after the split: %+v %v, want HELD", task, err)
 	}
