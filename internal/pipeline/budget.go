@@ -43,6 +43,10 @@ import (
 // process has it.
 const allowanceCalls = 4
 
+// takeTimeout bounds one taking from the fleet's ledger, its opening
+// included.
+const takeTimeout = 20 * time.Second
+
 // budgetOutputTokens is the completion held for a call of a task that sets
 // no max_tokens (for each row of a packed call): what a provider's default
 // cap commonly is.
@@ -313,6 +317,11 @@ func (b *budget) hold(ctx context.Context, label string, req llm.Request) (float
 // (from what the task's rows cost so far) when it is not open under the
 // task's cap.
 func (b *budget) take(ctx context.Context, need, want float64) (taken, left float64, err error) {
+	// The caller holds b.mu, which every call of the task in this process
+	// waits on: a store call that hangs must not hold them all. One that
+	// runs out fails this call's row for now (its batch comes back).
+	ctx, cancel := context.WithTimeout(ctx, takeTimeout)
+	defer cancel()
 	taken, left, err = b.shared.TakeAllowance(ctx, b.taskID, b.limit, need, want)
 	if !errors.Is(err, store.ErrNotFound) {
 		return taken, left, err
