@@ -492,8 +492,9 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	}
 	// A held task's sample (BatchMessage.Sample) runs its rows online; once
 	// the task is started its sample messages are batch messages as any.
-	sample := msg.Sample > 0 && task.State == store.TaskHeld
-	if !task.State.Generating() && !sample {
+	held := task.Held()
+	sample := msg.Sample > 0 && held
+	if !sample && (held || !task.State.Generating()) {
 		return Outcome{Ack: true} // held, exporting, finished or cancelled: no row starts
 	}
 	if msg.BatchNo > task.BatchesTotal {
@@ -531,7 +532,7 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	// The batch's other rows wait for the start, which sends the batch
 	// again; a task started meanwhile keeps the outcome, so its batch comes
 	// back as any released batch does.
-	if t, err := g.store.GetTask(ctx, task.ID); err == nil && t.State == store.TaskHeld {
+	if t, err := g.store.GetTask(ctx, task.ID); err == nil && t.Held() {
 		return Outcome{Ack: true, Started: out.Started, Progress: out.Progress}
 	}
 	return out

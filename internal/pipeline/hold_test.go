@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,5 +223,97 @@ func TestEconomyBatchRows(t *testing.T) {
 		if task.BatchesTotal != tc.batches {
 			t.Errorf("%s: %d batches of %d rows, want %d", tc.mode, task.BatchesTotal, task.Spec.BatchSize, tc.batches)
 		}
+	}
+}
+
+// holdFails is a store whose first recording of a hold fails: a split that
+// died after it sent its sample's messages, before it recorded the hold.
+type holdFails struct {
+	store.Store
+	failed bool
+}
+
+func (s *holdFails) TransitionTask(ctx context.Context, p store.TransitionTaskParams) (store.Task, error) {
+	if p.To == store.TaskHeld && !s.failed {
+		s.failed = true
+		return store.Task{}, errors.New("injected: the split died before it recorded the hold")
+	}
+	return s.Store.TransitionTask(ctx, p)
+}
+
+// TestSampleMetBeforeTheHold: the sample's messages are sent before the
+// hold is recorded, so a worker can meet them while the task is still
+// PENDING (serve's API and drop folder split one upload side by side, and
+// SQS delivers at once). It answers the sample's rows only, never its
+// batches whole; the sweeper sends none of them; the resumed split holds
+// the task and its sample's second copies try nothing more.
+func TestSampleMetBeforeTheHold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var calls atomic.Int64
+	p := providerFunc(func(ctx context.Context, req llm.Request) (llm.Response, error) {
+		calls.Add(1)
+		return llm.Response{Text: "ok " + req.Prompt, Usage: llm.Usage{InputTokens: 10, OutputTokens: 20}}, nil
+	})
+	e := newEnv(t, p, pipeline.GeneratorConfig{Concurrency: 2})
+	const rows, batch, sample = 20, 5, 3
+	spec := store.TaskSpec{Prompt: "{{id}}", Provider: "sim", BatchSize: batch}
+	params := pipeline.SplitParams{
+		TaskID: pipeline.DeriveTaskID("held-late", spec), Source: "in.csv", Spec: spec, Terms: store.Terms{Sample: sample},
+		Path: e.writeCSV("in.csv", []string{"id", "name"}, productRows(rows)),
+	}
+	dying := pipeline.NewSplitter(&holdFails{Store: e.store}, e.queue, pipeline.SplitterConfig{Inputs: e.blobs, Exports: e.signal})
+	if _, err := dying.Split(ctx, params); err == nil {
+		t.Fatal("the split whose hold failed succeeded")
+	}
+	task, err := e.store.GetTask(ctx, params.TaskID)
+	if err != nil || task.State != store.TaskPending || !task.Held() {
+		t.Fatalf("task after the dying split: %s %v, want PENDING and held for its sample", task.State, err)
+	}
+	sweeper := pipeline.NewSweeper(e.store, e.queue, e.signal, pipeline.SweeperConfig{PendingAfter: time.Nanosecond})
+	if rep, err := sweeper.Sweep(ctx); err != nil || rep.Requeued != 0 {
+		t.Fatalf("sweep of a task being held: %+v %v, want nothing sent", rep, err)
+	}
+	// A stray batch message too (the sweeper's, had it sent one).
+	if err := e.queue.Send(ctx, pipeline.BatchMessages(task, []int{4})); err != nil {
+		t.Fatal(err)
+	}
+	e.drain(ctx)
+	if n := calls.Load(); n != sample {
+		t.Fatalf("%d calls for a PENDING task's sample of %d: its batches ran whole", n, sample)
+	}
+	held, err := e.splitter.Split(ctx, params)
+	if err != nil || held.State != store.TaskHeld {
+		t.Fatalf("resumed split: %s %v, want HELD", held.State, err)
+	}
+	e.drain(ctx)
+	if n := calls.Load(); n != sample {
+		t.Fatalf("%d calls after the resumed split sent the sample again, want %d", n, sample)
+	}
+	q, err := pipeline.QuoteTask(ctx, e.store, held, pipeline.QuoteParams{RowsToCall: -1, Concurrency: 2})
+	if err != nil || q.Sampling || q.Tried != sample {
+		t.Fatalf("quote: %+v %v, want the sample of %d tried", q, err, sample)
+	}
+}
+
+// drain runs local workers until the queue holds no live message, within
+// 30 s.
+func (e *env) drain(ctx context.Context) {
+	e.t.Helper()
+	wctx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	workers := pipeline.NewLocalWorkers(e.queue, e.gen, pipeline.LocalWorkersConfig{Workers: 3, PollInterval: 5 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = workers.Run(wctx) }()
+	defer func() { stop(); <-done }()
+	for {
+		n, age, err := e.queue.Backlog(wctx)
+		if err == nil && n == 0 && age == 0 { // none visible, none in hand
+			return
+		}
+		if wctx.Err() != nil {
+			e.t.Fatalf("the queue still held %d messages after 30 s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

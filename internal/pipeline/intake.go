@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/batchgen/batchgen/internal/blob"
 	"github.com/batchgen/batchgen/internal/clock"
@@ -132,6 +133,48 @@ type Intake struct {
 	objects DropFolder
 	exports ExportStarter
 	cfg     IntakeConfig
+	// taking serializes the intakes of one key within this process:
+	// `batchgen serve` takes an API upload twice (its API at once, its drop
+	// folder when it sees the file), and the second must find the first's
+	// task rather than split the same input beside it. Across processes
+	// (two deliveries of one S3 event) the split is safe side by side,
+	// only wasteful.
+	taking keyedMutex
+}
+
+// keyedMutex is a mutex per key, held only while in use.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedLock
+}
+
+type keyedLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock takes key's lock and returns its unlock.
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyedLock{}
+		k.locks[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // NewIntake returns an Intake that reads inputs from objects, splits them
@@ -250,6 +293,7 @@ type input struct {
 // S3 delivers events at least once) finds its task and nothing to move,
 // and is a quiet no-op.
 func (in *Intake) Accept(ctx context.Context, key, version string) (IntakeResult, error) {
+	defer in.taking.lock(key)()
 	res, err := in.accept(ctx, key, version)
 	if err != nil || !res.Taken || !in.cfg.MoveTaken {
 		return res, err

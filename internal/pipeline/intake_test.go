@@ -3,8 +3,12 @@ package pipeline_test
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -248,5 +252,52 @@ func TestIntakeMovesTaken(t *testing.T) {
 	}
 	if errFile := readBlob(t, e, pipeline.ErrorFileKey("incoming/empty.csv")); !strings.Contains(errFile, "no data rows") {
 		t.Errorf("error file of the moved rejected sheet = %q, want the reason", errFile)
+	}
+}
+
+// slowFolder is a drop folder whose downloads of inputs take a while and
+// are counted.
+type slowFolder struct {
+	pipeline.DropFolder
+	downloads atomic.Int64
+}
+
+func (f *slowFolder) Open(ctx context.Context, key string) (io.ReadCloser, error) {
+	if pipeline.IsInputKey(key) {
+		f.downloads.Add(1)
+		time.Sleep(50 * time.Millisecond)
+	}
+	return f.DropFolder.Open(ctx, key)
+}
+
+// TestIntakeTakesAKeyOnce: two intakes of one key at once in a process
+// (serve's API and its drop folder, on an API upload) split it once; the
+// second finds the first's task.
+func TestIntakeTakesAKeyOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sim.New(sim.Config{}), pipeline.GeneratorConfig{})
+	folder := &slowFolder{DropFolder: e.blobs}
+	intake := pipeline.NewIntake(e.splitter, folder, e.signal, pipeline.IntakeConfig{
+		DefaultSpec: store.TaskSpec{Prompt: "Copy for {{name}}", Provider: "sim", BatchSize: 2}, TempDir: t.TempDir(),
+	})
+	if err := e.blobs.Put(ctx, "incoming/twice.csv", strings.NewReader("id,name\n1,brick\n2,ball\n3,kite\n")); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	outcomes := make([]pipeline.IntakeOutcome, 2)
+	for i := range outcomes {
+		wg.Go(func() {
+			res, err := intake.Accept(ctx, "incoming/twice.csv", "v1")
+			if err != nil {
+				t.Errorf("Accept: %v", err)
+			}
+			outcomes[i] = res.Outcome
+		})
+	}
+	wg.Wait()
+	slices.Sort(outcomes)
+	if n := folder.downloads.Load(); n != 1 || outcomes[0] != pipeline.IntakeIgnored || outcomes[1] != pipeline.IntakeSplit {
+		t.Errorf("two intakes of one key at once: %d downloads, outcomes %v; want one split, one finding its task", n, outcomes)
 	}
 }

@@ -143,7 +143,7 @@ func QuoteTask(ctx context.Context, st store.Store, task store.Task, p QuotePara
 		}
 	}
 	q.Measured = len(in)
-	q.Sampling = task.State == store.TaskHeld && q.Tried < q.Asked && untried > 0
+	q.Sampling = task.Held() && q.Tried < q.Asked && untried > 0
 	if q.Measured == 0 {
 		return q, fmt.Errorf("quote task %s: %w", task.ID, ErrNothingMeasured)
 	}

@@ -236,7 +236,7 @@ func (s *Sweeper) sweepPage(ctx context.Context, cfg SweeperConfig, batches []st
 			default:
 				// A cancelled or failed task's open batches stay as they
 				// are: its remaining rows are not to run.
-				task = sweptTask{done: t.State.Final(), owner: t.Owner, held: t.State == store.TaskHeld}
+				task = sweptTask{done: t.State.Final(), owner: t.Owner, held: t.Held()}
 			}
 			tasks[b.TaskID] = task
 		}

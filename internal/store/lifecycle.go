@@ -66,6 +66,16 @@ func (s TaskState) Generating() bool { return s != TaskHeld && EventCancel.Allow
 // then runs beside its batches).
 func (s TaskState) Sampling() bool { return s == TaskHeld || s.Generating() }
 
+// Held reports whether t waits for its owner's start after a quote: held,
+// or split to be held and not yet recorded so. The split sends a sample's
+// messages before it records the hold (a hold recorded first and a send
+// that then failed would leave the task held with no sample coming), so a
+// worker or the sweeper may meet a PENDING task with a sample: its batches
+// are a held task's, answered for the sample only, never run whole.
+func (t Task) Held() bool {
+	return t.State == TaskHeld || t.State == TaskPending && t.Sample > 0
+}
+
 // TaskEvent names a move of the task lifecycle.
 type TaskEvent string
 
