@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,10 +22,6 @@ import (
 	"github.com/batchgen/batchgen/internal/store"
 	"github.com/batchgen/batchgen/internal/store/sqlitestore"
 )
-
-// stuckAfter is how long an unfinished task may go without progress before
-// `batchgen tasks` calls it stuck.
-const stuckAfter = 10 * time.Minute
 
 // addDataFlag registers --data, the state directory every operator command
 // works on.
@@ -184,44 +179,7 @@ func listTasks(ctx context.Context, dir, table, dlqURL string, f pipeline.TaskFi
 		fmt.Fprintf(stdout, "no tasks in %s%s\n", d.where, f)
 		return nil
 	}
-	return printTasks(stdout, tasks, d.rerun, prices)
-}
-
-// printTasks lays the tasks out; ROWS done are as saved so far, TOKENS the
-// input/output tokens of the finished batches and COST their estimate at
-// prices, each provider's tokens at its own price.
-func printTasks(w io.Writer, tasks []pipeline.TaskOverview, rerun string, prices *pricing.Table) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tSTATE\tROWS\tSUCCEEDED\tFAILED\tTOKENS\tCOST\tSOURCE\tCREATED\tNOTE")
-	for _, o := range tasks {
-		t := o.Task
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\n", t.ID, t.State, t.RowsTotal, t.RowsSucceeded, t.RowsFailed,
-			t.Usage.InputTokens, t.Usage.OutputTokens, prices.Task(t),
-			t.Source, t.CreatedAt.Local().Format("2006-01-02 15:04"), taskNote(o, rerun))
-	}
-	return tw.Flush()
-}
-
-// taskNote tells an operator what needs attention: dead-lettered messages,
-// no progress for a while, failed rows to retry.
-func taskNote(o pipeline.TaskOverview, rerun string) string {
-	t := o.Task
-	var notes []string
-	if o.Dead > 0 {
-		notes = append(notes, fmt.Sprintf("stuck: %d dead-lettered message(s), see batchgen dlq list", o.Dead))
-	}
-	if !t.State.Final() && time.Since(t.UpdatedAt) > stuckAfter {
-		notes = append(notes, fmt.Sprintf("no progress for %s (%s)", time.Since(t.UpdatedAt).Round(time.Minute), rerun))
-	}
-	if t.State.Final() && t.RowsFailed > 0 {
-		notes = append(notes, "batchgen retry "+t.ID+" reruns the failed rows")
-	}
-	if t.Owner == "" {
-		// Such a task belongs to no principal (pipeline.OwnedTask): the
-		// ops commands are the only way to it.
-		notes = append(notes, "no owner: not visible through the API")
-	}
-	return strings.Join(notes, "; ")
+	return report.WriteTasks(stdout, tasks, d.rerun, prices)
 }
 
 // newCancelCmd cancels a task: no new rows start, rows in flight finish,
@@ -486,14 +444,5 @@ func dlq(ctx context.Context, verb, dir, queueURL, dlqURL string, stdout io.Writ
 		fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", where)
 		return nil
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tBATCH\tRECEIVES\tMESSAGE\tBODY")
-	for _, l := range ds {
-		task, batch := "?", "?"
-		if l.TaskID != "" {
-			task, batch = l.TaskID, fmt.Sprint(l.BatchNo)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.60q\n", task, batch, l.ReceiveCount, l.ID, l.Body)
-	}
-	return tw.Flush()
+	return report.WriteDeadLetters(stdout, ds)
 }

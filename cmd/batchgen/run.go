@@ -588,21 +588,23 @@ func (j *runJob) complete(ctx context.Context, task store.Task, stdout io.Writer
 // continued.
 func (j *runJob) process(ctx context.Context, task store.Task) error {
 	o := j.opts
-	done, err := countDone(ctx, j.data.Store, task)
+	// A continued run's progress starts where the last one stopped.
+	counts, err := pipeline.LiveCounts(ctx, j.data.Store, task)
 	if err != nil {
 		return err
 	}
-	progress := newProgress(j.stderr, task.RowsTotal, done, j.stats, o.quiet, o.progressInterval, j.providers.RPM())
+	pc := report.ProgressConfig{Total: task.RowsTotal, Done: counts.Counts().Done(), Quiet: o.quiet, Interval: o.progressInterval, RPM: j.providers.RPM(), Counts: j.stats.ProgressCounts}
 	if task.Mode.Batched() {
-		progress.economy = func() string {
+		pc.Waiting = func() string {
 			s, _ := j.engine.Generator.EconomyStatus(task.ID)
 			return s.String()
 		}
 	}
-	defer progress.finish()
+	progress := report.NewProgress(j.stderr, pc)
+	defer progress.Finish()
 	err = j.engine.RunTask(ctx, task, embedded.TaskRun{
 		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), task.Spec.BatchSize), SweepAfter: o.sweepAfter,
-		Tick: progress.update,
+		Tick: progress.Update,
 		Cancelled: func() {
 			if !o.quiet {
 				fmt.Fprintf(j.stderr, "batchgen: task %s was cancelled; finishing the rows in flight\n", task.ID)
@@ -613,7 +615,7 @@ func (j *runJob) process(ctx context.Context, task store.Task) error {
 		return &report.ExitError{Code: report.Interrupted, Err: fmt.Errorf("interrupted; finished rows are saved in %s: run the same command again to continue", j.data.Dir)}
 	}
 	if err == nil {
-		progress.complete()
+		progress.Complete()
 	}
 	return err
 }

@@ -165,3 +165,8 @@ func Summarize(ctx context.Context, st store.Store, task store.Task, stats *Stat
 		Result:  out,
 	}, c.Failed + c.Pending, nil
 }
+
+// ProgressCounts are the counts the progress line reads.
+func (s *Stats) ProgressCounts() report.ProgressCounts {
+	return report.ProgressCounts{Done: s.RowsDone.Load(), Failed: s.RowsFailed.Load(), Last429: s.Last429.Load(), LastQuotaWait: s.LastQuotaWait.Load()}
+}

@@ -1,7 +1,9 @@
-// Package report is what a batchgen command tells its caller when a job
-// ends: the exit code (a contract with the scripts that call it), the
-// mapping of a final task to that code, and the summary lines. batchgen
-// and batchgen-localaws share it, so both answer alike.
+// Package report is what a batchgen command tells the people and scripts
+// that call it: the exit code (a contract with the scripts), the mapping
+// of a final task to that code, the summary lines when a job ends, the
+// progress line while it runs, and the layouts of a task's status, its
+// quote, the task list and the dead letters. The commands only wire; the
+// words live here, so batchgen and batchgen-localaws answer alike.
 package report
 
 import (

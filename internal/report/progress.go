@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/batchgen/batchgen/internal/embedded"
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
@@ -105,53 +104,78 @@ func heldBack(now time.Time, last429, lastQuotaWait int64, rpm int) string {
 	return ""
 }
 
-// progress shows rows done on stderr: a bar on a terminal, plain lines
-// every interval otherwise, nothing with --quiet; and a final line at 100%.
-type progress struct {
-	w        io.Writer
-	stats    *embedded.Stats
-	meter    *rateMeter
-	rpm      int
-	bar      *progressbar.ProgressBar
-	interval time.Duration
-	last     time.Time
-	quiet    bool
-	finished bool
-	// economy says what an economy task waits for ("" for nothing); nil
-	// for an online task.
-	economy func() string
+// ProgressCounts are what the progress line reads of a running engine
+// (embedded.Stats.ProgressCounts).
+type ProgressCounts struct {
+	// Done and Failed count the rows this process finished.
+	Done, Failed int64
+	// Last429 and LastQuotaWait are when (Unix nanoseconds, 0 for never)
+	// the provider last answered 429 and a quota wait last took long.
+	Last429, LastQuotaWait int64
 }
 
-func newProgress(w io.Writer, total, done int, stats *embedded.Stats, quiet bool, interval time.Duration, rpm int) *progress {
+// ProgressConfig sets a Progress up.
+type ProgressConfig struct {
+	// Total rows of the task; Done of them already finished at the start
+	// (a continued run counts from where it is).
+	Total, Done int
+	// Quiet prints nothing; Interval is the time between plain lines.
+	Quiet    bool
+	Interval time.Duration
+	// RPM is the quota the provider set-up states (0: learnt).
+	RPM int
+	// Counts reads the engine's counts.
+	Counts func() ProgressCounts
+	// Waiting says what an economy task waits for ("" for nothing); nil
+	// for an online task.
+	Waiting func() string
+}
+
+// Progress shows rows done on a writer (stderr): a bar on a terminal,
+// plain lines every interval otherwise, nothing when quiet; and a final
+// line at 100%.
+type Progress struct {
+	w        io.Writer
+	cfg      ProgressConfig
+	meter    *rateMeter
+	bar      *progressbar.ProgressBar
+	last     time.Time
+	finished bool
+}
+
+// NewProgress starts the progress of a run on w.
+func NewProgress(w io.Writer, cfg ProgressConfig) *Progress {
 	now := time.Now()
-	p := &progress{w: w, stats: stats, meter: newRateMeter(total, done, now, rpm), rpm: rpm, interval: interval, last: now, quiet: quiet}
-	if quiet {
+	p := &Progress{w: w, cfg: cfg, meter: newRateMeter(cfg.Total, cfg.Done, now, cfg.RPM), last: now}
+	if cfg.Quiet {
 		return p
 	}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		p.bar = progressbar.NewOptions(total,
+		p.bar = progressbar.NewOptions(cfg.Total,
 			progressbar.OptionSetWriter(w),
 			progressbar.OptionSetDescription("rows"),
 			progressbar.OptionShowCount(),
 			progressbar.OptionSetWidth(30),
 			progressbar.OptionThrottle(200*time.Millisecond),
 		)
-		_ = p.bar.Set(done)
+		_ = p.bar.Set(cfg.Done)
 	}
 	return p
 }
 
-func (p *progress) update() {
-	if p.quiet || p.finished {
+// Update reads the counts and shows them: the bar at once, a plain line
+// once an interval has passed since the last.
+func (p *Progress) Update() {
+	if p.cfg.Quiet || p.finished {
 		return
 	}
 	now := time.Now()
-	done := p.meter.base + int(p.stats.RowsDone.Load())
+	c := p.cfg.Counts()
+	done := p.meter.base + int(c.Done)
 	p.meter.add(now, min(done, p.meter.total))
-	failed := p.stats.RowsFailed.Load()
-	held := heldBack(now, p.stats.Last429.Load(), p.stats.LastQuotaWait.Load(), p.rpm)
-	if p.economy != nil {
-		if e := p.economy(); e != "" {
+	held := heldBack(now, c.Last429, c.LastQuotaWait, p.cfg.RPM)
+	if p.cfg.Waiting != nil {
+		if e := p.cfg.Waiting(); e != "" {
 			held = strings.TrimPrefix(held+"; "+e, "; ")
 		}
 	}
@@ -162,7 +186,7 @@ func (p *progress) update() {
 		if d, ok := p.meter.eta(); ok {
 			eta = d.String()
 		}
-		desc := fmt.Sprintf("rows (%d failed, %.1f/s now, %.1f avg, ETA %s)", failed, p.meter.recent(), p.meter.average(now), eta)
+		desc := fmt.Sprintf("rows (%d failed, %.1f/s now, %.1f avg, ETA %s)", c.Failed, p.meter.recent(), p.meter.average(now), eta)
 		if held != "" {
 			desc += " " + held
 		}
@@ -170,25 +194,26 @@ func (p *progress) update() {
 		_ = p.bar.Set(min(done, p.meter.total))
 		return
 	}
-	if now.Sub(p.last) < p.interval {
+	if now.Sub(p.last) < p.cfg.Interval {
 		return
 	}
 	p.last = now
-	fmt.Fprintln(p.w, p.meter.line(now, failed, held))
+	fmt.Fprintln(p.w, p.meter.line(now, c.Failed, held))
 }
 
-// complete prints the final line once every row has a result.
-func (p *progress) complete() {
-	if p.quiet || p.finished {
+// Complete prints the final line once every row has a result.
+func (p *Progress) Complete() {
+	if p.cfg.Quiet || p.finished {
 		return
 	}
-	p.update()
-	p.finish()
-	fmt.Fprintln(p.w, p.meter.final(time.Now(), p.stats.RowsFailed.Load()))
+	p.Update()
+	p.Finish()
+	fmt.Fprintln(p.w, p.meter.final(time.Now(), p.cfg.Counts().Failed))
 }
 
-func (p *progress) finish() {
-	if p.quiet || p.finished {
+// Finish ends the bar (an interrupted run's too).
+func (p *Progress) Finish() {
+	if p.cfg.Quiet || p.finished {
 		return
 	}
 	p.finished = true
