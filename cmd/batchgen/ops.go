@@ -266,7 +266,7 @@ generators rerun them, and the task is exported again under its next export gene
 	fs.StringVar(&errorClass, "error-class", "", "only rows that failed with this class (e.g. content_filter, retry_exhausted, insufficient_quota)")
 	fs.StringVar(&table, "table", "", "AWS: the stack's DynamoDB table (output TableName); with --queue-url, retries on the stack instead of --data")
 	fs.StringVar(&queueURL, "queue-url", "", "AWS: the work queue (output QueueUrl)")
-	o.registerEngine(fs)
+	o.RegisterEngine(fs)
 	_ = cmd.MarkFlagDirname("data")
 	_ = cmd.MarkFlagFilename("out", "xlsx")
 	return cmd
@@ -281,29 +281,29 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("no batchgen data in %s (pass --data, the .batchgen folder beside the input)", dir)}
 	}
 	j.opts.dataDir = dir
-	if j.data, err = embedded.Open(dir, "", j.cacheTTL); err != nil {
+	if err := j.OpenData(dir, ""); err != nil {
 		return err
 	}
-	defer j.close()
+	defer j.Close()
 	if err := j.openEngine(id); err != nil {
 		return err
 	}
 	// The result is written again in the format the task asked for, so
 	// --out must name a file of that kind.
-	if t, err := j.data.Store.GetTask(ctx, id); err == nil && j.opts.out != "" {
+	if t, err := j.Data.Store.GetTask(ctx, id); err == nil && j.opts.out != "" {
 		if f, ok := resultFormatOf(j.opts.out); !ok || f != t.Spec.ResultFormat {
 			return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--out %s: task %s writes its result as %s; use a name ending in %s", j.opts.out, id, t.Spec.ResultFormat.Ext(), t.Spec.ResultFormat.Ext())}
 		}
 	}
-	if t, err := j.data.Store.GetTask(ctx, id); err == nil {
-		if _, err := j.applyTerms(ctx, t); err != nil {
+	if t, err := j.Data.Store.GetTask(ctx, id); err == nil {
+		if _, err := j.ApplyTerms(ctx, t); err != nil {
 			return err
 		}
 	}
-	spec := j.providers.Spec(store.TaskSpec{})
+	spec := j.Providers.Spec(store.TaskSpec{})
 	// This process holds the data directory's lock: the task's only
 	// workers are its own.
-	retrier := pipeline.Retrier{Store: j.data.Store, Queue: j.engine.Queue, OwnsWorkers: true}
+	retrier := pipeline.Retrier{Store: j.Data.Store, Queue: j.Engine.Queue, OwnsWorkers: true}
 	outcome, err := retrier.Retry(ctx, pipeline.RetryParams{
 		TaskID: id, ErrorClass: errorClass, Provider: spec.Provider, Model: spec.Model, Now: time.Now(),
 	})
@@ -316,12 +316,12 @@ func retryTask(ctx context.Context, o runOptions, dir, id, errorClass string, st
 	}
 	switch {
 	case outcome.Resumed:
-		if !o.quiet {
+		if !o.Quiet {
 			fmt.Fprintf(stderr, "batchgen: task %s was stopped midway; continuing it\n", id)
 		}
 	case outcome.Batches == 0:
 		fmt.Fprintf(stderr, "batchgen: task %s has no failed rows%s to retry; writing its result again\n", id, classSuffix(errorClass))
-	case !o.quiet:
+	case !o.Quiet:
 		fmt.Fprintf(stderr, "batchgen: retrying task %s: %d batch(es) with failed rows%s\n", id, outcome.Batches, classSuffix(errorClass))
 	}
 	return j.complete(ctx, task, stdout)

@@ -30,12 +30,12 @@ keeps the sample's answers: the run that follows continues it and does not pay f
 			if sample < 1 {
 				return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--sample %d: must be at least 1", sample)}
 			}
-			o.quiet = true // the quote is the output
+			o.Quiet = true // the quote is the output
 			job, err := newRunJob(o, stderr)
 			if err != nil {
 				return err
 			}
-			defer job.close()
+			defer job.Close()
 			return job.quote(cmd, sample, stdout)
 		},
 	}
@@ -55,26 +55,26 @@ func (j *runJob) quote(cmd *cobra.Command, sample int, stdout io.Writer) error {
 		return err
 	}
 	if !task.State.Final() {
-		if _, err := j.engine.Generator.Sample(ctx, task.ID, sample); err != nil {
+		if _, err := j.Engine.Generator.Sample(ctx, task.ID, sample); err != nil {
 			return fmt.Errorf("answer the sample: %w", err)
 		}
 	}
-	if task, err = j.data.Store.GetTask(ctx, task.ID); err != nil {
+	if task, err = j.Data.Store.GetTask(ctx, task.ID); err != nil {
 		return err
 	}
-	toCall, err := j.engine.Generator.RowsToCall(ctx, task)
+	toCall, err := j.Engine.Generator.RowsToCall(ctx, task)
 	if err != nil {
 		return err
 	}
-	q, err := pipeline.QuoteTask(ctx, j.data.Store, task, pipeline.QuoteParams{
-		Prices: j.prices, RequestsPerSecond: j.set.QuotaPace(j.providers), Concurrency: j.providers.Concurrency(), RowsToCall: toCall,
+	q, err := pipeline.QuoteTask(ctx, j.Data.Store, task, pipeline.QuoteParams{
+		Prices: j.Prices, RequestsPerSecond: j.Set.QuotaPace(j.Providers), Concurrency: j.Providers.Concurrency(), RowsToCall: toCall,
 	})
 	if errors.Is(err, pipeline.ErrNothingMeasured) {
-		return &report.ExitError{Code: report.RowsFailed, Err: fmt.Errorf("%w: the sample's rows failed or came from the cache (batchgen status %s --data %s shows why)", err, task.ID, j.data.Dir)}
+		return &report.ExitError{Code: report.RowsFailed, Err: fmt.Errorf("%w: the sample's rows failed or came from the cache (batchgen status %s --data %s shows why)", err, task.ID, j.Data.Dir)}
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(stdout, report.QuoteText(task.ID, task.Source, q, report.QuotePlans{Batch: j.set.Router.SellsBatches(), Deadline: time.Until(j.opts.parsedDeadline)}))
+	fmt.Fprint(stdout, report.QuoteText(task.ID, task.Source, q, report.QuotePlans{Batch: j.Set.Router.SellsBatches(), Deadline: time.Until(j.opts.ParsedDeadline)}))
 	return nil
 }

@@ -99,10 +99,10 @@ loopback interface only, and every caller is --drop-owner.`,
 	fs.IntVar(&o.maxStreams, "max-streams", 20, "most progress streams (the page's live view) one principal may have open; another is answered 429 (0: no limit)")
 	fs.Int64Var(&o.maxFileBytes, "max-file-bytes", pipeline.DefaultMaxInputBytes, "largest sheet accepted, through the API or the drop folder, in bytes")
 	fs.Int64Var(&o.maxInlineBytes, "max-inline-bytes", 0, "largest sheet the web page sends inside one request, in bytes; it uploads a larger one to its task's upload URL, as it must behind a proxy that bounds requests (0: any sheet up to --max-file-bytes)")
-	o.registerSpec(fs)
-	o.registerEngine(fs)
+	o.RegisterSpec(fs)
+	o.RegisterEngine(fs)
 	// A server's log is its only record of what it did.
-	o.logLevel = "info"
+	o.LogLevel = "info"
 	fs.Lookup("log-level").DefValue = "info"
 	_ = cmd.MarkFlagDirname("data")
 	_ = cmd.MarkFlagFilename("prompt-file")
@@ -130,7 +130,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--cache-scope: %w", err)}
 	}
-	o.runOptions.cacheScope = scope
+	o.runOptions.CacheScope = scope
 	if o.maxActiveTasks < 0 || o.maxRowsPerDay < 0 || o.maxStreams < 0 || o.maxUploads < 0 {
 		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-active-tasks, --max-rows-per-day, --max-streams and --max-uploads must be 0 (no limit) or more")}
 	}
@@ -146,10 +146,10 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	if o.dropInterval <= 0 {
 		return &report.ExitError{Code: report.Rejected, Err: fmt.Errorf("--drop-interval %s: must be positive", o.dropInterval)}
 	}
-	if err := o.checkSpec(); err != nil {
+	if err := o.CheckSpec(); err != nil {
 		return err
 	}
-	if !math.IsNaN(o.maxCost) || o.mode != "" || o.deadline != "" {
+	if !math.IsNaN(o.MaxCost) || o.Mode != "" || o.Deadline != "" {
 		return &report.ExitError{Code: report.Rejected, Err: errors.New("--max-cost, --mode and --deadline are a task's own on serve: set them in the API request, on the page, or in a drop-folder input's settings file (NAME.batchgen.json)")}
 	}
 	j, err := newEngineJob(o.runOptions, stderr)
@@ -165,39 +165,39 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 		access = fmt.Sprintf("API tokens for %d principal(s): %s", len(tokens.Principals()), strings.Join(tokens.Principals(), ", "))
 	}
 	level := new(slog.LevelVar)
-	_ = level.UnmarshalText([]byte(o.logLevel)) // checked by newEngineJob
+	level.Set(j.LogLevel)
 	logger := logging.NewJSON(stderr, level)
-	j.logger = logger
+	j.Logger = logger
 	// The engine's metrics, served at /metrics beside the API.
 	reg := prom.New(logger)
-	j.metrics = reg
-	spec := j.taskSpec()
+	j.Metrics = reg
+	spec := j.opts.TaskSpec(j.Providers)
 
-	if j.data, err = embedded.Open(o.dataDir, "", j.cacheTTL); err != nil {
+	if err := j.OpenData(o.dataDir, ""); err != nil {
 		return err
 	}
-	defer j.close()
-	bucket, err := j.data.Bucket()
+	defer j.Close()
+	bucket, err := j.Data.Bucket()
 	if err != nil {
 		return err
 	}
-	if err := j.openEngineOn(embedded.EngineConfig{Queue: embedded.ServeQueue, Results: bucket, InProcessExports: true}); err != nil {
+	if err := j.OpenEngine(embedded.EngineConfig{Queue: embedded.ServeQueue, Results: bucket, InProcessExports: true}); err != nil {
 		return err
 	}
 	dropSpec := spec
 	dropSpec.ResultFormat = dropFormat
 	cfg := embedded.ServeConfig{
-		Engine: j.engine, Bucket: bucket, Auth: auth, Spec: spec, DropSpec: dropSpec,
+		Engine: j.Engine, Bucket: bucket, Auth: auth, Spec: spec, DropSpec: dropSpec,
 		Limits: api.Limits{
-			Models: o.allowModels, ModelFixed: j.providers.FixedModels(), MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
+			Models: o.allowModels, ModelFixed: j.Providers.FixedModels(), MaxTokens: o.maxTokensLimit, MaxBatchSize: o.maxBatchSize,
 			MaxActiveTasks: o.maxActiveTasks, MaxRowsPerDay: o.maxRowsPerDay, MaxStreams: o.maxStreams, MaxUploads: o.maxUploads,
-			MaxFileBytes: o.maxFileBytes, MaxRows: o.maxRows,
+			MaxFileBytes: o.maxFileBytes, MaxRows: o.MaxRows,
 		},
 		MaxInlineBytes: o.maxInlineBytes, DropOwner: o.dropOwner, DropInterval: o.dropInterval,
-		Workers: pipeline.BatchesInFlight(j.providers.Concurrency(), o.batchSize), SweepAfter: o.sweepAfter, Grace: o.grace,
-		Prices: j.prices, Metrics: reg, Logger: logger,
+		Workers: pipeline.BatchesInFlight(j.Providers.Concurrency(), o.BatchSize), SweepAfter: o.SweepAfter, Grace: o.grace,
+		Prices: j.Prices, Metrics: reg, Logger: logger,
 		QuotePace: func() api.QuotePace {
-			return api.QuotePace{RequestsPerSecond: j.set.QuotaPace(j.providers), Concurrency: j.providers.Concurrency()}
+			return api.QuotePace{RequestsPerSecond: j.Set.QuotaPace(j.Providers), Concurrency: j.Providers.Concurrency()}
 		},
 	}
 	if tokens != nil {
@@ -218,7 +218,7 @@ func serve(ctx context.Context, o serveOptions, stdout, stderr io.Writer) error 
 	}
 	cfg.Ready = func() {
 		fmt.Fprintf(stdout, "batchgen serve: listening on http://%s (data: %s; drop folder: %s)\n",
-			cfg.Listener.Addr(), j.data.Dir, filepath.Join(j.data.Dir, "incoming"))
+			cfg.Listener.Addr(), j.Data.Dir, filepath.Join(j.Data.Dir, "incoming"))
 		fmt.Fprintf(stdout, "batchgen serve: %s\n", access)
 	}
 	return embedded.Serve(ctx, cfg)
