@@ -175,14 +175,8 @@ func (s *server) createFromForm(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	spec, err := s.specFor(req)
-	if err != nil {
-		s.specError(w, err)
-		return
-	}
-	terms, err := s.terms(req)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+	spec, terms, ok := s.readCreate(w, req)
+	if !ok {
 		return
 	}
 	id := s.cfg.NewID()
@@ -452,14 +446,8 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	spec, err := s.specFor(req)
-	if err != nil {
-		s.specError(w, err)
-		return
-	}
-	terms, err := s.terms(req)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+	spec, terms, ok := s.readCreate(w, req)
+	if !ok {
 		return
 	}
 	size, err := s.uploadSize(req)
@@ -581,13 +569,21 @@ type limitError struct{ msg string }
 
 func (e *limitError) Error() string { return e.msg }
 
-func (s *server) specError(w http.ResponseWriter, err error) {
-	var limit *limitError
-	if errors.As(err, &limit) {
-		writeError(w, http.StatusBadRequest, "limit_exceeded", err.Error())
-		return
+// readCreate reads a create request's spec and terms, or answers why it
+// cannot (ok false): both forms of POST /api/tasks read them alike.
+func (s *server) readCreate(w http.ResponseWriter, req CreateTaskRequest) (spec store.TaskSpec, terms store.Terms, ok bool) {
+	spec, err := s.specFor(req)
+	if err == nil {
+		terms, err = s.terms(req)
 	}
-	writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+	var limit *limitError
+	switch {
+	case errors.As(err, &limit):
+		writeError(w, http.StatusBadRequest, "limit_exceeded", err.Error())
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+	}
+	return spec, terms, err == nil
 }
 
 // encodingPattern bounds an encoding name; the sheet reader decides which
