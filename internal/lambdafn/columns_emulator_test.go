@@ -11,6 +11,7 @@ import (
 
 	"github.com/xuri/excelize/v2"
 
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/store"
@@ -72,11 +73,11 @@ func TestDeclaredColumnsOnAWS(t *testing.T) {
 	}
 	defer f.Close()
 	got, _ := f.GetRows("商品")
-	if want := append(slices.Clone(header), cols.Names()...); !slices.Equal(got[0][:len(want)], want) {
+	if want := append(slices.Clone(lambdatest.Header), cols.Names()...); !slices.Equal(got[0][:len(want)], want) {
 		t.Fatalf("result header %q, want it to start %q", got[0], want)
 	}
-	score, _ := excelize.CoordinatesToCellName(len(header)+2, 2)
-	gift, _ := excelize.CoordinatesToCellName(len(header)+3, 2)
+	score, _ := excelize.CoordinatesToCellName(len(lambdatest.Header)+2, 2)
+	gift, _ := excelize.CoordinatesToCellName(len(lambdatest.Header)+3, 2)
 	if typ, _ := f.GetCellType("商品", gift); rows[0].State == store.RowSucceeded && typ != excelize.CellTypeBool {
 		t.Errorf("giftable %s is %v, want a boolean", gift, typ)
 	}

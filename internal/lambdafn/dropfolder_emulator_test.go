@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/samstack/localrun"
 	"github.com/batchgen/batchgen/internal/store"
 )
@@ -18,7 +19,7 @@ import (
 // filters on the prefix only) hands the sheets to the splitter and skips the rest.
 func TestDropFolderExtensionsInAnyCase(t *testing.T) {
 	e := newE2E(t, e2eOptions{})
-	book := xlsx(t, header, rows(3), "为{{商品名称}}写文案")
+	book := lambdatest.XLSX(t, lambdatest.Header, lambdatest.Rows(3), "为{{商品名称}}写文案")
 	// Workbooks, because their prompt sheet supplies the template (the stack here has no default prompt for CSV);
 	// CSV names in any case are covered by TestSplitterAcceptsExtensionsInAnyCase.
 	sheets := map[string][]byte{"A.XLSX": book, "b.Xlsx": book, "c.xlsx": book, "d.XLSM": book}

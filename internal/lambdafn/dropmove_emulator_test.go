@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
@@ -72,7 +73,7 @@ func TestDropFolderMovesTakenInputs(t *testing.T) {
 	for i := 1; i <= e.rows; i++ {
 		rowsIn = append(rowsIn, e2eRow(i, nil))
 	}
-	body := xlsx(t, header, rowsIn, "为{{商品名称}}（{{类目}}）写一句文案")
+	body := lambdatest.XLSX(t, lambdatest.Header, rowsIn, "为{{商品名称}}（{{类目}}）写一句文案")
 	ev, err := e.stack.Upload(ctx, name, body)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +152,7 @@ func TestDropFolderSidecarAndRejection(t *testing.T) {
 	ctx := t.Context()
 	e := newE2E(t, e2eOptions{rows: 3, batchSize: 3})
 	const template = "给{{商品名称}}写一句文案"
-	sheet := csvBytes(header, rows(3))
+	sheet := lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(3))
 	if _, err := e.stack.Upload(ctx, "with-prompt.prompt.txt", []byte(template+"\n")); err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/awswire"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -72,7 +73,7 @@ type e2e struct {
 	t     *testing.T
 	res   *samstack.Resources
 	mock  *mockserver.Server
-	logs  *syncBuffer
+	logs  *lambdatest.SyncBuffer
 	stack *localrun.Stack
 	// ops records every AWS operation the stack's functions perform.
 	ops *awsops.Recorder
@@ -188,7 +189,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 		t.Fatalf("LoadEnv: %v", err)
 	}
 
-	e := &e2e{t: t, res: res, mock: mock, logs: &syncBuffer{}, ops: awsops.New(), rows: cmp.Or(opts.rows, e2eRows)}
+	e := &e2e{t: t, res: res, mock: mock, logs: &lambdatest.SyncBuffer{}, ops: awsops.New(), rows: cmp.Or(opts.rows, e2eRows)}
 	t.Cleanup(func() {
 		if t.Failed() {
 			lines := strings.Split(e.logs.String(), "\n")
@@ -250,7 +251,7 @@ func (e *e2e) upload(name string, filtered []int) events.S3Event {
 	for i := 1; i <= e.rows; i++ {
 		rows = append(rows, e2eRow(i, filtered))
 	}
-	body := xlsx(e.t, header, rows, "为{{商品名称}}（{{类目}}）写一句文案")
+	body := lambdatest.XLSX(e.t, lambdatest.Header, rows, "为{{商品名称}}（{{类目}}）写一句文案")
 	ev, err := e.stack.Upload(e.t.Context(), name, body)
 	if err != nil {
 		e.t.Fatal(err)
@@ -365,7 +366,7 @@ func (e *e2e) resultRows(key string) [][]string {
 func (e *e2e) checkResult(resultKey string, filtered []int) {
 	e.t.Helper()
 	rows := e.resultRows(resultKey)
-	wantHeader := append(slices.Clone(header), pipeline.ResultColumns...)
+	wantHeader := append(slices.Clone(lambdatest.Header), pipeline.ResultColumns...)
 	if diff := gocmp.Diff(wantHeader, rows[0]); diff != "" {
 		e.t.Errorf("result header mismatch (-want +got):\n%s", diff)
 	}
@@ -411,7 +412,7 @@ func (e *e2e) checkBilledOnce(filtered []int) {
 // metricSum adds up a metric over the EMF lines written so far.
 func (e *e2e) metricSum(name string) float64 {
 	var sum float64
-	for _, l := range e.logs.lines(e.t) {
+	for _, l := range e.logs.Lines(e.t) {
 		if _, ok := l["_aws"]; !ok {
 			continue
 		}

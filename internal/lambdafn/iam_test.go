@@ -26,6 +26,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/samstack/samgrants"
@@ -131,14 +132,14 @@ func TestIAMGrantsMatchUse(t *testing.T) {
 	// theirs to read and retry.
 	call := func(method, path, body string, want int) []byte {
 		t.Helper()
-		resp, out := serveGateway(t, h, gatewayRequest{sub: pipeline.LocalOwner, method: method, target: path, contentType: "application/json", body: body})
+		resp, out := lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Sub: pipeline.LocalOwner, Method: method, Target: path, ContentType: "application/json", Body: body})
 		if resp.StatusCode != want {
 			t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, out, want)
 		}
 		return out
 	}
 	var created api.CreateTaskResponse
-	body := xlsx(t, header, [][]string{{"a", "b"}, {"c", "d"}}, "{{商品名称}}")
+	body := lambdatest.XLSX(t, lambdatest.Header, [][]string{{"a", "b"}, {"c", "d"}}, "{{商品名称}}")
 	if err := json.Unmarshal(call("POST", "/api/tasks", fmt.Sprintf(`{"filename":"via-api.xlsx","size":%d}`, len(body)), http.StatusCreated), &created); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
@@ -30,10 +31,10 @@ func TestAPIIsolationOnAWS(t *testing.T) {
 	h := e.apiFunction()
 	call := func(sub, method, target, contentType string, body []byte) (int, []byte) {
 		t.Helper()
-		resp, out := serveGateway(t, h, gatewayRequest{sub: sub, method: method, target: target, contentType: contentType, body: string(body)})
+		resp, out := lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Sub: sub, Method: method, Target: target, ContentType: contentType, Body: string(body)})
 		return resp.StatusCode, out
 	}
-	sheetBody := xlsx(t, header, [][]string{{"brick", "toys"}, {"ball", "toys"}}, "{{商品名称}}")
+	sheetBody := lambdatest.XLSX(t, lambdatest.Header, [][]string{{"brick", "toys"}, {"ball", "toys"}}, "{{商品名称}}")
 
 	// 1. The upload URL: alice asks for it, PUTs the sheet to S3, the
 	// bucket's event starts the splitter.
@@ -151,7 +152,7 @@ func TestAPIIsolationOnAWS(t *testing.T) {
 	if status, out := call("alice", "GET", "/api/tasks/"+created.ID+"/preview", "", nil); status != http.StatusOK || !strings.Contains(string(out), "brick") {
 		t.Errorf("alice's preview = %d %s", status, out)
 	}
-	resp2, _ := serveGateway(t, h, gatewayRequest{sub: "alice", method: "GET", target: "/api/tasks/" + created.ID + "/result"})
+	resp2, _ := lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Sub: "alice", Method: "GET", Target: "/api/tasks/" + created.ID + "/result"})
 	if resp2.StatusCode != http.StatusFound || !strings.Contains(resp2.Headers["Location"], "X-Amz-Signature") {
 		t.Errorf("alice's result = %d Location %q, want 302 to a presigned URL", resp2.StatusCode, resp2.Headers["Location"])
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
 	"github.com/batchgen/batchgen/internal/lambdafn/eventsfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/samstack"
@@ -83,7 +84,7 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, body := serveGateway(t, h, gatewayRequest{sub: "alice", method: "POST", target: "/api/tasks", contentType: "application/json", body: `{"filename":"routed.xlsx","size":100}`})
+	resp, body := lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Sub: "alice", Method: "POST", Target: "/api/tasks", ContentType: "application/json", Body: `{"filename":"routed.xlsx","size":100}`})
 	var created api.CreateTaskResponse
 	if err := json.Unmarshal(body, &created); err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST /api/tasks = %d %s (%v)", resp.StatusCode, body, err)
@@ -136,7 +137,7 @@ providers:
 		wantCost += (float64(tin)*p[0] + float64(tout)*p[1]) / 1e6
 	}
 	owner := cmp.Or(e.stack.Env.DropOwner, pipeline.LocalOwner)
-	resp, body = serveGateway(t, h, gatewayRequest{sub: owner, method: "GET", target: "/api/tasks/" + taskID})
+	resp, body = lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Sub: owner, Method: "GET", Target: "/api/tasks/" + taskID})
 	var view api.TaskView
 	if err := json.Unmarshal(body, &view); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /api/tasks/%s as %s = %d %s (%v)", taskID, owner, resp.StatusCode, body, err)

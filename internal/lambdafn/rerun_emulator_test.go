@@ -11,6 +11,7 @@ import (
 
 	"github.com/xuri/excelize/v2"
 
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -85,7 +86,7 @@ func TestCSVResultOnAWS(t *testing.T) {
 	}
 	text, ok := strings.CutPrefix(string(e.result(task.ResultKey)), "\uFEFF")
 	lines := strings.Split(strings.TrimSuffix(text, "\r\n"), "\r\n")
-	if !ok || len(lines) != 13 || !strings.HasPrefix(lines[0], strings.Join(header, ",")+",output,status,") {
+	if !ok || len(lines) != 13 || !strings.HasPrefix(lines[0], strings.Join(lambdatest.Header, ",")+",output,status,") {
 		t.Fatalf("result (%d lines):\n%s", len(lines), text)
 	}
 	for i, l := range lines[1:] {

@@ -16,6 +16,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awsops"
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/samstack"
 	"github.com/batchgen/batchgen/internal/samstack/localrun"
@@ -83,7 +84,7 @@ func (e *e2e) apiCaller(ops *awsops.Set, sub string) func(method, path, body str
 	}
 	return func(method, path, body string, want int) []byte {
 		e.t.Helper()
-		resp, out := serveGateway(e.t, h, gatewayRequest{sub: sub, method: method, target: path, contentType: "application/json", body: body})
+		resp, out := lambdatest.ServeGateway(e.t, h, lambdatest.GatewayRequest{Sub: sub, Method: method, Target: path, ContentType: "application/json", Body: body})
 		if resp.StatusCode != want {
 			e.t.Fatalf("%s %s = %d %s, want %d", method, path, resp.StatusCode, out, want)
 		}
@@ -101,7 +102,7 @@ func (e *e2e) createThroughAPI(call func(method, path, body string, want int) []
 	for i := 1; i <= e.rows; i++ {
 		sheet = append(sheet, e2eRow(i, nil))
 	}
-	body := xlsx(e.t, header, sheet, "为{{商品名称}}（{{类目}}）写一句文案")
+	body := lambdatest.XLSX(e.t, lambdatest.Header, sheet, "为{{商品名称}}（{{类目}}）写一句文案")
 	var created api.CreateTaskResponse
 	req := fmt.Sprintf(`{"filename":%q,"size":%d,%s}`, filename, len(body), settings)
 	if err := json.Unmarshal(call("POST", "/api/tasks", req, http.StatusCreated), &created); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/pipeline"
 )
 
@@ -24,8 +25,8 @@ func TestUploadURLRejectionOnAWS(t *testing.T) {
 	e := newE2E(t, e2eOptions{rows: 2, batchSize: 2})
 	h := e.apiFunction()
 	body := []byte("sku,name\n") // a header and no rows
-	resp, out := serveGateway(t, h, gatewayRequest{sub: "alice", method: "POST", target: "/api/tasks", contentType: "application/json",
-		body: `{"filename": "empty.csv", "size": ` + jsonInt(len(body)) + `, "prompt": "{{name}}"}`})
+	resp, out := lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Sub: "alice", Method: "POST", Target: "/api/tasks", ContentType: "application/json",
+		Body: `{"filename": "empty.csv", "size": ` + jsonInt(len(body)) + `, "prompt": "{{name}}"}`})
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST = %d %s", resp.StatusCode, out)
 	}
@@ -41,7 +42,7 @@ func TestUploadURLRejectionOnAWS(t *testing.T) {
 		t.Fatalf("splitter on a rejected sheet: %v (a rejection is an outcome, not an error to retry)", err)
 	}
 
-	resp, out = serveGateway(t, h, gatewayRequest{sub: "alice", method: "GET", target: "/api/tasks/" + created.ID})
+	resp, out = lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Sub: "alice", Method: "GET", Target: "/api/tasks/" + created.ID})
 	var view api.TaskView
 	if err := json.Unmarshal(out, &view); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET = %d %s (%v)", resp.StatusCode, out, err)
@@ -49,7 +50,7 @@ func TestUploadURLRejectionOnAWS(t *testing.T) {
 	if view.Status != "FAILED" || !strings.Contains(view.Error, "empty.csv") || !strings.Contains(view.Error, "no data rows") {
 		t.Errorf("task after the splitter = %s %q, want FAILED saying empty.csv has no data rows", view.Status, view.Error)
 	}
-	if resp, out := serveGateway(t, h, gatewayRequest{sub: "bob", method: "GET", target: "/api/tasks/" + created.ID}); resp.StatusCode != http.StatusNotFound {
+	if resp, out := lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Sub: "bob", Method: "GET", Target: "/api/tasks/" + created.ID}); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("bob reads alice's rejected task: %d %s, want 404", resp.StatusCode, out)
 	}
 }

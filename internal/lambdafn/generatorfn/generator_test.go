@@ -1,10 +1,9 @@
-package lambdafn_test
+package generatorfn_test
 
 import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/llm/sim"
 	"github.com/batchgen/batchgen/internal/metrics"
@@ -22,69 +22,34 @@ import (
 	"github.com/batchgen/batchgen/internal/store"
 )
 
-// splitCSV splits n rows into batches of size and returns the task id.
-func (e *env) splitCSV(n, size int) string {
-	e.t.Helper()
-	e.put("in.csv", csvBytes(header, rows(n)))
-	p, err := e.blobs.Path("in.csv")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	sp := pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock})
-	spec := store.TaskSpec{Prompt: "Copy for {{商品名称}}", Provider: "sim", BatchSize: size}
-	task, err := sp.Split(e.t.Context(), pipeline.SplitParams{TaskID: "task-1", Path: p, Source: "in.csv", Spec: spec})
-	if err != nil {
-		e.t.Fatalf("split: %v", err)
-	}
-	return task.ID
-}
-
-// sqsEvent builds an event from the testdata template for deliveries, as
-// the event source mapping would.
-func sqsEvent(t *testing.T, ds []queue.Delivery) events.SQSEvent {
-	t.Helper()
-	var tmpl events.SQSEvent
-	readJSON(t, "sqs-batch.json", &tmpl)
-	var ev events.SQSEvent
-	for _, d := range ds {
-		r := tmpl.Records[0]
-		r.Attributes = map[string]string{}
-		for k, v := range tmpl.Records[0].Attributes {
-			r.Attributes[k] = v
-		}
-		r.MessageId, r.ReceiptHandle, r.Body = d.ID, d.Receipt, string(d.Body)
-		r.Attributes["ApproximateReceiveCount"] = strconv.Itoa(d.ReceiveCount)
-		ev.Records = append(ev.Records, r)
-	}
-	return ev
-}
-
+// generatorFixture is the generator function's handler over the test
+// adapters, with the export signal it gives and the EMF lines it prints.
 type generatorFixture struct {
 	*env
 	signal  *pipeline.ExportSignal
 	handler *generatorfn.Handler
-	metrics *syncBuffer
+	metrics *lambdatest.SyncBuffer
 }
 
 func (e *env) generator(provider llm.Provider, st store.Store) *generatorFixture {
 	signal := &pipeline.ExportSignal{}
 	counter := generatorfn.NewCounter()
 	if st == nil {
-		st = e.store
+		st = e.Store
 	}
 	gen := pipeline.NewGenerator(st, provider, signal, pipeline.GeneratorConfig{
-		Cache: e.store, Clock: e.clock, Logger: e.log, Owner: "test",
+		Cache: e.Store, Clock: e.Clock, Logger: e.Log, Owner: "test",
 		Metrics:     counter,
 		Concurrency: 4, CallsPerRound: 1, Rounds: 3,
 		RetryDelays: []time.Duration{10 * time.Second, 60 * time.Second},
 	})
-	m := &syncBuffer{}
+	m := &lambdatest.SyncBuffer{}
 	return &generatorFixture{
 		env: e, signal: signal, metrics: m,
 		handler: &generatorfn.Handler{
-			Generator: gen, Queue: e.queue, Counter: counter,
-			Metrics: metrics.New(m, e.clock, map[string]string{"function": "generator"}),
-			Logger:  e.log,
+			Generator: gen, Queue: e.Queue, Counter: counter,
+			Metrics: metrics.New(m, e.Clock, map[string]string{"function": "generator"}),
+			Logger:  e.Log,
 		},
 	}
 }
@@ -92,15 +57,15 @@ func (e *env) generator(provider llm.Provider, st store.Store) *generatorFixture
 // deleteSucceeded deletes the deliveries not reported as failures, as
 // Lambda does, and returns the ids of the failures.
 func (f *generatorFixture) deleteSucceeded(ds []queue.Delivery, resp events.SQSEventResponse) []string {
-	f.t.Helper()
+	f.T.Helper()
 	var failed []string
 	for _, x := range resp.BatchItemFailures {
 		failed = append(failed, x.ItemIdentifier)
 	}
 	for _, d := range ds {
 		if !slices.Contains(failed, d.ID) {
-			if err := f.queue.Delete(f.t.Context(), d.Receipt); err != nil {
-				f.t.Fatal(err)
+			if err := f.Queue.Delete(f.T.Context(), d.Receipt); err != nil {
+				f.T.Fatal(err)
 			}
 		}
 	}
@@ -109,10 +74,10 @@ func (f *generatorFixture) deleteSucceeded(ds []queue.Delivery, resp events.SQSE
 
 // lastMetrics returns the values of the last metrics line.
 func (f *generatorFixture) lastMetrics() map[string]float64 {
-	f.t.Helper()
-	lines := f.metrics.lines(f.t)
+	f.T.Helper()
+	lines := f.metrics.Lines(f.T)
 	if len(lines) == 0 {
-		f.t.Fatal("no metrics line was written")
+		f.T.Fatal("no metrics line was written")
 	}
 	out := map[string]float64{}
 	for k, v := range lines[len(lines)-1] {
@@ -120,20 +85,6 @@ func (f *generatorFixture) lastMetrics() map[string]float64 {
 			out[k] = n
 		}
 	}
-	return out
-}
-
-func batchNos(t *testing.T, ds []queue.Delivery) []int {
-	t.Helper()
-	var out []int
-	for _, d := range ds {
-		m, err := pipeline.DecodeBatchMessage(d.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m.BatchNo)
-	}
-	slices.Sort(out)
 	return out
 }
 
@@ -152,9 +103,9 @@ func TestGeneratorAllSucceed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	f := e.generator(sim.New(sim.Config{}), nil)
-	taskID := e.splitCSV(6, 2)
-	ds := e.drain()
-	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	taskID := e.SplitCSV(6, 2)
+	ds := e.Drain()
+	resp, err := f.handler.Handle(t.Context(), lambdatest.SQSEvent(t, ds))
 	if err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
@@ -169,7 +120,7 @@ func TestGeneratorAllSucceed(t *testing.T) {
 	default:
 		t.Error("the last batch did not start the export")
 	}
-	task, err := e.store.GetTask(t.Context(), taskID)
+	task, err := e.Store.GetTask(t.Context(), taskID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +147,9 @@ func TestGeneratorRetryableFailureUsesGradedDelay(t *testing.T) {
 		return nil
 	}})
 	f := e.generator(provider, nil)
-	e.splitCSV(6, 2)
-	ds := e.drain()
-	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	e.SplitCSV(6, 2)
+	ds := e.Drain()
+	resp, err := f.handler.Handle(t.Context(), lambdatest.SQSEvent(t, ds))
 	if err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
@@ -208,19 +159,19 @@ func TestGeneratorRetryableFailureUsesGradedDelay(t *testing.T) {
 	}
 	// The handler set the failed message's visibility to the first graded
 	// delay (10 s), not the queue's 30 minutes.
-	e.clock.Advance(9 * time.Second)
-	if got := e.drain(); len(got) != 0 {
+	e.Clock.Advance(9 * time.Second)
+	if got := e.Drain(); len(got) != 0 {
 		t.Fatalf("%d messages visible before the retry delay", len(got))
 	}
-	e.clock.Advance(time.Second)
-	again := e.drain()
-	if diff := cmp.Diff([]int{1}, batchNos(t, again)); diff != "" {
+	e.Clock.Advance(time.Second)
+	again := e.Drain()
+	if diff := cmp.Diff([]int{1}, lambdatest.BatchNos(t, again)); diff != "" {
 		t.Fatalf("redelivered batches mismatch (-want +got):\n%s", diff)
 	}
 	if again[0].ReceiveCount != 2 {
 		t.Errorf("ReceiveCount = %d, want 2", again[0].ReceiveCount)
 	}
-	b, err := e.store.GetBatch(t.Context(), "task-1", 1)
+	b, err := e.Store.GetBatch(t.Context(), "task-1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,11 +192,11 @@ func TestGeneratorPoisonMessage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	f := e.generator(sim.New(sim.Config{}), nil)
-	if err := e.queue.Send(t.Context(), []queue.Outgoing{{Body: []byte(`{"task_id": "nope", "batch_no": 1}`)}, {Body: []byte("not json")}}); err != nil {
+	if err := e.Queue.Send(t.Context(), []queue.Outgoing{{Body: []byte(`{"task_id": "nope", "batch_no": 1}`)}, {Body: []byte("not json")}}); err != nil {
 		t.Fatal(err)
 	}
-	ds := e.drain()
-	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	ds := e.Drain()
+	resp, err := f.handler.Handle(t.Context(), lambdatest.SQSEvent(t, ds))
 	if err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
@@ -255,16 +206,16 @@ func TestGeneratorPoisonMessage(t *testing.T) {
 	}
 	// Poison stays invisible for the queue's visibility timeout so the
 	// redrive policy dead-letters it after maxReceiveCount deliveries.
-	e.clock.Advance(pipeline.DefaultErrorDelay + time.Second)
-	if got := e.drain(); len(got) != 0 {
+	e.Clock.Advance(pipeline.DefaultErrorDelay + time.Second)
+	if got := e.Drain(); len(got) != 0 {
 		t.Fatalf("poison redelivered after %v", pipeline.DefaultErrorDelay)
 	}
-	e.clock.Advance(30 * time.Minute)
-	if got := e.drain(); len(got) != 2 {
+	e.Clock.Advance(30 * time.Minute)
+	if got := e.Drain(); len(got) != 2 {
 		t.Fatalf("got %d messages after the visibility timeout, want 2", len(got))
 	}
 	var bodies []string
-	for _, l := range e.logs.lines(t) {
+	for _, l := range e.Logs.Lines(t) {
 		if l["level"] == "ERROR" && strings.Contains(l["msg"].(string), "poison") {
 			bodies = append(bodies, l["body"].(string))
 		}
@@ -299,26 +250,26 @@ func (s *flakyStore) GetTask(ctx context.Context, id string) (store.Task, error)
 func TestGeneratorTransientErrorRetriesSoon(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	st := &flakyStore{Store: e.store, down: true}
+	st := &flakyStore{Store: e.Store, down: true}
 	f := e.generator(sim.New(sim.Config{}), st)
-	e.splitCSV(2, 2)
-	ds := e.drain()
-	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	e.SplitCSV(2, 2)
+	ds := e.Drain()
+	resp, err := f.handler.Handle(t.Context(), lambdatest.SQSEvent(t, ds))
 	if err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if failed := f.deleteSucceeded(ds, resp); len(failed) != 1 {
 		t.Fatalf("batch item failures = %v, want the message", failed)
 	}
-	e.clock.Advance(pipeline.DefaultErrorDelay)
-	again := e.drain()
+	e.Clock.Advance(pipeline.DefaultErrorDelay)
+	again := e.Drain()
 	if len(again) != 1 {
 		t.Fatalf("got %d messages after the error delay, want the failed one back", len(again))
 	}
 	st.mu.Lock()
 	st.down = false
 	st.mu.Unlock()
-	resp, err = f.handler.Handle(t.Context(), sqsEvent(t, again))
+	resp, err = f.handler.Handle(t.Context(), lambdatest.SQSEvent(t, again))
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("retry: Handle = %v, %v; want success", resp.BatchItemFailures, err)
 	}
@@ -332,31 +283,31 @@ func TestGeneratorTransientErrorRetriesSoon(t *testing.T) {
 func TestGeneratorStaleReceiptSendsFreshCopy(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	st := &flakyStore{Store: e.store, down: true}
+	st := &flakyStore{Store: e.Store, down: true}
 	f := e.generator(sim.New(sim.Config{}), st)
-	e.splitCSV(2, 2)
-	ds := e.drain()
-	e.clock.Advance(30 * time.Minute)
-	again := e.drain()
+	e.SplitCSV(2, 2)
+	ds := e.Drain()
+	e.Clock.Advance(30 * time.Minute)
+	again := e.Drain()
 	if len(again) != 1 {
 		t.Fatalf("got %d messages after the visibility timeout, want 1", len(again))
 	}
-	if err := e.queue.Delete(t.Context(), again[0].Receipt); err != nil {
+	if err := e.Queue.Delete(t.Context(), again[0].Receipt); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := f.handler.Handle(t.Context(), sqsEvent(t, ds))
+	resp, err := f.handler.Handle(t.Context(), lambdatest.SQSEvent(t, ds))
 	if err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if failed := f.deleteSucceeded(ds, resp); len(failed) != 0 {
 		t.Fatalf("batch item failures = %v, want none: a fresh copy replaces the stale delivery", failed)
 	}
-	if got := e.drain(); len(got) != 0 {
+	if got := e.Drain(); len(got) != 0 {
 		t.Fatalf("fresh copy visible before the error delay: %d messages", len(got))
 	}
-	e.clock.Advance(pipeline.DefaultErrorDelay)
-	fresh := e.drain()
-	if diff := cmp.Diff([]int{1}, batchNos(t, fresh)); diff != "" {
+	e.Clock.Advance(pipeline.DefaultErrorDelay)
+	fresh := e.Drain()
+	if diff := cmp.Diff([]int{1}, lambdatest.BatchNos(t, fresh)); diff != "" {
 		t.Fatalf("messages after the error delay (-want +got):\n%s", diff)
 	}
 }
@@ -375,11 +326,11 @@ func TestGeneratorStopsBeforeTheDeadline(t *testing.T) {
 	e := newEnv(t)
 	f := e.generator(stallingProvider{}, nil)
 	f.handler.Headroom = 300 * time.Millisecond
-	e.splitCSV(2, 2)
-	ds := e.drain()
+	e.SplitCSV(2, 2)
+	ds := e.Drain()
 	ctx, cancel := context.WithTimeout(t.Context(), 900*time.Millisecond)
 	defer cancel()
-	resp, err := f.handler.Handle(ctx, sqsEvent(t, ds))
+	resp, err := f.handler.Handle(ctx, lambdatest.SQSEvent(t, ds))
 	if err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
@@ -389,7 +340,7 @@ func TestGeneratorStopsBeforeTheDeadline(t *testing.T) {
 	if failed := f.deleteSucceeded(ds, resp); len(failed) != 1 {
 		t.Fatalf("batch item failures = %v, want the unfinished message", failed)
 	}
-	b, err := e.store.GetBatch(t.Context(), "task-1", 1)
+	b, err := e.Store.GetBatch(t.Context(), "task-1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,10 +348,10 @@ func TestGeneratorStopsBeforeTheDeadline(t *testing.T) {
 		t.Errorf("batch state = %s, want PENDING: released for the next invocation", b.State)
 	}
 	// An interrupted batch is retried at once, not after a backoff.
-	if again := e.drain(); len(again) != 1 {
+	if again := e.Drain(); len(again) != 1 {
 		t.Errorf("got %d messages, want the interrupted one visible again", len(again))
 	}
-	rows, err := e.store.ListRows(t.Context(), store.ListRowsParams{TaskID: "task-1"})
+	rows, err := e.Store.ListRows(t.Context(), store.ListRowsParams{TaskID: "task-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,14 +390,14 @@ func TestGeneratorProcessesRecordsConcurrently(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	f := e.generator(&barrierProvider{n: 4, release: make(chan struct{})}, nil)
-	e.splitCSV(4, 1)
-	ds := e.drain()
+	e.SplitCSV(4, 1)
+	ds := e.Drain()
 	if len(ds) != 4 {
 		t.Fatalf("got %d messages, want 4", len(ds))
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	resp, err := f.handler.Handle(ctx, sqsEvent(t, ds))
+	resp, err := f.handler.Handle(ctx, lambdatest.SQSEvent(t, ds))
 	if err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
@@ -490,8 +441,8 @@ func TestGeneratorHandsBackHealthyWorkWithAFreshMessage(t *testing.T) {
 	e := newEnv(t)
 	p := &firstAnswersProvider{held: make(chan struct{}, 10), gate: make(chan struct{})}
 	f := e.generator(p, nil)
-	e.splitCSV(6, 6)
-	ds := e.drain()
+	e.SplitCSV(6, 6)
+	ds := e.Drain()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	type result struct {
@@ -500,7 +451,7 @@ func TestGeneratorHandsBackHealthyWorkWithAFreshMessage(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		resp, err := f.handler.Handle(ctx, sqsEvent(t, ds))
+		resp, err := f.handler.Handle(ctx, lambdatest.SQSEvent(t, ds))
 		done <- result{resp, err}
 	}()
 	for range 3 { // rows 2-4 hold the other concurrency slots
@@ -508,7 +459,7 @@ func TestGeneratorHandsBackHealthyWorkWithAFreshMessage(t *testing.T) {
 	}
 	// The invocation's time to start rows is over (the generator's clock
 	// says so); the three calls in flight then answer.
-	e.clock.Advance(10 * time.Minute)
+	e.Clock.Advance(10 * time.Minute)
 	close(p.gate)
 	r := <-done
 	if r.err != nil {
@@ -517,11 +468,11 @@ func TestGeneratorHandsBackHealthyWorkWithAFreshMessage(t *testing.T) {
 	if failed := f.deleteSucceeded(ds, r.resp); len(failed) != 0 {
 		t.Fatalf("batch item failures = %v, want none: the message was replaced", failed)
 	}
-	again := e.drain()
+	again := e.Drain()
 	if len(again) != 1 || again[0].ID == ds[0].ID || again[0].ReceiveCount != 1 {
 		t.Fatalf("after the hand-back got %+v, want one fresh message received once", again)
 	}
-	rows, err := e.store.ListRows(t.Context(), store.ListRowsParams{TaskID: "task-1"})
+	rows, err := e.Store.ListRows(t.Context(), store.ListRowsParams{TaskID: "task-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,19 +504,19 @@ func TestGeneratorIdleAfterRecordsSettle(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	f := e.generator(sim.New(sim.Config{}), nil)
-	taskID := e.splitCSV(6, 2)
+	taskID := e.SplitCSV(6, 2)
 	var calls, doneAtIdle int
 	f.handler.Idle = func(ctx context.Context) {
 		calls++
-		task, err := e.store.GetTask(ctx, taskID)
+		task, err := e.Store.GetTask(ctx, taskID)
 		if err != nil {
 			t.Error(err)
 			return
 		}
 		doneAtIdle = task.RowsSucceeded
 	}
-	ds := e.drain()
-	if _, err := f.handler.Handle(t.Context(), sqsEvent(t, ds)); err != nil {
+	ds := e.Drain()
+	if _, err := f.handler.Handle(t.Context(), lambdatest.SQSEvent(t, ds)); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if calls != 1 {

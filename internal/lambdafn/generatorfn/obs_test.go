@@ -1,4 +1,4 @@
-package lambdafn_test
+package generatorfn_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/batchgen/batchgen/internal/lambdafn/generatorfn"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/llm/sim"
 	"github.com/batchgen/batchgen/internal/logging"
 	"github.com/batchgen/batchgen/internal/logging/lambdalog"
@@ -90,28 +91,28 @@ func cmpOr(u, def metrics.Unit) metrics.Unit {
 func TestGeneratorEMFAndLogs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	logs := &syncBuffer{}
+	logs := &lambdatest.SyncBuffer{}
 	f := e.generator(sim.New(sim.Config{}), nil)
 	counter := generatorfn.NewCounter()
-	gen := pipeline.NewGenerator(e.store, sim.New(sim.Config{}), f.signal, pipeline.GeneratorConfig{
-		Cache: e.store, Clock: e.clock, Logger: lambdalog.New(logs, slog.LevelInfo), Metrics: counter, Concurrency: 4,
+	gen := pipeline.NewGenerator(e.Store, sim.New(sim.Config{}), f.signal, pipeline.GeneratorConfig{
+		Cache: e.Store, Clock: e.Clock, Logger: lambdalog.New(logs, slog.LevelInfo), Metrics: counter, Concurrency: 4,
 	})
-	emf := &syncBuffer{}
+	emf := &lambdatest.SyncBuffer{}
 	h := &generatorfn.Handler{
-		Generator: gen, Queue: e.queue, Counter: counter,
-		Metrics: metrics.New(emf, e.clock, map[string]string{"function": "generator", metrics.StackDimension: "prod-eu"}),
+		Generator: gen, Queue: e.Queue, Counter: counter,
+		Metrics: metrics.New(emf, e.Clock, map[string]string{"function": "generator", metrics.StackDimension: "prod-eu"}),
 		Logger:  lambdalog.New(logs, slog.LevelInfo),
 	}
-	taskID := e.splitCSV(6, 3)
-	ds := e.drain()
+	taskID := e.SplitCSV(6, 3)
+	ds := e.Drain()
 	ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "req-42"})
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := h.Handle(ctx, sqsEvent(t, ds)); err != nil {
+	if _, err := h.Handle(ctx, lambdatest.SQSEvent(t, ds)); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 
-	lines := emf.lines(t)
+	lines := emf.Lines(t)
 	if len(lines) != 1 {
 		t.Fatalf("%d EMF lines, want 1 per invocation", len(lines))
 	}
@@ -132,7 +133,7 @@ func TestGeneratorEMFAndLogs(t *testing.T) {
 	}
 
 	done := map[float64]int{}
-	for _, l := range logs.lines(t) {
+	for _, l := range logs.Lines(t) {
 		if l["requestId"] != "req-42" || l[logging.TaskID] != taskID {
 			t.Errorf("log line without the request id and task id: %v", l)
 		}

@@ -1,9 +1,8 @@
-package lambdafn_test
+package splitterfn_test
 
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/url"
 	"path"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
@@ -27,7 +27,7 @@ var defaultSpec = store.TaskSpec{Prompt: "Default copy for {{商品名称}}", Pr
 func s3Event(t *testing.T, key, etag string) events.S3Event {
 	t.Helper()
 	var ev events.S3Event
-	readJSON(t, "s3-object-created.json", &ev)
+	lambdatest.ReadJSON(t, "s3-object-created.json", &ev)
 	ev.Records[0].S3.Object.Key = url.QueryEscape(key)
 	ev.Records[0].S3.Object.ETag = etag
 	return ev
@@ -35,23 +35,13 @@ func s3Event(t *testing.T, key, etag string) events.S3Event {
 
 func (e *env) splitter(limits sheet.Limits) *splitterfn.Handler {
 	intake := pipeline.NewIntake(
-		pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock, Logger: e.log}),
-		e.blobs, &pipeline.ExportSignal{},
+		pipeline.NewSplitter(e.Store, e.Queue, pipeline.SplitterConfig{Clock: e.Clock, Logger: e.Log}),
+		e.Blobs, &pipeline.ExportSignal{},
 		pipeline.IntakeConfig{
-			DefaultSpec: defaultSpec, Limits: limits, Uploads: pipeline.BlobUploads{Blobs: e.blobs},
-			TempDir: e.t.TempDir(), Clock: e.clock, Logger: e.log,
+			DefaultSpec: defaultSpec, Limits: limits, Uploads: pipeline.BlobUploads{Blobs: e.Blobs},
+			TempDir: e.T.TempDir(), Clock: e.Clock, Logger: e.Log,
 		})
-	return &splitterfn.Handler{Intake: intake, Metrics: metrics.New(e.logs, e.clock, nil), Logger: e.log}
-}
-
-var header = []string{"商品名称", "类目"}
-
-func rows(n int) [][]string {
-	out := make([][]string, n)
-	for i := range out {
-		out[i] = []string{fmt.Sprintf("积木 %d", i+1), "玩具"}
-	}
-	return out
+	return &splitterfn.Handler{Intake: intake, Metrics: metrics.New(e.Logs, e.Clock, nil), Logger: e.Log}
 }
 
 // taskSummary is what the splitter tests compare.
@@ -87,7 +77,7 @@ func TestSplitterSplits(t *testing.T) {
 		{
 			name: "drop folder workbook uses its prompt sheet",
 			setup: func(e *env) string {
-				e.put(dropKey, xlsx(t, header, rows(5), "Sheet copy for {{商品名称}} in {{类目}}"))
+				e.Put(dropKey, lambdatest.XLSX(t, lambdatest.Header, lambdatest.Rows(5), "Sheet copy for {{商品名称}} in {{类目}}"))
 				return dropKey
 			},
 			want: taskSummary{
@@ -100,7 +90,7 @@ func TestSplitterSplits(t *testing.T) {
 		{
 			name: "drop folder CSV without a prompt sheet uses the default",
 			setup: func(e *env) string {
-				e.put("incoming/team a/items.csv", csvBytes(header, rows(4)))
+				e.Put("incoming/team a/items.csv", lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(4)))
 				return "incoming/team a/items.csv"
 			},
 			want: taskSummary{
@@ -114,16 +104,16 @@ func TestSplitterSplits(t *testing.T) {
 			name: "API upload takes the task id and spec from its record",
 			setup: func(e *env) string {
 				rec, err := json.Marshal(pipeline.UploadRecord{
-					TaskID: uploadID, Filename: "商品 list.XLSX", CreatedAt: epoch,
+					TaskID: uploadID, Filename: "商品 list.XLSX", CreatedAt: lambdatest.Epoch,
 					Spec: store.TaskSpec{Prompt: "Upload copy for {{商品名称}}", Provider: "sim", BatchSize: 4},
 				})
 				if err != nil {
 					t.Fatal(err)
 				}
-				e.put(pipeline.UploadRecordKey(uploadID), rec)
+				e.Put(pipeline.UploadRecordKey(uploadID), rec)
 				key := pipeline.IncomingKey(uploadID, "商品 list.XLSX")
 				// The workbook's prompt sheet loses to the request's prompt.
-				e.put(key, xlsx(t, header, rows(9), "Sheet copy for {{商品名称}}"))
+				e.Put(key, lambdatest.XLSX(t, lambdatest.Header, lambdatest.Rows(9), "Sheet copy for {{商品名称}}"))
 				return key
 			},
 			want: taskSummary{
@@ -136,7 +126,7 @@ func TestSplitterSplits(t *testing.T) {
 			name: "a folder named like an id without a record is a drop folder",
 			setup: func(e *env) string {
 				key := "incoming/" + uploadID + "/items.csv"
-				e.put(key, csvBytes(header, rows(1)))
+				e.Put(key, lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(1)))
 				return key
 			},
 			want: taskSummary{
@@ -161,11 +151,11 @@ func TestSplitterSplits(t *testing.T) {
 					t.Fatalf("Handle #%d: %v", i+1, err)
 				}
 			}
-			if diff := cmp.Diff([]taskSummary{tc.want}, summarize(e.tasks())); diff != "" {
+			if diff := cmp.Diff([]taskSummary{tc.want}, summarize(e.Tasks())); diff != "" {
 				t.Errorf("tasks mismatch (-want +got):\n%s", diff)
 			}
 			var got []pipeline.BatchMessage
-			for _, d := range e.drain() {
+			for _, d := range e.Drain() {
 				m, err := pipeline.DecodeBatchMessage(d.Body)
 				if err != nil {
 					t.Fatal(err)
@@ -176,7 +166,7 @@ func TestSplitterSplits(t *testing.T) {
 				got = append(got, m)
 			}
 			// Each message in its task's principal's group.
-			owner := e.tasks()[0].Owner
+			owner := e.Tasks()[0].Owner
 			var want []pipeline.BatchMessage
 			for b := 1; b <= tc.wantMsgs; b++ {
 				want = append(want, pipeline.BatchMessage{TaskID: tc.want.ID, BatchNo: b, Owner: owner})
@@ -185,7 +175,7 @@ func TestSplitterSplits(t *testing.T) {
 			if diff := cmp.Diff(want, got, sortMsgs); diff != "" {
 				t.Errorf("queue messages mismatch (-want +got):\n%s", diff)
 			}
-			if n := e.blobs.opens(key); n != 1 {
+			if n := e.Blobs.Opens(key); n != 1 {
 				t.Errorf("input downloaded %d times, want 1", n)
 			}
 		})
@@ -197,15 +187,15 @@ func TestSplitterNewVersionIsNewTask(t *testing.T) {
 	e := newEnv(t)
 	h := e.splitter(sheet.Limits{})
 	key := "incoming/items.csv"
-	e.put(key, csvBytes(header, rows(1)))
+	e.Put(key, lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(1)))
 	if err := h.Handle(t.Context(), s3Event(t, key, "etag-1")); err != nil {
 		t.Fatal(err)
 	}
-	e.put(key, csvBytes(header, rows(3)))
+	e.Put(key, lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(3)))
 	if err := h.Handle(t.Context(), s3Event(t, key, "etag-2")); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(e.tasks()); n != 2 {
+	if n := len(e.Tasks()); n != 2 {
 		t.Fatalf("got %d tasks, want one per object version", n)
 	}
 }
@@ -225,7 +215,7 @@ func TestSplitterRejects(t *testing.T) {
 		{
 			name:         "unknown placeholder",
 			key:          "incoming/bad prompt.xlsx",
-			content:      xlsx(t, header, rows(2), "Copy for {{品名}}"),
+			content:      lambdatest.XLSX(t, lambdatest.Header, lambdatest.Rows(2), "Copy for {{品名}}"),
 			wantError:    `bad prompt.xlsx: prompt template: placeholder {{品名}} names no column; the columns are "商品名称", "类目"`,
 			wantDownload: true,
 		},
@@ -239,14 +229,14 @@ func TestSplitterRejects(t *testing.T) {
 		{
 			name:      "too large",
 			key:       "incoming/huge.csv",
-			content:   csvBytes(header, rows(200)),
+			content:   lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(200)),
 			limits:    sheet.Limits{MaxFileBytes: 1000},
 			wantError: "huge.csv: the file is 3512 bytes; the limit is 1000 bytes",
 		},
 		{
 			name:         "too many rows",
 			key:          "incoming/long.csv",
-			content:      csvBytes(header, rows(11)),
+			content:      lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(11)),
 			limits:       sheet.Limits{MaxRows: 10},
 			wantError:    "long.csv: row 12: too many data rows: the limit is 10",
 			wantDownload: true,
@@ -256,7 +246,7 @@ func TestSplitterRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			e.put(tc.key, tc.content)
+			e.Put(tc.key, tc.content)
 			h := e.splitter(tc.limits)
 			ev := s3Event(t, tc.key, "etag-1")
 			for i := range 2 {
@@ -264,7 +254,7 @@ func TestSplitterRejects(t *testing.T) {
 					t.Fatalf("Handle #%d returned %v; a rejected input must not be retried", i+1, err)
 				}
 			}
-			tasks := e.tasks()
+			tasks := e.Tasks()
 			if len(tasks) != 1 {
 				t.Fatalf("got %d tasks, want 1 FAILED task: %+v", len(tasks), tasks)
 			}
@@ -275,19 +265,19 @@ func TestSplitterRejects(t *testing.T) {
 			if task.ID != pipeline.DeriveTaskID(tc.key+"@etag-1", defaultSpec) || task.Source != tc.key {
 				t.Errorf("task id/source = %s %q, want the derived id and the key", task.ID, task.Source)
 			}
-			errFile := e.get(pipeline.ErrorFileKey(tc.key))
+			errFile := e.Get(pipeline.ErrorFileKey(tc.key))
 			if errFile != task.Error+"\n" {
 				t.Errorf("error file = %q, want the task's error %q", errFile, task.Error)
 			}
-			if msgs := e.drain(); len(msgs) != 0 {
+			if msgs := e.Drain(); len(msgs) != 0 {
 				t.Errorf("a rejected input enqueued %d messages", len(msgs))
 			}
-			if got := e.blobs.opens(tc.key) > 0; got != tc.wantDownload {
+			if got := e.Blobs.Opens(tc.key) > 0; got != tc.wantDownload {
 				t.Errorf("downloaded = %v, want %v", got, tc.wantDownload)
 			}
 			// The metrics line of the first delivery counts the rejection.
 			var rejected float64
-			for _, l := range e.logs.lines(t) {
+			for _, l := range e.Logs.Lines(t) {
 				if v, ok := l[metrics.TasksRejected].(float64); ok {
 					rejected += v
 				}
@@ -321,7 +311,7 @@ func TestSplitterIgnores(t *testing.T) {
 			e := newEnv(t)
 			if tc.stored {
 				for _, key := range []string{"incoming/a.csv", "results/a.csv", "incoming/readme.txt", "incoming/.DS_Store", "incoming/.csv"} {
-					e.put(key, csvBytes(header, rows(1)))
+					e.Put(key, lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(1)))
 				}
 			}
 			ev := s3Event(t, "incoming/a.csv", "etag-1")
@@ -329,7 +319,7 @@ func TestSplitterIgnores(t *testing.T) {
 			if err := e.splitter(sheet.Limits{}).Handle(t.Context(), ev); err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
-			if n := len(e.tasks()); n != 0 {
+			if n := len(e.Tasks()); n != 0 {
 				t.Errorf("got %d tasks, want none", n)
 			}
 		})
@@ -347,17 +337,17 @@ func TestSplitterAcceptsExtensionsInAnyCase(t *testing.T) {
 			var body []byte
 			switch strings.ToLower(path.Ext(key)) {
 			case ".xlsx", ".xlsm":
-				body = xlsx(t, header, rows(3), "")
+				body = lambdatest.XLSX(t, lambdatest.Header, lambdatest.Rows(3), "")
 			case ".tsv":
-				body = []byte(strings.ReplaceAll(string(csvBytes(header, rows(3))), ",", "\t"))
+				body = []byte(strings.ReplaceAll(string(lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(3))), ",", "\t"))
 			default:
-				body = csvBytes(header, rows(3))
+				body = lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(3))
 			}
-			e.put(key, body)
+			e.Put(key, body)
 			if err := e.splitter(sheet.Limits{}).Handle(t.Context(), s3Event(t, key, "etag-1")); err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
-			ts := e.tasks()
+			ts := e.Tasks()
 			if len(ts) != 1 || ts[0].State == store.TaskFailed || ts[0].RowsTotal != 3 {
 				t.Fatalf("tasks = %+v; want one split task of 3 rows", summarize(ts))
 			}
@@ -368,13 +358,13 @@ func TestSplitterAcceptsExtensionsInAnyCase(t *testing.T) {
 func TestSplitterTransientErrorsRetry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.put("incoming/a.csv", csvBytes(header, rows(1)))
-	e.blobs.sizeErr = errors.New("connection reset by peer")
+	e.Put("incoming/a.csv", lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(1)))
+	e.Blobs.SizeErr = errors.New("connection reset by peer")
 	err := e.splitter(sheet.Limits{}).Handle(t.Context(), s3Event(t, "incoming/a.csv", "etag-1"))
 	if err == nil || !strings.Contains(err.Error(), "connection reset by peer") {
 		t.Fatalf("Handle = %v, want the transient error so Lambda retries", err)
 	}
-	if n := len(e.tasks()); n != 0 {
+	if n := len(e.Tasks()); n != 0 {
 		t.Errorf("got %d tasks after a transient failure, want none", n)
 	}
 }
@@ -383,13 +373,13 @@ func TestSplitterBadUploadRecordRetries(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const id = "0123456789abcdef0123456789abcdef"
-	e.put(pipeline.UploadRecordKey(id), []byte("{not json"))
+	e.Put(pipeline.UploadRecordKey(id), []byte("{not json"))
 	key := pipeline.IncomingKey(id, "a.csv")
-	e.put(key, csvBytes(header, rows(1)))
+	e.Put(key, lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(1)))
 	if err := e.splitter(sheet.Limits{}).Handle(t.Context(), s3Event(t, key, "etag-1")); err == nil {
 		t.Fatal("Handle succeeded with an unreadable upload record")
 	}
-	if n := len(e.tasks()); n != 0 {
+	if n := len(e.Tasks()); n != 0 {
 		t.Errorf("got %d tasks, want none", n)
 	}
 }

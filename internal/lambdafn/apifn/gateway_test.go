@@ -1,4 +1,4 @@
-package lambdafn_test
+package apifn_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -15,14 +16,14 @@ import (
 // another subject's task is not found.
 func TestGatewayAuth(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := lambdatest.NewEnv(t)
 	const id = "0123456789abcdef0123456789abcdef"
-	if err := e.store.CreateTask(t.Context(), store.Task{
-		ID: id, Owner: "sub-alice", State: store.TaskRunning, Spec: store.TaskSpec{Provider: "sim", BatchSize: 1}, CreatedAt: epoch,
+	if err := e.Store.CreateTask(t.Context(), store.Task{
+		ID: id, Owner: "sub-alice", State: store.TaskRunning, Spec: store.TaskSpec{Provider: "sim", BatchSize: 1}, CreatedAt: lambdatest.Epoch,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	h := &apifn.Handler{Handler: api.New(api.Config{Store: e.store, Blobs: e.blobs, Auth: apifn.GatewayAuth{}, Clock: e.clock})}
+	h := &apifn.Handler{Handler: api.New(api.Config{Store: e.Store, Blobs: e.Blobs, Auth: apifn.GatewayAuth{}, Clock: e.Clock})}
 	tests := []struct {
 		name, sub  string
 		wantStatus int
@@ -34,7 +35,7 @@ func TestGatewayAuth(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, body := serveGateway(t, h, gatewayRequest{sub: tc.sub, method: "GET", target: "/api/tasks/" + id})
+			resp, body := lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Sub: tc.sub, Method: "GET", Target: "/api/tasks/" + id})
 			var got api.ErrorBody
 			_ = json.Unmarshal(body, &got)
 			if resp.StatusCode != tc.wantStatus || got.Error.Code != tc.wantCode {

@@ -1,4 +1,4 @@
-package lambdafn_test
+package apifn_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -123,7 +124,7 @@ func TestHTTPRequest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var ev events.APIGatewayV2HTTPRequest
-			readJSON(t, tc.file, &ev)
+			lambdatest.ReadJSON(t, tc.file, &ev)
 			if tc.edit != nil {
 				tc.edit(&ev)
 			}
@@ -255,7 +256,7 @@ func TestHTTPResponse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var ev events.APIGatewayV2HTTPRequest
-			readJSON(t, "apigw-v2-get-task.json", &ev)
+			lambdatest.ReadJSON(t, "apigw-v2-get-task.json", &ev)
 			got, err := (&apifn.Handler{Handler: tc.handler}).Handle(t.Context(), ev)
 			if err != nil {
 				t.Fatalf("Handle: %v", err)
@@ -287,7 +288,7 @@ func TestHTTPMalformedEvent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var ev events.APIGatewayV2HTTPRequest
-			readJSON(t, "apigw-v2-post-task.json", &ev)
+			lambdatest.ReadJSON(t, "apigw-v2-post-task.json", &ev)
 			tc.edit(&ev)
 			called := false
 			var logs bytes.Buffer
@@ -330,15 +331,15 @@ func (urlPresigner) PresignGet(_ context.Context, key string, _ time.Duration) (
 // from the POST payload, then follow it with the GET payload.
 func TestHTTPServesTheAPI(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := lambdatest.NewEnv(t)
 	h := &apifn.Handler{Handler: api.New(api.Config{
-		Store: e.store, Blobs: e.blobs, Presigner: urlPresigner{}, Auth: apifn.GatewayAuth{}, Clock: e.clock,
+		Store: e.Store, Blobs: e.Blobs, Presigner: urlPresigner{}, Auth: apifn.GatewayAuth{}, Clock: e.Clock,
 		DefaultSpec: store.TaskSpec{Provider: "sim", BatchSize: 100},
 		NewID:       func() string { return "0123456789abcdef0123456789abcdef" },
 	})}
 	var post, get events.APIGatewayV2HTTPRequest
-	readJSON(t, "apigw-v2-post-task.json", &post)
-	readJSON(t, "apigw-v2-get-task.json", &get)
+	lambdatest.ReadJSON(t, "apigw-v2-post-task.json", &post)
+	lambdatest.ReadJSON(t, "apigw-v2-get-task.json", &get)
 
 	resp, err := h.Handle(t.Context(), post)
 	if err != nil || resp.StatusCode != http.StatusCreated {

@@ -1,4 +1,4 @@
-package lambdafn_test
+package splitterfn_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/lambdafn/splitterfn"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/sheet"
@@ -32,31 +33,31 @@ func TestSplitterRedropAfterResultExpired(t *testing.T) {
 	e := newEnv(t)
 	starts := &genStarts{}
 	h := &splitterfn.Handler{Intake: pipeline.NewIntake(
-		pipeline.NewSplitter(e.store, e.queue, pipeline.SplitterConfig{Clock: e.clock, Logger: e.log}),
-		e.blobs, starts,
+		pipeline.NewSplitter(e.Store, e.Queue, pipeline.SplitterConfig{Clock: e.Clock, Logger: e.Log}),
+		e.Blobs, starts,
 		pipeline.IntakeConfig{
-			DefaultSpec: defaultSpec, Limits: sheet.Limits{}, Uploads: pipeline.BlobUploads{Blobs: e.blobs},
-			TempDir: t.TempDir(), Clock: e.clock, Logger: e.log,
-		}), Logger: e.log}
+			DefaultSpec: defaultSpec, Limits: sheet.Limits{}, Uploads: pipeline.BlobUploads{Blobs: e.Blobs},
+			TempDir: t.TempDir(), Clock: e.Clock, Logger: e.Log,
+		}), Logger: e.Log}
 	key := "incoming/items.csv"
-	e.put(key, csvBytes(header, rows(3)))
+	e.Put(key, lambdatest.CSVBytes(lambdatest.Header, lambdatest.Rows(3)))
 	ev := s3Event(t, key, "etag-1")
 	if err := h.Handle(ctx, ev); err != nil {
 		t.Fatal(err)
 	}
-	tasks := e.tasks()
+	tasks := e.Tasks()
 	if len(tasks) != 1 {
 		t.Fatalf("%d tasks after the first drop", len(tasks))
 	}
 	id := tasks[0].ID
 	// The generators answer every row, the exporter writes the result.
-	now := e.clock.Now()
-	batches, err := e.store.ListBatches(ctx, store.ListBatchesParams{TaskID: id})
+	now := e.Clock.Now()
+	batches, err := e.Store.ListBatches(ctx, store.ListBatchesParams{TaskID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range batches {
-		c, err := e.store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: b.No, Owner: "w", Now: now, LeaseUntil: now.Add(time.Minute)})
+		c, err := e.Store.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: id, BatchNo: b.No, Owner: "w", Now: now, LeaseUntil: now.Add(time.Minute)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,14 +65,14 @@ func TestSplitterRedropAfterResultExpired(t *testing.T) {
 		for no := b.FirstRow; no < b.FirstRow+b.RowCount; no++ {
 			writes = append(writes, store.RowResultWrite{RowNo: no, Result: store.RowResult{State: store.RowSucceeded, Output: fmt.Sprintf("copy %d", no), Attempts: 1}})
 		}
-		if _, err := e.store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: id, BatchNo: b.No, Attempt: c.Attempt, Rows: writes, Now: now}); err != nil {
+		if _, err := e.Store.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: id, BatchNo: b.No, Attempt: c.Attempt, Rows: writes, Now: now}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.store.FinishBatch(ctx, store.FinishBatchParams{TaskID: id, BatchNo: b.No, Attempt: c.Attempt, Succeeded: b.RowCount, Now: now}); err != nil {
+		if _, err := e.Store.FinishBatch(ctx, store.FinishBatchParams{TaskID: id, BatchNo: b.No, Attempt: c.Attempt, Succeeded: b.RowCount, Now: now}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	exporter := pipeline.NewExporter(e.store, e.blobs, pipeline.ExporterConfig{Clock: e.clock})
+	exporter := pipeline.NewExporter(e.Store, e.Blobs, pipeline.ExporterConfig{Clock: e.Clock})
 	task, err := exporter.Export(ctx, id)
 	if err != nil || task.State != store.TaskSucceeded {
 		t.Fatalf("export: %s, %v", task.State, err)
@@ -85,7 +86,7 @@ func TestSplitterRedropAfterResultExpired(t *testing.T) {
 		t.Fatalf("a re-drop with the result in place started exports %v", starts.starts)
 	}
 	// The result expires; the same file is dropped again.
-	if err := e.blobs.Delete(ctx, task.ResultKey); err != nil {
+	if err := e.Blobs.Delete(ctx, task.ResultKey); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Handle(ctx, ev); err != nil {
@@ -98,10 +99,10 @@ func TestSplitterRedropAfterResultExpired(t *testing.T) {
 	if err != nil || again.State != store.TaskSucceeded || again.ExportGen != 1 {
 		t.Fatalf("re-export: %s gen %d, %v", again.State, again.ExportGen, err)
 	}
-	if got := e.get(again.ResultKey); len(got) == 0 {
+	if got := e.Get(again.ResultKey); len(got) == 0 {
 		t.Error("the re-export wrote no result")
 	}
-	if n := len(e.drain()); n != len(batches) {
+	if n := len(e.Drain()); n != len(batches) {
 		t.Errorf("queue holds %d messages, want only the first drop's %d: a re-drop must not rerun rows", n, len(batches))
 	}
 }

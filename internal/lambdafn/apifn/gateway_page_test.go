@@ -1,4 +1,4 @@
-package lambdafn_test
+package apifn_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/lambdafn/apifn"
+	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/web"
 )
 
@@ -45,7 +46,7 @@ func TestGatewayServesThePage(t *testing.T) {
 		{web.ConfigPath, "application/json", `"max_inline_bytes":` + strconv.Itoa(apifn.InlineUploadBytes)},
 	}
 	for _, tc := range pages {
-		resp, body := serveGateway(t, h, gatewayRequest{method: "GET", target: tc.target})
+		resp, body := lambdatest.ServeGateway(t, h, lambdatest.GatewayRequest{Method: "GET", Target: tc.target})
 		if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Headers["Content-Type"], tc.wantType) || !strings.Contains(string(body), tc.wantBody) {
 			t.Errorf("GET %s without a token = %d %q %.60q, want 200 %s containing %q", tc.target, resp.StatusCode, resp.Headers["Content-Type"], body, tc.wantType, tc.wantBody)
 		}
@@ -61,15 +62,15 @@ func TestGatewayServesThePage(t *testing.T) {
 	if err := mw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	inspect := gatewayRequest{method: "POST", target: web.InspectPath, contentType: mw.FormDataContentType(), body: form.String()}
+	inspect := lambdatest.GatewayRequest{Method: "POST", Target: web.InspectPath, ContentType: mw.FormDataContentType(), Body: form.String()}
 
-	resp, body := serveGateway(t, h, inspect)
+	resp, body := lambdatest.ServeGateway(t, h, inspect)
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), `"unauthorized"`) {
 		t.Errorf("POST %s without the authorizer's principal = %d %s, want 401", web.InspectPath, resp.StatusCode, body)
 	}
 
-	inspect.sub = "sub-alice"
-	resp, body = serveGateway(t, h, inspect)
+	inspect.Sub = "sub-alice"
+	resp, body = lambdatest.ServeGateway(t, h, inspect)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("POST %s as sub-alice = %d %s, want 200", web.InspectPath, resp.StatusCode, body)
 	}
