@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"maps"
 	"slices"
@@ -328,15 +329,26 @@ func (s *Store) ClaimBatch(ctx context.Context, p store.ClaimBatchParams) (store
 	cond := fmt.Sprintf("attribute_exists(%[1]s) AND (%[2]s = %[3]s OR (%[2]s = %[4]s AND (attribute_not_exists(%[5]s) OR %[5]s < %[6]s)))",
 		e.n(attrPK), e.n(attrState), e.s(string(store.BatchPending)), e.s(string(store.BatchRunning)),
 		e.n(attrLease), e.s(encodeTime(p.Now)))
+	// The claim's token: the SDK re-sends the same request when an answer
+	// is lost (a dropped connection, a 500 after the write), and a re-sent
+	// claim that had in fact been applied fails its condition. Finding its
+	// own token on the batch, it is this claim's answer, not a conflict (a
+	// batch lost until its lease ran out, as it was before).
+	token := rand.Text()
 	u := &update{e: e}
 	u.setS(attrState, string(store.BatchRunning))
 	u.setOrRemove(attrOwner, p.Owner)
 	u.setOrRemove(attrLease, encodeTime(p.LeaseUntil))
+	u.setS(attrClaim, token)
 	u.addI(attrAttempt, 1)
 	s.touchOpen(u, p.TaskID, p.BatchNo, p.Now)
 	claimed, err := s.updateIf(ctx, key(taskPK(p.TaskID), batchSK(p.BatchNo)), cond, u, true)
 	if old, ok := conditionFailed(err); ok {
-		return store.Batch{}, fmt.Errorf("%s: %s: %w", what, describeBatch(old), notFoundOrConflict(old))
+		if mine, isS := old[attrClaim].(*types.AttributeValueMemberS); isS && mine.Value == token {
+			claimed, err = old, nil
+		} else {
+			return store.Batch{}, fmt.Errorf("%s: %s: %w", what, describeBatch(old), notFoundOrConflict(old))
+		}
 	}
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("%s: %w", what, err)

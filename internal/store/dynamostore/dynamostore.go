@@ -27,10 +27,12 @@
 // lost response is not applied twice. A transaction cancelled by
 // contention is returned, not re-sent under the same token: store.Retry
 // sends it again as a new request, safe because it changed nothing. A
-// plain conditional UpdateItem has no token: if the SDK re-sends one that
-// had in fact committed, the retry fails its condition and the caller sees
-// ErrConflict, which the pipeline treats as a lost batch (the lease then
-// expires and the batch is redone, keeping saved rows).
+// plain conditional UpdateItem has no token of DynamoDB's: if the SDK
+// re-sends one that had in fact committed, the retry fails its condition.
+// ClaimBatch writes a token of its own on the batch and takes a failed
+// condition that finds it as its answer; the other writes of a claimed
+// batch then see ErrConflict, which the pipeline treats as a lost batch
+// (the lease then expires and the batch is redone, keeping saved rows).
 //
 // # Consistency
 //

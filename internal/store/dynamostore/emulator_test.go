@@ -3,10 +3,16 @@
 package dynamostore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -452,5 +458,54 @@ func TestEveryItemExpires(t *testing.T) {
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("expires_at of a finished task's items (-want +got):\n%s", d)
+	}
+}
+
+// loseFirstClaimAnswer sends requests on, and drops the answer of the first
+// UpdateItem that sets a claim: DynamoDB applied it, the client sees a reset
+// connection and re-sends it, as the SDK does.
+type loseFirstClaimAnswer struct {
+	next http.RoundTripper
+	lost atomic.Bool
+}
+
+func (l *loseFirstClaimAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil && strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".UpdateItem") {
+		body, _ = io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, err := l.next.RoundTrip(r)
+	if err == nil && bytes.Contains(body, []byte("claim_token")) && l.lost.CompareAndSwap(false, true) {
+		resp.Body.Close()
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return resp, err
+}
+
+// TestClaimWhoseAnswerWasLost: a claim DynamoDB applied whose answer was
+// lost is re-sent by the SDK and fails its condition; it finds its own
+// token and is the claim, once (attempt 1), not a conflict that would
+// leave the batch lost until its lease ran out.
+func TestClaimWhoseAnswerWasLost(t *testing.T) {
+	cfg, res := provision(t)
+	lose := &loseFirstClaimAnswer{next: http.DefaultTransport}
+	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lose} })
+	s := dynamostore.New(db, res.TableName, dynamostore.Options{})
+	ctx := t.Context()
+	task := createTask(t, s, "lost-claim", []string{"c"})
+	if err := s.PutBatches(ctx, []store.Batch{{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 1, CreatedAt: base}}); err != nil {
+		t.Fatal(err)
+	}
+	now := base.Add(time.Hour)
+	b, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 1, Owner: "w1", Now: now, LeaseUntil: now.Add(time.Minute)})
+	if !lose.lost.Load() {
+		t.Fatal("no claim's answer was lost: the test lost nothing")
+	}
+	if err != nil || b.Attempt != 1 || b.Owner != "w1" || b.State != store.BatchRunning {
+		t.Fatalf("claim whose first answer was lost: %+v %v, want attempt 1 held by w1", b, err)
+	}
+	if _, err := s.ClaimBatch(ctx, store.ClaimBatchParams{TaskID: task.ID, BatchNo: 1, Owner: "w2", Now: now, LeaseUntil: now.Add(time.Minute)}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("another worker's claim of the held batch: %v, want a conflict", err)
 	}
 }

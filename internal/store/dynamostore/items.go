@@ -16,12 +16,14 @@ import (
 // Attribute names used in expressions. The item structs below carry the same
 // names in their tags.
 const (
-	attrPK         = "PK"
-	attrSK         = "SK"
-	attrState      = "state"
-	attrAttempt    = "attempt"
-	attrLease      = "lease_until"
-	attrOwner      = "owner"
+	attrPK      = "PK"
+	attrSK      = "SK"
+	attrState   = "state"
+	attrAttempt = "attempt"
+	attrLease   = "lease_until"
+	attrOwner   = "owner"
+	// attrClaim is the token of the claim that holds a batch (ClaimBatch).
+	attrClaim      = "claim_token"
 	attrLastError  = "last_error"
 	attrUpdatedAt  = "updated_at"
 	attrFinishedAt = "finished_at"
