@@ -69,19 +69,20 @@ step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 
+# One pass over every file: the test tags only add files (no file is built for the absence of
+# one), so the build with all of them holds every file of the builds with fewer, and the unit
+# stage below still compiles the untagged build. One pass each instead of five: 382 s against
+# 470 s for vet and staticcheck with an empty build cache on the two cores.
+all_tags=emulator,chaos,browser,office
+if git grep -nE '^//go:build .*!(emulator|chaos|browser|office)' -- '*.go'; then
+  echo "a file is built without a test tag: vet and staticcheck would miss it in the one pass below"
+  exit 1
+fi
 step "go vet"
-go vet ./...
-go vet -tags emulator ./...
-go vet -tags chaos ./...
-go vet -tags browser ./internal/web
-go vet -tags office ./internal/sheet
+go vet -tags "$all_tags" ./...
 
 step "staticcheck (pinned in go.mod as a tool)"
-go tool staticcheck ./...
-go tool staticcheck -tags emulator ./...
-go tool staticcheck -tags chaos ./...
-go tool staticcheck -tags browser ./internal/web
-go tool staticcheck -tags office ./internal/sheet
+go tool staticcheck -tags "$all_tags" ./...
 
 step "unit and embedded integration tests (-race)"
 go test -race -count=1 -timeout 20m ./...
