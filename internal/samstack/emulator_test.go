@@ -3,14 +3,20 @@
 package samstack
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -655,5 +661,47 @@ func waitExecution(t *testing.T, c *sfn.Client, arn string) *sfn.DescribeExecuti
 		case <-t.Context().Done():
 			t.Fatal(errors.New("test context done while waiting for the execution"))
 		}
+	}
+}
+
+// loseFirstCreateStackAnswer sends requests on and drops the answer of the
+// first CreateStack: the emulator made the stack, the client sees a reset
+// connection and re-sends the request, as the SDK does.
+type loseFirstCreateStackAnswer struct {
+	next http.RoundTripper
+	lost atomic.Bool
+}
+
+func (l *loseFirstCreateStackAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		body, _ = io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, err := l.next.RoundTrip(r)
+	if err == nil && bytes.Contains(body, []byte("Action=CreateStack")) && l.lost.CompareAndSwap(false, true) {
+		resp.Body.Close()
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return resp, err
+}
+
+// TestProvisionWhoseCreateStackAnswerWasLost: a CreateStack the emulator
+// applied whose answer was lost is re-sent and finds the stack it made; the
+// provision goes on. A stack of the same name that another provision made
+// is still refused.
+func TestProvisionWhoseCreateStackAnswerWasLost(t *testing.T) {
+	cfg := emulator(t)
+	lose := &loseFirstCreateStackAnswer{next: http.DefaultTransport}
+	cfg.HTTPClient = &http.Client{Transport: lose}
+	res := provision(t, cfg, "../../template.yaml")
+	if !lose.lost.Load() {
+		t.Fatal("no CreateStack answer was lost: the test lost nothing")
+	}
+	if res.TableName == "" || res.QueueURL == "" {
+		t.Fatalf("resources after the lost answer: %+v", res)
+	}
+	if _, err := Provision(t.Context(), emulator(t), "../../template.yaml", res.StackName); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("a second provision under the same name: %v, want the stack refused as existing", err)
 	}
 }

@@ -2,6 +2,7 @@ package samstack
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -562,19 +563,51 @@ func (p *provisioner) resolve(v any) (any, bool) {
 }
 
 // createStack creates the stack and waits for it, then reads what it made.
+// provisionTag is the stack tag that holds the token of the CreateStack
+// that made it.
+const provisionTag = "batchgen:provision"
+
+// madeBy reports whether err is CreateStack's AlreadyExists for the stack
+// the same request (token) made: a re-sent request whose first answer was
+// lost.
+func (p *provisioner) madeBy(ctx context.Context, err error, token string) bool {
+	var exists *cfntypes.AlreadyExistsException
+	if !errors.As(err, &exists) {
+		return false
+	}
+	out, derr := p.cfn.DescribeStacks(ctx, &cloudformation.DescribeStacksInput{StackName: aws.String(p.prefix)})
+	if derr != nil || len(out.Stacks) == 0 {
+		return false
+	}
+	for _, t := range out.Stacks[0].Tags {
+		if aws.ToString(t.Key) == provisionTag && aws.ToString(t.Value) == token {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *provisioner) createStack(ctx context.Context) error {
 	body, err := json.Marshal(p.stack)
 	if err != nil {
 		return fmt.Errorf("stack template: %w", err)
 	}
+	// The SDK re-sends a CreateStack whose answer was lost (an emulator
+	// too busy to answer within EmulatorRequestTimeout), and the re-sent
+	// one finds the stack the first made: AlreadyExists. The token, sent
+	// as CloudFormation's idempotency token and as a tag, tells that stack
+	// from one an earlier run left under the same name.
+	token := rand.Text()
 	in := &cloudformation.CreateStackInput{
-		StackName:    aws.String(p.prefix),
-		TemplateBody: aws.String(string(body)),
+		StackName:          aws.String(p.prefix),
+		TemplateBody:       aws.String(string(body)),
+		ClientRequestToken: aws.String(token),
+		Tags:               []cfntypes.Tag{{Key: aws.String(provisionTag), Value: aws.String(token)}},
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.opts.params)) {
 		in.Parameters = append(in.Parameters, cfntypes.Parameter{ParameterKey: aws.String(k), ParameterValue: aws.String(p.opts.params[k])})
 	}
-	if _, err := p.cfn.CreateStack(ctx, in); err != nil {
+	if _, err := p.cfn.CreateStack(ctx, in); err != nil && !p.madeBy(ctx, err, token) {
 		return fmt.Errorf("create stack %s: %w", p.prefix, err)
 	}
 	p.record(typeStack, p.prefix)
