@@ -456,7 +456,9 @@ type ErrorDetail struct {
 	Message string `json:"message"`
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers status with v as JSON, not cached and not sniffed.
+// Routes served beside the API (Config.Routes) use it too.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		// Only our own plain structs are encoded; this cannot happen.
@@ -475,7 +477,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // {"error": {"code", "message"}}. Routes served beside the API
 // (Config.Routes) use it so that clients parse one format.
 func WriteError(w http.ResponseWriter, status int, code, message string) {
-	writeJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: message}})
+	WriteJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: message}})
 }
 
 func writeError(w http.ResponseWriter, status int, code, message string) {

@@ -369,7 +369,7 @@ func (s *server) store(w http.ResponseWriter, r *http.Request, status int, file 
 	s.cfg.Logger.Info("task uploaded", "task_id", rec.TaskID, "owner", rec.Owner, "filename", rec.Filename)
 	w.Header().Set("Location", "/api/tasks/"+rec.TaskID)
 	if s.cfg.Intake == nil {
-		writeJSON(w, status, s.recordView(rec))
+		WriteJSON(w, status, s.recordView(rec))
 		return
 	}
 	res, err := s.cfg.Intake.Accept(ctx, key, "api")
@@ -386,7 +386,7 @@ func (s *server) store(w http.ResponseWriter, r *http.Request, status int, file 
 		writeError(w, http.StatusBadRequest, "rejected_input", task.Error)
 		return
 	}
-	writeJSON(w, status, s.viewOf(task))
+	WriteJSON(w, status, s.viewOf(task))
 }
 
 // keep puts a received sheet where the splitter takes it
@@ -488,7 +488,7 @@ func (s *server) createForUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	s.cfg.Logger.Info("task created; awaiting upload", "task_id", id, "owner", rec.Owner, "filename", req.Filename)
 	w.Header().Set("Location", "/api/tasks/"+id)
-	writeJSON(w, http.StatusCreated, CreateTaskResponse{
+	WriteJSON(w, http.StatusCreated, CreateTaskResponse{
 		TaskView: s.recordView(rec), UploadURL: url, UploadMethod: http.MethodPut, ExpiresAt: now.Add(s.cfg.UploadTTL),
 		UploadHeaders: map[string]string{"Content-Type": contentType, "Content-Length": strconv.FormatInt(size, 10)},
 	})
@@ -765,7 +765,7 @@ func (s *server) cancelTask(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "cancel task", err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, s.viewOf(task))
+	WriteJSON(w, http.StatusAccepted, s.viewOf(task))
 }
 
 // retryRequest is the optional body of POST /api/tasks/{id}/retry.
@@ -924,7 +924,7 @@ func (s *server) retryTask(w http.ResponseWriter, r *http.Request) {
 		// Reopened, but the messages were not all sent: the sweeper
 		// re-enqueues the batches that wait.
 		s.cfg.Logger.Warn("retry: enqueue failed; the sweeper will re-enqueue", "task_id", id, "error", err)
-		writeJSON(w, http.StatusAccepted, s.viewOf(task))
+		WriteJSON(w, http.StatusAccepted, s.viewOf(task))
 		return
 	}
 	if n == 0 {
@@ -935,7 +935,7 @@ func (s *server) retryTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "nothing_to_retry", "task "+id+" has "+what)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, s.viewOf(task))
+	WriteJSON(w, http.StatusAccepted, s.viewOf(task))
 }
 
 // getTask is GET /api/tasks/{id}: the task's status, counts, rate, ETA and,
@@ -950,7 +950,7 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
 	task, err := pipeline.OwnedTask(ctx, s.cfg.Store, principal(r), id)
 	if errors.Is(err, store.ErrNotFound) {
 		if rec, ok := s.ownedUpload(w, r, id); ok {
-			writeJSON(w, http.StatusOK, s.recordView(rec))
+			WriteJSON(w, http.StatusOK, s.recordView(rec))
 		}
 		return
 	}
@@ -968,7 +968,7 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) {
 		expires := s.cfg.Clock.Now().UTC().Add(s.cfg.DownloadTTL)
 		view.ResultURL, view.ResultExpiresAt = url, &expires
 	}
-	writeJSON(w, http.StatusOK, view)
+	WriteJSON(w, http.StatusOK, view)
 }
 
 // resultFormatName names a spec's result format as requests do.
@@ -1063,7 +1063,7 @@ func (s *server) previewTask(w http.ResponseWriter, r *http.Request) {
 		copy(cells, row.Values)
 		out.Rows = append(out.Rows, append(append(cells, pipeline.AnswerTexts(task.Spec.Columns, row)...), string(row.State), row.Error))
 	}
-	writeJSON(w, http.StatusOK, out)
+	WriteJSON(w, http.StatusOK, out)
 }
 
 // intParam reads an optional integer query parameter in [1, maximum].
@@ -1104,7 +1104,7 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) {
 	if page.Next.ID != "" {
 		out.NextCursor = encodeCursor(page.Next)
 	}
-	writeJSON(w, http.StatusOK, out)
+	WriteJSON(w, http.StatusOK, out)
 }
 
 // cursorJSON is a TaskCursor as clients carry it (base64url JSON, opaque to

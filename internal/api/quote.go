@@ -104,7 +104,7 @@ func (s *server) quoteTask(w http.ResponseWriter, r *http.Request) {
 			v.Note += "; the sample's rows failed or came from the cache"
 		}
 		v.Plans = []PlanView{}
-		writeJSON(w, http.StatusOK, v)
+		WriteJSON(w, http.StatusOK, v)
 		return
 	case err != nil:
 		s.internalError(w, r, "quote task", err)
@@ -130,7 +130,7 @@ func (s *server) quoteTask(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Plans = append(v.Plans, pv)
 	}
-	writeJSON(w, http.StatusOK, v)
+	WriteJSON(w, http.StatusOK, v)
 }
 
 func spreadView(s pipeline.Spread) SpreadView {
@@ -180,5 +180,5 @@ func (s *server) startTask(w http.ResponseWriter, r *http.Request) {
 		// the batches that wait.
 		s.cfg.Logger.Warn("start task: the sweeper will send the batches that wait", "task_id", owned.ID, "error", err)
 	}
-	writeJSON(w, http.StatusAccepted, s.viewOf(task))
+	WriteJSON(w, http.StatusAccepted, s.viewOf(task))
 }

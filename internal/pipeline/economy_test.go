@@ -52,7 +52,7 @@ func mockBatchServer(t *testing.T, cfg mockserver.Config) (*mockserver.Server, *
 	srv := mockserver.New(cfg)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	p, err := openaillm.New(openaillm.Config{BaseURL: hs.URL + "/v1", Model: "mock-1"})
+	p, err := openaillm.New(openaillm.Config{Conn: llm.Conn{BaseURL: hs.URL + "/v1", Model: "mock-1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestEconomyOnAnthropic(t *testing.T) {
 	srv := mockserver.New(mockserver.Config{BatchDelay: 300 * time.Millisecond, BatchErrorRate: 0.2, Latency: time.Millisecond, PaidLog: paidLog})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	provider, err := anthropicllm.New(anthropicllm.Config{BaseURL: hs.URL, APIKey: "test", Model: "mock-1"})
+	provider, err := anthropicllm.New(anthropicllm.Config{Conn: llm.Conn{BaseURL: hs.URL, APIKey: "test", Model: "mock-1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,7 +575,7 @@ func mockBatchProvider(t *testing.T, kind string, cfg mockserver.Config) (*mocks
 	srv := mockserver.New(cfg)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	p, err := anthropicllm.New(anthropicllm.Config{BaseURL: hs.URL, APIKey: "test", Model: "mock-1"})
+	p, err := anthropicllm.New(anthropicllm.Config{Conn: llm.Conn{BaseURL: hs.URL, APIKey: "test", Model: "mock-1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
 		if p.Kind == providerfile.KindOpenAI && p.BaseURL == "" && key == "" {
 			return nil, fmt.Errorf("needs an API key in $%s (or a base_url for a local OpenAI-compatible server)", p.APIKeyEnv)
 		}
-		return openaillm.New(openaillm.Config{BaseURL: p.BaseURL, APIKey: key, Model: p.Model, Logger: b.Logger.With("provider", p.Name)})
+		return openaillm.New(openaillm.Config{Conn: b.conn(p, key)})
 	case providerfile.KindAnthropic:
 		key, err := b.key(p)
 		if err != nil {
@@ -74,7 +74,7 @@ func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
 		if p.BaseURL == "" && key == "" {
 			return nil, fmt.Errorf("needs an API key in $%s (or a base_url for a local server, such as batchgen mock-llm)", p.APIKeyEnv)
 		}
-		return anthropicllm.New(anthropicllm.Config{BaseURL: p.BaseURL, APIKey: key, Model: p.Model, Logger: b.Logger.With("provider", p.Name)})
+		return anthropicllm.New(anthropicllm.Config{Conn: b.conn(p, key)})
 	case providerfile.KindBedrock:
 		if b.Bedrock == nil {
 			return nil, fmt.Errorf("kind bedrock is not available in this build")
@@ -85,6 +85,11 @@ func (b Builder) Build(p providerfile.Provider) (llm.Provider, error) {
 		return nil, fmt.Errorf("kind %w", err)
 	}
 	return nil, fmt.Errorf("kind %q has no adapter in this build", p.Kind)
+}
+
+// conn is how an HTTP adapter reaches p's API with key.
+func (b Builder) conn(p providerfile.Provider, key string) llm.Conn {
+	return llm.Conn{BaseURL: p.BaseURL, APIKey: key, Model: p.Model, Logger: b.Logger.With("provider", p.Name)}
 }
 
 // Batch returns the batch API of entry p when it is not its provider's

@@ -2,7 +2,6 @@ package web
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/schema"
 	"github.com/batchgen/batchgen/internal/sheet"
@@ -55,35 +55,6 @@ type Inspection struct {
 	Partial bool `json:"partial,omitempty"`
 }
 
-// errorBody is the API's error shape (internal/api.ErrorBody), so the page
-// handles one shape.
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-func writeError(w http.ResponseWriter, status int, code, message string) {
-	var b errorBody
-	b.Error.Code, b.Error.Message = code, message
-	writeJSON(w, status, b)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"internal error"}}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Length", itoa(int64(len(b)+1)))
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
 type inspector struct{ cfg Config }
 
 // multipartSlack is what a multipart body may carry beyond the file: the
@@ -94,7 +65,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if in.cfg.Authenticate != nil {
 		if err := in.cfg.Authenticate(r); err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="batchgen"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required")
+			api.WriteError(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required")
 			return
 		}
 	}
@@ -102,7 +73,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, limit+multipartSlack)
 	mr, err := r.MultipartReader()
 	if err != nil {
-		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "send the sheet as multipart/form-data with the file in the field \"file\"")
+		api.WriteError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "send the sheet as multipart/form-data with the file in the field \"file\"")
 		return
 	}
 	spool, err := os.CreateTemp(in.cfg.TempDir, "batchgen-inspect-*")
@@ -129,7 +100,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch p.FormName() {
 		case "file":
 			if name != "" {
-				writeError(w, http.StatusBadRequest, "invalid_request", "send one file per request")
+				api.WriteError(w, http.StatusBadRequest, "invalid_request", "send one file per request")
 				return
 			}
 			name = displayName(p.FileName())
@@ -140,7 +111,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if n > limit {
-				writeError(w, http.StatusRequestEntityTooLarge, "file_too_large",
+				api.WriteError(w, http.StatusRequestEntityTooLarge, "file_too_large",
 					fmt.Sprintf("%s is larger than %s, the largest sheet this server accepts", name, mib(limit)))
 				return
 			}
@@ -157,7 +128,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				opts.Sheet = v
 			default:
 				if v != "head" {
-					writeError(w, http.StatusBadRequest, "invalid_request", `field "partial" takes one value, "head": the file is the first bytes of a larger CSV/TSV`)
+					api.WriteError(w, http.StatusBadRequest, "invalid_request", `field "partial" takes one value, "head": the file is the first bytes of a larger CSV/TSV`)
 					return
 				}
 				partial = true
@@ -165,7 +136,7 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if name == "" {
-		writeError(w, http.StatusBadRequest, "invalid_request", "no file: send the sheet in the multipart field \"file\"")
+		api.WriteError(w, http.StatusBadRequest, "invalid_request", "no file: send the sheet in the multipart field \"file\"")
 		return
 	}
 	if partial {
@@ -185,13 +156,13 @@ func (in *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var bad *sheet.InputError
 	switch {
 	case errors.As(err, &bad):
-		writeError(w, http.StatusBadRequest, "invalid_sheet", bad.Error())
+		api.WriteError(w, http.StatusBadRequest, "invalid_sheet", bad.Error())
 		return
 	case err != nil:
 		in.internal(w, "inspect sheet", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ins)
+	api.WriteJSON(w, http.StatusOK, ins)
 }
 
 // inspect reads the whole sheet, as the splitter will, so a problem in row
@@ -297,16 +268,16 @@ func formValue(p *multipart.Part) (string, error) {
 func (in *inspector) bodyError(w http.ResponseWriter, err error, limit int64) {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, "file_too_large",
+		api.WriteError(w, http.StatusRequestEntityTooLarge, "file_too_large",
 			fmt.Sprintf("the upload is larger than %s, the largest sheet this server accepts", mib(limit)))
 		return
 	}
-	writeError(w, http.StatusBadRequest, "invalid_request", "the form could not be read: "+err.Error())
+	api.WriteError(w, http.StatusBadRequest, "invalid_request", "the form could not be read: "+err.Error())
 }
 
 func (in *inspector) internal(w http.ResponseWriter, what string, err error) {
 	in.cfg.Logger.Error("web: "+what, "error", err)
-	writeError(w, http.StatusInternalServerError, "internal", "internal error")
+	api.WriteError(w, http.StatusInternalServerError, "internal", "internal error")
 }
 
 // displayName is the upload's base name without control characters, for

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/batchgen/batchgen/internal/api"
 )
 
 // LocalOnly guards a server that has no API tokens, and so trusts every caller that can reach it, against the
@@ -51,7 +53,7 @@ func loopbackHost(host, port string) bool {
 func refuse(w http.ResponseWriter, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusForbidden)
-	var body errorBody
+	var body api.ErrorBody
 	body.Error.Code, body.Error.Message = code, msg
 	_ = json.NewEncoder(w).Encode(body)
 }

@@ -15,7 +15,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/batchgen/batchgen/internal/api"
 	"github.com/batchgen/batchgen/internal/sheet"
@@ -141,7 +140,7 @@ func New(cfg Config) http.Handler {
 	pageConfig := PageConfig{MaxInlineBytes: cfg.MaxInlineBytes, MaxFileBytes: cfg.Limits.MaxFileBytes,
 		Models: cfg.Limits.Models, ModelFixed: cfg.Limits.ModelFixed, CostCaps: cfg.Limits.CostCaps, BatchModes: cfg.Limits.BatchModes, Quotes: cfg.Limits.Quotes}
 	mux.HandleFunc("GET "+ConfigPath, func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, pageConfig)
+		api.WriteJSON(w, http.StatusOK, pageConfig)
 	})
 	ins := &inspector{cfg: cfg}
 	mux.Handle("POST "+InspectPath, ins)
@@ -149,7 +148,7 @@ func New(cfg Config) http.Handler {
 	// asset; say what it takes instead.
 	mux.HandleFunc("GET "+InspectPath, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "POST")
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here; use POST")
+		api.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here; use POST")
 	})
 	return mux
 }
@@ -163,5 +162,3 @@ func securityHeaders(w http.ResponseWriter) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self' https:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

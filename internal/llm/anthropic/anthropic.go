@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -29,7 +28,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
 )
 
@@ -43,25 +41,10 @@ const DefaultMaxTokens = 4096
 
 // Config configures a Provider.
 type Config struct {
-	// BaseURL is the API root without /v1, as the SDK takes it. Defaults to
-	// DefaultBaseURL.
-	BaseURL string
-	// APIKey is sent as the SDK sends it (a bearer token). It never
-	// appears in errors.
-	APIKey string
-	// Model is used when a Request names none.
-	Model string
-	// Timeout bounds each call; 0 leaves only the caller's ctx. A call that
-	// runs out of it fails with ClassTimeout.
-	Timeout time.Duration
-	// HTTPClient sends the requests. Defaults to llm.HTTPClient.
-	HTTPClient *http.Client
-	// Clock turns reset times and HTTP-date Retry-After into durations.
-	// Defaults to clock.Real.
-	Clock clock.Clock
-	// Logger says, once, that the model refused structured outputs.
-	// Defaults to discarding.
-	Logger *slog.Logger
+	// Conn reaches the API. Its BaseURL is the API root without /v1, as
+	// the SDK takes it (defaults to DefaultBaseURL); its Clock also turns
+	// Anthropic's rate-limit reset times into durations.
+	llm.Conn
 }
 
 // Provider calls the Messages API. It is safe for concurrent use.
@@ -79,25 +62,15 @@ var _ llm.Provider = (*Provider)(nil)
 // New returns a Provider for cfg. It fails only on a BaseURL that is not an
 // absolute http(s) URL.
 func New(cfg Config) (*Provider, error) {
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
-	if err := llm.CheckBaseURL("anthropic", cfg.BaseURL); err != nil {
+	conn, err := cfg.Open("anthropic", DefaultBaseURL)
+	if err != nil {
 		return nil, err
 	}
+	cfg.Conn = conn
 	if u, _ := url.Parse(cfg.BaseURL); strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1") {
 		// The SDK adds /v1/messages itself: a root ending in /v1 would
 		// call /v1/v1/messages and get 404s for every row.
 		return nil, fmt.Errorf("anthropic base URL %q: give the API root without /v1 (the SDK adds /v1/messages)", llm.RedactURL(cfg.BaseURL))
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = llm.HTTPClient()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	// NewMessageService rather than anthropic.NewClient: the client reads
 	// ANTHROPIC_* environment variables, and only main reads the
@@ -124,13 +97,10 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	}
 	sch := req.ResponseSchema()
 
-	callCtx := ctx
+	callCtx, cancel := p.cfg.CallContext(ctx)
+	defer cancel()
 	timeout := p.cfg.Timeout
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	} else {
+	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
 	var httpResp *http.Response
@@ -162,12 +132,9 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 // inWords reports that a shaped answer is asked for in the system prompt
 // (the model refused structured outputs before).
 func (p *Provider) params(req llm.Request) (params anthropic.MessageNewParams, inWords bool, err error) {
-	model := req.Model
-	if model == "" {
-		model = p.cfg.Model
-	}
-	if model == "" {
-		return params, false, &llm.Error{Class: llm.ClassBadRequest, Message: "no model configured for the Anthropic provider"}
+	model, err := p.cfg.ModelFor(req, "Anthropic")
+	if err != nil {
+		return params, false, err
 	}
 	maxTokens := req.MaxTokens
 	if maxTokens <= 0 {
@@ -231,7 +198,7 @@ func (p *Provider) response(msg *anthropic.Message) (llm.Response, error) {
 	}
 	if msg.StopReason == anthropic.StopReasonRefusal {
 		return llm.Response{}, &llm.Error{Class: llm.ClassContentFilter, StatusCode: http.StatusOK,
-			Message: p.clean("the model declined to answer (stop_reason refusal)")}
+			Message: p.cfg.Clean("the model declined to answer (stop_reason refusal)")}
 	}
 	u := msg.Usage
 	// Anthropic's input_tokens leaves out what was read from or written to
@@ -249,33 +216,18 @@ func (p *Provider) response(msg *anthropic.Message) (llm.Response, error) {
 // classify turns a failed call into an *llm.Error. ctx is the caller's,
 // callCtx the one with this call's timeout.
 func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *http.Response) error {
-	var apiErr *anthropic.Error
-	switch {
-	case errors.As(err, &apiErr):
-		var h http.Header
-		if apiErr.Response != nil {
-			h = apiErr.Response.Header
-		}
-		return p.fromStatus(apiErr.StatusCode, string(apiErr.Type()), apiErr.Message, h)
-	case httpResp != nil && httpResp.StatusCode >= 400:
-		// An error body the SDK could not decode (a proxy's HTML page):
-		// the status still says what happened.
-		return p.fromStatus(httpResp.StatusCode, "", "", httpResp.Header)
+	if apiErr := (*anthropic.Error)(nil); errors.As(err, &apiErr) {
+		return p.fromStatus(apiErr.StatusCode, string(apiErr.Type()), apiErr.Message, llm.ResponseHeader(apiErr.Response))
 	}
-	return llm.CallFailure(ctx, callCtx, p.cfg.Timeout, err, httpResp, p.cfg.APIKey, "anthropic message")
+	return p.cfg.Failure(ctx, callCtx, err, httpResp, "anthropic message", func(status int, h http.Header) *llm.Error {
+		return p.fromStatus(status, "", "", h)
+	})
 }
 
 // fromStatus classifies an error answer from its status and Anthropic's
 // error type (its body's error.type).
 func (p *Provider) fromStatus(status int, typ, message string, h http.Header) *llm.Error {
-	msg := strings.TrimSpace(message)
-	if msg == "" {
-		msg = strings.TrimSpace(fmt.Sprintf("%d %s", status, http.StatusText(status)))
-	}
-	if typ != "" && !strings.Contains(msg, typ) {
-		msg += " (" + typ + ")"
-	}
-	e := &llm.Error{StatusCode: status, Message: p.clean(msg), RateLimits: llm.ParseAnthropicRateLimits(h, p.cfg.Clock.Now())}
+	e := &llm.Error{StatusCode: status, Message: p.cfg.ErrorMessage(status, typ, message), RateLimits: llm.ParseAnthropicRateLimits(h, p.cfg.Clock.Now())}
 	e.Class = llm.ClassOfStatus(status)
 	lower := strings.ToLower(message)
 	// What Anthropic's types and words say beyond the status.
@@ -297,6 +249,3 @@ func (p *Provider) fromStatus(status int, typ, message string, h http.Header) *l
 	}
 	return e
 }
-
-// clean removes the API key and bounds the length of a provider message.
-func (p *Provider) clean(msg string) string { return llm.CleanMessage(msg, p.cfg.APIKey) }

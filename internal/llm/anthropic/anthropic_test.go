@@ -32,8 +32,8 @@ func errBody(typ, message string) string {
 
 func newProvider(t *testing.T, baseURL string) *Provider {
 	t.Helper()
-	p, err := New(Config{BaseURL: baseURL, APIKey: testKey, Model: "claude-test", Timeout: 5 * time.Second,
-		Clock: clock.NewFake(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))})
+	p, err := New(Config{Conn: llm.Conn{BaseURL: baseURL, APIKey: testKey, Model: "claude-test", Timeout: 5 * time.Second,
+		Clock: clock.NewFake(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))}})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -223,7 +223,7 @@ func TestBaseURL(t *testing.T) {
 		{"", true}, {"https://api.anthropic.com", true}, {"http://127.0.0.1:8089/", true},
 		{"http://127.0.0.1:8089/v1", false}, {"api.anthropic.com", false}, {"ftp://x", false},
 	} {
-		_, err := New(Config{BaseURL: tt.url})
+		_, err := New(Config{Conn: llm.Conn{BaseURL: tt.url}})
 		if (err == nil) != tt.ok {
 			t.Errorf("base URL %q: error %v, want ok %v", tt.url, err, tt.ok)
 		}

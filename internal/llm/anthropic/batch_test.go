@@ -19,7 +19,7 @@ func TestBatchContract(t *testing.T) {
 		clk := clock.NewFake(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
 		srv := httptest.NewServer(mockserver.New(mockserver.Config{Clock: clk, BatchDelay: time.Hour, BatchExpire: expire}))
 		t.Cleanup(srv.Close)
-		p, err := anthropicllm.New(anthropicllm.Config{BaseURL: srv.URL, APIKey: "sk-ant-batch", Model: "claude-haiku-4-5"})
+		p, err := anthropicllm.New(anthropicllm.Config{Conn: llm.Conn{BaseURL: srv.URL, APIKey: "sk-ant-batch", Model: "claude-haiku-4-5"}})
 		if err != nil {
 			t.Fatal(err)
 		}

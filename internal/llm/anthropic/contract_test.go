@@ -62,7 +62,7 @@ func TestContract(t *testing.T) {
 		}))
 		t.Cleanup(srv.Close)
 		t.Cleanup(func() { close(release) }) // runs first
-		p, err := anthropicllm.New(anthropicllm.Config{BaseURL: srv.URL, APIKey: "sk-ant-contract", Model: "contract-model"})
+		p, err := anthropicllm.New(anthropicllm.Config{Conn: llm.Conn{BaseURL: srv.URL, APIKey: "sk-ant-contract", Model: "contract-model"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,7 @@ func run(t *testing.T, mock *mockserver.Server, workers int, d time.Duration, to
 	t.Helper()
 	srv := httptest.NewServer(mock)
 	defer srv.Close()
-	p, err := openaillm.New(openaillm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 5 * time.Second})
+	p, err := openaillm.New(openaillm.Config{Conn: llm.Conn{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 5 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

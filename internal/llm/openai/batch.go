@@ -236,9 +236,9 @@ func (p *Provider) batchResult(l batchResultLine) llm.BatchResult {
 		_ = json.Unmarshal(l.Response.Body, &body) // a body without an error object still has its status
 		r.Err = p.fromStatus(l.Response.StatusCode, body.Error.Code, body.Error.Type, body.Error.Message, nil)
 	case l.Error != nil && (l.Error.Code == "batch_expired" || l.Error.Code == "batch_cancelled"):
-		r.Err = &llm.Error{Class: llm.ClassBatchUnfinished, Message: p.clean(l.Error.Message + " (" + l.Error.Code + ")")}
+		r.Err = &llm.Error{Class: llm.ClassBatchUnfinished, Message: p.cfg.Clean(l.Error.Message + " (" + l.Error.Code + ")")}
 	case l.Error != nil:
-		r.Err = &llm.Error{Class: llm.ClassServer, Message: p.clean(l.Error.Message + " (" + l.Error.Code + ")")}
+		r.Err = &llm.Error{Class: llm.ClassServer, Message: p.cfg.Clean(l.Error.Message + " (" + l.Error.Code + ")")}
 	default:
 		r.Err = &llm.Error{Class: llm.ClassServer, Message: "a batch result line with neither an answer nor an error"}
 	}

@@ -19,7 +19,7 @@ func TestBatchContract(t *testing.T) {
 		clk := clock.NewFake(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
 		srv := httptest.NewServer(mockserver.New(mockserver.Config{Clock: clk, BatchDelay: time.Hour, BatchExpire: expire}))
 		t.Cleanup(srv.Close)
-		p, err := openaillm.New(openaillm.Config{BaseURL: srv.URL + "/v1", APIKey: "sk-batch", Model: "gpt-4o-mini"})
+		p, err := openaillm.New(openaillm.Config{Conn: llm.Conn{BaseURL: srv.URL + "/v1", APIKey: "sk-batch", Model: "gpt-4o-mini"}})
 		if err != nil {
 			t.Fatal(err)
 		}

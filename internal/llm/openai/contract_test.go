@@ -62,7 +62,7 @@ func TestContract(t *testing.T) {
 		}))
 		t.Cleanup(srv.Close)
 		t.Cleanup(func() { close(release) }) // runs first
-		p, err := openaillm.New(openaillm.Config{BaseURL: srv.URL + "/v1", APIKey: "sk-contract", Model: "contract-model"})
+		p, err := openaillm.New(openaillm.Config{Conn: llm.Conn{BaseURL: srv.URL + "/v1", APIKey: "sk-contract", Model: "contract-model"}})
 		if err != nil {
 			t.Fatal(err)
 		}

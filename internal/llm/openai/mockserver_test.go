@@ -24,7 +24,7 @@ func newMock(t *testing.T, cfg mockserver.Config, mutate ...func(*openaillm.Conf
 	mock := mockserver.New(cfg)
 	srv := httptest.NewServer(mock)
 	t.Cleanup(srv.Close)
-	pcfg := openaillm.Config{BaseURL: srv.URL + "/v1", APIKey: mockKey, Model: "gpt-mock", Timeout: 2 * time.Second}
+	pcfg := openaillm.Config{Conn: llm.Conn{BaseURL: srv.URL + "/v1", APIKey: mockKey, Model: "gpt-mock", Timeout: 2 * time.Second}}
 	for _, m := range mutate {
 		m(&pcfg)
 	}
@@ -119,7 +119,7 @@ func TestMockServerWrongKey(t *testing.T) {
 	mock := mockserver.New(mockserver.Config{RequireAPIKey: mockKey})
 	srv := httptest.NewServer(mock)
 	defer srv.Close()
-	p, err := openaillm.New(openaillm.Config{BaseURL: srv.URL + "/v1", APIKey: "sk-wrong-key-999", Model: "m"})
+	p, err := openaillm.New(openaillm.Config{Conn: llm.Conn{BaseURL: srv.URL + "/v1", APIKey: "sk-wrong-key-999", Model: "m"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestMockServerHangTimesOut(t *testing.T) {
 	mock := mockserver.New(mockserver.Config{})
 	srv := httptest.NewServer(mock)
 	defer srv.Close()
-	p, err := openaillm.New(openaillm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 100 * time.Millisecond})
+	p, err := openaillm.New(openaillm.Config{Conn: llm.Conn{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,18 +11,14 @@ package openaillm
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
 )
 
@@ -31,29 +27,14 @@ const DefaultBaseURL = "https://api.openai.com/v1"
 
 // Config configures a Provider.
 type Config struct {
-	// BaseURL is the API root, up to and including the version segment
-	// (".../v1"). Defaults to DefaultBaseURL.
-	BaseURL string
-	// APIKey is sent as a bearer token. It never appears in errors. Empty
-	// sends no Authorization header (local servers).
-	APIKey string
-	// Model is used when a Request names none.
-	Model string
-	// Timeout bounds each call; 0 leaves only the caller's ctx. A call that
-	// runs out of it fails with ClassTimeout.
-	Timeout time.Duration
-	// HTTPClient sends the requests. Defaults to llm.HTTPClient.
-	HTTPClient *http.Client
+	// Conn reaches the API. Its BaseURL is the API root up to and
+	// including the version segment (".../v1"), defaulting to
+	// DefaultBaseURL; its APIKey is sent as a bearer token.
+	llm.Conn
 	// LegacyMaxTokens sends Request.MaxTokens as max_tokens instead of
 	// max_completion_tokens, for servers that predate the latter. OpenAI's
 	// reasoning models reject max_tokens.
 	LegacyMaxTokens bool
-	// Clock turns an HTTP-date Retry-After into a duration. Defaults to
-	// clock.Real.
-	Clock clock.Clock
-	// Logger says, once, that the server refused structured outputs.
-	// Defaults to discarding.
-	Logger *slog.Logger
 }
 
 // Provider calls an OpenAI-compatible chat completions endpoint. It is safe
@@ -73,21 +54,11 @@ var _ llm.Provider = (*Provider)(nil)
 // New returns a Provider for cfg. It fails only on a BaseURL that is not an
 // absolute http(s) URL.
 func New(cfg Config) (*Provider, error) {
-	if cfg.BaseURL == "" {
-		cfg.BaseURL = DefaultBaseURL
-	}
-	if err := llm.CheckBaseURL("openai", cfg.BaseURL); err != nil {
+	conn, err := cfg.Open("openai", DefaultBaseURL)
+	if err != nil {
 		return nil, err
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = llm.HTTPClient()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Conn = conn
 	// NewChatCompletionService rather than openai.NewClient: the client
 	// reads OPENAI_* environment variables, and only main reads the
 	// environment here.
@@ -113,12 +84,8 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	}
 	shaped := req.ResponseSchema() != nil
 
-	callCtx := ctx
-	if p.cfg.Timeout > 0 {
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeout(ctx, p.cfg.Timeout)
-		defer cancel()
-	}
+	callCtx, cancel := p.cfg.CallContext(ctx)
+	defer cancel()
 	var httpResp *http.Response
 	resp, err := p.chat.New(callCtx, params, option.WithResponseInto(&httpResp))
 	if err != nil {
@@ -147,12 +114,9 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 // batch file; jsonMode reports that a shaped answer is asked for in JSON
 // mode (the server refused structured outputs before).
 func (p *Provider) params(req llm.Request) (params openai.ChatCompletionNewParams, jsonMode bool, err error) {
-	model := req.Model
-	if model == "" {
-		model = p.cfg.Model
-	}
-	if model == "" {
-		return params, false, &llm.Error{Class: llm.ClassBadRequest, Message: "no model configured for the OpenAI provider"}
+	model, err := p.cfg.ModelFor(req, "OpenAI")
+	if err != nil {
+		return params, false, err
 	}
 	params = openai.ChatCompletionNewParams{Model: model}
 	if req.System != "" {
@@ -224,7 +188,7 @@ func (p *Provider) response(resp *openai.ChatCompletion) (llm.Response, error) {
 		return llm.Response{}, &llm.Error{Class: llm.ClassContentFilter, StatusCode: http.StatusOK, Message: "completion stopped by the provider's content filter"}
 	}
 	if c.Message.Content == "" && c.Message.Refusal != "" {
-		return llm.Response{}, &llm.Error{Class: llm.ClassContentFilter, StatusCode: http.StatusOK, Message: p.clean("model refused: " + c.Message.Refusal)}
+		return llm.Response{}, &llm.Error{Class: llm.ClassContentFilter, StatusCode: http.StatusOK, Message: p.cfg.Clean("model refused: " + c.Message.Refusal)}
 	}
 	return llm.Response{
 		Text: c.Message.Content,
@@ -239,26 +203,18 @@ func (p *Provider) response(resp *openai.ChatCompletion) (llm.Response, error) {
 // classify turns a failed call into an *llm.Error. ctx is the caller's,
 // callCtx the one with this call's timeout.
 func (p *Provider) classify(ctx, callCtx context.Context, err error, httpResp *http.Response) error {
-	var apiErr *openai.Error
-	switch {
-	case errors.As(err, &apiErr):
-		var h http.Header
-		if apiErr.Response != nil {
-			h = apiErr.Response.Header
-		}
-		return p.fromStatus(apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, h)
-	case httpResp != nil && httpResp.StatusCode >= 400:
-		// An error body the SDK could not decode (a proxy's HTML page):
-		// the status still says what happened.
-		return p.fromStatus(httpResp.StatusCode, "", "", "", httpResp.Header)
+	if apiErr := (*openai.Error)(nil); errors.As(err, &apiErr) {
+		return p.fromStatus(apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, llm.ResponseHeader(apiErr.Response))
 	}
-	return llm.CallFailure(ctx, callCtx, p.cfg.Timeout, err, httpResp, p.cfg.APIKey, "chat completion")
+	return p.cfg.Failure(ctx, callCtx, err, httpResp, "chat completion", func(status int, h http.Header) *llm.Error {
+		return p.fromStatus(status, "", "", "", h)
+	})
 }
 
 // fromStatus classifies an HTTP error answer from its status and OpenAI's
 // error code and type.
 func (p *Provider) fromStatus(status int, code, typ, message string, h http.Header) *llm.Error {
-	e := &llm.Error{StatusCode: status, Message: p.describe(status, code, message), RateLimits: llm.ParseRateLimits(h)}
+	e := &llm.Error{StatusCode: status, Message: p.cfg.ErrorMessage(status, code, message), RateLimits: llm.ParseRateLimits(h)}
 	lowerMsg := strings.ToLower(message)
 	e.Class = llm.ClassOfStatus(status)
 	// What OpenAI's codes say beyond the status.
@@ -277,22 +233,6 @@ func (p *Provider) fromStatus(status int, code, typ, message string, h http.Head
 	}
 	return e
 }
-
-// describe builds the user-facing message: the provider's, or the status
-// text, with the error code appended for searching provider docs.
-func (p *Provider) describe(status int, code, message string) string {
-	msg := strings.TrimSpace(message)
-	if msg == "" {
-		msg = strings.TrimSpace(fmt.Sprintf("%d %s", status, http.StatusText(status)))
-	}
-	if code != "" && !strings.Contains(msg, code) {
-		msg += " (" + code + ")"
-	}
-	return p.clean(msg)
-}
-
-// clean removes the API key and bounds the length of a provider message.
-func (p *Provider) clean(msg string) string { return llm.CleanMessage(msg, p.cfg.APIKey) }
 
 // retryAfter is llm.RetryAfter; a variable so the adapter's tests keep
 // their name for it.

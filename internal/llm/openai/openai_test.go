@@ -34,7 +34,7 @@ func errBody(message, typ, code string) string {
 
 func newProvider(t *testing.T, baseURL string, mutate ...func(*Config)) *Provider {
 	t.Helper()
-	cfg := Config{BaseURL: baseURL, APIKey: testKey, Model: "gpt-test", Timeout: 5 * time.Second}
+	cfg := Config{Conn: llm.Conn{BaseURL: baseURL, APIKey: testKey, Model: "gpt-test", Timeout: 5 * time.Second}}
 	for _, m := range mutate {
 		m(&cfg)
 	}
@@ -345,7 +345,7 @@ func TestTransportErrorsHideKeyInURL(t *testing.T) {
 
 func TestGenerateWithoutModel(t *testing.T) {
 	t.Parallel()
-	p, err := New(Config{BaseURL: "http://127.0.0.1:1"})
+	p, err := New(Config{Conn: llm.Conn{BaseURL: "http://127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestNewRejectsBadBaseURL(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := New(Config{BaseURL: tc.baseURL})
+			_, err := New(Config{Conn: llm.Conn{BaseURL: tc.baseURL}})
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("New(%q) err = %v, want error %v", tc.baseURL, err, tc.wantErr)
 			}

@@ -94,7 +94,7 @@ func TestCorrectionsAreTheConversation(t *testing.T) {
 		mock.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	p, err := openaillm.New(openaillm.Config{BaseURL: srv.URL + "/v1", Model: "gpt-mock"})
+	p, err := openaillm.New(openaillm.Config{Conn: llm.Conn{BaseURL: srv.URL + "/v1", Model: "gpt-mock"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/batchgen/batchgen/internal/blob/fileblob"
+	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
 	openai "github.com/batchgen/batchgen/internal/llm/openai"
 	"github.com/batchgen/batchgen/internal/metrics"
@@ -154,7 +155,7 @@ func TestScrapeDuringJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	provider, err := openai.New(openai.Config{BaseURL: llmServer.URL + "/v1", Model: "gpt-test"})
+	provider, err := openai.New(openai.Config{Conn: llm.Conn{BaseURL: llmServer.URL + "/v1", Model: "gpt-test"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/queue"
-	"github.com/batchgen/batchgen/internal/sqlitemigrate"
+	"github.com/batchgen/batchgen/internal/sqlitedb"
 )
 
 var (
@@ -91,7 +91,7 @@ func New(db *sql.DB, cfg Config) (*Queue, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	if err := sqlitemigrate.Apply(context.Background(), db, component, migrations); err != nil {
+	if err := sqlitedb.Migrate(context.Background(), db, component, migrations); err != nil {
 		return nil, fmt.Errorf("new queue %q: %w", cfg.Name, err)
 	}
 	return &Queue{db: db, name: cfg.Name, visibility: cfg.Visibility, maxReceive: cfg.MaxReceive, clock: cfg.Clock}, nil
@@ -415,13 +415,9 @@ func (q *Queue) ChangeVisibility(ctx context.Context, receipt string, d time.Dur
 	if d < 0 {
 		return fmt.Errorf("%s: negative duration", what)
 	}
-	res, err := q.db.ExecContext(ctx, `UPDATE queue_messages SET visible_at = ?
+	n, err := sqlitedb.Exec(ctx, q.db, `UPDATE queue_messages SET visible_at = ?
 		WHERE id = ? AND queue = ? AND receipt = ? AND dead = 0`,
 		q.clock.Now().Add(d).UnixMilli(), id, q.name, token)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -445,13 +441,9 @@ func (q *Queue) ListDead(ctx context.Context, max int) ([]queue.Delivery, error)
 // Redrive makes every dead-lettered message visible again with a receive
 // count of zero and returns how many it moved.
 func (q *Queue) Redrive(ctx context.Context) (int, error) {
-	res, err := q.db.ExecContext(ctx, `UPDATE queue_messages
+	n, err := sqlitedb.Exec(ctx, q.db, `UPDATE queue_messages
 		SET dead = 0, receive_count = 0, receipt = NULL, visible_at = ?
 		WHERE queue = ? AND dead = 1`, q.clock.Now().UnixMilli(), q.name)
-	if err != nil {
-		return 0, fmt.Errorf("redrive queue %s: %w", q.name, err)
-	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return 0, fmt.Errorf("redrive queue %s: %w", q.name, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/sqlitedb"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -100,20 +101,8 @@ func (s *Store) ListBatches(ctx context.Context, p store.ListBatchesParams) ([]s
 			args = append(args, st)
 		}
 	}
-	rows, err := s.read.QueryContext(ctx, query+` ORDER BY no`, args...)
+	out, err := sqlitedb.QueryAll(ctx, s.read, scanBatch, query+` ORDER BY no`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list batches of %s: %w", p.TaskID, err)
-	}
-	defer rows.Close()
-	var out []store.Batch
-	for rows.Next() {
-		b, err := scanBatch(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list batches of %s: %w", p.TaskID, err)
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list batches of %s: %w", p.TaskID, err)
 	}
 	return out, nil
@@ -135,20 +124,8 @@ func (s *Store) ListOpenBatches(ctx context.Context, p store.ListOpenBatchesPara
 		query += ` LIMIT ?`
 		args = append(args, p.Limit)
 	}
-	rows, err := s.read.QueryContext(ctx, query, args...)
+	out, err := sqlitedb.QueryAll(ctx, s.read, scanBatch, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list open batches: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Batch
-	for rows.Next() {
-		b, err := scanBatch(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list open batches: %w", err)
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list open batches: %w", err)
 	}
 	return out, nil
@@ -158,15 +135,13 @@ func (s *Store) ListOpenBatches(ctx context.Context, p store.ListOpenBatchesPara
 // partial index batches_open_updated.
 func (s *Store) ParkBatch(ctx context.Context, p store.ParkBatchParams) error {
 	what := fmt.Sprintf("park batch %s/%d", p.TaskID, p.BatchNo)
-	res, err := s.write.ExecContext(ctx, `UPDATE batches SET parked = 1
+	n, err := sqlitedb.Exec(ctx, s.write, `UPDATE batches SET parked = 1
 		WHERE task_id = ? AND no = ? AND state <> 'DONE' AND updated_at = ?`,
 		p.TaskID, p.BatchNo, millis(p.UpdatedAt))
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	} else if n == 0 {
+	if n == 0 {
 		cur, err := s.GetBatch(ctx, p.TaskID, p.BatchNo)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
@@ -231,11 +206,7 @@ func (s *Store) TouchBatch(ctx context.Context, p store.TouchBatchParams) error 
 // fencedBatchUpdate runs a single conditional UPDATE and turns "no row
 // matched" into ErrConflict.
 func (s *Store) fencedBatchUpdate(ctx context.Context, what, query string, args ...any) error {
-	res, err := s.write.ExecContext(ctx, query, args...)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	n, err := res.RowsAffected()
+	n, err := sqlitedb.Exec(ctx, s.write, query, args...)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -274,16 +245,14 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 		return store.Task{}, fmt.Errorf("%s: begin: %w", what, err)
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE batches SET state = 'DONE', lease_until = NULL, updated_at = ?,
+	n, err := sqlitedb.Exec(ctx, tx, `UPDATE batches SET state = 'DONE', lease_until = NULL, updated_at = ?,
 			saved_succeeded = ?, saved_failed = ?, saved_skipped = ?
 		WHERE task_id = ? AND no = ? AND state = 'RUNNING' AND attempt = ?`,
 		millis(p.Now), p.Succeeded, p.Failed, p.Skipped, p.TaskID, p.BatchNo, p.Attempt)
 	if err != nil {
 		return store.Task{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return store.Task{}, fmt.Errorf("%s: %w", what, err)
-	} else if n == 0 {
+	if n == 0 {
 		return store.Task{}, fmt.Errorf("%s: batch not RUNNING under this attempt: %w", what, store.ErrConflict)
 	}
 	t, err := scanTask(tx.QueryRowContext(ctx, `UPDATE tasks SET

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/sqlitedb"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -71,21 +72,9 @@ func (s *Store) ReopenTask(ctx context.Context, taskID, errorClass string, now t
 		WHERE task_id = ? AND state <> 'DONE'`, millis(now), taskID); err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: unpark batches: %w", what, err)
 	}
-	var open []int
-	rows, err := tx.QueryContext(ctx, `SELECT no FROM batches WHERE task_id = ? AND state <> 'DONE' ORDER BY no`, taskID)
+	open, err := sqlitedb.QueryAll(ctx, tx, func(sc sqlitedb.Scanner) (no int, err error) { return no, sc.Scan(&no) },
+		`SELECT no FROM batches WHERE task_id = ? AND state <> 'DONE' ORDER BY no`, taskID)
 	if err != nil {
-		return store.Task{}, nil, fmt.Errorf("%s: list open batches: %w", what, err)
-	}
-	for rows.Next() {
-		var no int
-		if err := rows.Scan(&no); err != nil {
-			rows.Close()
-			return store.Task{}, nil, fmt.Errorf("%s: list open batches: %w", what, err)
-		}
-		open = append(open, no)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return store.Task{}, nil, fmt.Errorf("%s: list open batches: %w", what, err)
 	}
 	if len(open) == 0 {

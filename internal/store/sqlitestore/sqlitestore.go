@@ -37,7 +37,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/batchgen/batchgen/internal/clock"
-	"github.com/batchgen/batchgen/internal/sqlitemigrate"
+	"github.com/batchgen/batchgen/internal/sqlitedb"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -118,7 +118,7 @@ func Open(path string, opts Options) (*Store, error) {
 	write.SetMaxIdleConns(1)
 	write.SetConnMaxLifetime(0)
 	write.SetConnMaxIdleTime(0)
-	if err := sqlitemigrate.Apply(context.Background(), write, component, migrations); err != nil {
+	if err := sqlitedb.Migrate(context.Background(), write, component, migrations); err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open task store %q: %w", path, err)
 	}
@@ -179,6 +179,4 @@ func placeholders(rows, cols int) string {
 }
 
 // scanner is what *sql.Row and *sql.Rows have in common.
-type scanner interface {
-	Scan(dest ...any) error
-}
+type scanner = sqlitedb.Scanner

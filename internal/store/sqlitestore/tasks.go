@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/sqlitedb"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -119,7 +120,7 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 		}
 		rerun = string(b)
 	}
-	res, err := s.write.ExecContext(ctx, `INSERT INTO tasks (`+taskColumns+`)
+	n, err := sqlitedb.Exec(ctx, s.write, `INSERT INTO tasks (`+taskColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
 		t.ID, t.State, string(spec), t.Source, t.Sheet, string(header), t.RowsTotal, t.BatchesTotal,
@@ -129,9 +130,7 @@ func (s *Store) CreateTask(ctx context.Context, t store.Task) error {
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("create task %s: %w", t.ID, err)
-	} else if n == 0 {
+	if n == 0 {
 		if cur, err := s.GetTask(ctx, t.ID); err == nil && store.SameCreate(cur, t) {
 			return nil // this very create, repeated
 		}
@@ -178,21 +177,9 @@ func (s *Store) ListTasks(ctx context.Context, limit int) ([]store.Task, error) 
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.read.QueryContext(ctx, `SELECT `+taskColumns+` FROM tasks
+	tasks, err := sqlitedb.QueryAll(ctx, s.read, scanTask, `SELECT `+taskColumns+` FROM tasks
 		ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
-	}
-	defer rows.Close()
-	var tasks []store.Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
-		}
-		tasks = append(tasks, t)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
 	return tasks, nil
@@ -220,20 +207,8 @@ func (s *Store) ListTasksByOwner(ctx context.Context, p store.ListTasksByOwnerPa
 		}
 		args = append(args, after.Int64, p.After.ID)
 	}
-	rows, err := s.read.QueryContext(ctx, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, limit)...)
+	tasks, err := sqlitedb.QueryAll(ctx, s.read, scanTask, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, limit)...)
 	if err != nil {
-		return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
-	}
-	defer rows.Close()
-	var tasks []store.Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
-		}
-		tasks = append(tasks, t)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
 	}
 	return tasks, nil

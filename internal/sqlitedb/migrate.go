@@ -1,7 +1,4 @@
-// Package sqlitemigrate applies embedded SQL migrations to a SQLite
-// database shared by several components (the task store and the queue live
-// in one file), each with its own version in a schema_version table.
-package sqlitemigrate
+package sqlitedb
 
 import (
 	"context"
@@ -14,12 +11,12 @@ import (
 	"strings"
 )
 
-// Apply runs the migrations in fsys (files migrations/NNNN_what.sql, applied
+// Migrate runs the migrations in fsys (files migrations/NNNN_what.sql, applied
 // in order) that the database has not seen yet for component, in one
 // transaction: with the store's IMMEDIATE transactions, two processes opening
 // a new file at once apply them once. A database newer than the binary is an
 // error rather than a silent downgrade.
-func Apply(ctx context.Context, db *sql.DB, component string, fsys fs.FS) error {
+func Migrate(ctx context.Context, db *sql.DB, component string, fsys fs.FS) error {
 	names, err := fs.Glob(fsys, "migrations/*.sql")
 	if err != nil {
 		return fmt.Errorf("list migrations: %w", err)
