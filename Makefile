@@ -19,15 +19,20 @@ batchgen: ## build the single binary bin/batchgen
 run: batchgen ## run a job on the bundled example sheet (embedded: no AWS, no API key)
 	$(BIN)/batchgen run --in examples/skus.xlsx --out examples/skus.result.xlsx --sim-latency 200ms --concurrency 16
 
-# The race detector instruments every memory access of the code it builds. SQLite here is C
-# transpiled to Go (modernc.org/sqlite/lib on modernc.org/libc and modernc.org/memory), so under
-# -race a test spent most of its time in SQLite's own loads and stores: the task store's tests
-# took 21.6 s with them instrumented and 3.3 s without, the pipeline's 88 s and 44 s. Races inside
-# SQLite's C are not ours to find; its Go driver (modernc.org/sqlite), the standard library and
-# every line of ours stay instrumented. Exported to the test targets' go commands, so the batchgen
-# binary the CLI tests build with -race gets the same flags (and the same build cache).
-RACE_GOFLAGS := -gcflags=modernc.org/sqlite/lib=-race=false -gcflags=modernc.org/libc/...=-race=false -gcflags=modernc.org/memory=-race=false
-test test-unit test-chaos: export GOFLAGS := $(strip $(GOFLAGS) $(RACE_GOFLAGS))
+# The test targets' build flags, exported to their go commands so that the batchgen binary the
+# CLI tests build with -race gets the same (and shares the build cache):
+#   - SQLite here is C transpiled to Go (modernc.org/sqlite/lib on modernc.org/libc and
+#     modernc.org/memory). The race detector instruments every memory access of the code it
+#     builds, so under -race a test spent most of its time in SQLite's own loads and stores: the
+#     task store's tests took 21.6 s with them instrumented and 3.3 s without, the pipeline's 88 s
+#     and 44 s. Races inside SQLite's C are not ours to find; its Go driver (modernc.org/sqlite),
+#     the standard library and every line of ours stay instrumented.
+#   - -trimpath keeps the checkout's directory out of the build cache's keys: a fresh clone (as CI
+#     makes) reuses what an earlier clone compiled instead of compiling every package again.
+#   - -ldflags=-w leaves DWARF out of the test binaries, most of what linking some sixty of them
+#     costs; stack traces and race reports read the symbol table, not DWARF.
+TEST_GOFLAGS := -trimpath -ldflags=-w -gcflags=modernc.org/sqlite/lib=-race=false -gcflags=modernc.org/libc/...=-race=false -gcflags=modernc.org/memory=-race=false
+test test-unit test-chaos: export GOFLAGS := $(strip $(GOFLAGS) $(TEST_GOFLAGS))
 
 .PHONY: test
 test: ## the whole test suite: vet, gofmt, unit + race, fuzz smoke, emulator and template checks

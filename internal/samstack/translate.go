@@ -123,23 +123,33 @@ func runTranslator(ctx context.Context, root, script, path string) ([]byte, erro
 }
 
 // repoRoot finds the repository that holds the translator: the template's
-// own directory (a checkout's template.yaml), else the source tree this
-// package was built from (tests that provision an edited copy of the
-// template from a temporary directory).
+// own directory (a checkout's template.yaml), else the checkout the
+// working directory is in (tests, which run in their package's directory,
+// provision edited copies of the template from temporary directories),
+// else the source tree this package was built from.
 func repoRoot(templatePath string) (string, error) {
-	dir, err := filepath.Abs(filepath.Dir(templatePath))
-	if err == nil {
+	var candidates []string
+	if dir, err := filepath.Abs(filepath.Dir(templatePath)); err == nil {
+		candidates = append(candidates, dir)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for dir := wd; ; dir = filepath.Dir(dir) {
+			candidates = append(candidates, dir)
+			if filepath.Dir(dir) == dir {
+				break
+			}
+		}
+	}
+	// Without -trimpath, the path this file was compiled from.
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		candidates = append(candidates, filepath.Join(filepath.Dir(file), "..", ".."))
+	}
+	for _, dir := range candidates {
 		if _, err := os.Stat(filepath.Join(dir, translateScript)); err == nil {
 			return dir, nil
 		}
 	}
-	if _, file, _, ok := runtime.Caller(0); ok {
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		if _, err := os.Stat(filepath.Join(root, translateScript)); err == nil {
-			return root, nil
-		}
-	}
-	return "", errors.New("cannot find " + translateScript + " beside the template or in the source tree")
+	return "", errors.New("cannot find " + translateScript + " beside the template, above the working directory or in the source tree")
 }
 
 func cacheDir() string {

@@ -7,6 +7,7 @@ package lambdatest
 import (
 	"bytes"
 	"context"
+	"embed"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -17,7 +18,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,11 +259,17 @@ func CSVBytes(header []string, rows [][]string) []byte {
 	return []byte(b.String())
 }
 
+// recorded holds the AWS events of testdata/, embedded so that every
+// package's tests read them whatever their working directory and however
+// the binary was built (-trimpath leaves no source path to find them by).
+//
+//go:embed testdata/*.json
+var recorded embed.FS
+
 // ReadJSON decodes a recorded event of this package's testdata into v.
 func ReadJSON(t *testing.T, name string, v any) {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "testdata", name))
+	b, err := recorded.ReadFile("testdata/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
