@@ -491,6 +491,13 @@ func (s *server) internalError(w http.ResponseWriter, r *http.Request, what stri
 	writeError(w, http.StatusInternalServerError, "internal", "internal error")
 }
 
+// decodeOptionalJSON is decodeJSON for a body that may be left out (no
+// Content-Length, or 0): then v keeps its zero value and the request goes
+// on. A chunked body (ContentLength -1) is read.
+func (s *server) decodeOptionalJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	return r.ContentLength == 0 || s.decodeJSON(w, r, v)
+}
+
 // decodeJSON reads a JSON object into v, refusing unknown fields (a typo in
 // a field name should not silently fall back to a default), trailing data
 // and bodies over the limit.

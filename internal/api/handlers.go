@@ -878,10 +878,8 @@ func (s *server) retryTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req retryRequest
-	if r.ContentLength != 0 {
-		if !s.decodeJSON(w, r, &req) {
-			return
-		}
+	if !s.decodeOptionalJSON(w, r, &req) {
+		return
 	}
 	if req.ErrorClass != "" && !errorClassPattern.MatchString(req.ErrorClass) {
 		writeError(w, http.StatusBadRequest, "invalid_request", "error_class must be 1 to 64 lower-case letters, digits or underscores")

@@ -153,10 +153,8 @@ func (s *server) startTask(w http.ResponseWriter, r *http.Request) {
 	// The optional body is the plan chosen from the quote: its mode,
 	// deadline and cap, as a retry takes them.
 	var req termsRequest
-	if r.ContentLength != 0 {
-		if !s.decodeJSON(w, r, &req) {
-			return
-		}
+	if !s.decodeOptionalJSON(w, r, &req) {
+		return
 	}
 	change, err := s.termsChange(req)
 	if err != nil {

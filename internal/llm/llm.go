@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/batchgen/batchgen/internal/schema"
@@ -228,4 +229,23 @@ func Classify(err error) *Error {
 		return &Error{Class: ClassConnection, Message: err.Error(), Err: err}
 	}
 	return &Error{Class: ClassServer, Message: err.Error(), Err: err}
+}
+
+// RefusesFeature reports whether err is a bad request whose message names
+// one of features (case-insensitively): the server refusing a part of the
+// request it does not support, such as structured outputs, rather than the
+// request being wrong otherwise. An adapter that sees it falls back to a
+// request without that part.
+func RefusesFeature(err error, features ...string) bool {
+	var e *Error
+	if !errors.As(err, &e) || e.Class != ClassBadRequest {
+		return false
+	}
+	msg := strings.ToLower(e.Message)
+	for _, f := range features {
+		if strings.Contains(msg, f) {
+			return true
+		}
+	}
+	return false
 }

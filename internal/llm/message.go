@@ -3,6 +3,8 @@ package llm
 import (
 	"net/url"
 	"strings"
+
+	"github.com/batchgen/batchgen/internal/clip"
 )
 
 // MaxMessageRunes bounds a provider's message kept in an Error: a proxy's
@@ -13,11 +15,7 @@ const MaxMessageRunes = 500
 // API key, when not empty) replaced, spaces trimmed, at most
 // MaxMessageRunes runes.
 func CleanMessage(msg, key string) string {
-	msg = strings.TrimSpace(Redact(msg, key))
-	if r := []rune(msg); len(r) > MaxMessageRunes {
-		msg = string(r[:MaxMessageRunes]) + "…"
-	}
-	return msg
+	return clip.Runes(strings.TrimSpace(Redact(msg, key)), MaxMessageRunes)
 }
 
 // Redact replaces key in s; an empty key leaves s as it is.

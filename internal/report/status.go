@@ -8,7 +8,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
+	"github.com/batchgen/batchgen/internal/clip"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/pricing"
 	"github.com/batchgen/batchgen/internal/store"
@@ -99,8 +101,8 @@ func cmpOr(s, def string) string {
 // oneLine shortens an error message to one line of at most n runes.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
+	if utf8.RuneCountInString(s) > n {
+		return clip.Runes(s, n-1)
 	}
 	return s
 }

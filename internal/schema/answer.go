@@ -9,7 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/batchgen/batchgen/internal/clip"
 )
 
 // InvalidAnswerError is an answer that does not fit the declaration. Its
@@ -256,11 +257,7 @@ func parseDate(s string) (time.Time, bool) {
 // describe says what a wrong value is, quoting it briefly.
 func describe(v any) string {
 	b, _ := json.Marshal(v)
-	s := string(b)
-	if utf8.RuneCountInString(s) > maxQuotedRunes {
-		s = string([]rune(s)[:maxQuotedRunes]) + "…"
-	}
-	return jsonKind(v) + " " + s
+	return jsonKind(v) + " " + clip.Runes(string(b), maxQuotedRunes)
 }
 
 func jsonKind(v any) string {

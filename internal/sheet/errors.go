@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/batchgen/batchgen/internal/clip"
 )
 
 // ErrUnsupportedFormat is the cause (errors.Is) of an InputError for content
@@ -77,16 +79,7 @@ func (e *InputError) Error() string {
 const maxQuotedChars = 50
 
 // shorten cuts s to maxQuotedChars characters, marking the cut with "…".
-func shorten(s string) string {
-	n := 0
-	for i := range s {
-		if n == maxQuotedChars {
-			return s[:i] + "…"
-		}
-		n++
-	}
-	return s
-}
+func shorten(s string) string { return clip.Runes(s, maxQuotedChars) }
 
 // ColumnName returns the spreadsheet column letters for a 1-based column number (1 -> "A", 27 -> "AA"). It also
 // works past Excel's last column (XFD) so that messages about over-wide CSV rows can still name the column; n < 1

@@ -70,22 +70,20 @@ type Limits struct {
 
 // withDefaults fills unset fields so the rest of the package never has to think about zero limits.
 func (l Limits) withDefaults() Limits {
-	if l.MaxFileBytes <= 0 {
-		l.MaxFileBytes = DefaultMaxFileBytes
-	}
-	if l.MaxUnzippedBytes <= 0 {
-		l.MaxUnzippedBytes = DefaultMaxUnzippedBytes
-	}
-	if l.MaxRows <= 0 {
-		l.MaxRows = DefaultMaxRows
-	}
-	if l.MaxColumns <= 0 {
-		l.MaxColumns = DefaultMaxColumns
-	}
-	if l.MaxCellChars <= 0 {
-		l.MaxCellChars = DefaultMaxCellChars
-	}
+	l.MaxFileBytes = positiveOr(l.MaxFileBytes, DefaultMaxFileBytes)
+	l.MaxUnzippedBytes = positiveOr(l.MaxUnzippedBytes, DefaultMaxUnzippedBytes)
+	l.MaxRows = positiveOr(l.MaxRows, DefaultMaxRows)
+	l.MaxColumns = positiveOr(l.MaxColumns, DefaultMaxColumns)
+	l.MaxCellChars = positiveOr(l.MaxCellChars, DefaultMaxCellChars)
 	return l
+}
+
+// positiveOr returns v, or def when v is zero or negative (unset).
+func positiveOr[T int | int64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Options tells Open what to read and how strictly.

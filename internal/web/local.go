@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/batchgen/batchgen/internal/api"
+	"github.com/batchgen/batchgen/internal/clip"
 )
 
 // LocalOnly guards a server that has no API tokens, and so trusts every caller that can reach it, against the
@@ -67,9 +68,6 @@ func cmpOrigin(r *http.Request) string {
 
 // quoteHost quotes a client's header for a message, bounded.
 func quoteHost(s string) string {
-	if len(s) > 80 {
-		s = s[:80] + "…"
-	}
-	b, _ := json.Marshal(s)
+	b, _ := json.Marshal(clip.Runes(s, 80))
 	return string(b)
 }

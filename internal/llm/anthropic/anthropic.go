@@ -57,16 +57,13 @@ type Provider struct {
 	inWords atomic.Bool
 }
 
-var _ llm.Provider = (*Provider)(nil)
-
-// New returns a Provider for cfg. It fails only on a BaseURL that is not an
-// absolute http(s) URL.
+// New returns a Provider for cfg, or an error naming what is wrong with its
+// BaseURL: not an absolute http(s) URL, or an API root that ends in /v1.
 func New(cfg Config) (*Provider, error) {
-	conn, err := cfg.Open("anthropic", DefaultBaseURL)
-	if err != nil {
+	var err error
+	if cfg.Conn, err = cfg.Open("anthropic", DefaultBaseURL); err != nil {
 		return nil, err
 	}
-	cfg.Conn = conn
 	if u, _ := url.Parse(cfg.BaseURL); strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1") {
 		// The SDK adds /v1/messages itself: a root ending in /v1 would
 		// call /v1/v1/messages and get 404s for every row.
@@ -75,13 +72,10 @@ func New(cfg Config) (*Provider, error) {
 	// NewMessageService rather than anthropic.NewClient: the client reads
 	// ANTHROPIC_* environment variables, and only main reads the
 	// environment here.
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(cfg.HTTPClient),
-		option.WithMaxRetries(0),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	opts := []option.RequestOption{option.WithBaseURL(cfg.BaseURL), option.WithHTTPClient(cfg.HTTPClient), option.WithMaxRetries(0)}
+	if key := cfg.APIKey; key != "" {
+		// No key is a local server that wants none: send no header.
+		opts = append(opts, option.WithAPIKey(key))
 	}
 	messages := anthropic.NewMessageService(opts...)
 	return &Provider{cfg: cfg, messages: messages, batches: messages.Batches}, nil
@@ -109,7 +103,7 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	msg, err := p.messages.New(callCtx, params, option.WithResponseInto(&httpResp), option.WithRequestTimeout(timeout))
 	if err != nil {
 		e := p.classify(ctx, callCtx, err, httpResp)
-		if sch != nil && !inWords && refusesStructuredOutputs(e) {
+		if sch != nil && !inWords && llm.RefusesFeature(e, "output_config", "structured output", "output_format") {
 			// A model without structured outputs: learn it once, say so,
 			// and ask in words from now on. A refused request is not
 			// billed, so asking again at once costs nothing.
@@ -172,18 +166,6 @@ func (p *Provider) params(req llm.Request) (params anthropic.MessageNewParams, i
 // answers with columns are asked for in the system prompt, for the run's
 // summary (named as the OpenAI adapter's, whose fallback is JSON mode).
 func (p *Provider) JSONMode() bool { return p.inWords.Load() }
-
-// refusesStructuredOutputs reports whether a failed call is the model
-// refusing structured outputs (a 400 that names output_config or
-// structured outputs), not the request being wrong otherwise.
-func refusesStructuredOutputs(e error) bool {
-	var le *llm.Error
-	if !errors.As(e, &le) || le.Class != llm.ClassBadRequest {
-		return false
-	}
-	msg := strings.ToLower(le.Message)
-	return strings.Contains(msg, "output_config") || strings.Contains(msg, "structured output") || strings.Contains(msg, "output_format")
-}
 
 // response turns a message into the answer: its text blocks, in order.
 func (p *Provider) response(msg *anthropic.Message) (llm.Response, error) {

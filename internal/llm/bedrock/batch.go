@@ -84,15 +84,7 @@ var _ llm.BatchProvider = (*Batch)(nil)
 // NewControl builds the bedrock control-plane client for cfg, SDK retries
 // off (the lane owns them).
 func NewControl(awsCfg aws.Config, cfg BatchConfig) *bedrock.Client {
-	return bedrock.NewFromConfig(awsCfg, func(o *bedrock.Options) {
-		if cfg.Region != "" {
-			o.Region = cfg.Region
-		}
-		if cfg.BaseURL != "" {
-			o.BaseEndpoint = aws.String(cfg.BaseURL)
-		}
-		o.Retryer = aws.NopRetryer{}
-	})
+	return bedrock.NewFromConfig(clientConfig(awsCfg, cfg.Region, cfg.BaseURL))
 }
 
 // BatchFormat reports whether Bedrock batch bodies of model are known

@@ -67,15 +67,22 @@ var _ llm.Provider = (*Provider)(nil)
 // configuration (credentials, region, HTTP client): cfg.Region and
 // cfg.BaseURL override the configuration's region and endpoint.
 func NewClient(awsCfg aws.Config, cfg Config) *bedrockruntime.Client {
-	return bedrockruntime.NewFromConfig(awsCfg, func(o *bedrockruntime.Options) {
-		if cfg.Region != "" {
-			o.Region = cfg.Region
-		}
-		if cfg.BaseURL != "" {
-			o.BaseEndpoint = aws.String(cfg.BaseURL)
-		}
-		o.Retryer = aws.NopRetryer{}
-	})
+	return bedrockruntime.NewFromConfig(clientConfig(awsCfg, cfg.Region, cfg.BaseURL))
+}
+
+// clientConfig is awsCfg as both Bedrock clients take it: region and
+// endpoint overridden when set, and SDK retries off, because the lane
+// retries and paces every call itself (SDK retries would hide 429s from the
+// limiter and multiply the attempts).
+func clientConfig(awsCfg aws.Config, region, baseURL string) aws.Config {
+	if region != "" {
+		awsCfg.Region = region
+	}
+	if baseURL != "" {
+		awsCfg.BaseEndpoint = aws.String(baseURL)
+	}
+	awsCfg.Retryer = func() aws.Retryer { return aws.NopRetryer{} }
+	return awsCfg
 }
 
 // New returns a Provider that calls client.

@@ -152,10 +152,7 @@ func (s *Server) listMessageBatches(w http.ResponseWriter, r *http.Request) {
 func (s *Server) messageBatch(w http.ResponseWriter, id, action string) {
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
-	b, ok := s.batch.batches[id]
-	if ok {
-		_, ok = b.format.(anthropicBatch)
-	}
+	b, ok := batchOf[anthropicBatch](&s.batch, id)
 	if !ok {
 		anthropic{}.writeError(w, http.StatusNotFound, apiError{Message: "message batch " + id + " not found"})
 		return

@@ -118,6 +118,18 @@ type batches struct {
 	lost int
 }
 
+// batchOf returns the batch id if it exists and was created through API
+// F's routes (openAIBatch, anthropicBatch): each API sees only its own
+// jobs, as each provider does. The caller holds mu.
+func batchOf[F any](b *batches, id string) (*mockBatch, bool) {
+	mb, ok := b.batches[id]
+	if !ok {
+		return nil, false
+	}
+	_, ok = mb.format.(F)
+	return mb, ok
+}
+
 func (b *batches) nextID(prefix string) string {
 	b.seq++
 	return fmt.Sprintf("%s-mock-%08d", prefix, b.seq)
@@ -387,10 +399,7 @@ func (s *Server) listBatches(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getBatch(w http.ResponseWriter, id string, cancel bool) {
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
-	b, ok := s.batch.batches[id]
-	if ok {
-		_, ok = b.format.(openAIBatch)
-	}
+	b, ok := batchOf[openAIBatch](&s.batch, id)
 	if !ok {
 		writeError(w, http.StatusNotFound, apiError{Message: fmt.Sprintf("No such Batch object: %s", id), Type: "invalid_request_error"})
 		return

@@ -90,7 +90,7 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Response,
 	resp, err := p.chat.New(callCtx, params, option.WithResponseInto(&httpResp))
 	if err != nil {
 		e := p.classify(ctx, callCtx, err, httpResp)
-		if shaped && !jsonMode && refusesJSONSchema(e) {
+		if shaped && !jsonMode && llm.RefusesFeature(e, "response_format", "json_schema", "structured output") {
 			// A server without structured outputs: learn it once, say so,
 			// and ask in JSON mode from now on; the pipeline checks every
 			// answer against the columns either way. A refused request is
@@ -166,18 +166,6 @@ func (p *Provider) responseFormat(req llm.Request, jsonMode bool, params *openai
 // JSONMode reports whether the server refused structured outputs and
 // answers with columns are asked for in JSON mode, for the run's summary.
 func (p *Provider) JSONMode() bool { return p.jsonMode.Load() }
-
-// refusesJSONSchema reports whether a failed call is the server refusing
-// structured outputs (a 400 or 422 that names response_format or
-// json_schema), not the request being wrong otherwise.
-func refusesJSONSchema(e error) bool {
-	var le *llm.Error
-	if !errors.As(e, &le) || le.Class != llm.ClassBadRequest {
-		return false
-	}
-	msg := strings.ToLower(le.Message)
-	return strings.Contains(msg, "response_format") || strings.Contains(msg, "json_schema") || strings.Contains(msg, "structured output")
-}
 
 func (p *Provider) response(resp *openai.ChatCompletion) (llm.Response, error) {
 	if resp == nil || len(resp.Choices) == 0 {

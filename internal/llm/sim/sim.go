@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/clip"
 	"github.com/batchgen/batchgen/internal/clock"
 	"github.com/batchgen/batchgen/internal/llm"
 	"github.com/batchgen/batchgen/internal/schema"
@@ -194,15 +195,7 @@ func structured(req llm.Request, sum uint64) string {
 // collapsed to one space, so multi-line prompts stay on one line; "…" marks a
 // cut.
 func quote(s string) string {
-	s = strings.Join(strings.Fields(strings.ToValidUTF8(s, "\uFFFD")), " ")
-	n := 0
-	for i := range s {
-		if n == quoteRunes {
-			return s[:i] + "…"
-		}
-		n++
-	}
-	return s
+	return clip.Runes(strings.Join(strings.Fields(strings.ToValidUTF8(s, "\uFFFD")), " "), quoteRunes)
 }
 
 // requestHash hashes every field of req with length prefixes, so that field
