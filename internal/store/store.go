@@ -513,6 +513,21 @@ type TransitionTaskParams struct {
 	Now     time.Time
 }
 
+// String names the transition, for the errors a store returns from it.
+func (p TransitionTaskParams) String() string {
+	return fmt.Sprintf("transition task %s to %s", p.ID, p.To)
+}
+
+// Check returns what is wrong with p before a store touches the task: no
+// target state. An empty From is allowed (nothing may change, and the
+// store still tells a missing task from a present one).
+func (p TransitionTaskParams) Check() error {
+	if p.To == "" {
+		return fmt.Errorf("%s: empty target state", p)
+	}
+	return nil
+}
+
 // TaskRecount is what a task's rows add up to: the rows per final state,
 // and the tokens, in all and per provider label.
 type TaskRecount struct {
@@ -809,14 +824,19 @@ type Store interface {
 	// p.Saved(); otherwise nothing is and the error is ErrConflict
 	// (ErrNotFound for a missing batch or row). A late write from a
 	// fenced-out worker therefore never overwrites a newer owner's result,
-	// and a row becomes final once, so Saved counts it once. The result
+	// and a row becomes final once, so Saved counts it once. The very
+	// save sent again (same rows, results and Now: a retry of one whose
+	// answer was lost) finds its rows holding it and is that save, with
+	// nothing written or counted again. The result
 	// says whether the task has been cancelled (see SaveRowResultsResult).
 	// An empty group writes nothing and checks nothing.
 	SaveRowResults(ctx context.Context, p SaveRowResultsParams) (SaveRowResultsResult, error)
 	// FinishBatch atomically marks a RUNNING batch with Attempt p.Attempt
 	// DONE with Saved set to its row counts, and adds it and those counts
 	// to the task's counters, returning the updated task. ErrConflict if the batch is not so (already done or
-	// fenced): its counts were, or will be, added by someone else.
+	// fenced): its counts were, or will be, added by someone else. The very
+	// finish sent again (same attempt, counts and Now: a retry of one whose
+	// answer was lost) is that finish: it returns the task and adds nothing.
 	FinishBatch(ctx context.Context, p FinishBatchParams) (Task, error)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -446,6 +447,21 @@ func stateCondition(e *expr, state store.BatchState, attempt int) string {
 		e.n(attrState), e.s(string(state)), e.n(attrAttempt), e.i(int64(attempt)))
 }
 
+// finishEchoed reports whether old, the batch a FinishBatch found not
+// RUNNING, is that very finish already applied: DONE under p.Attempt at
+// p.Now with p's counts. The SDK re-sends a transaction whose answer was
+// lost, and the second sending fails on the batch the first one finished;
+// taking that for a newer claim would leave the task's last batch done
+// and its export never started.
+func finishEchoed(old map[string]types.AttributeValue, p store.FinishBatchParams) bool {
+	var it batchItem
+	if len(old) == 0 || attributevalue.UnmarshalMap(old, &it) != nil {
+		return false
+	}
+	return it.State == string(store.BatchDone) && it.Attempt == p.Attempt && it.UpdatedAt == encodeTime(p.Now) &&
+		it.SavedSucceeded == p.Succeeded && it.SavedFailed == p.Failed && it.SavedSkipped == p.Skipped
+}
+
 // heldCondition is the fence of a claim's owner: the batch is RUNNING under
 // attempt.
 func heldCondition(e *expr, attempt int) string {
@@ -517,6 +533,8 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 	})
 	if reasons, ok := cancelReasons(err); ok {
 		switch {
+		case reasonCode(reasons, 0) == reasonCondition && finishEchoed(reasons[0].Item, p):
+			err = nil // applied by an earlier sending whose answer was lost
 		case reasonCode(reasons, 0) == reasonCondition:
 			return store.Task{}, fmt.Errorf("%s: %s, not RUNNING under this attempt: %w",
 				what, describeBatch(reasons[0].Item), store.ErrConflict)

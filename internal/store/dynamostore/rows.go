@@ -266,7 +266,45 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 			return store.SaveRowResultsResult{TaskCancelled: true}, nil
 		}
 	}
+	if ok && echoOfApplied(reasons, p) {
+		return store.SaveRowResultsResult{}, nil
+	}
 	return store.SaveRowResultsResult{}, saveRowsError(what, p.Rows, err)
+}
+
+// echoOfApplied reports whether a cancelled SaveRowResults is the second
+// sending of one DynamoDB already applied: the SDK re-sends a transaction
+// whose answer was lost (a reset connection, a 500), and a caller retries
+// a save that timed out; a real transaction's idempotency token only
+// covers the first. The batch check passed, so the batch is still held
+// under this attempt, and every row that failed its condition already
+// holds exactly this write (state, output, attempts and this save's
+// timestamp). Transactions are all or nothing, so the earlier sending
+// wrote the whole group. Without this, the worker took the conflict for a
+// newer claim and left a batch nobody held until its lease ran out.
+func echoOfApplied(reasons []types.CancellationReason, p store.SaveRowResultsParams) bool {
+	if reasonCode(reasons, 0) != reasonNone {
+		return false
+	}
+	echoed := false
+	for i, w := range p.Rows {
+		switch reasonCode(reasons, 1+i) {
+		case reasonNone:
+		case reasonCondition:
+			var old rowItem
+			if err := attributevalue.UnmarshalMap(reasons[1+i].Item, &old); err != nil {
+				return false
+			}
+			r := w.Result
+			if old.State != string(r.State) || old.Output != r.Output || old.Attempts != r.Attempts || old.UpdatedAt != encodeTime(p.Now) {
+				return false
+			}
+			echoed = true
+		default:
+			return false
+		}
+	}
+	return echoed
 }
 
 // saveRowsError maps SaveRowResults' transaction outcome to the store's

@@ -147,10 +147,10 @@ func (s *Store) ListTasksByOwner(ctx context.Context, p store.ListTasksByOwnerPa
 // them again before returning ErrConflict, so a caller can retry a cancel
 // whose flagging failed.
 func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams) (store.Task, error) {
-	what := fmt.Sprintf("transition task %s to %s", p.ID, p.To)
-	if p.To == "" {
-		return store.Task{}, fmt.Errorf("%s: empty target state", what)
+	if err := p.Check(); err != nil {
+		return store.Task{}, err
 	}
+	what := p.String()
 	if len(p.From) == 0 {
 		// Nothing may change; still tell a missing task from a present one.
 		if _, err := s.GetTask(ctx, p.ID); err != nil {

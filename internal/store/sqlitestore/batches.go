@@ -253,7 +253,23 @@ func (s *Store) FinishBatch(ctx context.Context, p store.FinishBatchParams) (sto
 		return store.Task{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if n == 0 {
-		return store.Task{}, fmt.Errorf("%s: batch not RUNNING under this attempt: %w", what, store.ErrConflict)
+		// The very finish sent again (store.Store's FinishBatch contract: a
+		// caller retrying a finish whose answer it lost) is that finish.
+		var echo int
+		err := tx.QueryRowContext(ctx, `SELECT count(*) FROM batches WHERE task_id = ? AND no = ? AND state = 'DONE' AND attempt = ?
+			AND updated_at = ? AND saved_succeeded = ? AND saved_failed = ? AND saved_skipped = ?`,
+			p.TaskID, p.BatchNo, p.Attempt, millis(p.Now), p.Succeeded, p.Failed, p.Skipped).Scan(&echo)
+		if err != nil {
+			return store.Task{}, fmt.Errorf("%s: %w", what, err)
+		}
+		if echo == 0 {
+			return store.Task{}, fmt.Errorf("%s: batch not RUNNING under this attempt: %w", what, store.ErrConflict)
+		}
+		t, err := scanTask(tx.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ?`, p.TaskID))
+		if err != nil {
+			return store.Task{}, fmt.Errorf("%s: read task back: %w", what, err)
+		}
+		return t, nil
 	}
 	t, err := scanTask(tx.QueryRowContext(ctx, `UPDATE tasks SET
 			batches_done = batches_done + 1,

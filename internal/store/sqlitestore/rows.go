@@ -203,6 +203,19 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 			if n, err := res.RowsAffected(); err != nil {
 				return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d: %w", what, w.RowNo, err)
 			} else if n == 0 {
+				// Rows become final all at once per save, so a final row
+				// holding exactly this write means this very save was
+				// applied before (a retry of one whose answer was lost):
+				// it is that save, and nothing is written or counted again.
+				var echo int
+				err := tx.QueryRowContext(ctx, `SELECT count(*) FROM rows WHERE task_id = ? AND no = ? AND state = ? AND output = ?
+					AND attempts = ? AND updated_at = ?`, p.TaskID, w.RowNo, r.State, r.Output, r.Attempts, millis(p.Now)).Scan(&echo)
+				if err != nil {
+					return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d: %w", what, w.RowNo, err)
+				}
+				if echo > 0 {
+					return store.SaveRowResultsResult{TaskCancelled: taskState == string(store.TaskCancelled)}, nil
+				}
 				return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d is missing or already final: %w", what, w.RowNo, store.ErrConflict)
 			}
 		}

@@ -209,18 +209,18 @@ func (s *Store) ListTasksByOwner(ctx context.Context, p store.ListTasksByOwnerPa
 	}
 	tasks, err := sqlitedb.QueryAll(ctx, s.read, scanTask, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, limit)...)
 	if err != nil {
-		return nil, fmt.Errorf("list tasks of %s: %w", p.Owner, err)
+		err = fmt.Errorf("list tasks of %s: %w", p.Owner, err)
 	}
-	return tasks, nil
+	return tasks, err
 }
 
 // TransitionTask changes the task's state if it is in one of p.From, in one
 // conditional UPDATE, and returns the updated task.
 func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams) (store.Task, error) {
-	what := fmt.Sprintf("transition task %s to %s", p.ID, p.To)
-	if p.To == "" {
-		return store.Task{}, fmt.Errorf("%s: empty target state", what)
+	if err := p.Check(); err != nil {
+		return store.Task{}, err
 	}
+	what := p.String()
 	if len(p.From) > 0 {
 		bump := 0
 		if p.NextExportGen {

@@ -1390,18 +1390,27 @@ func testSaveRowResults(t *testing.T, s store.Store) {
 	}{
 		{"a group of pending rows", b.Attempt, writes(1, succeeded, 2, failed, 5, pending), nil},
 		{"a pending row may be written again", b.Attempt, writes(5, pending), nil},
+		// A save whose answer was lost, sent again: the rows it made final
+		// hold exactly it (to the save's time), so it is that save, and
+		// counts nothing twice (Saved, below).
+		{"the first group again, as it was", b.Attempt, writes(1, succeeded, 2, failed, 5, pending), nil},
 		// All or nothing: row 3 would be writable, but row 1 is SUCCEEDED.
 		{"a group with a succeeded row is refused whole", b.Attempt, writes(3, failed, 1, failed), store.ErrConflict},
 		// A final row is never written twice, so Saved counts it once.
 		{"a group with a failed row is refused whole", b.Attempt, writes(3, failed, 2, retried), store.ErrConflict},
 		{"a group with a skipped row is refused whole", b.Attempt, writes(3, failed, 4, succeeded), store.ErrConflict},
+		{"the first group again, later", b.Attempt, writes(1, succeeded, 2, failed), store.ErrConflict},
 		{"a group with a row outside the batch is refused whole", b.Attempt, writes(3, failed, 6, succeeded), store.ErrConflict},
 		{"an attempt that never claimed", b.Attempt + 1, writes(3, succeeded), store.ErrConflict},
 		{"pending rows become final", b.Attempt, writes(5, retried, 3, permanent), nil},
 		{"an empty group", b.Attempt, nil, nil},
 	}
 	for _, st := range steps {
-		res, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: st.attempt, Rows: st.rows, Now: now})
+		at := now
+		if strings.HasSuffix(st.name, "later") {
+			at = now.Add(time.Second)
+		}
+		res, err := s.SaveRowResults(ctx, store.SaveRowResultsParams{TaskID: task.ID, BatchNo: 1, Attempt: st.attempt, Rows: st.rows, Now: at})
 		if st.wantErr != nil {
 			wantErr(t, err, st.wantErr, st.name)
 		} else {
@@ -1578,10 +1587,24 @@ func testFinishBatch(t *testing.T, s store.Store) {
 	}
 	diff(t, "finished batch's saved counts", store.RowCounts{Succeeded: 1, Failed: 1, Skipped: 1}, gotBatch.Saved)
 
-	_, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1,
+	// The very finish sent again (a retry of one whose answer was lost) is
+	// that finish: it answers the task, and counts nothing twice.
+	got, err = s.FinishBatch(ctx, store.FinishBatchParams{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1,
 		Usage: u1, UsageByProvider: split1, Now: t2})
-	wantErr(t, err, store.ErrConflict, "second finish")
-	diff(t, "task after second finish", want, getTask(t, s, task.ID))
+	noErr(t, err, "the same finish again")
+	diff(t, "task returned by the same finish again", want, got)
+	diff(t, "task after the same finish again", want, getTask(t, s, task.ID))
+	// Any other finish of the DONE batch is a conflict: a later attempt's,
+	// or this attempt's with other counts or at another time.
+	for _, other := range []store.FinishBatchParams{
+		{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt + 1, Succeeded: 1, Failed: 1, Skipped: 1, Now: t2},
+		{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 3, Now: t2},
+		{TaskID: task.ID, BatchNo: 1, Attempt: b.Attempt, Succeeded: 1, Failed: 1, Skipped: 1, Now: t2.Add(time.Second)},
+	} {
+		_, err = s.FinishBatch(ctx, other)
+		wantErr(t, err, store.ErrConflict, fmt.Sprintf("another finish of the DONE batch (%+v)", other))
+	}
+	diff(t, "task after the other finishes", want, getTask(t, s, task.ID))
 
 	b2 := claim(t, s, task.ID, 2, "w2", t2)
 	t3 := t2.Add(time.Second)
