@@ -485,15 +485,22 @@ func (l *loseFirstAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// losingStore is a store on a fresh table whose client loses the answer
+// of the first operation call holding marker (see loseFirstAnswer).
+func losingStore(t *testing.T, operation, marker string) (*dynamostore.Store, *loseFirstAnswer) {
+	t.Helper()
+	cfg, res := provision(t)
+	lose := &loseFirstAnswer{next: http.DefaultTransport, operation: operation, marker: marker}
+	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lose} })
+	return dynamostore.New(db, res.TableName, dynamostore.Options{}), lose
+}
+
 // TestClaimWhoseAnswerWasLost: a claim DynamoDB applied whose answer was
 // lost is re-sent by the SDK and fails its condition; it finds its own
 // token and is the claim, once (attempt 1), not a conflict that would
 // leave the batch lost until its lease ran out.
 func TestClaimWhoseAnswerWasLost(t *testing.T) {
-	cfg, res := provision(t)
-	lose := &loseFirstAnswer{next: http.DefaultTransport, operation: ".UpdateItem", marker: "claim_token"}
-	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lose} })
-	s := dynamostore.New(db, res.TableName, dynamostore.Options{})
+	s, lose := losingStore(t, ".UpdateItem", "claim_token")
 	ctx := t.Context()
 	task := createTask(t, s, "lost-claim", []string{"c"})
 	if err := s.PutBatches(ctx, []store.Batch{{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 1, CreatedAt: base}}); err != nil {
@@ -518,10 +525,7 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 // claim and abandoned a batch no one held (seen in a clean-clone run as a
 // task stuck at 7 of 8 batches).
 func TestSaveWhoseAnswerWasLost(t *testing.T) {
-	cfg, res := provision(t)
-	lose := &loseFirstAnswer{next: http.DefaultTransport, operation: ".TransactWriteItems", marker: "saved_succeeded"}
-	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lose} })
-	s := dynamostore.New(db, res.TableName, dynamostore.Options{})
+	s, lose := losingStore(t, ".TransactWriteItems", "saved_succeeded")
 	ctx := t.Context()
 	task := createTask(t, s, "lost-save", []string{"c"})
 	if err := s.PutBatches(ctx, []store.Batch{{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 2, CreatedAt: base}}); err != nil {
@@ -566,10 +570,7 @@ func TestSaveWhoseAnswerWasLost(t *testing.T) {
 // task counts the batch and its rows one time), not a conflict that would
 // keep the worker from starting the export after the task's last batch.
 func TestFinishWhoseAnswerWasLost(t *testing.T) {
-	cfg, res := provision(t)
-	lose := &loseFirstAnswer{next: http.DefaultTransport, operation: ".TransactWriteItems", marker: "batches_done"}
-	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lose} })
-	s := dynamostore.New(db, res.TableName, dynamostore.Options{})
+	s, lose := losingStore(t, ".TransactWriteItems", "batches_done")
 	ctx := t.Context()
 	task := createTask(t, s, "lost-finish", []string{"c"})
 	if err := s.PutBatches(ctx, []store.Batch{{TaskID: task.ID, No: 1, FirstRow: 1, RowCount: 3, CreatedAt: base}}); err != nil {

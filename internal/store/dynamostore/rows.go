@@ -274,9 +274,10 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 
 // echoOfApplied reports whether a cancelled SaveRowResults is the second
 // sending of one DynamoDB already applied: the SDK re-sends a transaction
-// whose answer was lost (a reset connection, a 500), and a caller retries
-// a save that timed out; a real transaction's idempotency token only
-// covers the first. The batch check passed, so the batch is still held
+// whose answer was lost (a reset connection, a 500; its idempotency token
+// covers that on AWS, not on every emulator), and a caller's retry of a
+// save that timed out is a new request with a new token. The batch check
+// passed, so the batch is still held
 // under this attempt, and every row that failed its condition already
 // holds exactly this write (state, output, attempts and this save's
 // timestamp). Transactions are all or nothing, so the earlier sending
