@@ -112,6 +112,7 @@ fuzz: ## run each fuzz target for 30s
 	$(GO) test ./internal/prompt -run '^$$' -fuzz FuzzRender -fuzztime 30s
 	$(GO) test ./internal/sheet -run '^$$' -fuzz FuzzReadCSV -fuzztime 30s
 	$(GO) test ./internal/sheet -run '^$$' -fuzz FuzzReadXLSX -fuzztime 30s
+	$(GO) test ./internal/sheet -run '^$$' -fuzz FuzzAddColumns -fuzztime 30s
 	$(GO) test ./internal/providerfile -run '^$$' -fuzz FuzzParse -fuzztime 30s
 	$(GO) test ./internal/schema -run '^$$' -fuzz FuzzParseShort -fuzztime 30s
 	$(GO) test ./internal/schema -run '^$$' -fuzz FuzzValidate -fuzztime 30s

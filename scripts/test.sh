@@ -115,14 +115,15 @@ step "fuzz smoke (a fixed number of executions per target)"
 # Counts, not durations: with a duration, go1.26's fuzz coordinator can report its own
 # -fuzztime deadline as a failure ("context deadline exceeded", no crasher) when a worker
 # is mid-run at the deadline on a loaded machine (golang/go#75804, fixed in go1.27).
-# A count has no deadline to race. Each count is roughly 10 s of work on a quiet 2-core machine.
-go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 300000x
-go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 3000x -fuzzminimizetime 20x
-go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 5000x -fuzzminimizetime 20x
-go test ./internal/sheet -run '^$' -fuzz '^FuzzAddColumns$' -fuzztime 10000x -fuzzminimizetime 20x
-go test ./internal/providerfile -run '^$' -fuzz '^FuzzParse$' -fuzztime 20000x -fuzzminimizetime 20x
-go test ./internal/schema -run '^$' -fuzz '^FuzzParseShort$' -fuzztime 40000x -fuzzminimizetime 20x
-go test ./internal/schema -run '^$' -fuzz '^FuzzValidate$' -fuzztime 60000x -fuzzminimizetime 20x
+# A count has no deadline to race. Each count is roughly 5 s of work on a quiet 2-core machine:
+# a smoke pass that every change gets; `make fuzz` fuzzes each target for 30 s.
+go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 150000x
+go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 1500x -fuzzminimizetime 20x
+go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 2500x -fuzzminimizetime 20x
+go test ./internal/sheet -run '^$' -fuzz '^FuzzAddColumns$' -fuzztime 5000x -fuzzminimizetime 20x
+go test ./internal/providerfile -run '^$' -fuzz '^FuzzParse$' -fuzztime 10000x -fuzzminimizetime 20x
+go test ./internal/schema -run '^$' -fuzz '^FuzzParseShort$' -fuzztime 20000x -fuzzminimizetime 20x
+go test ./internal/schema -run '^$' -fuzz '^FuzzValidate$' -fuzztime 30000x -fuzzminimizetime 20x
 
 await browser
 await office

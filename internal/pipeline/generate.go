@@ -500,13 +500,24 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	if msg.BatchNo > task.BatchesTotal {
 		return Outcome{Err: &PoisonError{Err: fmt.Errorf("task %s has %d batches, not %d", task.ID, task.BatchesTotal, msg.BatchNo)}}
 	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{Err: fmt.Errorf("batch %s/%d: no time left to claim it: %w", task.ID, msg.BatchNo, err)}
+	}
 	now := g.cfg.Clock.Now()
-	b, err := g.store.ClaimBatch(ctx, store.ClaimBatchParams{
+	// A claim is seen through even if the work's time ends meanwhile (a
+	// slow store near an invocation's deadline): one applied whose answer
+	// came too late would leave the batch leased to an attempt that never
+	// ran, every delivery until the lease ran out dropping its message as
+	// another owner's. Answered, it is handed back like any other.
+	cctx, cancelClaim := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
+	b, err := g.store.ClaimBatch(cctx, store.ClaimBatchParams{
 		TaskID: task.ID, BatchNo: msg.BatchNo, Owner: g.cfg.Owner, Now: now, LeaseUntil: now.Add(g.cfg.Lease),
 	})
+	cancelClaim()
 	switch {
 	case isConflict(err):
 		g.cfg.Metrics.Add(metrics.ClaimsLost, 1)
+		g.cfg.Logger.DebugContext(ctx, "batch not claimable; message dropped", logging.TaskID, task.ID, logging.BatchNo, msg.BatchNo, "error", err)
 		// Someone else owns the batch or it is done. If it is done, make
 		// sure its task's export was started: the worker that finished the
 		// last batch may have died between finishing and starting it.
@@ -519,6 +530,7 @@ func (g *Generator) Process(ctx context.Context, d Delivery) Outcome {
 	case err != nil:
 		return Outcome{Err: fmt.Errorf("claim batch %s/%d: %w", task.ID, msg.BatchNo, err)}
 	}
+	g.cfg.Logger.DebugContext(ctx, "batch claimed", logging.TaskID, task.ID, logging.BatchNo, b.No, logging.Attempt, b.Attempt, "receive_count", d.ReceiveCount)
 	if !sample {
 		return g.runBatch(ctx, task, b, d)
 	}
@@ -980,11 +992,17 @@ func (g *Generator) heartbeat(ctx context.Context, b store.Batch, keepAlive func
 	}
 }
 
+// detachedWriteTimeout bounds a store write that must be seen through past
+// the work's own deadline (a claim, a release): short enough to end inside
+// the Lambda's headroom (generatorfn.DefaultHeadroom, 15 s).
+const detachedWriteTimeout = 10 * time.Second
+
+// release hands b back for a later delivery with lastErr as its reason.
 func (g *Generator) release(ctx context.Context, b store.Batch, lastErr string, log *slog.Logger) {
 	// Use a context that survives shutdown so the release itself is not
 	// cancelled; if it still fails, the lease expires and the batch is
 	// claimable anyway.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
 	defer cancel()
 	err := g.store.ReleaseBatch(rctx, store.ReleaseBatchParams{
 		TaskID: b.TaskID, BatchNo: b.No, Attempt: b.Attempt, LastError: truncate(lastErr, 1000), Now: g.cfg.Clock.Now(),
