@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -27,7 +26,6 @@ func (s *Store) PutBatches(ctx context.Context, batches []store.Batch) error {
 		return nil
 	}
 	what := fmt.Sprintf("put %d batches of %s", len(batches), batches[0].TaskID)
-	ids := make([]string, 0, 1)
 	items := make([]map[string]types.AttributeValue, len(batches))
 	for i, b := range batches {
 		if err := checkTaskID(b.TaskID); err != nil {
@@ -44,18 +42,9 @@ func (s *Store) PutBatches(ctx context.Context, batches []store.Batch) error {
 			return fmt.Errorf("%s: batch %d: %w", what, b.No, err)
 		}
 		items[i] = av
-		if len(ids) == 0 || ids[len(ids)-1] != b.TaskID {
-			ids = append(ids, b.TaskID)
-		}
 	}
-	horizons, err := s.requireTasks(ctx, ids)
-	if err != nil {
+	if err := s.stampTaskHorizons(ctx, items, func(i int) string { return batches[i].TaskID }); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
-	}
-	for i := range items {
-		if h := horizons[batches[i].TaskID]; h > 0 {
-			items[i][attrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(h, 10)}
-		}
 	}
 	if err := s.putAllIfAbsent(ctx, items); err != nil {
 		return fmt.Errorf("%s: %w", what, err)

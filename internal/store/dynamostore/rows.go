@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -41,7 +40,6 @@ func (s *Store) PutRows(ctx context.Context, rows []store.Row) error {
 	}
 	first, last := rows[0], rows[len(rows)-1]
 	what := fmt.Sprintf("put rows %s/%d..%d", first.TaskID, first.No, last.No)
-	ids := make([]string, 0, 1)
 	items := make([]map[string]types.AttributeValue, len(rows))
 	overflow := make([]bool, len(rows))
 	for i, r := range rows {
@@ -69,18 +67,9 @@ func (s *Store) PutRows(ctx context.Context, rows []store.Row) error {
 			}
 		}
 		items[i] = av
-		if len(ids) == 0 || ids[len(ids)-1] != r.TaskID {
-			ids = append(ids, r.TaskID)
-		}
 	}
-	horizons, err := s.requireTasks(ctx, ids)
-	if err != nil {
+	if err := s.stampTaskHorizons(ctx, items, func(i int) string { return rows[i].TaskID }); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
-	}
-	for i := range items {
-		if h := horizons[rows[i].TaskID]; h > 0 {
-			items[i][attrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(h, 10)}
-		}
 	}
 	var plain []map[string]types.AttributeValue
 	var big []int
@@ -94,7 +83,7 @@ func (s *Store) PutRows(ctx context.Context, rows []store.Row) error {
 	if err := s.putAllIfAbsent(ctx, plain); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	err = forEach(ctx, len(big), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
+	err := forEach(ctx, len(big), s.opts.WriteConcurrency, func(ctx context.Context, i int) error {
 		return s.putOverflowRow(ctx, rows[big[i]], items[big[i]])
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -265,11 +266,31 @@ func (s *Store) horizon(created time.Time) int64 {
 	return created.Add(s.opts.MaxTaskAge + s.opts.ResultTTL).Unix()
 }
 
-// requireTasks checks, with one strongly consistent read each, that the
-// tasks exist, so that rows and batches are never written for a missing
-// task (ErrNotFound, as the SQLite store's foreign keys do). It returns each
-// task's horizon, the TTL its rows and batches carry.
-func (s *Store) requireTasks(ctx context.Context, ids []string) (map[string]int64, error) {
+// stampTaskHorizons checks, with one strongly consistent read per task,
+// that the tasks of items (item i belongs to taskOf(i)) exist, so that rows
+// and batches are never written for a missing task (ErrNotFound, as the
+// SQLite store's foreign keys do), and gives each item its task's horizon
+// as its TTL, so a task's rows and batches expire with it.
+func (s *Store) stampTaskHorizons(ctx context.Context, items []map[string]types.AttributeValue, taskOf func(i int) string) error {
+	ids := make([]string, len(items))
+	for i := range items {
+		ids[i] = taskOf(i)
+	}
+	horizons, err := s.taskHorizons(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		if h := horizons[taskOf(i)]; h > 0 {
+			items[i][attrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(h, 10)}
+		}
+	}
+	return nil
+}
+
+// taskHorizons reads the horizon of each of the tasks ids, failing with
+// ErrNotFound for one that does not exist.
+func (s *Store) taskHorizons(ctx context.Context, ids []string) (map[string]int64, error) {
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	horizons := make(map[string]int64, len(ids))
