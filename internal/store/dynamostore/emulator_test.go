@@ -600,3 +600,66 @@ func TestFinishWhoseAnswerWasLost(t *testing.T) {
 		t.Errorf("finish by attempt %d of a batch attempt %d finished: %v, want a conflict", again.Attempt, finish.Attempt, err)
 	}
 }
+
+// TestEmulatorTransactionsAreAllOrNothing holds the emulator to what the
+// store builds on: a transaction one of whose checks fails writes nothing,
+// whatever its other items did (an update, a put, a delete), and one whose
+// checks all pass writes everything. infra/emulator/moto_server_serialized.py
+// gives moto a cheaper rollback than its own; this is that rollback's test.
+func TestEmulatorTransactionsAreAllOrNothing(t *testing.T) {
+	t.Parallel()
+	_, db, res := newStore(t, dynamostore.Options{})
+	ctx := t.Context()
+	table := aws.String(res.TableName)
+	key := func(sk string) map[string]types.AttributeValue {
+		return map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: "TX#1"}, "SK": &types.AttributeValueMemberS{Value: sk}}
+	}
+	item := func(sk, v string) map[string]types.AttributeValue {
+		it := key(sk)
+		it["v"] = &types.AttributeValueMemberS{Value: v}
+		return it
+	}
+	for _, sk := range []string{"a", "d", "e"} {
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: table, Item: item(sk, "before")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writes := func(check string) []types.TransactWriteItem {
+		return []types.TransactWriteItem{
+			{Update: &types.Update{TableName: table, Key: key("a"), UpdateExpression: aws.String("SET v = :v"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":v": &types.AttributeValueMemberS{Value: "after"}}}},
+			{Put: &types.Put{TableName: table, Item: item("c", "after")}},
+			{Delete: &types.Delete{TableName: table, Key: key("d")}},
+			{ConditionCheck: &types.ConditionCheck{TableName: table, Key: key(check), ConditionExpression: aws.String("attribute_not_exists(PK)")}},
+		}
+	}
+	state := func() map[string]string {
+		out, err := db.Query(ctx, &dynamodb.QueryInput{TableName: table, ConsistentRead: aws.Bool(true),
+			KeyConditionExpression:    aws.String("PK = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "TX#1"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, it := range out.Items {
+			got[it["SK"].(*types.AttributeValueMemberS).Value] = it["v"].(*types.AttributeValueMemberS).Value
+		}
+		return got
+	}
+	// The check names item e, which exists: the transaction is cancelled.
+	_, err := db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: writes("e")})
+	var cancelled *types.TransactionCanceledException
+	if !errors.As(err, &cancelled) {
+		t.Fatalf("TransactWriteItems with a failing check = %v, want TransactionCanceledException", err)
+	}
+	if diff := cmp.Diff(map[string]string{"a": "before", "d": "before", "e": "before"}, state()); diff != "" {
+		t.Fatalf("a cancelled transaction wrote (-want +got):\n%s", diff)
+	}
+	// The check names item b, which does not exist: everything is written.
+	if _, err := db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: writes("b")}); err != nil {
+		t.Fatalf("TransactWriteItems: %v", err)
+	}
+	if diff := cmp.Diff(map[string]string{"a": "after", "c": "after", "e": "before"}, state()); diff != "" {
+		t.Fatalf("a transaction that passed (-want +got):\n%s", diff)
+	}
+}
