@@ -17,9 +17,9 @@ export GORACE="${GORACE:+$GORACE }atexit_sleep_ms=0"
 # output in a log under $logs that is printed when it is waited for:
 #   - the Python virtualenvs (moto, cfn-lint, SAM CLI; checkov) install at once, while the Go
 #     stages run: pip mostly waits on the network and the disk;
-#   - the browser tests run while the chaos and fuzz stages run: they mostly wait on Chromium
-#     and on batchgen serve's job (a quarter of one core over their minute), and are waited
-#     for before the emulator stage;
+#   - the browser tests, the office checks and the fuzz smoke run while the chaos loop runs:
+#     the browser tests mostly wait on Chromium and on each test's batchgen serve, the loop on
+#     its mock model; all are waited for before the emulator stage;
 #   - the template lint and the Lambda builds run while the emulator tests run: those wait on
 #     moto, which serves one DynamoDB request at a time on one core, so the other core is free.
 # The emulator tests themselves stay in the foreground, alone with moto, because their
@@ -108,23 +108,28 @@ office_tests() {
 }
 background office office_tests
 
-step "chaos: SIGKILL loop (make test-chaos)"
-go test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' ./cmd/batchgen
-
-step "fuzz smoke (a fixed number of executions per target)"
+# The fuzz smoke runs beside the chaos loop: the loop mostly waits on its mock model's latency
+# (about two thirds of one core), and the fuzz workers take the rest of the two cores.
 # Counts, not durations: with a duration, go1.26's fuzz coordinator can report its own
 # -fuzztime deadline as a failure ("context deadline exceeded", no crasher) when a worker
 # is mid-run at the deadline on a loaded machine (golang/go#75804, fixed in go1.27).
 # A count has no deadline to race. Each count is roughly 5 s of work on a quiet 2-core machine:
 # a smoke pass that every change gets; `make fuzz` fuzzes each target for 30 s.
-go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 150000x
-go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 1500x -fuzzminimizetime 20x
-go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 2500x -fuzzminimizetime 20x
-go test ./internal/sheet -run '^$' -fuzz '^FuzzAddColumns$' -fuzztime 5000x -fuzzminimizetime 20x
-go test ./internal/providerfile -run '^$' -fuzz '^FuzzParse$' -fuzztime 10000x -fuzzminimizetime 20x
-go test ./internal/schema -run '^$' -fuzz '^FuzzParseShort$' -fuzztime 20000x -fuzzminimizetime 20x
-go test ./internal/schema -run '^$' -fuzz '^FuzzValidate$' -fuzztime 30000x -fuzzminimizetime 20x
+fuzz_smoke() {
+  go test ./internal/prompt -run '^$' -fuzz '^FuzzRender$' -fuzztime 150000x
+  go test ./internal/sheet -run '^$' -fuzz '^FuzzReadCSV$' -fuzztime 1500x -fuzzminimizetime 20x
+  go test ./internal/sheet -run '^$' -fuzz '^FuzzReadXLSX$' -fuzztime 2500x -fuzzminimizetime 20x
+  go test ./internal/sheet -run '^$' -fuzz '^FuzzAddColumns$' -fuzztime 5000x -fuzzminimizetime 20x
+  go test ./internal/providerfile -run '^$' -fuzz '^FuzzParse$' -fuzztime 10000x -fuzzminimizetime 20x
+  go test ./internal/schema -run '^$' -fuzz '^FuzzParseShort$' -fuzztime 20000x -fuzzminimizetime 20x
+  go test ./internal/schema -run '^$' -fuzz '^FuzzValidate$' -fuzztime 30000x -fuzzminimizetime 20x
+}
+background fuzz fuzz_smoke
 
+step "chaos: SIGKILL loop (make test-chaos)"
+go test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' ./cmd/batchgen
+
+await fuzz
 await browser
 await office
 await venvs

@@ -16,6 +16,7 @@ import (
 // page offers the cap among the model settings; a task started with one
 // stops at it, and the page says why.
 func TestBrowserMaxCost(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	prices := filepath.Join(dir, "prices.yaml")
 	if err := os.WriteFile(prices, []byte("models:\n  sim-1: {input_per_mtok: 1000, output_per_mtok: 1000}\n"), 0o644); err != nil {

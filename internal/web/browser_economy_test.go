@@ -15,6 +15,7 @@ import (
 // task started in economy waits for the simulator's batch API, says so,
 // and finishes.
 func TestBrowserEconomy(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	base := serveOwn(t, nil, "--batch-poll", "1s")
 	in := writeSheet(t, dir, "products.xlsx", 40)

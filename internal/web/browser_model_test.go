@@ -19,6 +19,7 @@ import (
 // allow-list, which runs its default model only; a server with an
 // allow-list suggests those models.
 func TestBrowserOffersTheModelsTheServerTakes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	providers := filepath.Join(dir, "providers.yaml")
 	if err := os.WriteFile(providers, []byte("routing: weighted\nproviders:\n  - {name: fast, kind: sim, latency: 50ms, concurrency: 4, weight: 3}\n  - {name: slow, kind: sim, latency: 50ms, concurrency: 2, weight: 1}\n"), 0o644); err != nil {

@@ -17,6 +17,7 @@ import (
 // in economy and in auto, each with its Start; starting economy runs the
 // rest through the simulator's batch API to the end.
 func TestBrowserQuoteFirst(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	prices := filepath.Join(dir, "prices.yaml")
 	if err := os.WriteFile(prices, []byte("models:\n  sim-1: {input_per_mtok: 1000, output_per_mtok: 1000}\n"), 0o644); err != nil {

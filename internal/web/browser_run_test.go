@@ -116,7 +116,8 @@ func startWithTemplate(t *testing.T, ctx context.Context, what, tpl string) {
 // template from its columns, start, watch the bar move to 100%, download
 // the result and find every row answered, in order.
 func TestBrowserRunsASheet(t *testing.T) {
-	base := serveURL(t)
+	t.Parallel()
+	base := serveOwn(t, nil)
 	ctx := newBrowser(t, "en-US")
 	dir := t.TempDir()
 	in := writeSheet(t, dir, "products.xlsx", sheetRows)
@@ -246,7 +247,8 @@ func checkResult(t *testing.T, file string, rows int) {
 // placeholder names no column, and so does the server when the task is
 // started anyway.
 func TestBrowserRejectsATemplateNamingNoColumn(t *testing.T) {
-	base := serveURL(t)
+	t.Parallel()
+	base := serveOwn(t, nil)
 	ctx := newBrowser(t, "en-US")
 	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
 	chooseSheet(t, ctx, writeSheet(t, t.TempDir(), "ok.xlsx", 3))
@@ -268,7 +270,8 @@ func TestBrowserRejectsATemplateNamingNoColumn(t *testing.T) {
 // (a proxy that drops it, a deployment without streaming), the page
 // follows the task by polling and still reaches 100%.
 func TestBrowserFallsBackToPolling(t *testing.T) {
-	base := serveURL(t)
+	t.Parallel()
+	base := serveOwn(t, nil)
 	ctx := newBrowser(t, "en-US")
 	// Refuse every request for an event stream at the network level.
 	blockCtx, stopBlocking := context.WithCancel(ctx)
@@ -331,6 +334,7 @@ func setToken(t *testing.T, ctx context.Context, token string) {
 // one says it needs one; with alice's token it runs her sheet and lists her
 // task; with bob's token the list is empty, since her task is not his.
 func TestBrowserUsesTheToken(t *testing.T) {
+	t.Parallel()
 	base := serveOwn(t, []string{"BATCHGEN_API_TOKENS=alice:alice-secret-0001-xyz,bob:bob-secret-0002-xyzw"})
 	ctx := newBrowser(t, "en-US")
 	sheet := writeSheet(t, t.TempDir(), "alice.xlsx", 6)
@@ -364,7 +368,8 @@ func TestBrowserUsesTheToken(t *testing.T) {
 // last row; the partial result, once written, can be downloaded and holds
 // every input row, the ones never started marked so.
 func TestBrowserCancels(t *testing.T) {
-	base := serveURL(t)
+	t.Parallel()
+	base := serveOwn(t, nil)
 	ctx := newBrowser(t, "en-US")
 	rows := 120 // twice the usual, so the cancel lands well before the end
 	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
@@ -421,6 +426,7 @@ func TestBrowserCancels(t *testing.T) {
 // filter) leave the task PARTIAL; "Rerun failed rows" sends those rows, and
 // only those, to the model again, and the page follows the rerun to its end.
 func TestBrowserRerunsFailedRows(t *testing.T) {
+	t.Parallel()
 	mock := mockserver.New(mockserver.Config{Latency: 20 * time.Millisecond})
 	model := httptest.NewServer(mock)
 	defer model.Close()
@@ -481,6 +487,7 @@ func TestBrowserRerunsFailedRows(t *testing.T) {
 // fills the editor), only those three rows go to the model, and the task
 // says what became of its rows.
 func TestBrowserResultSentBackIn(t *testing.T) {
+	t.Parallel()
 	mock := mockserver.New(mockserver.Config{Latency: 5 * time.Millisecond})
 	model := httptest.NewServer(mock)
 	defer model.Close()
@@ -573,7 +580,8 @@ func downloadLatest(t *testing.T, base string) (string, []byte) {
 // yes/no, a date) and removes one, and the model settings ask for five rows a call; the task runs with them, and
 // the downloaded result has a column of each type instead of output, every row answered. A result sent back in brings its columns back into the editor from its own prompt sheet.
 func TestBrowserDeclaresAnswerColumns(t *testing.T) {
-	base := serveURL(t)
+	t.Parallel()
+	base := serveOwn(t, nil)
 	ctx := newBrowser(t, "en-US")
 	dir := t.TempDir()
 	in := writeSheet(t, dir, "products.xlsx", sheetRows)

@@ -55,34 +55,12 @@ var binary struct {
 	err  error
 }
 
-// server is one `batchgen serve` without tokens, shared by the tests that
-// need nothing else.
-var server struct {
-	once sync.Once
-	url  string
-	err  error
-	stop func()
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if server.stop != nil {
-		server.stop()
-	}
 	if binary.dir != "" {
 		os.RemoveAll(binary.dir)
 	}
 	os.Exit(code)
-}
-
-// serveURL returns the base URL of the shared server, starting it once.
-func serveURL(t *testing.T) string {
-	t.Helper()
-	server.once.Do(func() { server.url, server.stop, server.err = startServe(nil) })
-	if server.err != nil {
-		t.Fatalf("batchgen serve: %v", server.err)
-	}
-	return server.url
 }
 
 // serveOwn starts a `batchgen serve` of the test's own, with env added to
@@ -258,7 +236,8 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 // file that is not a sheet each show the reason in words; a good sheet
 // after them clears it.
 func TestBrowserShowsWhyAFileIsRejected(t *testing.T) {
-	base := serveURL(t)
+	t.Parallel()
+	base := serveOwn(t, nil)
 	ctx := newBrowser(t, "en-US")
 	dir := t.TempDir()
 	headerOnly := filepath.Join(dir, "empty.csv")
@@ -302,7 +281,8 @@ func TestBrowserShowsWhyAFileIsRejected(t *testing.T) {
 // TestBrowserSpeaksChinese: a browser whose language is Chinese gets the
 // page in Chinese, rejections included, and can switch to English.
 func TestBrowserSpeaksChinese(t *testing.T) {
-	base := serveURL(t)
+	t.Parallel()
+	base := serveOwn(t, nil)
 	ctx := newBrowser(t, "zh-CN")
 	do(t, ctx, "open the page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("drop")))
 	lang, err := chromedp.Run(ctx, chromedp.Evaluate[string](`navigator.language`))

@@ -114,6 +114,7 @@ func uploads(calls []string) int {
 // upload URL, never inline; a large CSV is inspected from its head, a large
 // workbook not at all, and both run to the end.
 func TestBrowserUploadsLargeSheets(t *testing.T) {
+	t.Parallel()
 	base := serveOwn(t, nil, "--max-inline-bytes", fmt.Sprint(inlineLimit))
 	ctx := newBrowser(t, "en-US")
 	calls := recordAPICalls(t, ctx)
@@ -196,6 +197,7 @@ func TestBrowserUploadsLargeSheets(t *testing.T) {
 // is checked when it arrives, and the reason it is refused shows in plain
 // words, as for a sheet sent inline.
 func TestBrowserShowsWhyAnUploadIsRefused(t *testing.T) {
+	t.Parallel()
 	base := serveOwn(t, nil, "--max-inline-bytes", fmt.Sprint(inlineLimit))
 	ctx := newBrowser(t, "en-US")
 	calls := recordAPICalls(t, ctx)
@@ -255,6 +257,7 @@ func TestBrowserShowsWhyAnUploadIsRefused(t *testing.T) {
 // presigned URL elsewhere never gets it), so the uploaded task is alice's
 // and runs.
 func TestBrowserUploadsWithTheToken(t *testing.T) {
+	t.Parallel()
 	base := serveOwn(t, []string{"BATCHGEN_API_TOKENS=alice:alice-secret-0001-xyz"}, "--max-inline-bytes", fmt.Sprint(inlineLimit))
 	ctx := newBrowser(t, "en-US")
 	calls := recordAPICalls(t, ctx)
