@@ -18,39 +18,6 @@ func (stalledCache) GetCached(ctx context.Context, _ []string) (map[string]strin
 	return nil, ctx.Err()
 }
 
-// TestDeadlineDuringCacheLookupReleasesTheClaim: an attempt that runs out of
-// time while it looks the batch's rows up in the cache hands its claim
-// back, so the next delivery claims the batch at once. Before, the batch
-// stayed leased to the dead attempt: the next delivery counted a lost claim
-// and dropped its message, and the batch waited for the lease to expire
-// (seen as a slow-model job stuck on the emulator under load).
-func TestDeadlineDuringCacheLookupReleasesTheClaim(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, nil, pipeline.GeneratorConfig{Lease: time.Hour})
-	id := e.splitProducts("cache-deadline", "{{name}}", 3, 10).TaskID
-	stalled := newEnv(t, nil, pipeline.GeneratorConfig{Lease: time.Hour, Cache: stalledCache{e.store}})
-	gen := pipeline.NewGenerator(e.store, stalled.provider, e.signal, stalled.cfg)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-	defer cancel()
-	msg := pipeline.Delivery{Body: pipeline.EncodeBatchMessage(id, 1), ReceiveCount: 1}
-	if out := gen.Process(ctx, msg); out.Err == nil {
-		t.Fatalf("outcome %+v, want the deadline's error", out)
-	}
-	b, err := e.store.GetBatch(t.Context(), id, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.State == store.BatchRunning {
-		t.Fatalf("batch is %s, leased until %v, after its attempt gave up: want it handed back", b.State, b.LeaseUntil)
-	}
-	// The next delivery claims it and finishes it.
-	msg.ReceiveCount = 2
-	if out := e.gen.Process(t.Context(), msg); !out.Ack || out.Err != nil {
-		t.Fatalf("next delivery: %+v, want the batch done", out)
-	}
-}
-
 // lateClaimStore applies every claim at once but answers it only after
 // delay, or never if its caller gives up first: a claim the store made
 // whose answer came too late for the invocation.
@@ -69,33 +36,55 @@ func (s lateClaimStore) ClaimBatch(ctx context.Context, p store.ClaimBatchParams
 	}
 }
 
-// TestDeadlineDuringClaimReleasesTheClaim: a claim the store applied but
-// answered after the work's deadline is still this attempt's, and the
-// attempt hands it back, so the next delivery claims the batch at once.
-// Before, the claim was given up with the deadline: the batch stayed leased
-// to an attempt that never ran, the next delivery dropped its message as
-// another owner's, and the batch waited for its lease to run out.
-func TestDeadlineDuringClaimReleasesTheClaim(t *testing.T) {
+// TestDeadlineHandsTheClaimBack: an attempt that runs out of time hands
+// its claim back, so the next delivery claims the batch at once. Before,
+// the batch stayed leased to the dead attempt: the next delivery counted a
+// lost claim and dropped its message, and the batch waited for the lease to
+// expire (seen as slow-model jobs stuck on the emulator under load).
+//   - during the cache lookup of the batch's rows (a cache store slower
+//     than the invocation's deadline);
+//   - during the claim itself: a claim the store applied but answered
+//     after the deadline is still this attempt's, to hand back, and not
+//     given up with the context.
+func TestDeadlineHandsTheClaimBack(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil, pipeline.GeneratorConfig{Lease: time.Hour})
-	id := e.splitProducts("claim-deadline", "{{name}}", 3, 10).TaskID
-	gen := pipeline.NewGenerator(lateClaimStore{Store: e.store, delay: 300 * time.Millisecond}, e.provider, e.signal, e.cfg)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-	defer cancel()
-	msg := pipeline.Delivery{Body: pipeline.EncodeBatchMessage(id, 1), ReceiveCount: 1}
-	if out := gen.Process(ctx, msg); out.Err == nil {
-		t.Fatalf("outcome %+v, want the deadline's error", out)
+	tests := []struct {
+		name     string
+		deadline time.Duration
+		slow     func(e *env) *pipeline.Generator
+	}{
+		{"during the cache lookup", 200 * time.Millisecond, func(e *env) *pipeline.Generator {
+			cfg := e.cfg
+			cfg.Cache = stalledCache{e.store}
+			return pipeline.NewGenerator(e.store, e.provider, e.signal, cfg)
+		}},
+		{"during the claim", 100 * time.Millisecond, func(e *env) *pipeline.Generator {
+			return pipeline.NewGenerator(lateClaimStore{Store: e.store, delay: 300 * time.Millisecond}, e.provider, e.signal, e.cfg)
+		}},
 	}
-	b, err := e.store.GetBatch(t.Context(), id, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.State != store.BatchPending || b.Attempt != 1 {
-		t.Fatalf("batch is %s at attempt %d, leased until %v, after its attempt ran out of time: want it PENDING after 1 attempt", b.State, b.Attempt, b.LeaseUntil)
-	}
-	msg.ReceiveCount = 2
-	if out := e.gen.Process(t.Context(), msg); !out.Ack || out.Err != nil {
-		t.Fatalf("next delivery: %+v, want the batch done", out)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil, pipeline.GeneratorConfig{Lease: time.Hour})
+			id := e.splitProducts("deadline", "{{name}}", 3, 10).TaskID
+			ctx, cancel := context.WithTimeout(t.Context(), tt.deadline)
+			defer cancel()
+			msg := pipeline.Delivery{Body: pipeline.EncodeBatchMessage(id, 1), ReceiveCount: 1}
+			if out := tt.slow(e).Process(ctx, msg); out.Err == nil {
+				t.Fatalf("outcome %+v, want the deadline's error", out)
+			}
+			b, err := e.store.GetBatch(t.Context(), id, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.State != store.BatchPending || b.Attempt != 1 {
+				t.Fatalf("batch is %s at attempt %d, leased until %v, after its attempt ran out of time: want it handed back, PENDING after 1 attempt", b.State, b.Attempt, b.LeaseUntil)
+			}
+			// The next delivery claims it and finishes it.
+			msg.ReceiveCount = 2
+			if out := e.gen.Process(t.Context(), msg); !out.Ack || out.Err != nil {
+				t.Fatalf("next delivery: %+v, want the batch done", out)
+			}
+		})
 	}
 }
