@@ -52,7 +52,7 @@ test-browser: ## the web page in headless Chromium against batchgen serve (insta
 
 .PHONY: test-unit
 test-unit: ## unit and embedded integration tests only (no emulator)
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -p 4 ./...
 
 .PHONY: bench
 bench: ## the benchmark table: every figure against its target (met/MISSED), JSON in bench-results/
