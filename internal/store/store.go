@@ -765,7 +765,10 @@ type Store interface {
 	ListTasksByOwner(ctx context.Context, p ListTasksByOwnerParams) ([]Task, error)
 	// TransitionTask changes a task's state if it is in one of p.From, and
 	// returns the updated task. Idempotent callers treat ErrConflict by
-	// re-reading the task.
+	// re-reading the task. The same transition sent again after its answer
+	// was lost (an SDK retry) is that transition, applied once, and not a
+	// conflict: a caller marking a task EXPORTING would otherwise take it
+	// for someone else's export and start none.
 	TransitionTask(ctx context.Context, p TransitionTaskParams) (Task, error)
 	// SetTerms replaces a task's terms (its cap, mode and deadline; zero
 	// values remove them), whatever its state, and returns the updated

@@ -663,3 +663,43 @@ func TestEmulatorTransactionsAreAllOrNothing(t *testing.T) {
 		t.Fatalf("a transaction that passed (-want +got):\n%s", diff)
 	}
 }
+
+// TestTransitionWhoseAnswerWasLost: a task transition DynamoDB applied
+// whose answer was lost is re-sent by the SDK and fails its condition on
+// the state it set itself. It finds its own token and is the transition,
+// applied once (a re-export's generation grows by one), not a conflict:
+// the caller that marks a task EXPORTING took a conflict for someone
+// else's export and started none, leaving the task to the sweeper.
+func TestTransitionWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		event   store.TaskEvent
+		from    store.TaskState
+		wantGen int
+	}{
+		{store.EventExport, store.TaskRunning, 0},
+		{store.EventReexport, store.TaskSucceeded, 1},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.event), func(t *testing.T) {
+			t.Parallel()
+			s, lose := losingStore(t, ".UpdateItem", "transition_token")
+			ctx := t.Context()
+			task := store.Task{ID: "lost-" + string(tt.event), State: tt.from, Header: []string{"c"}, Spec: store.TaskSpec{Prompt: "{{c}}", Provider: "sim", BatchSize: 100}, CreatedAt: base, UpdatedAt: base}
+			if err := s.CreateTask(ctx, task); err != nil {
+				t.Fatal(err)
+			}
+			now := base.Add(time.Hour)
+			got, err := s.TransitionTask(ctx, tt.event.Params(task.ID, now))
+			if !lose.lost.Load() {
+				t.Fatal("no transition's answer was lost: the test lost nothing")
+			}
+			if err != nil || got.State != store.TaskExporting || got.ExportGen != tt.wantGen {
+				t.Fatalf("transition whose first answer was lost: %s, export generation %d, %v; want EXPORTING at generation %d", got.State, got.ExportGen, err, tt.wantGen)
+			}
+			if _, err := s.TransitionTask(ctx, tt.event.Params(task.ID, now.Add(time.Second))); !errors.Is(err, store.ErrConflict) {
+				t.Fatalf("another caller's %s of the exporting task: %v, want a conflict", tt.event, err)
+			}
+		})
+	}
+}

@@ -23,7 +23,10 @@ const (
 	attrLease   = "lease_until"
 	attrOwner   = "owner"
 	// attrClaim is the token of the claim that holds a batch (ClaimBatch).
-	attrClaim      = "claim_token"
+	attrClaim = "claim_token"
+	// attrTransition is the token of a task's last state change
+	// (TransitionTask), for the same reason as attrClaim.
+	attrTransition = "transition_token"
 	attrLastError  = "last_error"
 	attrUpdatedAt  = "updated_at"
 	attrFinishedAt = "finished_at"

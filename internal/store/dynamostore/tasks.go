@@ -2,6 +2,7 @@ package dynamostore
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"slices"
 	"strconv"
@@ -196,7 +197,18 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 			u.setI(attrExpiresAt, p.Now.Add(s.opts.ResultTTL).Unix())
 		}
 	}
+	// The transition's token: a transition whose answer was lost is re-sent
+	// by the SDK and fails its condition on the state it set itself. Finding
+	// its own token, it is this transition's answer, not a conflict (an
+	// export marked started and never started, as it was before).
+	token := rand.Text()
+	u.setS(attrTransition, token)
 	updated, err := s.updateIf(ctx, key(taskPK(p.ID), taskSK), cond, u, true)
+	if old, ok := conditionFailed(err); ok {
+		if mine, isS := old[attrTransition].(*types.AttributeValueMemberS); isS && mine.Value == token {
+			updated, err = old, nil
+		}
+	}
 	if old, ok := conditionFailed(err); ok {
 		if len(old) == 0 {
 			return store.Task{}, fmt.Errorf("%s: %w", what, store.ErrNotFound)
