@@ -334,7 +334,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p store.ClaimBatchParams) (store
 	s.touchOpen(u, p.TaskID, p.BatchNo, p.Now)
 	claimed, err := s.updateIf(ctx, key(taskPK(p.TaskID), batchSK(p.BatchNo)), cond, u, true)
 	if old, ok := conditionFailed(err); ok {
-		if mine, isS := old[attrClaim].(*types.AttributeValueMemberS); isS && mine.Value == token {
+		if carriesToken(old, attrClaim, token) {
 			claimed, err = old, nil
 		} else {
 			return store.Batch{}, fmt.Errorf("%s: %s: %w", what, describeBatch(old), notFoundOrConflict(old))

@@ -244,6 +244,14 @@ func conditionFailed(err error) (old map[string]types.AttributeValue, ok bool) {
 	return ccf.Item, true
 }
 
+// carriesToken reports whether the item old, as a failed condition returned
+// it, holds token in attr: the write that failed is the SDK's re-sending of
+// one already applied whose answer was lost (ClaimBatch, TransitionTask).
+func carriesToken(old map[string]types.AttributeValue, attr, token string) bool {
+	mine, ok := old[attr].(*types.AttributeValueMemberS)
+	return ok && mine.Value == token
+}
+
 // notFoundOrConflict returns ErrNotFound when old is nil (the item did not
 // exist) and ErrConflict otherwise.
 func notFoundOrConflict(old map[string]types.AttributeValue) error {

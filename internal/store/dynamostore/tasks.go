@@ -204,10 +204,8 @@ func (s *Store) TransitionTask(ctx context.Context, p store.TransitionTaskParams
 	token := rand.Text()
 	u.setS(attrTransition, token)
 	updated, err := s.updateIf(ctx, key(taskPK(p.ID), taskSK), cond, u, true)
-	if old, ok := conditionFailed(err); ok {
-		if mine, isS := old[attrTransition].(*types.AttributeValueMemberS); isS && mine.Value == token {
-			updated, err = old, nil
-		}
+	if old, ok := conditionFailed(err); ok && carriesToken(old, attrTransition, token) {
+		updated, err = old, nil
 	}
 	if old, ok := conditionFailed(err); ok {
 		if len(old) == 0 {
