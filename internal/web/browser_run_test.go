@@ -460,6 +460,12 @@ func TestBrowserRerunsFailedRows(t *testing.T) {
 	}
 	before := mock.Stats().Requests
 
+	// Every state the page shows from here on, in order: without it the
+	// first run's PARTIAL with 2 failed, still on the page, would pass for
+	// the rerun's end had the page never shown the rerun.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](watchStates)); err != nil {
+		t.Fatalf("watch the shown state: %v", err)
+	}
 	do(t, ctx, "rerun", chromedp.WaitEnabled(chromedp.ID("retry")), chromedp.Click(chromedp.ID("retry")))
 	// The rerun reopens the task and sends the failed rows again: wait for
 	// the model to have seen them, then for the page to show the end.
@@ -495,7 +501,24 @@ func TestBrowserRerunsFailedRows(t *testing.T) {
 	if failed != want || st.State != "PARTIAL" {
 		t.Errorf("after the rerun the page shows %s with %q failed rows, want PARTIAL with %s", st.State, failed, want)
 	}
+	shown, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.statesShown`))
+	if err != nil {
+		t.Fatalf("read the states shown: %v", err)
+	}
+	if reopened := slices.IndexFunc(shown, func(s string) bool { return s != "PARTIAL" }); reopened < 0 || !slices.Contains(shown[reopened:], "PARTIAL") {
+		t.Errorf("states the page showed after the rerun click: %q; want the reopened task, then PARTIAL again", shown)
+	}
 }
+
+// watchStates records in window.statesShown each state the page shows
+// (#current-state's data-state) from the moment it is evaluated.
+const watchStates = `(() => {
+	const el = document.getElementById("current-state");
+	window.statesShown = [];
+	new MutationObserver(() => window.statesShown.push(el.dataset.state || "")).
+		observe(el, {attributes: true, attributeFilter: ["data-state"]});
+	return true;
+})()`
 
 // TestBrowserResultSentBackIn: the result of a page upload, edited (two rows
 // flagged in its rerun column, one answer cleared) and chosen again, is
