@@ -17,13 +17,19 @@ export GORACE="${GORACE:+$GORACE }atexit_sleep_ms=0"
 # output in a log under $logs that is printed when it is waited for:
 #   - the Python virtualenvs (moto, cfn-lint, SAM CLI; checkov) install at once, while the Go
 #     stages run: pip mostly waits on the network and the disk;
-#   - the browser tests, the office checks and the fuzz smoke run while the chaos loop runs:
-#     the browser tests mostly wait on Chromium and on each test's batchgen serve, the loop on
-#     its mock model; all are waited for before the emulator stage;
-#   - the template lint and the Lambda builds run while the emulator tests run: those wait on
-#     moto, which serves one DynamoDB request at a time on one core, so the other core is free.
+#   - the browser tests and the office checks run while the chaos loop runs: the browser
+#     tests mostly wait on Chromium and on each test's batchgen serve, the loop on its mock
+#     model; both are waited for before the emulator stage;
+#   - the fuzz smoke starts with the chaos loop and the template lint and the Lambda builds
+#     with the emulator tests, all three at a lower priority (nice): they have no deadline, so
+#     they take what CPU the stages in front leave (the emulator stage's second half waits on
+#     SQS timeouts and moto with a third of the two cores idle) instead of slowing them, and
+#     they are waited for at the end.
 # The emulator tests themselves stay in the foreground, alone with moto, because their
 # deadlines (a job finishing on a slow model) must not depend on a busy machine.
+# nice 10, not 19: a fuzz worker that sees no CPU for 10 s takes its input for a hang
+# (go's internal/fuzz), and at 19 the two foreground stages can starve it that long.
+background_niceness=10
 logs=$(mktemp -d)
 bg_pids=()
 cleanup() {
@@ -34,12 +40,19 @@ cleanup() {
   rm -rf "$logs"
 }
 trap cleanup EXIT
-# background NAME CMD...: runs CMD with its output in $logs/NAME.log.
+# background [--nice] NAME CMD...: runs CMD with its output in $logs/NAME.log; with --nice at
+# a lower priority (background_niceness).
 background() {
+  local niceness=0
+  if [ "$1" = --nice ]; then
+    niceness=$background_niceness
+    shift
+  fi
   local name=$1
   shift
   set -m
-  ("$@") >"$logs/$name.log" 2>&1 &
+  # renice, not nice: CMD may be a shell function.
+  (renice -n "$niceness" -p "$BASHPID" >/dev/null && "$@") >"$logs/$name.log" 2>&1 &
   set +m
   bg_pids+=("$!")
   eval "bg_$name=$!"
@@ -84,6 +97,12 @@ go vet -tags "$all_tags" ./...
 step "staticcheck (pinned in go.mod as a tool)"
 go tool staticcheck -tags "$all_tags" ./...
 
+# cmd/batchgen's tests run batchgen as a process, a -race build of it; three stages run them
+# (unit, chaos, emulator) and each built it again in its TestMain: one build instead.
+step "batchgen -race, for the tests that run it as a process"
+export BATCHGEN_TEST_BINARY=$logs/batchgen-race
+go build -race -o "$BATCHGEN_TEST_BINARY" ./cmd/batchgen
+
 step "unit and embedded integration tests (-race)"
 # -p 4, four test binaries at once on the two cores: several packages mostly wait (cmd/batchgen
 # on its subprocesses and mock models, sqlitequeue on visibility timeouts), and with two at a
@@ -111,8 +130,8 @@ office_tests() {
 }
 background office office_tests
 
-# The fuzz smoke runs beside the chaos loop: the loop mostly waits on its mock model's latency
-# (about two thirds of one core), and the fuzz workers take the rest of the two cores.
+# The fuzz smoke starts beside the chaos loop, at a lower priority, and goes on through the
+# emulator stage: it takes the CPU the stages in front leave.
 # Counts, not durations: with a duration, go1.26's fuzz coordinator can report its own
 # -fuzztime deadline as a failure ("context deadline exceeded", no crasher) when a worker
 # is mid-run at the deadline on a loaded machine (golang/go#75804, fixed in go1.27).
@@ -127,12 +146,11 @@ fuzz_smoke() {
   go test ./internal/schema -run '^$' -fuzz '^FuzzParseShort$' -fuzztime 20000x -fuzzminimizetime 20x
   go test ./internal/schema -run '^$' -fuzz '^FuzzValidate$' -fuzztime 30000x -fuzzminimizetime 20x
 }
-background fuzz fuzz_smoke
+background --nice fuzz fuzz_smoke
 
 step "chaos: SIGKILL loop (make test-chaos)"
 go test -race -count=1 -tags chaos -run 'TestChaos|TestDiskFull' ./cmd/batchgen
 
-await fuzz
 await browser
 await office
 await venvs
@@ -163,8 +181,8 @@ lambda_artifacts() {
   done
   echo "6 bootstrap binaries for linux/arm64"
 }
-background lint infra/lint.sh
-background artifacts lambda_artifacts
+background --nice lint infra/lint.sh
+background --nice artifacts lambda_artifacts
 
 # The packages with emulator tests, each lane taking the next from one list, the package with
 # the most emulator test code first (the whole stack's, internal/lambdafn), so the lanes end
@@ -218,6 +236,7 @@ fi
 # bootstrap per function).
 await lint
 await artifacts
+await fuzz
 
 step "done"
 echo

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,15 +41,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	dir, err := os.MkdirTemp("", "batchgen-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "batchgen")
-	args := []string{"build", "-o", binary}
 	if raceEnabled {
-		args = append(args, "-race")
 		// A -race binary sleeps atexit_sleep_ms (1 s by default) before it
 		// exits, to give goroutines still running a chance to race. The
 		// tests start the binary several hundred times, so that second is
@@ -59,15 +52,52 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	build := exec.Command("go", append(args, ".")...)
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build batchgen:", err)
+	dir, err := os.MkdirTemp("", "batchgen-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if binary, err = testBinary(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// testBinary returns the batchgen binary the tests run: the one named by
+// BATCHGEN_TEST_BINARY (scripts/test.sh builds it once for the three
+// stages that run this package: unit, chaos and emulator), or one built
+// into dir. A named binary must be built as this test binary is, with or
+// without -race, and from this module: a stale or foreign one is refused.
+func testBinary(dir string) (string, error) {
+	if named := os.Getenv("BATCHGEN_TEST_BINARY"); named != "" {
+		info, err := buildinfo.ReadFile(named)
+		if err != nil {
+			return "", fmt.Errorf("BATCHGEN_TEST_BINARY=%s: %w", named, err)
+		}
+		race := false
+		for _, s := range info.Settings {
+			race = race || (s.Key == "-race" && s.Value == "true")
+		}
+		if info.Path != "github.com/batchgen/batchgen/cmd/batchgen" || race != raceEnabled {
+			return "", fmt.Errorf("BATCHGEN_TEST_BINARY=%s: built from %s with -race=%t; these tests want cmd/batchgen with -race=%t",
+				named, info.Path, race, raceEnabled)
+		}
+		return named, nil
+	}
+	binary := filepath.Join(dir, "batchgen")
+	args := []string{"build", "-o", binary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("build batchgen: %w", err)
+	}
+	return binary, nil
 }
 
 type result struct {
@@ -398,4 +428,25 @@ func moneyIn(t *testing.T, pattern, text string) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestTestBinaryRefusesAnotherBuild: BATCHGEN_TEST_BINARY naming anything
+// but a cmd/batchgen build (here this test binary itself) is refused, with
+// what it is, rather than run in batchgen's place.
+func TestTestBinaryRefusesAnotherBuild(t *testing.T) {
+	if named := os.Getenv("BATCHGEN_TEST_BINARY"); named != "" && binary != named {
+		t.Errorf("binary %s, want the named %s", binary, named)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BATCHGEN_TEST_BINARY", self)
+	if got, err := testBinary(t.TempDir()); err == nil || !strings.Contains(err.Error(), "cmd/batchgen.test") {
+		t.Errorf("testBinary with BATCHGEN_TEST_BINARY=%s: %q, %v; want a refusal naming the build", self, got, err)
+	}
+	t.Setenv("BATCHGEN_TEST_BINARY", filepath.Join(t.TempDir(), "absent"))
+	if _, err := testBinary(t.TempDir()); err == nil {
+		t.Error("testBinary with BATCHGEN_TEST_BINARY naming no file: no error")
+	}
 }
