@@ -78,6 +78,12 @@ install_venvs() {
 }
 background venvs install_venvs
 
+# cmd/batchgen's tests run batchgen as a process, a -race build of it; three stages run them
+# (unit, chaos, emulator) and each built it again in its TestMain: one build instead, while
+# the checks below run.
+export BATCHGEN_TEST_BINARY=$logs/batchgen-race
+background testbinary go build -race -o "$BATCHGEN_TEST_BINARY" ./cmd/batchgen
+
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
@@ -97,11 +103,7 @@ go vet -tags "$all_tags" ./...
 step "staticcheck (pinned in go.mod as a tool)"
 go tool staticcheck -tags "$all_tags" ./...
 
-# cmd/batchgen's tests run batchgen as a process, a -race build of it; three stages run them
-# (unit, chaos, emulator) and each built it again in its TestMain: one build instead.
-step "batchgen -race, for the tests that run it as a process"
-export BATCHGEN_TEST_BINARY=$logs/batchgen-race
-go build -race -o "$BATCHGEN_TEST_BINARY" ./cmd/batchgen
+await testbinary
 
 step "unit and embedded integration tests (-race)"
 # -p 4, four test binaries at once on the two cores: several packages mostly wait (cmd/batchgen

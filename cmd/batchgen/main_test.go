@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,16 +75,11 @@ func TestMain(m *testing.M) {
 func testBinary(dir string) (string, error) {
 	if named := os.Getenv("BATCHGEN_TEST_BINARY"); named != "" {
 		info, err := buildinfo.ReadFile(named)
+		if err == nil {
+			err = sameBuild(info, raceEnabled)
+		}
 		if err != nil {
 			return "", fmt.Errorf("BATCHGEN_TEST_BINARY=%s: %w", named, err)
-		}
-		race := false
-		for _, s := range info.Settings {
-			race = race || (s.Key == "-race" && s.Value == "true")
-		}
-		if info.Path != "github.com/batchgen/batchgen/cmd/batchgen" || race != raceEnabled {
-			return "", fmt.Errorf("BATCHGEN_TEST_BINARY=%s: built from %s with -race=%t; these tests want cmd/batchgen with -race=%t",
-				named, info.Path, race, raceEnabled)
 		}
 		return named, nil
 	}
@@ -430,23 +426,47 @@ func moneyIn(t *testing.T, pattern, text string) float64 {
 	return v
 }
 
+// sameBuild says whether info is a build of cmd/batchgen with -race as
+// race says.
+func sameBuild(info *debug.BuildInfo, race bool) error {
+	built := false
+	for _, s := range info.Settings {
+		built = built || (s.Key == "-race" && s.Value == "true")
+	}
+	if info.Path != "github.com/batchgen/batchgen/cmd/batchgen" || built != race {
+		return fmt.Errorf("built from %s with -race=%t; these tests want cmd/batchgen with -race=%t", info.Path, built, race)
+	}
+	return nil
+}
+
 // TestTestBinaryRefusesAnotherBuild: BATCHGEN_TEST_BINARY naming anything
-// but a cmd/batchgen build (here this test binary itself) is refused, with
-// what it is, rather than run in batchgen's place.
+// but a cmd/batchgen build with this test binary's -race setting is
+// refused, saying what it is, rather than run in batchgen's place.
 func TestTestBinaryRefusesAnotherBuild(t *testing.T) {
 	if named := os.Getenv("BATCHGEN_TEST_BINARY"); named != "" && binary != named {
 		t.Errorf("binary %s, want the named %s", binary, named)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	for _, path := range []string{filepath.Join(t.TempDir(), "absent"), "/bin/sh"} {
+		t.Setenv("BATCHGEN_TEST_BINARY", path)
+		if got, err := testBinary(t.TempDir()); err == nil || !strings.Contains(err.Error(), path) {
+			t.Errorf("testBinary with BATCHGEN_TEST_BINARY=%s: %q, %v; want a refusal naming it", path, got, err)
+		}
 	}
-	t.Setenv("BATCHGEN_TEST_BINARY", self)
-	if got, err := testBinary(t.TempDir()); err == nil || !strings.Contains(err.Error(), "cmd/batchgen.test") {
-		t.Errorf("testBinary with BATCHGEN_TEST_BINARY=%s: %q, %v; want a refusal naming the build", self, got, err)
-	}
-	t.Setenv("BATCHGEN_TEST_BINARY", filepath.Join(t.TempDir(), "absent"))
-	if _, err := testBinary(t.TempDir()); err == nil {
-		t.Error("testBinary with BATCHGEN_TEST_BINARY naming no file: no error")
+	race := func(v string) []debug.BuildSetting { return []debug.BuildSetting{{Key: "-race", Value: v}} }
+	for _, c := range []struct {
+		name string
+		info debug.BuildInfo
+		race bool
+		ok   bool
+	}{
+		{"race build for race tests", debug.BuildInfo{Path: "github.com/batchgen/batchgen/cmd/batchgen", Settings: race("true")}, true, true},
+		{"plain build for plain tests", debug.BuildInfo{Path: "github.com/batchgen/batchgen/cmd/batchgen"}, false, true},
+		{"plain build for race tests", debug.BuildInfo{Path: "github.com/batchgen/batchgen/cmd/batchgen"}, true, false},
+		{"race build for plain tests", debug.BuildInfo{Path: "github.com/batchgen/batchgen/cmd/batchgen", Settings: race("true")}, false, false},
+		{"another command", debug.BuildInfo{Path: "github.com/batchgen/batchgen/cmd/batchgen-bench", Settings: race("true")}, true, false},
+	} {
+		if err := sameBuild(&c.info, c.race); (err == nil) != c.ok {
+			t.Errorf("%s: sameBuild = %v, want ok %t", c.name, err, c.ok)
+		}
 	}
 }
