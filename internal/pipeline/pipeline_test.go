@@ -124,7 +124,17 @@ func (e *env) runToCompletion(ctx context.Context, taskID string) store.Task {
 			return task
 		case <-ctx.Done():
 			t, _ := e.store.GetTask(context.Background(), taskID)
-			e.t.Fatalf("task %s did not finish: %+v", taskID, t)
+			// Which batches are open, and how (a RUNNING one leased to an
+			// attempt that ended, or a PENDING one whose message is gone or
+			// hidden), says where the work stopped.
+			open, err := e.store.ListBatches(context.Background(), store.ListBatchesParams{TaskID: taskID,
+				States: []store.BatchState{store.BatchPending, store.BatchRunning}})
+			var lines []string
+			for _, b := range open {
+				lines = append(lines, fmt.Sprintf("batch %d %s attempt %d owner %q lease until %s, updated %s, last error %q",
+					b.No, b.State, b.Attempt, b.Owner, b.LeaseUntil.Format(time.RFC3339Nano), b.UpdatedAt.Format(time.RFC3339Nano), b.LastError))
+			}
+			e.t.Fatalf("task %s did not finish: %+v\nopen batches (%v):\n%s", taskID, t, err, strings.Join(lines, "\n"))
 		}
 	}
 }
