@@ -487,12 +487,17 @@ func TestEconomyLearnsTheQueueLimit(t *testing.T) {
 // in progress at once refuses a third for now (a concurrent-jobs quota, as
 // Bedrock's). The lane learns the quota from the first refusals and sends
 // each batch left when one of its own ends, instead of asking again every
-// RefusalWait (10 ms here, against 300 ms batches, which blind asks would
+// RefusalWait (10 ms here, against 1-s batches, which blind asks would
 // turn into dozens of refusals): every row is answered in a batch, on its
 // first attempt, paid once.
+//
+// The batches take a second, not 300 ms: on a loaded machine (the unit
+// stage at its busiest) the six batches' rows reached their lanes so far
+// apart that two at a time were never exceeded, and the test, rightly,
+// failed for want of a refusal.
 func TestEconomyLearnsTheJobsQuota(t *testing.T) {
 	t.Parallel()
-	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: 300 * time.Millisecond, BatchJobsLimit: 2, Latency: time.Millisecond})
+	srv, provider, paid := mockBatchServer(t, mockserver.Config{BatchDelay: time.Second, BatchJobsLimit: 2, Latency: time.Millisecond})
 	cfg := economyConfig()
 	cfg.Economy.RefusalWait = 10 * time.Millisecond
 	cfg.Economy.MaxLines = 50
