@@ -109,14 +109,7 @@ step "unit and embedded integration tests (-race)"
 # -p 4, four test binaries at once on the two cores: several packages mostly wait (cmd/batchgen
 # on its subprocesses and mock models, sqlitequeue on visibility timeouts), and with two at a
 # time the cores idled behind them (measured: 138-140 s against 149-173 s).
-# The longest packages first: go test starts them in the order given, four at a time, and in
-# import-path order internal/sheet (a minute under -race) started after 90 s and ran the
-# stage's last 30 s nearly alone. The list only orders; every package of ./... runs.
-longest="cmd/batchgen internal/sheet internal/pipeline internal/quota"
-module=$(go list -m)
-first=$(printf "$module/%s\n" $longest)
-# shellcheck disable=SC2046 # package paths have no spaces
-go test -race -count=1 -p 4 -timeout 20m $first $(go list ./... | grep -vxF "$first")
+go test -race -count=1 -p 4 -timeout 20m ./...
 
 # The web page in headless Chromium (chromedp) against batchgen serve, beside chaos and fuzz.
 browser_tests() {
