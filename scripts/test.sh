@@ -23,7 +23,7 @@ export GORACE="${GORACE:+$GORACE }atexit_sleep_ms=0"
 #   - the fuzz smoke starts with the chaos loop and the template lint and the Lambda builds
 #     with the emulator tests, all three at a lower priority (nice): they have no deadline, so
 #     they take what CPU the stages in front leave (the emulator stage's second half waits on
-#     SQS timeouts and moto with a third of the two cores idle) instead of slowing them, and
+#     moto with a third of the two cores idle) instead of slowing them, and
 #     they are waited for at the end.
 # The emulator tests themselves stay in the foreground, alone with moto, because their
 # deadlines (a job finishing on a slow model) must not depend on a busy machine.

@@ -60,12 +60,11 @@ func TestDLQOnSQS(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	counts := func(url string) map[string]string {
-		attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
-			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+		attrs, err := queueAttributes(ctx, client, url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return attrs.Attributes
+		return attrs
 	}
 	for {
 		// Receiving past the max receive count moves it to the DLQ.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/store"
@@ -102,12 +101,7 @@ func TestRetryOnAWS(t *testing.T) {
 		}
 	}
 	if want := string(pipeline.EncodeBatchMessage(task.ID, 1)); len(bodies) != 1 || slices.Collect(maps.Values(bodies))[0] != want {
-		attrs, err := sq.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &res.QueueURL,
-			AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameAll}})
-		var counts map[string]string
-		if err == nil {
-			counts = attrs.Attributes
-		}
+		counts, err := queueAttributes(ctx, sq, res.QueueURL)
 		t.Errorf("work queue after retry holds %q, want batch 1 once (%q); queue attributes %v (%v)", bodies, want, counts, err)
 	}
 	if r := runBinary(t, ctx, append([]string{"retry", task.ID}, stack...)...); r.code != 2 || !strings.Contains(r.stderr, "RUNNING") {

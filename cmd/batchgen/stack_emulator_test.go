@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/batchgen/batchgen/internal/samstack"
 )
@@ -31,4 +33,15 @@ func deployedStack(t *testing.T, prefix string) (aws.Config, *samstack.Resources
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	t.Setenv("AWS_REGION", samstack.Region)
 	return cfg, res
+}
+
+// queueAttributes reads every attribute of the queue at url (its message
+// counters among them), for a failure to say where the messages are.
+func queueAttributes(ctx context.Context, client *sqs.Client, url string) (map[string]string, error) {
+	out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameAll}})
+	if err != nil {
+		return nil, err
+	}
+	return out.Attributes, nil
 }
