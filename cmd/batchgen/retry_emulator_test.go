@@ -100,7 +100,12 @@ func TestRetryOnAWS(t *testing.T) {
 			bodies[*m.MessageId] = *m.Body
 		}
 	}
-	if want := string(pipeline.EncodeBatchMessage(task.ID, 1)); len(bodies) != 1 || slices.Collect(maps.Values(bodies))[0] != want {
+	// At least once: a send the SDK repeated after a lost answer is a
+	// second message with the same body, which the generator's claim
+	// makes harmless. What must hold is that batch 1, and only it, is
+	// there.
+	distinct := slices.Compact(slices.Sorted(maps.Values(bodies)))
+	if want := string(pipeline.EncodeBatchMessage(task.ID, 1)); len(distinct) != 1 || distinct[0] != want {
 		counts, err := queueAttributes(ctx, sq, res.QueueURL)
 		t.Errorf("work queue after retry holds %q, want batch 1 once (%q); queue attributes %v (%v)", bodies, want, counts, err)
 	}
