@@ -55,6 +55,7 @@ import (
 	"github.com/batchgen/batchgen/internal/awswire"
 	"github.com/batchgen/batchgen/internal/lambdafn/lambdatest"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	"github.com/batchgen/batchgen/internal/llm/mockserver/mocks3"
 	"github.com/batchgen/batchgen/internal/metrics"
 	"github.com/batchgen/batchgen/internal/pipeline"
 	"github.com/batchgen/batchgen/internal/samstack"
@@ -145,7 +146,7 @@ func newE2E(t *testing.T, opts e2eOptions) *e2e {
 	})
 
 	// Bedrock's batch inference jobs read and write the emulator's S3.
-	objects := mockserver.S3Objects{Client: s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })}
+	objects := mocks3.Objects{Client: s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })}
 	mock := mockserver.New(mockserver.Config{FailRate: opts.failRate, InvalidRate: opts.invalidRate, Seed: 7, Latency: opts.latency, BatchDelay: opts.batchDelay, Objects: objects})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

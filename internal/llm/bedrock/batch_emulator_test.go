@@ -18,6 +18,7 @@ import (
 	bedrockllm "github.com/batchgen/batchgen/internal/llm/bedrock"
 	"github.com/batchgen/batchgen/internal/llm/llmtest"
 	"github.com/batchgen/batchgen/internal/llm/mockserver"
+	"github.com/batchgen/batchgen/internal/llm/mockserver/mocks3"
 	"github.com/batchgen/batchgen/internal/samstack"
 )
 
@@ -38,7 +39,7 @@ func bedrockBatch(t *testing.T, srvCfg mockserver.Config) (*bedrockllm.Batch, *m
 	if _, err := client.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
 		t.Fatal(err)
 	}
-	srvCfg.Objects = mockserver.S3Objects{Client: client}
+	srvCfg.Objects = mocks3.Objects{Client: client}
 	srv := mockserver.New(srvCfg)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

@@ -15,9 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // Bedrock's batch inference, on the same batch engine as OpenAI's Batch
@@ -45,25 +42,6 @@ const (
 type Objects interface {
 	GetObject(ctx context.Context, bucket, key string) ([]byte, error)
 	PutObject(ctx context.Context, bucket, key string, data []byte) error
-}
-
-// S3Objects is Objects through an S3 client.
-type S3Objects struct{ Client *s3.Client }
-
-// GetObject implements Objects.
-func (o S3Objects) GetObject(ctx context.Context, bucket, key string) ([]byte, error) {
-	out, err := o.Client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-	if err != nil {
-		return nil, err
-	}
-	defer out.Body.Close()
-	return io.ReadAll(out.Body)
-}
-
-// PutObject implements Objects.
-func (o S3Objects) PutObject(ctx context.Context, bucket, key string, data []byte) error {
-	_, err := o.Client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(data)})
-	return err
 }
 
 // bedrockJob is what a Bedrock job adds to its batch.

@@ -163,7 +163,7 @@ type Config struct {
 	// concurrent-jobs quota refuses it.
 	BatchJobsLimit int
 	// Objects is where Bedrock batch jobs read their input and write their
-	// output (S3: S3Objects); without it the mock refuses such jobs.
+	// output (S3: mocks3.Objects); without it the mock refuses such jobs.
 	Objects Objects
 	// BatchAnswersLost makes the first that many batch creates (either
 	// API) create their batch and then answer 502, as a create whose
