@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -75,6 +76,47 @@ func (f *Fake) Advance(d time.Duration) {
 		kept = append(kept, w)
 	}
 	f.waiters = kept
+}
+
+// Step fires one pending After of those due first, if they are due by
+// end, and moves the fake time to their deadline: pick(n) chooses among
+// the n due at that same instant, in the order they were asked for (nil
+// takes the first). When none is due by end it moves the time to end
+// (never back) and fires nothing. It reports whether it fired one.
+//
+// Advance wakes every goroutine due at once, and they then race; a test
+// that lets each one it wakes park again before the next Step runs them
+// in an order it chooses, the same every time.
+func (f *Fake) Step(end time.Time, pick func(n int) int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var due []int // the waiters due first, in the order they were asked for
+	for i, w := range f.waiters {
+		switch {
+		case w.at.After(end):
+		case len(due) == 0 || w.at.Before(f.waiters[due[0]].at):
+			due = append(due[:0], i)
+		case w.at.Equal(f.waiters[due[0]].at):
+			due = append(due, i)
+		}
+	}
+	if len(due) == 0 {
+		if end.After(f.now) {
+			f.now = end
+		}
+		return false
+	}
+	i := due[0]
+	if pick != nil {
+		i = due[pick(len(due))]
+	}
+	w := f.waiters[i]
+	if w.at.After(f.now) {
+		f.now = w.at
+	}
+	f.waiters = slices.Delete(f.waiters, i, i+1)
+	w.ch <- f.now
+	return true
 }
 
 // Waiters returns how many After channels are waiting for the fake time to

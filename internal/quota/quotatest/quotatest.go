@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -325,6 +326,12 @@ type Driver struct {
 	// Tokens is what each Wait is charged, and Used what each call then
 	// reports to Settle (when Tokens > 0). Set them before starting.
 	Tokens, Used int
+	// Seed, when not 0, shuffles the order in which workers due at the
+	// same instant wake (the same order for the same seed): a fleet's
+	// processes interleave differently from run to run, and a figure
+	// taken over several seeds is not one order's luck.
+	Seed int64
+	rng  *rand.Rand
 }
 
 // NewDriver returns a driver on clk.
@@ -341,8 +348,13 @@ func (d *Driver) Start(l Limiter, n int) { d.StartCalling(l, n, 0) }
 // StartCalling starts n workers on l that each make a model call of
 // latency (a wait on the clock) after every start, as a generator does:
 // a process held back by its concurrency rather than by the quota.
+//
+// Each worker is let run until it parks on the clock before the next one
+// starts, so that they queue in the limiter in one order, every run.
 func (d *Driver) StartCalling(l Limiter, n int, latency time.Duration) {
+	d.t.Helper()
 	for range n {
+		d.Settle()
 		d.live.Add(1)
 		d.wg.Go(func() {
 			defer d.live.Add(-1)
@@ -379,20 +391,26 @@ func (d *Driver) Settle() {
 	})
 }
 
-// RunUntil advances the clock from timer to timer up to end.
+// RunUntil advances the clock from timer to timer up to end, waking one
+// worker at a time (clock.Fake.Step) and letting it park again before the
+// next: workers due at the same instant run in the order they parked, or
+// in one Seed shuffles. Either way a run's starts, and the store writes
+// behind them, are the same every time. (Woken together, they raced for
+// the limiter, and a fleet's writes per call varied from run to run.)
 func (d *Driver) RunUntil(end time.Time) {
 	d.t.Helper()
+	var pick func(int) int
+	if d.Seed != 0 {
+		if d.rng == nil {
+			d.rng = rand.New(rand.NewPCG(uint64(d.Seed), 0))
+		}
+		pick = d.rng.IntN
+	}
 	for {
 		d.Settle()
-		now := d.clk.Now()
-		if !now.Before(end) {
+		if !d.clk.Step(end, pick) {
 			return
 		}
-		next, ok := d.clk.Next()
-		if !ok || next.After(end) {
-			next = end
-		}
-		d.clk.Advance(next.Sub(now))
 	}
 }
 
