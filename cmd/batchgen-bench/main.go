@@ -130,6 +130,7 @@ var measures = []measure{
 	{"routing", false, measureRouting},                 // issue 10: two endpoints, half the quota each; one killed mid-job
 	{"overhead", true, measureOverhead},                // 3
 	{"ceiling", false, measureCeiling},                 // 4, 5
+	{"wide-sheet", true, measureWideSheet},             // issue 16: a wide sheet's read and write scale with its columns
 	{"aws-calls", false, measureAWSCalls},              // 6
 	{"kill-loop", false, measureKillLoop},              // 7
 	{"rerun", false, measureRerun},                     // issue 18: a result sent back in

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/text/transform"
@@ -513,43 +512,13 @@ func TestSparseSheetSkipsEmptyRowsWithoutWork(t *testing.T) {
 	}
 }
 
-// TestWideSheetsScaleLinearly times reading and writing 2,500 and 10,000 columns. Linear work takes about 4 times
-// as long for the wider sheet, quadratic work 16 times; the bound of 10 leaves room for a noisy machine. Writing
-// 10,000 columns used to take minutes (see sizedColumns). Each size is timed three times, interleaved, and the
-// fastest run counts, so one pause elsewhere on the machine does not decide the outcome.
-func TestWideSheetsScaleLinearly(t *testing.T) {
-	const narrow, wide, rows = 2500, 10_000, 2
-	run := func(n int, path string) time.Duration {
-		start := time.Now()
-		r, err := Open(path, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs := readAll(t, r)
-		if err := r.Close(); err != nil {
-			t.Fatal(err)
-		}
-		w, err := NewWriter("宽表", r.Header())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, rec := range recs {
-			if err := w.WriteRow(rec.Values); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := w.WriteTo(io.Discard); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if len(recs) != rows || len(r.Header()) != n {
-			t.Fatalf("read %d rows of %d columns, want %d of %d", len(recs), len(r.Header()), rows, n)
-		}
-		return time.Since(start)
-	}
-	book := func(n int) string {
+// BenchmarkWideSheetRoundTrip reads and writes a sheet of two rows and 2,500 or 10,000 columns. Linear work
+// takes about 4 times as long for the wider sheet, quadratic work 16 times: make bench holds the ratio to 10
+// (cmd/batchgen-bench, "wide-sheet"). Writing 10,000 columns used to take minutes (see sizedColumns;
+// TestWriterSizesAtMostSizedColumns holds the cause).
+func BenchmarkWideSheetRoundTrip(b *testing.B) {
+	const rows = 2
+	for _, n := range []int{2500, 10_000} {
 		var x strings.Builder
 		for r := 1; r <= rows+1; r++ {
 			fmt.Fprintf(&x, `<row r="%d">`, r)
@@ -558,18 +527,37 @@ func TestWideSheetsScaleLinearly(t *testing.T) {
 			}
 			x.WriteString(`</row>`)
 		}
-		return writeFile(t, t.TempDir(), fmt.Sprintf("w%d.xlsx", n), buildXLSX(t, testSheet{name: "宽表", rows: x.String()}))
-	}
-	narrowPath, widePath := book(narrow), book(wide)
-	best := [2]time.Duration{time.Hour, time.Hour}
-	for range 3 {
-		best[0] = min(best[0], run(narrow, narrowPath))
-		best[1] = min(best[1], run(wide, widePath))
-	}
-	t.Logf("read+write %d columns: %v; %d columns: %v (%.1fx)", narrow, best[0], wide, best[1], float64(best[1])/float64(best[0]))
-	if best[1] > 10*best[0] {
-		t.Errorf("%d columns took %v, %d columns %v: %.1f times as long for 4 times the columns; something is quadratic",
-			wide, best[1], narrow, best[0], float64(best[1])/float64(best[0]))
+		path := writeFile(b, b.TempDir(), fmt.Sprintf("w%d.xlsx", n), buildXLSX(b, testSheet{name: "宽表", rows: x.String()}))
+		b.Run(fmt.Sprintf("columns=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				r, err := Open(path, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				recs := readAll(b, r)
+				if err := r.Close(); err != nil {
+					b.Fatal(err)
+				}
+				w, err := NewWriter("宽表", r.Header())
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, rec := range recs {
+					if err := w.WriteRow(rec.Values); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := w.WriteTo(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+				if err := w.Close(); err != nil {
+					b.Fatal(err)
+				}
+				if len(recs) != rows || len(r.Header()) != n {
+					b.Fatalf("read %d rows of %d columns, want %d of %d", len(recs), len(r.Header()), rows, n)
+				}
+			}
+		})
 	}
 }
 
