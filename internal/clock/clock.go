@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -24,6 +25,47 @@ func (Real) Now() time.Time { return time.Now() }
 
 // After is time.After.
 func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Timer is a Clock whose waits can be withdrawn: stop releases the timer
+// behind c (Real's runtime timer; on a Fake, the waiter Waiters counts).
+// Both clocks of this package are Timers.
+type Timer interface {
+	Timer(d time.Duration) (c <-chan time.Time, stop func())
+}
+
+// Timer is time.NewTimer.
+func (Real) Timer(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}
+
+// Sleep waits d on clk, and returns nil when it has passed or wake is
+// closed first (a nil wake never is), ctx's error when ctx ends first. A
+// sleep cut short withdraws its timer (clk being a Timer), so that on a
+// Fake, Waiters counts only goroutines still asleep: a test that advances
+// the fake time once every goroutine is parked is not misled by timers
+// nobody waits for.
+func Sleep(ctx context.Context, clk Clock, d time.Duration, wake <-chan struct{}) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	var c <-chan time.Time
+	if t, ok := clk.(Timer); ok {
+		var stop func()
+		c, stop = t.Timer(d)
+		defer stop()
+	} else {
+		c = clk.After(d)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wake:
+		return nil
+	case <-c:
+		return nil
+	}
+}
 
 // Fake is a manually advanced clock for tests. The zero value is not usable;
 // use NewFake.
@@ -60,6 +102,17 @@ func (f *Fake) After(d time.Duration) <-chan time.Time {
 	}
 	f.waiters = append(f.waiters, fakeWaiter{at: at, ch: ch})
 	return ch
+}
+
+// Timer is After whose waiter stop withdraws (once it has fired, stop does
+// nothing).
+func (f *Fake) Timer(d time.Duration) (<-chan time.Time, func()) {
+	ch := f.After(d)
+	return ch, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.waiters = slices.DeleteFunc(f.waiters, func(w fakeWaiter) bool { return w.ch == ch })
+	}
 }
 
 // Advance moves the fake time forward by d and fires due timers.

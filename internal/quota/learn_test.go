@@ -131,9 +131,28 @@ func runJob(t *testing.T, j job) jobResult {
 	for w := range j.workers {
 		procLive[w%len(limiters)].Add(1)
 	}
+	// settle waits until every live worker is parked on the clock (in
+	// Wait or in the mock's latency; a wait cut short withdraws its timer,
+	// clock.Sleep, so the count is exact).
+	settle := func() {
+		deadline := time.Now().Add(20 * time.Second)
+		for spins := 0; live.Load() > 0 && int64(clk.Waiters()) < live.Load(); spins++ {
+			if time.Now().After(deadline) {
+				t.Fatalf("workers did not park: %d live, %d waiting on the clock", live.Load(), clk.Waiters())
+			}
+			if spins < 100 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+	}
 	for w := range j.workers {
 		p := w % len(limiters)
 		lim := limiters[p]
+		// One at a time, each parked before the next starts: the workers
+		// queue in one order, every run.
+		settle()
 		live.Add(1)
 		wg.Go(func() {
 			defer live.Add(-1)
@@ -198,31 +217,18 @@ func runJob(t *testing.T, j job) jobResult {
 			}
 		})
 	}
-	// Advance the fake clock to the next timer whenever every worker is
-	// parked on it (in Wait or in the mock's latency).
+	// Wake one worker at a time, the one due first (clock.Fake.Step),
+	// whenever every worker is parked: the same run every time.
 	deadline := time.Now().Add(2 * time.Minute)
 	for live.Load() > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("job did not finish: %d rows started, %d workers live at +%v", next.Load(), live.Load(), clk.Now().Sub(quotatest.Base))
 		}
-		stable := 0
-		for stable < 3 {
-			if live.Load() == 0 {
-				break
-			}
-			if int64(clk.Waiters()) >= live.Load() {
-				stable++
-			} else {
-				stable = 0
-			}
-			runtime.Gosched()
-		}
+		settle()
 		if live.Load() == 0 {
 			break
 		}
-		if at, ok := clk.Next(); ok {
-			clk.Advance(max(at.Sub(clk.Now()), 0))
-		}
+		clk.Step(clk.Now().Add(time.Hour), nil)
 	}
 	wg.Wait()
 	res.wall = last.Sub(quotatest.Base)

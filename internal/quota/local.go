@@ -290,11 +290,8 @@ func (l *Local) Wait(ctx context.Context, tokens int) error {
 			l.held = now
 		}
 		l.mu.Unlock()
-		select {
-		case <-l.clk.After(at.Sub(now)):
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := clock.Sleep(ctx, l.clk, at.Sub(now), changed); err != nil {
+			return err
 		}
 	}
 }

@@ -1056,15 +1056,5 @@ func (s *Shared) Rate() float64 {
 
 // sleep waits d, or until ctx ends (its error) or changed is closed (nil).
 func (s *Shared) sleep(ctx context.Context, d time.Duration, changed <-chan struct{}) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-changed:
-		return nil
-	case <-s.cfg.Clock.After(d):
-		return nil
-	}
+	return clock.Sleep(ctx, s.cfg.Clock, d, changed)
 }
