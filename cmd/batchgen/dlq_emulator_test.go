@@ -112,9 +112,27 @@ func TestDLQOnSQS(t *testing.T) {
 	if tasks.code != 0 || !strings.Contains(tasks.stdout, task.ID) || !stuckNote.MatchString(tasks.stdout) {
 		t.Errorf("tasks --table: exit %d\n%s\n%s", tasks.code, tasks.stdout, tasks.stderr)
 	}
-	redrive := runBinary(t, ctx, append([]string{"dlq", "redrive"}, flags...)...)
-	if moved, _, _ := strings.Cut(redrive.stdout, " message(s) moved back"); redrive.code != 0 || atoi(moved) < 2 {
-		t.Fatalf("dlq redrive: exit %d, want at least 2 messages moved back\n%s\n%s", redrive.code, redrive.stdout, redrive.stderr)
+	// A dead letter that a list's receive hid (its answer lost on a loaded
+	// emulator, so it was never shown again) stays hidden for the list's
+	// 30 s, and a redrive then moves the others: run it again, as an
+	// operator would, until both have moved.
+	moved, tries := 0, 0
+	for redriveDeadline := time.Now().Add(45 * time.Second); moved < 2; tries++ {
+		redrive := runBinary(t, ctx, append([]string{"dlq", "redrive"}, flags...)...)
+		n, _, _ := strings.Cut(redrive.stdout, " message(s) moved back")
+		this := atoi(n)
+		if strings.Contains(redrive.stdout, "no dead-lettered messages") {
+			this = 0
+		}
+		if redrive.code != 0 || this < 0 {
+			t.Fatalf("dlq redrive: exit %d\n%s\n%s", redrive.code, redrive.stdout, redrive.stderr)
+		}
+		if moved += this; moved < 2 && time.Now().After(redriveDeadline) {
+			t.Fatalf("dlq redrive moved %d message(s) in %d runs, want at least 2; dead-letter queue %v", moved, tries+1, counts(res.DLQURL))
+		}
+		if moved < 2 {
+			time.Sleep(time.Second)
+		}
 	}
 	// Hidden for a few seconds only: a receive whose answer was lost (the
 	// SDK then asks again) leaves what it took hidden, and it must come
