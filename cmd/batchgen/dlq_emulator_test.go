@@ -112,11 +112,20 @@ func TestDLQOnSQS(t *testing.T) {
 	if tasks.code != 0 || !strings.Contains(tasks.stdout, task.ID) || !stuckNote.MatchString(tasks.stdout) {
 		t.Errorf("tasks --table: exit %d\n%s\n%s", tasks.code, tasks.stdout, tasks.stderr)
 	}
-	// A dead letter that a list's receive hid (its answer lost on a loaded
-	// emulator, so it was never shown again) stays hidden for the list's
-	// 30 s, and a redrive then moves the others: run it again, as an
-	// operator would, until both have moved.
-	moved, tries := 0, 0
+	// A dead letter someone received stays hidden until its visibility
+	// timeout ends (a list whose receive's answer was lost never shows it
+	// again), and a redrive moves only the others. Hide one as such a
+	// reader would: a redrive must say one is hidden, and later runs, as
+	// an operator makes them, move it once it shows.
+	hid, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(res.DLQURL), MaxNumberOfMessages: 1, VisibilityTimeout: 12})
+	if err != nil {
+		t.Fatalf("hide a dead letter: %v", err)
+	}
+	if len(hid.Messages) != 1 {
+		t.Fatalf("hide a dead letter: received %d, want 1", len(hid.Messages))
+	}
+	hiddenNote := regexp.MustCompile(`\d+ more dead-lettered message\(s\) hidden for now`)
+	moved, tries, saidHidden := 0, 0, false
 	for redriveDeadline := time.Now().Add(45 * time.Second); moved < 2; tries++ {
 		redrive := runBinary(t, ctx, append([]string{"dlq", "redrive"}, flags...)...)
 		n, _, _ := strings.Cut(redrive.stdout, " message(s) moved back")
@@ -127,12 +136,16 @@ func TestDLQOnSQS(t *testing.T) {
 		if redrive.code != 0 || this < 0 {
 			t.Fatalf("dlq redrive: exit %d\n%s\n%s", redrive.code, redrive.stdout, redrive.stderr)
 		}
+		saidHidden = saidHidden || hiddenNote.MatchString(redrive.stdout)
 		if moved += this; moved < 2 && time.Now().After(redriveDeadline) {
 			t.Fatalf("dlq redrive moved %d message(s) in %d runs, want at least 2; dead-letter queue %v", moved, tries+1, counts(res.DLQURL))
 		}
 		if moved < 2 {
 			time.Sleep(time.Second)
 		}
+	}
+	if !saidHidden {
+		t.Errorf("no dlq redrive said that a dead letter was hidden while one was (%d runs)", tries)
 	}
 	// Hidden for a few seconds only: a receive whose answer was lost (the
 	// SDK then asks again) leaves what it took hidden, and it must come

@@ -431,9 +431,17 @@ func dlq(ctx context.Context, verb, dir, queueURL, dlqURL string, stdout io.Writ
 		}
 		if n == 0 {
 			fmt.Fprintf(stdout, "no dead-lettered messages in %s\n", where)
-			return nil
+		} else {
+			fmt.Fprintf(stdout, "%d message(s) moved back to %s\n", n, d.back)
 		}
-		fmt.Fprintf(stdout, "%d message(s) moved back to %s\n", n, d.back)
+		// A letter someone received stays hidden until its visibility
+		// timeout ends, and no redrive moves it before: say so, or the
+		// operator believes the queue is empty.
+		if h, ok := dead.(queue.HiddenDeadLetters); ok {
+			if hidden, err := h.HiddenDead(ctx); err == nil && hidden > 0 {
+				fmt.Fprintf(stdout, "%d more dead-lettered message(s) hidden for now (received by a reader such as dlq list, not visible again yet): run batchgen dlq redrive again once they are\n", hidden)
+			}
+		}
 		return nil
 	}
 	ds, err := pipeline.ListDeadLetters(ctx, dead, 1000)

@@ -74,6 +74,15 @@ type DeadLetters interface {
 	Redrive(ctx context.Context) (int, error)
 }
 
+// HiddenDeadLetters is DeadLetters whose letters can be out of sight for a
+// while: SQS hides a message someone received (a list, a receive whose
+// answer was lost) until its visibility timeout ends, and a redrive cannot
+// move it meanwhile. The embedded queue never hides a dead letter.
+type HiddenDeadLetters interface {
+	// HiddenDead returns about how many dead letters are hidden now.
+	HiddenDead(ctx context.Context) (int, error)
+}
+
 // Backlog reports how much work waits in a queue, for the queue-depth
 // metrics. SQS publishes its own (ApproximateNumberOfMessagesVisible,
 // ApproximateAgeOfOldestMessage); the embedded queue implements this.

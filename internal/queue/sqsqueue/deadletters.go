@@ -19,6 +19,8 @@ import (
 
 // errNoDLQ is returned by the DeadLetters methods of a Queue built without
 // Options.DLQURL.
+var _ queue.HiddenDeadLetters = (*Queue)(nil)
+
 var errNoDLQ = errors.New("no dead-letter queue configured (Options.DLQURL)")
 
 // listDeadRounds bounds the receives of one ListDead call.
@@ -77,6 +79,27 @@ func (q *Queue) ListDead(ctx context.Context, max int) ([]queue.Delivery, error)
 		return nil, fmt.Errorf("%s from %s: %w", what, q.opts.DLQURL, err)
 	}
 	return out, nil
+}
+
+// HiddenDead implements queue.HiddenDeadLetters: the dead-letter queue's
+// ApproximateNumberOfMessagesNotVisible.
+func (q *Queue) HiddenDead(ctx context.Context) (int, error) {
+	what := "count hidden dead letters"
+	if q.opts.DLQURL == "" {
+		return 0, fmt.Errorf("%s: %w", what, errNoDLQ)
+	}
+	name := types.QueueAttributeNameApproximateNumberOfMessagesNotVisible
+	out, err := q.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(q.opts.DLQURL), AttributeNames: []types.QueueAttributeName{name},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s of %s: %w", what, q.opts.DLQURL, err)
+	}
+	n, err := strconv.Atoi(out.Attributes[string(name)])
+	if err != nil {
+		return 0, fmt.Errorf("%s of %s: %s is %q, not a count", what, q.opts.DLQURL, name, out.Attributes[string(name)])
+	}
+	return n, nil
 }
 
 // showAgain makes received messages visible at once, ten per call.
