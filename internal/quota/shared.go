@@ -85,12 +85,11 @@ const (
 	// blocks that cross a minute cost two writes, so this is well above
 	// the 20 calls a write the store's cost is held to. Measured over the
 	// orders in which a fleet's processes may wake (TestSharedFleetLeaseCost's
-	// median of 9; of 25 the same): fleets of 4 and 8 processes write once
-	// per 24 calls, but 16 processes with slow calls once per 17 (14.5 to
-	// 20 by order), short of 20. 50 takes that median to 21.5, yet lets a fleet that
-	// learns its quota from 429s alone end up to 1.13 of its bound
-	// (TestSharedFleetLearnsTheQuota) where 35 ends within 1.06; 40, 45, 55
-	// and 60 were no better.
+	// median of 9; of 25 the same): fleets of 4, 8 and 16 processes (slow
+	// calls) write once per 27, 24 and 23.6 calls, each order at 20.5 or
+	// more. 50 made larger blocks but let a fleet that learns its quota
+	// from 429s alone end up to 1.13 of its bound
+	// (TestSharedFleetLearnsTheQuota), where 35 ends within 1.05.
 	leaseTokens = 35
 	// maxLeaseSeconds bounds how many seconds a lease covers. N processes
 	// sharing R requests a second draw R/N each, and cover leaseTokens in
@@ -672,7 +671,15 @@ func (s *Shared) blockLocked(now time.Time, tok int, spent bool) (int64, []Amoun
 			}
 		case s.full[k] || s.tokLimit > 0 && s.tokFull[k]:
 		default:
-			w.Requests = max(int(math.Ceil(perSecond))-s.grants[k].Requests, 0)
+			// The rate spread over the block's seconds, whole requests
+			// adding up to it (1.2 a second asks 1, 1, 1, 1, 2, ...), not
+			// rounded up in each: a fleet whose shares are fractions of
+			// a request, each asking the next whole one every second,
+			// asked 60 % more than the seconds hold, and its refused and
+			// part-granted leases cost a write each (16 processes sharing
+			// 19.7 a second wrote once per 17.6 calls; now 23.6).
+			j := float64(k - sec)
+			w.Requests = max(int(math.Floor((j+1)*perSecond))-int(math.Floor(j*perSecond))-s.grants[k].Requests, 0)
 			if s.tokLimit > 0 {
 				w.Tokens = tokensFor(w.Requests)
 			}
