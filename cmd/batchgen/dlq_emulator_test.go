@@ -117,6 +117,16 @@ func TestDLQOnSQS(t *testing.T) {
 	// again), and a redrive moves only the others. Hide one as such a
 	// reader would: a redrive must say one is hidden, and later runs, as
 	// an operator makes them, move it once it shows.
+	// Both are dead-lettered: the work queue takes five receives again, as
+	// deployed, so that the receives below cannot send a redriven message
+	// straight back (one receive whose answer a loaded emulator lost, and
+	// the next would have).
+	policy, _ = json.Marshal(map[string]any{"deadLetterTargetArn": res.DLQARN, "maxReceiveCount": 5})
+	if _, err := client.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(res.QueueURL), Attributes: map[string]string{
+		string(types.QueueAttributeNameRedrivePolicy): string(policy),
+	}}); err != nil {
+		t.Fatal(err)
+	}
 	hid, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(res.DLQURL), MaxNumberOfMessages: 1, VisibilityTimeout: 12})
 	if err != nil {
 		t.Fatalf("hide a dead letter: %v", err)
