@@ -134,19 +134,10 @@ func runJob(t *testing.T, j job) jobResult {
 	// settle waits until every live worker is parked on the clock (in
 	// Wait or in the mock's latency; a wait cut short withdraws its timer,
 	// clock.Sleep, so the count is exact).
-	settle := func() {
-		deadline := time.Now().Add(20 * time.Second)
-		for spins := 0; live.Load() > 0 && int64(clk.Waiters()) < live.Load(); spins++ {
-			if time.Now().After(deadline) {
-				t.Fatalf("workers did not park: %d live, %d waiting on the clock", live.Load(), clk.Waiters())
-			}
-			if spins < 100 {
-				runtime.Gosched()
-			} else {
-				time.Sleep(50 * time.Microsecond)
-			}
-		}
-	}
+	// settle waits until every live worker is parked on the clock (in
+	// Wait or in the mock's latency; a wait cut short withdraws its timer,
+	// clock.Sleep, so the count is exact).
+	settle := func() { quotatest.WaitParked(t, clk, live.Load) }
 	for w := range j.workers {
 		p := w % len(limiters)
 		lim := limiters[p]

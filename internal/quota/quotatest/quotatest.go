@@ -386,8 +386,17 @@ func (d *Driver) StartCalling(l Limiter, n int, latency time.Duration) {
 // Settle waits until every live worker is parked on the clock.
 func (d *Driver) Settle() {
 	d.t.Helper()
-	waitFor(d.t, "the workers to park on the clock", func() bool {
-		return int64(d.clk.Waiters()) >= d.live.Load()
+	WaitParked(d.t, d.clk, d.live.Load)
+}
+
+// WaitParked waits until as many goroutines wait on clk as live says are
+// live (or none is), failing t after 20 s: the step before a test that
+// drives its own workers on a fake clock advances it.
+func WaitParked(t testing.TB, clk *clock.Fake, live func() int64) {
+	t.Helper()
+	waitFor(t, "the workers to park on the clock", func() bool {
+		n := live()
+		return n == 0 || int64(clk.Waiters()) >= n
 	})
 }
 
@@ -445,7 +454,7 @@ func MaxInWindow(times []time.Time, w time.Duration) int {
 }
 
 // waitFor polls cond until it holds, failing the test after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for spins := 0; !cond(); spins++ {
