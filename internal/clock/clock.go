@@ -181,20 +181,3 @@ func (f *Fake) Waiters() int {
 	defer f.mu.Unlock()
 	return len(f.waiters)
 }
-
-// Next returns the earliest deadline a pending After waits for; false
-// when nobody waits.
-func (f *Fake) Next() (time.Time, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.waiters) == 0 {
-		return time.Time{}, false
-	}
-	next := f.waiters[0].at
-	for _, w := range f.waiters[1:] {
-		if w.at.Before(next) {
-			next = w.at
-		}
-	}
-	return next, true
-}
