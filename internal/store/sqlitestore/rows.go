@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchgen/batchgen/internal/sqlitedb"
 	"github.com/batchgen/batchgen/internal/store"
 )
 
@@ -110,7 +111,7 @@ func (s *Store) ListRows(ctx context.Context, p store.ListRowsParams) ([]store.R
 	if to <= 0 {
 		to = math.MaxInt64
 	}
-	st, err := s.readStmts.get(ctx, listRowsSQL)
+	st, err := s.readStmts.Get(ctx, listRowsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list rows of %s: %w", p.TaskID, err)
 	}
@@ -174,7 +175,7 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 		state, taskState         string
 		attempt, first, rowCount int
 	)
-	err = inTx(ctx, tx, st.fence).QueryRowContext(ctx, p.TaskID, p.BatchNo).Scan(&state, &attempt, &first, &rowCount, &taskState)
+	err = sqlitedb.InTx(ctx, tx, st.fence).QueryRowContext(ctx, p.TaskID, p.BatchNo).Scan(&state, &attempt, &first, &rowCount, &taskState)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.SaveRowResultsResult{}, fmt.Errorf("%s: no such batch: %w", what, store.ErrNotFound)
 	}
@@ -185,7 +186,7 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 		return store.SaveRowResultsResult{}, fmt.Errorf("%s: batch is %s under attempt %d: %w", what, state, attempt, store.ErrConflict)
 	}
 	if len(p.Rows) > 0 {
-		stmt := inTx(ctx, tx, st.update)
+		stmt := sqlitedb.InTx(ctx, tx, st.update)
 		for _, w := range p.Rows {
 			if w.RowNo < first || w.RowNo >= first+rowCount {
 				return store.SaveRowResultsResult{}, fmt.Errorf("%s: row %d is not in the batch (rows %d..%d): %w",
@@ -220,7 +221,7 @@ func (s *Store) SaveRowResults(ctx context.Context, p store.SaveRowResultsParams
 			}
 		}
 		if c := p.Saved(); c.Done() > 0 {
-			if _, err := inTx(ctx, tx, st.count).ExecContext(ctx, c.Succeeded, c.Failed, c.Skipped, p.TaskID, p.BatchNo); err != nil {
+			if _, err := sqlitedb.InTx(ctx, tx, st.count).ExecContext(ctx, c.Succeeded, c.Failed, c.Skipped, p.TaskID, p.BatchNo); err != nil {
 				return store.SaveRowResultsResult{}, fmt.Errorf("%s: count saved rows: %w", what, err)
 			}
 		}
@@ -243,25 +244,25 @@ type saveStatements struct{ fence, update, count, cache *sql.Stmt }
 func (s *Store) saveStmts(ctx context.Context, entries []store.CacheEntry) (saveStatements, error) {
 	var st saveStatements
 	var err error
-	if st.fence, err = s.writeStmts.get(ctx, `SELECT b.state, b.attempt, b.first_row, b.row_count, t.state
+	if st.fence, err = s.writeStmts.Get(ctx, `SELECT b.state, b.attempt, b.first_row, b.row_count, t.state
 		FROM batches b JOIN tasks t ON t.id = b.task_id
 		WHERE b.task_id = ? AND b.no = ?`); err != nil {
 		return st, fmt.Errorf("read batch: %w", err)
 	}
-	if st.update, err = s.writeStmts.get(ctx, `UPDATE rows SET
+	if st.update, err = s.writeStmts.Get(ctx, `UPDATE rows SET
 				state = ?, output = ?, error = ?, error_class = ?, attempts = ?, latency_ms = ?, cached = ?,
 				provider = ?, input_tokens = ?, output_tokens = ?, cached_input_tokens = ?, updated_at = ?
 			WHERE task_id = ? AND no = ? AND state = 'PENDING'`); err != nil {
 		return st, fmt.Errorf("update rows: %w", err)
 	}
-	if st.count, err = s.writeStmts.get(ctx, `UPDATE batches SET
+	if st.count, err = s.writeStmts.Get(ctx, `UPDATE batches SET
 				saved_succeeded = saved_succeeded + ?, saved_failed = saved_failed + ?, saved_skipped = saved_skipped + ?
 			WHERE task_id = ? AND no = ?`); err != nil {
 		return st, fmt.Errorf("count saved rows: %w", err)
 	}
 	if n := len(distinctKeys(entries)); n > 0 {
 		// The text depends only on n, which a group bounds (store.MaxSaveRows).
-		if st.cache, err = s.writeStmts.get(ctx, `INSERT INTO cache (key, output, created_at, expires_at) VALUES `+placeholders(n, 4)+putCachedSQL); err != nil {
+		if st.cache, err = s.writeStmts.Get(ctx, `INSERT INTO cache (key, output, created_at, expires_at) VALUES `+placeholders(n, 4)+putCachedSQL); err != nil {
 			return st, fmt.Errorf("put %d cache entries: %w", n, err)
 		}
 	}
@@ -309,7 +310,7 @@ func (s *Store) putCached(ctx context.Context, tx *sql.Tx, ins *sql.Stmt, entrie
 	for _, c := range entries {
 		args = append(args, c.Key, c.Output, now.UnixMilli(), s.expiresAt(now))
 	}
-	if _, err := inTx(ctx, tx, ins).ExecContext(ctx, args...); err != nil {
+	if _, err := sqlitedb.InTx(ctx, tx, ins).ExecContext(ctx, args...); err != nil {
 		return fmt.Errorf("put %d cache entries: %w", len(entries), err)
 	}
 	return nil

@@ -77,7 +77,7 @@ type Store struct {
 	cacheTTL time.Duration
 	// writeStmts and readStmts hold the hot paths' prepared statements,
 	// one cache per pool.
-	writeStmts, readStmts *stmtCache
+	writeStmts, readStmts *sqlitedb.StmtCache
 }
 
 // Open opens, or creates, the database at path and migrates its schema. path
@@ -131,7 +131,7 @@ func Open(path string, opts Options) (*Store, error) {
 	read.SetMaxOpenConns(opts.ReadConns)
 	read.SetMaxIdleConns(opts.ReadConns)
 	return &Store{path: path, write: write, read: read, clock: opts.Clock, cacheTTL: opts.CacheTTL,
-		writeStmts: newStmtCache(write), readStmts: newStmtCache(read)}, nil
+		writeStmts: sqlitedb.NewStmtCache(write), readStmts: sqlitedb.NewStmtCache(read)}, nil
 }
 
 // DB returns the write pool, so that the queue (package sqlitequeue) keeps
@@ -143,7 +143,7 @@ func (s *Store) DB() *sql.DB { return s.write }
 
 // Close closes both pools. The last connection to close checkpoints the WAL.
 func (s *Store) Close() error {
-	if err := errors.Join(s.readStmts.close(), s.writeStmts.close(), s.read.Close(), s.write.Close()); err != nil {
+	if err := errors.Join(s.readStmts.Close(), s.writeStmts.Close(), s.read.Close(), s.write.Close()); err != nil {
 		return fmt.Errorf("close task store %q: %w", s.path, err)
 	}
 	return nil

@@ -160,9 +160,17 @@ func deadlineMillis(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
+// getTaskSQL reads one task by its id.
+const getTaskSQL = `SELECT ` + taskColumns + ` FROM tasks WHERE id = ?`
+
 // GetTask returns the task or ErrNotFound.
 func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
-	t, err := scanTask(s.read.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ?`, id))
+	// Prepared once: a batch reads its task several times.
+	st, err := s.readStmts.Get(ctx, getTaskSQL)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("get task %s: %w", id, err)
+	}
+	t, err := scanTask(st.QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Task{}, fmt.Errorf("get task %s: %w", id, store.ErrNotFound)
 	}
