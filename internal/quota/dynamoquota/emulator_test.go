@@ -150,80 +150,95 @@ func TestCeilingTravelsWithLeases(t *testing.T) {
 	ctx := t.Context()
 	cfg, tableName := table(t)
 	rec := awsops.New()
-	client := dynamodb.NewFromConfig(rec.Attach(cfg))
+	client := exactClient(rec.Attach(cfg))
 	limit := quota.Limit{Requests: 20, Tokens: 2000}
 	// A minute two minutes ahead, ceilings set 50 s into it: the seconds
 	// leased below are within the ceiling's first 20 s (no probe yet).
 	minute := time.Now().Unix()/60*60 + 120
 	at := (minute + 50) * 1000
 	half := quota.Ceiling{Share: 0.5, At: at, Quiet: at + 10_000}
-	name := "ceiling"
-	writer, fresh := dynamoquota.New(client, tableName, name), dynamoquota.New(client, tableName, name)
+	onFreshItems(t, func(suffix string) error {
+		name := "ceiling" + suffix
+		writer, fresh := dynamoquota.New(client, tableName, name), dynamoquota.New(client, tableName, name)
 
-	stored, err := writer.Lower(ctx, quota.Ceiling{}, half)
-	if err != nil || stored != half {
-		t.Fatalf("Lower on an empty store = %+v, %v; want %+v stored", stored, err, half)
-	}
-	// A second cut based on the same (empty) knowledge loses to the first.
-	stale := quota.Ceiling{Share: 0.25, At: at + 500, Quiet: at + 10_500}
-	if stored, err := writer.Lower(ctx, quota.Ceiling{}, stale); err != nil || stored != half {
-		t.Errorf("Lower from stale knowledge = %+v, %v; want the stored %+v kept", stored, err, half)
-	}
+		stored, err := writer.Lower(ctx, quota.Ceiling{}, half)
+		if err != nil {
+			return fmt.Errorf("lower on an empty store: %w", err)
+		}
+		if stored != half {
+			t.Fatalf("Lower on an empty store = %+v; want %+v stored", stored, half)
+		}
+		// A second cut based on the same (empty) knowledge loses to the first.
+		stale := quota.Ceiling{Share: 0.25, At: at + 500, Quiet: at + 10_500}
+		if stored, err := writer.Lower(ctx, quota.Ceiling{}, stale); err != nil {
+			return fmt.Errorf("lower from stale knowledge: %w", err)
+		} else if stored != half {
+			t.Errorf("Lower from stale knowledge = %+v; want the stored %+v kept", stored, half)
+		}
 
-	// A process that knows no ceiling learns it from its lease: half of
-	// each second's budget, spread (10 requests, 1000 tokens a second).
-	rec.Reset()
-	want := []quota.Amount{{Requests: 20, Tokens: 2000}, {Requests: 20, Tokens: 2000}}
-	lease, err := fresh.Lease(ctx, minute+55, want, limit, quota.Ceiling{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lease.Ceiling != half {
-		t.Errorf("lease learned ceiling %+v, want %+v", lease.Ceiling, half)
-	}
-	if diff := cmp.Diff([]quota.Amount{{Requests: 10, Tokens: 1000}, {Requests: 10, Tokens: 1000}}, lease.Got); diff != "" {
-		t.Errorf("budget under the ceiling (-want +got):\n%s", diff)
-	}
-	if n := rec.Total(); n != 2 {
-		t.Errorf("learning the ceiling took %d DynamoDB calls (%v), want 2 (the update and its retry)", n, rec.Counts())
-	}
+		// A process that knows no ceiling learns it from its lease: half of
+		// each second's budget, spread (10 requests, 1000 tokens a second).
+		rec.Reset()
+		want := []quota.Amount{{Requests: 20, Tokens: 2000}, {Requests: 20, Tokens: 2000}}
+		lease, err := fresh.Lease(ctx, minute+55, want, limit, quota.Ceiling{})
+		if err != nil {
+			return err
+		}
+		if lease.Ceiling != half {
+			t.Errorf("lease learned ceiling %+v, want %+v", lease.Ceiling, half)
+		}
+		if diff := cmp.Diff([]quota.Amount{{Requests: 10, Tokens: 1000}, {Requests: 10, Tokens: 1000}}, lease.Got); diff != "" {
+			t.Errorf("budget under the ceiling (-want +got):\n%s", diff)
+		}
+		if n := rec.Total(); n != 2 {
+			t.Errorf("learning the ceiling took %d DynamoDB calls (%v), want 2 (the update and its retry)", n, rec.Counts())
+		}
 
-	// A lease over the minute's end stores the ceiling in the next
-	// minute's item; a process knowing nothing learns it there.
-	if _, err := writer.Lease(ctx, minute+59, []quota.Amount{{Requests: 1}, {Requests: 1}}, limit, half); err != nil {
-		t.Fatal(err)
-	}
-	next := dynamoquota.New(client, tableName, name)
-	lease, err = next.Lease(ctx, minute+61, []quota.Amount{{Requests: 20}}, quota.Limit{Requests: 20}, quota.Ceiling{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lease.Ceiling != half || lease.Got[0].Requests != 10 {
-		t.Errorf("next minute: lease got %+v under %+v, want 10 requests under %+v", lease.Got, lease.Ceiling, half)
-	}
+		// A lease over the minute's end stores the ceiling in the next
+		// minute's item; a process knowing nothing learns it there.
+		if _, err := writer.Lease(ctx, minute+59, []quota.Amount{{Requests: 1}, {Requests: 1}}, limit, half); err != nil {
+			return err
+		}
+		next := dynamoquota.New(client, tableName, name)
+		lease, err = next.Lease(ctx, minute+61, []quota.Amount{{Requests: 20}}, quota.Limit{Requests: 20}, quota.Ceiling{})
+		if err != nil {
+			return err
+		}
+		if lease.Ceiling != half || lease.Got[0].Requests != 10 {
+			t.Errorf("next minute: lease got %+v under %+v, want 10 requests under %+v", lease.Got, lease.Ceiling, half)
+		}
 
-	// A newer ceiling a lease carries replaces the stored one; an older
-	// one known by a lagging process does not.
-	newer := quota.Ceiling{Share: 0.3, At: at + 2000, Quiet: at + 12_000}
-	lease, err = writer.Lease(ctx, minute+56, []quota.Amount{{Requests: 1}}, limit, newer)
-	if err != nil || lease.Ceiling != newer {
-		t.Fatalf("lease carrying a newer ceiling = %+v, %v", lease, err)
-	}
-	lease, err = fresh.Lease(ctx, minute+57, []quota.Amount{{Requests: 20}}, limit, half)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lease.Ceiling != newer || lease.Got[0].Requests != newer.Budget(limit, minute+57).Requests {
-		t.Errorf("lagging lease got %+v under %+v, want %d under %+v", lease.Got, lease.Ceiling, newer.Budget(limit, minute+57).Requests, newer)
-	}
-	// A first cut on trial keeps its mark through the store.
-	trial := quota.Ceiling{Share: 0.15, At: at + 3000, Quiet: at + 33_000, Trial: true}
-	if stored, err := writer.Lower(ctx, newer, trial); err != nil || stored != trial {
-		t.Errorf("Lower to a ceiling on trial = %+v, %v; want %+v stored", stored, err, trial)
-	}
-	if lease, err := fresh.Lease(ctx, minute+58, []quota.Amount{{Requests: 1}}, limit, newer); err != nil || lease.Ceiling != trial {
-		t.Errorf("lease after a trial cut = %+v, %v; want the trial %+v", lease, err, trial)
-	}
+		// A newer ceiling a lease carries replaces the stored one; an older
+		// one known by a lagging process does not.
+		newer := quota.Ceiling{Share: 0.3, At: at + 2000, Quiet: at + 12_000}
+		lease, err = writer.Lease(ctx, minute+56, []quota.Amount{{Requests: 1}}, limit, newer)
+		if err != nil {
+			return err
+		}
+		if lease.Ceiling != newer {
+			t.Fatalf("lease carrying a newer ceiling = %+v", lease)
+		}
+		lease, err = fresh.Lease(ctx, minute+57, []quota.Amount{{Requests: 20}}, limit, half)
+		if err != nil {
+			return err
+		}
+		if lease.Ceiling != newer || lease.Got[0].Requests != newer.Budget(limit, minute+57).Requests {
+			t.Errorf("lagging lease got %+v under %+v, want %d under %+v", lease.Got, lease.Ceiling, newer.Budget(limit, minute+57).Requests, newer)
+		}
+		// A first cut on trial keeps its mark through the store.
+		trial := quota.Ceiling{Share: 0.15, At: at + 3000, Quiet: at + 33_000, Trial: true}
+		if stored, err := writer.Lower(ctx, newer, trial); err != nil {
+			return fmt.Errorf("lower to a ceiling on trial: %w", err)
+		} else if stored != trial {
+			t.Errorf("Lower to a ceiling on trial = %+v; want %+v stored", stored, trial)
+		}
+		if lease, err := fresh.Lease(ctx, minute+58, []quota.Amount{{Requests: 1}}, limit, newer); err != nil {
+			return err
+		} else if lease.Ceiling != trial {
+			t.Errorf("lease after a trial cut = %+v; want the trial %+v", lease, trial)
+		}
+		return nil
+	})
 }
 
 // TestSharedConformance runs the limiter suite against quota.Shared over
