@@ -25,11 +25,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 )
@@ -83,7 +85,27 @@ func Config(ctx context.Context) (aws.Config, error) {
 		// silently until the test's own timeout. The longest call made here
 		// is a 20 s long poll.
 		HTTPClient: awshttp.NewBuildableClient().WithTimeout(EmulatorRequestTimeout),
+		Retryer:    func() aws.Retryer { return SaidRetryer{RetryerV2: retry.NewStandard(), Out: os.Stderr} },
 	}, nil
+}
+
+// SaidRetryer is the SDK's retryer that writes each error it retries
+// after to Out. A retried write whose first answer the emulator lost is
+// applied twice (an ADD counts twice, a message is sent twice), and a
+// test that then fails shows this line beside its own message: the cause,
+// which otherwise leaves no trace.
+type SaidRetryer struct {
+	aws.RetryerV2
+	Out io.Writer
+}
+
+// IsErrorRetryable implements aws.Retryer, and says so when err is.
+func (r SaidRetryer) IsErrorRetryable(err error) bool {
+	ok := r.RetryerV2.IsErrorRetryable(err)
+	if ok {
+		fmt.Fprintf(r.Out, "emulator: the SDK retries after: %v\n", err)
+	}
+	return ok
 }
 
 // UniquePrefix returns base followed by a dash and 8 random hex digits, for
