@@ -5,8 +5,8 @@
 # MISSED; the same goes to bench-results/bench-<time>.json (and latest.json)
 # for `make bench-compare OLD=... NEW=...`. Arguments go to the driver:
 #
-#   scripts/bench.sh                 every figure (about ten minutes on 2 cores)
-#   scripts/bench.sh --quick         the reduced set, under two minutes
+#   scripts/bench.sh                 every figure (about seventeen minutes on 2 cores)
+#   scripts/bench.sh --quick         the reduced set, about three minutes
 #   scripts/bench.sh --only quota    one group (see batchgen-bench --help)
 #
 # The AWS-calls figure uses $AWS_ENDPOINT_URL, or starts the emulator
