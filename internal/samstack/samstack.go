@@ -20,12 +20,14 @@
 package samstack
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"time"
@@ -84,9 +86,37 @@ func Config(ctx context.Context) (aws.Config, error) {
 		// (seen under many concurrent requests) would stall a function
 		// silently until the test's own timeout. The longest call made here
 		// is a 20 s long poll.
-		HTTPClient: awshttp.NewBuildableClient().WithTimeout(EmulatorRequestTimeout),
+		HTTPClient: emulatorHTTPClient{awshttp.NewBuildableClient().WithTimeout(EmulatorRequestTimeout)},
 		Retryer:    func() aws.Retryer { return SaidRetryer{RetryerV2: retry.NewStandard(), Out: os.Stderr} },
 	}, nil
+}
+
+// emulatorHTTPClient sends each request's body in memory, so that the
+// transport writes a request's headers and body at once. With a body it
+// cannot see the length of in memory (the SDK's), net/http flushes the
+// headers first; on a loaded machine moto then answered now and then
+// before the body came (a connection's log: headers out, a 200 in, the
+// body out), net/http closed the connection on the late body's write, and
+// the SDK sent the call again: the retries behind two emulator flakes.
+type emulatorHTTPClient struct{ next aws.HTTPClient }
+
+// maxInMemoryBody bounds the bodies emulatorHTTPClient reads into memory;
+// a larger one (an S3 upload) goes as it is.
+const maxInMemoryBody = 1 << 20
+
+// Do implements aws.HTTPClient.
+func (c emulatorHTTPClient) Do(r *http.Request) (*http.Response, error) {
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength > 0 && r.ContentLength <= maxInMemoryBody {
+		b, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read the request body: %w", err)
+		}
+		r = r.Clone(r.Context())
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
+	return c.next.Do(r)
 }
 
 // SaidRetryer is the SDK's retryer that writes each error it retries

@@ -768,8 +768,12 @@ func TestConfig(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Config mismatch (-want +got):\n%s", diff)
 			}
-			if hc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); !ok || hc.GetTimeout() != EmulatorRequestTimeout {
-				t.Errorf("HTTPClient = %T, want a BuildableClient with timeout %v", cfg.HTTPClient, EmulatorRequestTimeout)
+			whole, ok := cfg.HTTPClient.(emulatorHTTPClient)
+			if !ok {
+				t.Fatalf("HTTPClient = %T, want emulatorHTTPClient", cfg.HTTPClient)
+			}
+			if hc, ok := whole.next.(*awshttp.BuildableClient); !ok || hc.GetTimeout() != EmulatorRequestTimeout {
+				t.Errorf("HTTPClient sends through %T, want a BuildableClient with timeout %v", whole.next, EmulatorRequestTimeout)
 			}
 		})
 	}
